@@ -1,0 +1,84 @@
+//! The ONNX frontend: reads a model file (protobuf via `onnx-protobuf`) and builds the IR.
+
+mod onnx;
+pub mod tensor_proto;
+
+use crate::ir::Graph;
+use crate::Error;
+use onnx_protobuf::{Message, ModelProto};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tensor_proto::DataDir;
+
+/// How to turn a model into a static graph.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Shapes that pin graph inputs (by input name); symbolic dims they fix apply to
+    /// every input that uses the same symbol.
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// Values for symbolic dim names (e.g. `batch=32`).
+    pub dim_params: BTreeMap<String, usize>,
+    /// Evaluate nodes whose inputs are all constant (and Shape of static shapes) at load.
+    pub fold_constants: bool,
+    /// Directory that external data locations are relative to (the model's directory).
+    pub model_dir: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions { input_shapes: BTreeMap::new(), dim_params: BTreeMap::new(), fold_constants: true, model_dir: None }
+    }
+}
+
+impl LoadOptions {
+    fn data_dir(&self) -> DataDir<'_> {
+        DataDir(self.model_dir.as_deref())
+    }
+}
+
+/// Reads an ONNX file and builds the graph. External data is looked up next to the file.
+pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Graph, Error> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let mut opts = opts.clone();
+    if opts.model_dir.is_none() {
+        opts.model_dir = Some(path.parent().map(Path::to_path_buf).unwrap_or_default());
+    }
+    load_model_bytes(&bytes, &path.display().to_string(), &opts)
+}
+
+/// Decodes a serialized ModelProto and builds the graph; `origin` names it in errors.
+pub fn load_model_bytes(bytes: &[u8], origin: &str, opts: &LoadOptions) -> Result<Graph, Error> {
+    let model = decode_model(bytes, origin)?;
+    onnx::convert(&model, opts.data_dir(), opts)
+}
+
+/// Decodes the protobuf only.
+pub fn decode_model(bytes: &[u8], origin: &str) -> Result<ModelProto, Error> {
+    if bytes.is_empty() {
+        return Err(Error::Decode { path: origin.into(), reason: "the file is empty".into() });
+    }
+    let model = ModelProto::parse_from_bytes(bytes)
+        .map_err(|e| Error::Decode { path: origin.into(), reason: e.to_string().to_lowercase() })?;
+    if model.graph.is_none() {
+        return Err(Error::Decode { path: origin.into(), reason: "no graph in the model (is this an ONNX file?)".into() });
+    }
+    Ok(model)
+}
+
+/// Parses `name=d1,d2,...` as given to `--input-shape`.
+pub fn parse_input_shape(spec: &str) -> Result<(String, Vec<usize>), String> {
+    let (name, dims) = spec
+        .rsplit_once('=')
+        .ok_or_else(|| format!("--input-shape {spec:?} must look like NAME=D1,D2,... (e.g. input_ids=32,128)"))?;
+    let dims = if dims.trim().is_empty() {
+        vec![]
+    } else {
+        dims.split(',')
+            .map(|d| d.trim().parse::<usize>().map_err(|_| format!("--input-shape {spec:?}: {d:?} is not a dimension")))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    if name.is_empty() {
+        return Err(format!("--input-shape {spec:?} has no input name"));
+    }
+    Ok((name.to_string(), dims))
+}

@@ -1,0 +1,89 @@
+//! The one deterministic text form of the IR, used for debugging and insta snapshots.
+//!
+//! ```text
+//! graph "tiny" opsets(ai.onnx=17)
+//!   input  %0 "x" : f32[2,4]
+//!   const  %1 "w" : f32[4,3] dense density=0.5
+//!   %2 "y" = MatMul(%0, %1) : f32[2,3]   # node "mm"
+//!   output %2
+//! ```
+//! Value ids are the graph's stable ids; attributes are sorted by name; floats have a
+//! fixed precision.
+
+use super::{format_float, Graph, Initializer, Sparsity, ValueKind};
+use std::fmt::Write as _;
+
+/// Renders the graph in its text form.
+pub fn print_graph(graph: &Graph) -> String {
+    let mut out = String::new();
+    let opsets: Vec<String> = graph
+        .opsets
+        .iter()
+        .map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d }))
+        .collect();
+    let _ = writeln!(out, "graph {:?} opsets({})", graph.name, opsets.join(", "));
+    for &id in &graph.inputs {
+        let v = graph.value(id);
+        let _ = writeln!(out, "  input  {id} {:?} : {}", v.name, v.fact);
+    }
+    for (id, init) in &graph.initializers {
+        let v = graph.value(*id);
+        let form = match init {
+            Initializer::Dense(_) => "dense".to_string(),
+            Initializer::Sparse(s) => format!("sparse nnz={}", s.nnz()),
+        };
+        let _ = writeln!(
+            out,
+            "  const  {id} {:?} : {} {form} density={}{}",
+            v.name,
+            v.fact,
+            format_float(round6(init.density())),
+            sparsity_suffix(&v.sparsity)
+        );
+    }
+    for node in &graph.nodes {
+        let outs: Vec<String> =
+            node.outputs.iter().map(|o| format!("{o} {:?}", graph.value(*o).name)).collect();
+        let ins: Vec<String> = node
+            .inputs
+            .iter()
+            .map(|i| match i {
+                Some(i) => i.to_string(),
+                None => "_".to_string(),
+            })
+            .collect();
+        let types: Vec<String> = node
+            .outputs
+            .iter()
+            .map(|o| {
+                let v = graph.value(*o);
+                format!("{}{}", v.fact, sparsity_suffix(&v.sparsity))
+            })
+            .collect();
+        let attrs = if node.attrs.is_empty() { String::new() } else { format!(" {{{}}}", node.attrs.to_text()) };
+        let op = if node.domain.is_empty() { node.op_type.clone() } else { format!("{}.{}", node.domain, node.op_type) };
+        let _ = writeln!(
+            out,
+            "  {} = {op}({}){attrs} : {}   # node {:?}",
+            outs.join(", "),
+            ins.join(", "),
+            types.join(", "),
+            node.name
+        );
+    }
+    let outs: Vec<String> = graph.outputs.iter().map(|o| o.to_string()).collect();
+    let _ = writeln!(out, "  output {}", outs.join(", "));
+    debug_assert!(graph.values.iter().all(|v| !matches!(v.kind, ValueKind::NodeOutput(n) if n.index() >= graph.nodes.len())));
+    out
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+fn sparsity_suffix(s: &Sparsity) -> String {
+    match s {
+        Sparsity::Unknown => String::new(),
+        Sparsity::Density(d) => format!(" #density({})", format_float(round6(*d))),
+    }
+}

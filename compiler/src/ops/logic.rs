@@ -1,0 +1,3 @@
+//! TODO family logic
+use super::FamilyRegistrar;
+pub(super) fn register(_reg: &mut FamilyRegistrar) {}
