@@ -1,1 +1,10 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: repository paths, ONNX conformance runner.
+
+pub mod conformance;
+
+use std::path::PathBuf;
+
+/// The repository root (this crate lives in `<root>/tests`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}

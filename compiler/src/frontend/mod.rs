@@ -22,11 +22,14 @@ pub struct LoadOptions {
     pub fold_constants: bool,
     /// Directory that external data locations are relative to (the model's directory).
     pub model_dir: Option<PathBuf>,
+    /// Graph inputs to freeze into constants (e.g. a runtime shape input that must be
+    /// static for compilation); each must match the input's declared type.
+    pub frozen_inputs: BTreeMap<String, crate::ir::Tensor>,
 }
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {
-        LoadOptions { input_shapes: BTreeMap::new(), dim_params: BTreeMap::new(), fold_constants: true, model_dir: None }
+        LoadOptions { input_shapes: BTreeMap::new(), dim_params: BTreeMap::new(), fold_constants: true, model_dir: None, frozen_inputs: BTreeMap::new() }
     }
 }
 

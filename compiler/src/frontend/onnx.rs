@@ -46,6 +46,19 @@ pub(super) fn convert(model: &ModelProto, dir: DataDir, opts: &LoadOptions) -> R
         }
         init_tensors.push((name, Initializer::Sparse(sparse_from_proto(s, dir)?)));
     }
+    for (name, value) in &opts.frozen_inputs {
+        let info = proto
+            .input
+            .iter()
+            .find(|i| &i.name == name)
+            .ok_or_else(|| Error::input(name, "cannot be frozen: it is not a graph input"))?;
+        let declared = input_fact(info, &LoadOptions { input_shapes: BTreeMap::from([(name.clone(), value.shape().to_vec())]), ..LoadOptions::default() }, &HashMap::new())?;
+        if declared.dtype != value.dtype() {
+            return Err(Error::input(name, format!("expects {} but the frozen value is {}", declared.dtype, value.dtype())));
+        }
+        init_tensors.retain(|(n, _)| n != name);
+        init_tensors.push((name.clone(), Initializer::Dense(value.clone())));
+    }
     let init_names: std::collections::HashSet<&str> = init_tensors.iter().map(|(n, _)| n.as_str()).collect();
 
     let mut by_name: HashMap<String, ValueId> = HashMap::new();
