@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests: repository paths, ONNX conformance runner.
 
+pub mod builder;
 pub mod conformance;
 
 use std::path::PathBuf;

@@ -1,1 +1,69 @@
-fn main() {}
+//! `spartac`: the command-line tool. Each subcommand lives in its own file.
+
+mod inspect;
+mod model_args;
+mod npz;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// spartac: a sparsity-aware deep-learning compiler for NVIDIA GPUs.
+///
+/// It reads a standard ONNX model, builds its own graph IR with static shapes, and runs
+/// it. Every stage is checked against the CPU reference executor.
+///
+/// Examples:
+///   spartac inspect model.onnx --input-shape input_ids=32,128
+///   spartac run model.onnx --random 7 --output out.npz
+///   spartac run model.onnx --inputs in.npz --output out.npz
+#[derive(Parser)]
+#[command(name = "spartac", version, verbatim_doc_comment, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Inspect(inspect::InspectArgs),
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    // A panic is a bug in spartac: say so in one line instead of a backtrace dump.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("error: internal error{at}: {msg} (this is a bug in spartac; please report it)");
+    }));
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Run(args) => run::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", dedup_chain(&chain));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Joins an error chain on one line, skipping causes already quoted by their parent.
+fn dedup_chain(chain: &[String]) -> String {
+    let mut out: Vec<&str> = vec![];
+    for c in chain {
+        if !out.iter().any(|prev| prev.contains(c.as_str())) {
+            out.push(c);
+        }
+    }
+    out.join(": ").replace('\n', " ")
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path} is not a valid ONNX model: {reason}")]
+    #[error("not a valid ONNX model ({reason})")]
     Decode { path: String, reason: String },
     #[error("node {node:?}: unsupported op {op_type} (domain {domain:?}, opset {opset})")]
     UnknownOp { node: String, op_type: String, domain: String, opset: i64 },

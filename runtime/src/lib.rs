@@ -1,1 +1,10 @@
-//! Execution engines.
+//! spartac-runtime: engines that run what the compiler produces.
+//!
+//! Today one engine exists, `cpu`, which runs a graph with the reference semantics and
+//! frees every intermediate after its last use. The CUDA engine (cudarc with dynamic
+//! loading, so that building needs no CUDA) joins it behind the same [`Engine`] trait;
+//! `Backend::Auto` picks the best engine that is present on the machine.
+
+pub mod engine;
+
+pub use engine::{available_engines, select_engine, Backend, CpuEngine, Engine, RunOutput, RuntimeError};

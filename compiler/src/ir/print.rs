@@ -34,11 +34,10 @@ pub fn print_graph(graph: &Graph) -> String {
         };
         let _ = writeln!(
             out,
-            "  const  {id} {:?} : {} {form} density={}{}",
+            "  const  {id} {:?} : {} {form} density={}",
             v.name,
             v.fact,
             format_float(round6(init.density())),
-            sparsity_suffix(&v.sparsity)
         );
     }
     for node in &graph.nodes {

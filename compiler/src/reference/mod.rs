@@ -3,6 +3,10 @@
 //! plan and kernel, so it checks everything it can: input names, types and shapes,
 //! and that every op produced exactly the type shape inference promised.
 
+mod inputs;
+
+pub use inputs::random_inputs;
+
 use crate::ir::{Graph, Initializer, Tensor, ValueFact};
 use crate::ops::{registry, NodeCtx};
 use crate::Error;

@@ -1,0 +1,87 @@
+//! `spartac run`: runs a model on given or random inputs and writes the outputs.
+
+use crate::model_args::ModelArgs;
+use crate::npz::{read_npz, write_npz};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use spartac_runtime::{select_engine, Backend};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Run a model and write its outputs. Inputs come from an .npz file keyed by the
+/// model's input names, or are random (deterministic for a seed: floats in [-1,1),
+/// integer ids within the range of the table they index, masks 0/1).
+///
+/// Prints one line: model, backend, time per run (median when --repeat > 1).
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Read inputs from this .npz (keys = ONNX input names).
+    #[arg(long, value_name = "IN.npz", conflicts_with = "random", required_unless_present = "random")]
+    pub inputs: Option<PathBuf>,
+    /// Use random inputs made from this seed.
+    #[arg(long, value_name = "SEED")]
+    pub random: Option<u64>,
+    /// Write the outputs to this .npz (keys = ONNX output names). Written atomically.
+    #[arg(long, value_name = "OUT.npz")]
+    pub output: Option<PathBuf>,
+    /// Engine to run on: cpu, or auto (the fastest one present).
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    pub backend: Backend,
+    /// Run this many times and report the median.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+}
+
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    s.parse()
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    if let Some(out) = &args.output {
+        if out.extension().and_then(|e| e.to_str()) != Some("npz") {
+            bail!("--output {} must end in .npz", out.display());
+        }
+    }
+    let graph = args.model.load()?;
+    let inputs = match (&args.inputs, args.random) {
+        (Some(path), _) => read_npz(path)?,
+        (None, Some(seed)) => spartac::reference::random_inputs(&graph, seed),
+        (None, None) => bail!("give --inputs IN.npz or --random SEED"),
+    };
+    spartac::reference::check_inputs(&graph, &inputs)
+        .with_context(|| format!("inputs for {}", args.model.model.display()))?;
+    let engine = select_engine(args.backend)?;
+    let spinner = indicatif::ProgressBar::new_spinner().with_message(format!("running on {}", engine.name()));
+    spinner.enable_steady_tick(Duration::from_millis(120));
+    let mut times = vec![];
+    let mut last = None;
+    for _ in 0..args.repeat {
+        let out = engine.run(&graph, &inputs).map_err(|e| anyhow!(e))?;
+        times.push(out.elapsed);
+        last = Some(out);
+    }
+    spinner.finish_and_clear();
+    let out = last.expect("repeat >= 1");
+    times.sort();
+    let median = times[times.len() / 2];
+    if let Some(path) = &args.output {
+        write_npz(path, &out.outputs)?;
+    }
+    let written = match &args.output {
+        Some(p) => format!(", {} outputs written to {}", out.outputs.len(), p.display()),
+        None => String::new(),
+    };
+    let runs = if args.repeat > 1 { format!("median of {} runs", args.repeat) } else { "1 run".to_string() };
+    println!(
+        "{}: {} on {}, {runs}: {:.1} ms{written}",
+        args.model.model.display(),
+        graph.name,
+        engine.name(),
+        median.as_secs_f64() * 1e3
+    );
+    Ok(ExitCode::SUCCESS)
+}
