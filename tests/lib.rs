@@ -2,6 +2,7 @@
 
 pub mod builder;
 pub mod conformance;
+pub mod models;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,6 @@
 
 mod inspect;
 mod model_args;
-mod npz;
 mod run;
 
 use clap::{Parser, Subcommand};

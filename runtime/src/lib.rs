@@ -6,5 +6,6 @@
 //! `Backend::Auto` picks the best engine that is present on the machine.
 
 pub mod engine;
+pub mod npz;
 
 pub use engine::{available_engines, select_engine, Backend, CpuEngine, Engine, RunOutput, RuntimeError};

@@ -1,0 +1,166 @@
+//! The `spartac` binary end to end: inspect, run, and one-line errors (non-zero exit,
+//! no panic, no partial output file) for bad input.
+
+use spartac::ir::{DType, Tensor};
+use spartac_runtime::npz::{read_npz, write_npz};
+use spartac_tests::builder::{fixed, ModelBuilder};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn spartac(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spartac")).args(args).output().expect("spawning spartac")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A model y = relu(x @ w + b) with x: f32[2,3].
+fn write_model(dir: &Path) -> PathBuf {
+    let bytes = ModelBuilder::new("cli_model", 17)
+        .input("x", DType::F32, &fixed(&[2, 3]))
+        .init("w", &Tensor::from_vec(vec![3, 2], vec![1.0f32, 0.0, 0.0, 0.0, -1.0, 2.0]))
+        .init("b", &Tensor::from_vec(vec![2], vec![0.5f32, -0.5]))
+        .node("mm", "MatMul", &["x", "w"], &["h"], vec![])
+        .node("add", "Add", &["h", "b"], &["z"], vec![])
+        .node("relu", "Relu", &["z"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[2, 2]))
+        .bytes();
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Asserts a one-line error, exit code 1, and returns the message.
+fn expect_error(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(1), "stdout: {}\nstderr: {}", String::from_utf8_lossy(&o.stdout), stderr(o));
+    let err = stderr(o);
+    assert_eq!(err.trim_end().lines().count(), 1, "error is not one line: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(!err.contains("panicked") && !err.contains("internal error"), "{err}");
+    err
+}
+
+#[test]
+fn inspect_prints_tables_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let o = spartac(&["inspect", model.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("3 nodes, 8 parameters in 2 initializers"), "{text}");
+    assert!(text.contains("MatMul") && text.contains("0.6667"), "{text}");
+    let o = spartac(&["inspect", model.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["parameters"], 8);
+    assert_eq!(v["ops"]["Relu"], 1);
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([2, 3]));
+}
+
+#[test]
+fn run_with_npz_inputs_writes_exact_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let inputs = dir.path().join("in.npz");
+    write_npz(&inputs, &[("x".into(), Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, -1.0, 0.0, 1.0]))]).unwrap();
+    let out = dir.path().join("out.npz");
+    let o = spartac(&["run", model.to_str().unwrap(), "--inputs", inputs.to_str().unwrap(), "--output", out.to_str().unwrap(), "--backend", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(line.contains(" ms") && line.contains("1 outputs written"), "{line}");
+    let y = &read_npz(&out).unwrap()["y"];
+    // x@w = [[1-3, 6], [-1-1, 2]] = [[-2, 6], [-2, 2]]; + b; relu
+    assert_eq!(y.to_f64_vec(), vec![0.0, 5.5, 0.0, 1.5]);
+}
+
+#[test]
+fn random_inputs_are_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let (a, b) = (dir.path().join("a.npz"), dir.path().join("b.npz"));
+    for out in [&a, &b] {
+        let o = spartac(&["run", model.to_str().unwrap(), "--random", "7", "--output", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(read_npz(&a).unwrap(), read_npz(&b).unwrap());
+}
+
+#[test]
+fn truncated_model_is_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&model, &bytes[..bytes.len() - 20]).unwrap();
+    let err = expect_error(&spartac(&["inspect", model.to_str().unwrap()]));
+    assert!(err.contains("not a valid ONNX model"), "{err}");
+}
+
+#[test]
+fn missing_file_is_one_line_error() {
+    let err = expect_error(&spartac(&["inspect", "/nonexistent/model.onnx"]));
+    assert!(err.contains("/nonexistent/model.onnx"), "{err}");
+}
+
+#[test]
+fn wrong_npz_name_or_dtype_leaves_no_output_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let out = dir.path().join("out.npz");
+    let cases = [
+        ("wrong_name.npz", ("input", Tensor::from_vec(vec![2, 3], vec![0.0f32; 6])), "\"input\": is not an input"),
+        ("wrong_dtype.npz", ("x", Tensor::from_vec(vec![2, 3], vec![0.0f64; 6])), "expects f32[2,3] but got f64[2,3]"),
+        ("wrong_shape.npz", ("x", Tensor::from_vec(vec![3, 2], vec![0.0f32; 6])), "expects f32[2,3] but got f32[3,2]"),
+    ];
+    for (file, (name, t), want) in cases {
+        let path = dir.path().join(file);
+        write_npz(&path, &[(name.to_string(), t)]).unwrap();
+        let o = spartac(&["run", model.to_str().unwrap(), "--inputs", path.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+        let err = expect_error(&o);
+        assert!(err.contains(want), "{err}");
+        assert!(!out.exists(), "an output file was left behind");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".tmp")).collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn corrupt_npz_is_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let path = dir.path().join("in.npz");
+    std::fs::write(&path, b"PK\x03\x04 definitely not a zip").unwrap();
+    let err = expect_error(&spartac(&["run", model.to_str().unwrap(), "--inputs", path.to_str().unwrap()]));
+    assert!(err.contains("not a valid .npz"), "{err}");
+}
+
+#[test]
+fn unknown_op_error_names_node_type_and_opset() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = ModelBuilder::new("unknown", 21)
+        .input("x", DType::F32, &fixed(&[2]))
+        .node("my_node", "NonMaxSuppressionV9", &["x"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[2]))
+        .bytes();
+    let model = dir.path().join("m.onnx");
+    std::fs::write(&model, bytes).unwrap();
+    let err = expect_error(&spartac(&["run", model.to_str().unwrap(), "--random", "1"]));
+    assert!(err.contains("node \"my_node\": unsupported op NonMaxSuppressionV9 (domain \"\", opset 21)"), "{err}");
+}
+
+#[test]
+fn bad_input_shape_flag_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let err = expect_error(&spartac(&["inspect", model.to_str().unwrap(), "--input-shape", "x=2,three"]));
+    assert!(err.contains("\"three\" is not a dimension"), "{err}");
+    let err = expect_error(&spartac(&["inspect", model.to_str().unwrap(), "--input-shape", "nope=1"]));
+    assert!(err.contains("names no graph input (inputs: x)"), "{err}");
+}
+
+#[test]
+fn help_teaches_with_examples() {
+    let o = spartac(&["run", "--help"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("--random") && text.contains("--input-shape") && text.contains("integer ids"), "{text}");
+}
