@@ -211,3 +211,22 @@ fn truncated_and_corrupt_bytes_are_decode_errors() {
     assert!(matches!(err, spartac::Error::Decode { .. }), "{err}");
     assert!(matches!(load(b"").unwrap_err(), spartac::Error::Decode { .. }));
 }
+
+#[test]
+fn written_models_load_back_to_the_same_graph() {
+    let w = SparseTensor { shape: vec![4, 3], indices: vec![1, 5, 6], values: spartac::ir::Data::F32(vec![1.0, -2.0, 3.0]) };
+    let model = ModelBuilder::new("round_trip", 17)
+        .input("x", DType::F32, &fixed(&[2, 4]))
+        .sparse_init("w", &w)
+        .node("mm", "MatMul", &["x", "w"], &["h"], vec![])
+        .node("t", "Transpose", &["h"], &["y"], vec![("perm", A::Is(vec![1, 0]))])
+        .output("y", DType::F32, &fixed(&[3, 2]))
+        .bytes();
+    let graph = load(&model).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("again.onnx");
+    spartac::frontend::save_model(&graph, &path).unwrap();
+    let again = load_model(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(print_graph(&again), print_graph(&graph));
+    assert_eq!(again.initializers, graph.initializers);
+}

@@ -1,7 +1,11 @@
-//! The ONNX frontend: reads a model file (protobuf via `onnx-protobuf`) and builds the IR.
+//! The ONNX frontend: reads a model file (protobuf via `onnx-protobuf`) and builds the IR;
+//! `writer` turns an IR graph back into an ONNX file.
 
 mod onnx;
 pub mod tensor_proto;
+mod writer;
+
+pub use writer::{graph_to_model, save_model};
 
 use crate::ir::Graph;
 use crate::Error;
