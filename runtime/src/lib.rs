@@ -1,1 +1,3 @@
 //! Execution engines.
+
+pub mod hpec;
