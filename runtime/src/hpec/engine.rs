@@ -4,10 +4,13 @@
 //! (`Y_{l+1} = min(32, max(0, Y_l · W_l + bias))`), dropping images whose row became all zero.
 //! Memory is `threads × 2 × N × block_images` floats plus the network, never images × N.
 //!
-//! Kernel choice per block and layer ([`KernelChoice::Auto`]): the row-wise left SpMM over CSR
-//! when fewer than `AUTO_ROW_WISE_DENSITY` of Y's neuron rows hold a nonzero, else the
-//! column-wise right SpMM over CSC. The threshold was measured on the real 1024×120 network
-//! and the 1,200 real images (see `benches/results/hpec_cpu.md`).
+//! Kernel choice per block and layer ([`KernelChoice::Auto`]): the column-wise right SpMM over
+//! CSC only when the block is full (no image dropped yet) and every neuron row of Y holds a
+//! nonzero (fraction >= `AUTO_ROW_WISE_DENSITY` = 1.0); the row-wise left SpMM over CSR
+//! otherwise. Measured on the real 1024×120 network and the 1,200 real images (see
+//! `benches/results/hpec_cpu.md`): the CSR form skips zero rows and wins at every density below
+//! about 90 % and on every whole network; the CSC gather wins only on full, fully dense blocks
+//! (by about 10 % per layer), where it needs no zero fill of the output tile.
 
 use std::time::Instant;
 
@@ -19,8 +22,8 @@ use super::images::Images;
 use super::kernels::{step_column_wise_csc, step_row_wise_csr, ImageBlock};
 use super::network::Network;
 
-/// Auto picks the row-wise CSR form below this fraction of nonzero neuron rows in a block.
-pub const AUTO_ROW_WISE_DENSITY: f64 = 0.5;
+/// Auto picks the row-wise CSR form below this fraction of nonzero neuron rows in a full block.
+pub const AUTO_ROW_WISE_DENSITY: f64 = 1.0;
 
 /// Which SpMM form runs each layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -158,7 +161,10 @@ fn run_block(network: &Network, images: &Images, image_ids: Vec<u32>, kernel: Ke
         let use_row_wise = match kernel {
             KernelChoice::RowWiseCsr => true,
             KernelChoice::ColumnWiseCsc => false,
-            KernelChoice::Auto => (block.nonzero_rows.len() as f64) < AUTO_ROW_WISE_DENSITY * network.neurons as f64,
+            KernelChoice::Auto => {
+                block.active < block.lanes
+                    || (block.nonzero_rows.len() as f64) < AUTO_ROW_WISE_DENSITY * network.neurons as f64
+            }
         };
         if use_row_wise {
             step_row_wise_csr(&mut block, layer, network.bias);
