@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
-use spartac_runtime::hpec::{self, bundled, CacheConfig, GeneratorConfig, InferOptions, KernelChoice, NetworkSource};
+use spartac_runtime::hpec::{self, bundled, CacheConfig, CacheStatus, GeneratorConfig, InferOptions, KernelChoice, NetworkSource};
 
 #[derive(Args, Debug)]
 pub struct HpecArgs {
@@ -174,7 +174,13 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
             let source = NetworkSource::from_path(path);
             let (network, status) = hpec::load_network_with_status(&source, args.layers, &cache)
                 .with_context(|| format!("cannot load the network {}", path.display()))?;
-            (network, format!("{} ({status:?})", path.display()))
+            let cache_note = match status {
+                CacheStatus::Disabled => "no cache".to_string(),
+                CacheStatus::Hit(file) => format!("from cache {}", file.display()),
+                CacheStatus::Written { path: file, .. } => format!("parsed, cached to {}", file.display()),
+                CacheStatus::WriteFailed { reason, .. } => format!("parsed, cache not written: {reason}"),
+            };
+            (network, format!("{} ({cache_note})", path.display()))
         }
         (None, neurons) => {
             let neurons = neurons.unwrap_or(1024);
