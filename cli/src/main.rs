@@ -1,5 +1,6 @@
 //! `spartac`: the command-line tool. Each subcommand lives in its own file.
 
+mod hpec;
 mod inspect;
 mod model_args;
 mod run;
@@ -27,6 +28,8 @@ struct Cli {
 enum Command {
     Inspect(inspect::InspectArgs),
     Run(run::RunArgs),
+    /// HPEC Sparse DNN Challenge: run, generate networks.
+    Hpec(hpec::HpecArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Run(args) => run::run(args),
+        Command::Hpec(args) => hpec::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

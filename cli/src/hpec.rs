@@ -1,0 +1,297 @@
+//! `spartac hpec`: generate HPEC Sparse DNN Challenge networks and run them on the CPU engine.
+//!
+//! * `spartac hpec generate --neurons N --layers L --out DIR [--seed S] [--images COUNT]` writes
+//!   `n{N}-l{k}.tsv` (plus, with `--images`, the inputs and their truth from the f64 reference).
+//!   For N = 1024 the first 120 layers are the real challenge layers (bundled relabellings).
+//! * `spartac hpec run` with no arguments runs the real 1024×120 network on the 1,200 bundled
+//!   real images and checks the 19 published categories. `--network DIR|FILE.tar.gz` or
+//!   `--neurons N --layers L` choose another network; the truth is `--categories FILE`, else the
+//!   bundled truth for the real network, else an f64 reference run (`--no-check` skips it).
+//!   Prints the inference seconds (file reading excluded) and edges/s = images × nonzeros / s;
+//!   fails (non-zero exit) when the categories differ from the truth.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use spartac_runtime::hpec::{self, bundled, CacheConfig, CacheStatus, GeneratorConfig, InferOptions, KernelChoice, NetworkSource};
+
+#[derive(Args, Debug)]
+pub struct HpecArgs {
+    #[command(subcommand)]
+    pub command: HpecCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HpecCommand {
+    /// Write a generated challenge network (and optionally inputs and truth) as TSV files.
+    Generate(GenerateArgs),
+    /// Run a network on the CPU engine and check its categories.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Neurons per layer: 16·2^k (1024, 4096, 16384, 65536, …).
+    #[arg(long)]
+    pub neurons: usize,
+    /// Number of layers.
+    #[arg(long)]
+    pub layers: usize,
+    /// Output directory (created when missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the random row relabellings.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also write this many real input images (rescaled from the bundled 32×32 ones for N != 1024)
+    /// and their categories computed by the f64 reference.
+    #[arg(long)]
+    pub images: Option<usize>,
+    /// For N = 1024, draw every block from the seed instead of the real network's relabellings.
+    #[arg(long)]
+    pub no_real_relabellings: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Cpu,
+    /// The best available backend (the CPU engine for now).
+    Auto,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KernelArg {
+    Auto,
+    /// Row-wise left SpMM over CSR.
+    Row,
+    /// Column-wise right SpMM over CSC.
+    Column,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A directory of n{N}-l{k}.tsv files, a .tar.gz holding them, or one layer file.
+    #[arg(long, conflicts_with = "neurons")]
+    pub network: Option<PathBuf>,
+    /// Generate an N-neuron network in memory (needs --layers).
+    #[arg(long, requires = "layers")]
+    pub neurons: Option<usize>,
+    /// Layer count (with --network: use the first L layers).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Seed for generated networks.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Image TSV (`image pixel value`, optionally .gz); default: the bundled real images.
+    #[arg(long)]
+    pub images: Option<PathBuf>,
+    /// Use only the first COUNT images.
+    #[arg(long)]
+    pub image_count: Option<usize>,
+    /// Truth: one 1-based image id per line.
+    #[arg(long)]
+    pub categories: Option<PathBuf>,
+    /// Skip the truth check when no truth file or bundled truth applies.
+    #[arg(long)]
+    pub no_check: bool,
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
+    pub kernel: KernelArg,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Images per block.
+    #[arg(long, default_value_t = 32)]
+    pub block_images: usize,
+    /// Relabel neurons by bucket hashing with this many buckets (layer hashing).
+    #[arg(long)]
+    pub layer_hashing: Option<usize>,
+    /// Cache directory for parsed networks (default ~/.cache/spartac/hpec).
+    #[arg(long, conflicts_with = "no_cache")]
+    pub cache_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: HpecArgs) -> anyhow::Result<()> {
+    match args.command {
+        HpecCommand::Generate(args) => generate(args),
+        HpecCommand::Run(args) => run_network(args),
+    }
+}
+
+fn generator_config(neurons: usize, layers: usize, seed: u64, real_relabellings: bool) -> anyhow::Result<GeneratorConfig> {
+    let relabellings = if neurons == 1024 && real_relabellings { Some(bundled::real_1024_relabellings()?) } else { None };
+    Ok(GeneratorConfig { neurons, layers, seed, relabellings })
+}
+
+fn generate(args: GenerateArgs) -> anyhow::Result<()> {
+    let config = generator_config(args.neurons, args.layers, args.seed, !args.no_real_relabellings)?;
+    let network = hpec::generate_with(&config)?;
+    let paths = hpec::write_network_tsv(&network, &args.out)?;
+    println!("wrote {} layers of {} neurons to {}", paths.len(), network.neurons, args.out.display());
+    if let Some(count) = args.images {
+        let images = bundled::images_for_neurons(args.neurons, count)?;
+        let image_path = args.out.join(format!("sparse-images-{}.tsv", args.neurons));
+        hpec::write_images_tsv(&images, &image_path)?;
+        let truth = hpec::reference_categories(&network, &images)?;
+        let truth_path = args.out.join(format!("neuron{}-l{}-categories.tsv", args.neurons, args.layers));
+        hpec::write_categories(&truth, &truth_path)?;
+        println!(
+            "wrote {} images to {} and their {} categories (f64 reference) to {}",
+            images.n_images(),
+            image_path.display(),
+            truth.len(),
+            truth_path.display()
+        );
+    }
+    Ok(())
+}
+
+enum Truth {
+    File(PathBuf),
+    Bundled,
+    Reference,
+    Unchecked,
+}
+
+fn run_network(args: RunArgs) -> anyhow::Result<()> {
+    let cache = match (&args.cache_dir, args.no_cache) {
+        (_, true) => CacheConfig::Disabled,
+        (Some(dir), false) => CacheConfig::Directory(dir.clone()),
+        (None, false) => CacheConfig::Default,
+    };
+    let load_start = Instant::now();
+    let mut real_network = false;
+    let (network, network_name) = match (&args.network, args.neurons) {
+        (Some(path), _) => {
+            let source = NetworkSource::from_path(path);
+            let (network, status) = hpec::load_network_with_status(&source, args.layers, &cache)
+                .with_context(|| format!("cannot load the network {}", path.display()))?;
+            let cache_note = match status {
+                CacheStatus::Disabled => "no cache".to_string(),
+                CacheStatus::Hit(file) => format!("from cache {}", file.display()),
+                CacheStatus::Written { path: file, .. } => format!("parsed, cached to {}", file.display()),
+                CacheStatus::WriteFailed { reason, .. } => format!("parsed, cache not written: {reason}"),
+            };
+            (network, format!("{} ({cache_note})", path.display()))
+        }
+        (None, neurons) => {
+            let neurons = neurons.unwrap_or(1024);
+            let layers = args.layers.unwrap_or(120);
+            let config = generator_config(neurons, layers, args.seed, true)?;
+            real_network = neurons == 1024 && layers == 120;
+            let name = if real_network {
+                "real 1024x120 (regenerated from the bundled relabellings)".to_string()
+            } else {
+                format!("generated {neurons}x{layers} seed {}", args.seed)
+            };
+            (hpec::generate_with(&config)?, name)
+        }
+    };
+    let mut images = match &args.images {
+        Some(path) => hpec::load_images(path, network.neurons)?,
+        None => bundled::images_for_neurons(network.neurons, usize::MAX)?,
+    };
+    if let Some(count) = args.image_count {
+        images = images.first(count);
+    }
+    let load_seconds = load_start.elapsed().as_secs_f64();
+    let truth_kind = match (&args.categories, real_network && args.images.is_none(), args.no_check) {
+        (Some(path), _, _) => Truth::File(path.clone()),
+        (None, true, _) => Truth::Bundled,
+        (None, false, false) => Truth::Reference,
+        (None, false, true) => Truth::Unchecked,
+    };
+
+    let options = InferOptions {
+        threads: args.threads,
+        kernel: match args.kernel {
+            KernelArg::Auto => KernelChoice::Auto,
+            KernelArg::Row => KernelChoice::RowWiseCsr,
+            KernelArg::Column => KernelChoice::ColumnWiseCsc,
+        },
+        block_images: args.block_images,
+        layer_hashing_buckets: args.layer_hashing,
+        ..InferOptions::default()
+    };
+    let result = hpec::infer(&network, &images, &options)?;
+
+    let (truth, truth_name): (Option<Vec<u32>>, String) = match &truth_kind {
+        Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
+        Truth::Bundled => {
+            let mut truth = bundled::real_1024_categories()?;
+            let count = images.n_images() as u32;
+            truth.retain(|&id| id <= count);
+            (Some(truth), "bundled neuron1024-l120-categories-first1200.tsv".to_string())
+        }
+        Truth::Reference => (Some(hpec::reference_categories(&network, &images)?), "f64 reference run".to_string()),
+        Truth::Unchecked => (None, "none".to_string()),
+    };
+    let verdict = truth.as_ref().map(|t| *t == result.categories);
+    report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
+    match verdict {
+        Some(false) => bail!(
+            "categories differ from the truth ({}): got {} images, expected {}",
+            truth_name,
+            result.categories.len(),
+            truth.map(|t| t.len()).unwrap_or(0)
+        ),
+        _ => Ok(()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    args: &RunArgs,
+    network_name: &str,
+    network: &hpec::Network,
+    images: &hpec::Images,
+    load_seconds: f64,
+    result: &hpec::InferResult,
+    truth_name: &str,
+    verdict: Option<bool>,
+) -> anyhow::Result<()> {
+    let verdict_text = match verdict {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "UNCHECKED",
+    };
+    if args.json {
+        let value = serde_json::json!({
+            "network": network_name,
+            "neurons": network.neurons,
+            "layers": network.n_layers(),
+            "nonzeros": network.total_nonzeros(),
+            "images": images.n_images(),
+            "backend": "cpu",
+            "threads": result.threads,
+            "load_seconds": load_seconds,
+            "prepare_seconds": result.prepare_seconds,
+            "seconds": result.seconds,
+            "edges_per_second": result.edges_per_second,
+            "row_wise_steps": result.row_wise_steps,
+            "column_wise_steps": result.column_wise_steps,
+            "categories": result.categories,
+            "truth": truth_name,
+            "verdict": verdict_text,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    println!("network: {network_name}: {} neurons, {} layers, {} nonzeros", network.neurons, network.n_layers(), network.total_nonzeros());
+    println!("images: {} ({} nonzeros); loading took {:.3} s", images.n_images(), images.n_nonzeros(), load_seconds);
+    println!(
+        "inference (cpu, {} threads): {:.4} s, {:.3e} edges/s ({} row-wise CSR and {} column-wise CSC block-layer steps)",
+        result.threads, result.seconds, result.edges_per_second, result.row_wise_steps, result.column_wise_steps
+    );
+    println!("categories: {} images; truth: {truth_name}: {verdict_text}", result.categories.len());
+    Ok(())
+}
+
