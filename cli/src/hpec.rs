@@ -29,6 +29,8 @@ pub enum HpecCommand {
     Generate(GenerateArgs),
     /// Run a network on the CPU engine and check its categories.
     Run(RunArgs),
+    /// Write a network as an ONNX model (sparse initializers) that `spartac run` loads.
+    Export(ExportArgs),
 }
 
 #[derive(Args, Debug)]
@@ -123,6 +125,7 @@ pub fn run(args: HpecArgs) -> anyhow::Result<()> {
     match args.command {
         HpecCommand::Generate(args) => generate(args),
         HpecCommand::Run(args) => run_network(args),
+        HpecCommand::Export(args) => export(args),
     }
 }
 
@@ -154,6 +157,79 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The network a command names: loaded from `--network`, or generated from
+/// `--neurons/--layers` (default: the real 1024x120 network from the bundled relabellings).
+/// Returns the network, a description, and whether it is the real 1024x120 network.
+fn select_network(
+    path: &Option<PathBuf>,
+    neurons: Option<usize>,
+    layers: Option<usize>,
+    seed: u64,
+    cache: &CacheConfig,
+) -> anyhow::Result<(hpec::Network, String, bool)> {
+    if let Some(path) = path {
+        let source = NetworkSource::from_path(path);
+        let (network, status) = hpec::load_network_with_status(&source, layers, cache)
+            .with_context(|| format!("cannot load the network {}", path.display()))?;
+        let cache_note = match status {
+            CacheStatus::Disabled => "no cache".to_string(),
+            CacheStatus::Hit(file) => format!("from cache {}", file.display()),
+            CacheStatus::Written { path: file, .. } => format!("parsed, cached to {}", file.display()),
+            CacheStatus::WriteFailed { reason, .. } => format!("parsed, cache not written: {reason}"),
+        };
+        return Ok((network, format!("{} ({cache_note})", path.display()), false));
+    }
+    let neurons = neurons.unwrap_or(1024);
+    let layers = layers.unwrap_or(120);
+    let config = generator_config(neurons, layers, seed, true)?;
+    let real = neurons == 1024 && layers == 120;
+    let name = if real {
+        "real 1024x120 (regenerated from the bundled relabellings)".to_string()
+    } else {
+        format!("generated {neurons}x{layers} seed {seed}")
+    };
+    Ok((hpec::generate_with(&config)?, name, real))
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// A directory of n{N}-l{k}.tsv files, a .tar.gz holding them, or one layer file.
+    #[arg(long, conflicts_with = "neurons")]
+    pub network: Option<PathBuf>,
+    /// Generate an N-neuron network (needs --layers); default: the real 1024x120 network.
+    #[arg(long, requires = "layers")]
+    pub neurons: Option<usize>,
+    /// Layer count (with --network: use the first L layers).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Seed for generated networks.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Batch size (images) of the model's input `images: f32[BATCH, N]`.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// The ONNX file to write (written atomically).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+fn export(args: ExportArgs) -> anyhow::Result<()> {
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let (network, name, _) = select_network(&args.network, args.neurons, args.layers, args.seed, &CacheConfig::Default)?;
+    let graph = hpec::network_to_graph(&network, args.batch);
+    spartac::frontend::save_model(&graph, &args.out)?;
+    println!(
+        "wrote {} ({} layers as MatMul with sparse initializers + Add + Relu + Min, input images: f32[{}, {}]) from {name}",
+        args.out.display(),
+        network.n_layers(),
+        args.batch,
+        network.neurons
+    );
+    Ok(())
+}
+
 enum Truth {
     File(PathBuf),
     Bundled,
@@ -168,33 +244,8 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         (None, false) => CacheConfig::Default,
     };
     let load_start = Instant::now();
-    let mut real_network = false;
-    let (network, network_name) = match (&args.network, args.neurons) {
-        (Some(path), _) => {
-            let source = NetworkSource::from_path(path);
-            let (network, status) = hpec::load_network_with_status(&source, args.layers, &cache)
-                .with_context(|| format!("cannot load the network {}", path.display()))?;
-            let cache_note = match status {
-                CacheStatus::Disabled => "no cache".to_string(),
-                CacheStatus::Hit(file) => format!("from cache {}", file.display()),
-                CacheStatus::Written { path: file, .. } => format!("parsed, cached to {}", file.display()),
-                CacheStatus::WriteFailed { reason, .. } => format!("parsed, cache not written: {reason}"),
-            };
-            (network, format!("{} ({cache_note})", path.display()))
-        }
-        (None, neurons) => {
-            let neurons = neurons.unwrap_or(1024);
-            let layers = args.layers.unwrap_or(120);
-            let config = generator_config(neurons, layers, args.seed, true)?;
-            real_network = neurons == 1024 && layers == 120;
-            let name = if real_network {
-                "real 1024x120 (regenerated from the bundled relabellings)".to_string()
-            } else {
-                format!("generated {neurons}x{layers} seed {}", args.seed)
-            };
-            (hpec::generate_with(&config)?, name)
-        }
-    };
+    let (network, network_name, real_network) =
+        select_network(&args.network, args.neurons, args.layers, args.seed, &cache)?;
     let mut images = match &args.images {
         Some(path) => hpec::load_images(path, network.neurons)?,
         None => bundled::images_for_neurons(network.neurons, usize::MAX)?,

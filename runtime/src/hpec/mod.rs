@@ -20,6 +20,7 @@ pub mod images;
 pub mod kernels;
 pub mod load;
 pub mod network;
+pub mod onnx_export;
 pub mod reference;
 pub mod relabellings;
 pub mod source;
@@ -34,6 +35,7 @@ pub use generator::{generate, generate_with, recover_relabellings, GeneratorConf
 pub use images::{load_categories, load_images, Images};
 pub use load::{load_network, load_network_with_status};
 pub use network::{bias_for_neurons, Network};
+pub use onnx_export::{images_to_tensor, network_to_graph};
 pub use reference::reference_categories;
 pub use relabellings::Relabellings;
 pub use source::NetworkSource;
