@@ -30,8 +30,7 @@ pub(super) struct Window {
 /// A positive-int list attribute of one entry per spatial axis, or `default` everywhere.
 fn per_axis(ctx: &NodeCtx, name: &str, rank: usize, default: usize) -> OpResult<Vec<usize>> {
     match ctx.attrs.ints_opt(name)? {
-        None => Ok(vec![default; rank]),
-        Some(v) if v.is_empty() => Ok(vec![default; rank]),
+        None | Some([]) => Ok(vec![default; rank]),
         Some(v) if v.len() != rank => bail_op!("attribute '{name}' has {} values for {rank} spatial axes", v.len()),
         Some(v) => v
             .iter()
