@@ -22,7 +22,7 @@ fn eval(op: &str, attrs: &Attrs, inputs: &[&Tensor]) -> Tensor {
 
 fn matmuls(rng: &mut SplitMix64) {
     let (a, b) = (random(&[32, 128, 384], rng), random(&[384, 1536], rng));
-    let flops = 2.0 * (4096 * 384 * 1536) as f64;
+    let flops = 2.0 * 4096.0 * 384.0 * 1536.0;
     for _ in 0..3 {
         let t = Instant::now();
         eval("MatMul", &Attrs::new(), &[&a, &b]);
