@@ -216,12 +216,14 @@ fn infer_softmax(ctx: &NodeCtx, inputs: &[Option<InferInput>]) -> OpResult<Vec<V
     Ok(vec![x.clone()])
 }
 
-/// f32 or f64, for the softmax arithmetic.
-trait Real: Copy + Send + Sync + PartialOrd + Default + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> {
+/// f32 or f64, for the softmax arithmetic (denominators are summed in f64).
+trait Real:
+    Copy + Send + Sync + PartialOrd + Default + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self>
+{
     const NEG_INFINITY: Self;
     fn exp(self) -> Self;
-    fn ln(self) -> Self;
-    fn recip(self) -> Self;
+    fn to_f64(self) -> f64;
+    fn from_f64(x: f64) -> Self;
 }
 
 macro_rules! impl_real {
@@ -229,8 +231,8 @@ macro_rules! impl_real {
         impl Real for $t {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             fn exp(self) -> Self { <$t>::exp(self) }
-            fn ln(self) -> Self { <$t>::ln(self) }
-            fn recip(self) -> Self { <$t>::recip(self) }
+            fn to_f64(self) -> f64 { self as f64 }
+            fn from_f64(x: f64) -> Self { x as $t }
         }
     )*};
 }
@@ -242,16 +244,16 @@ fn softmax_block<R: Real>(src: &[R], dst: &mut [R], inner: usize, log: bool) {
     let max = |a: R, b: R| super::arith::elementwise::max_nan(a, b);
     if inner == 1 {
         let m = src.iter().fold(R::NEG_INFINITY, |acc, &x| max(acc, x));
-        let mut sum = R::default();
+        let mut sum = 0.0f64;
         for (d, &x) in dst.iter_mut().zip(src) {
             *d = (x - m).exp();
-            sum = sum + *d;
+            sum += d.to_f64();
         }
         if log {
-            let lse = sum.ln();
+            let lse = R::from_f64(sum.ln());
             dst.iter_mut().zip(src).for_each(|(d, &x)| *d = x - m - lse);
         } else {
-            let r = sum.recip();
+            let r = R::from_f64(1.0 / sum);
             dst.iter_mut().for_each(|d| *d = *d * r);
         }
         return;
@@ -260,20 +262,20 @@ fn softmax_block<R: Real>(src: &[R], dst: &mut [R], inner: usize, log: bool) {
     for row in src.chunks_exact(inner) {
         m.iter_mut().zip(row).for_each(|(m, &x)| *m = max(*m, x));
     }
-    let mut sum = vec![R::default(); inner];
+    let mut sum = vec![0.0f64; inner];
     for (drow, row) in dst.chunks_exact_mut(inner).zip(src.chunks_exact(inner)) {
         for (((d, &x), &m), s) in drow.iter_mut().zip(row).zip(&m).zip(&mut sum) {
             *d = (x - m).exp();
-            *s = *s + *d;
+            *s += d.to_f64();
         }
     }
     if log {
-        let lse: Vec<R> = sum.iter().zip(&m).map(|(&s, &m)| m + s.ln()).collect();
+        let lse: Vec<R> = sum.iter().zip(&m).map(|(&s, &m)| m + R::from_f64(s.ln())).collect();
         for (drow, row) in dst.chunks_exact_mut(inner).zip(src.chunks_exact(inner)) {
             drow.iter_mut().zip(row).zip(&lse).for_each(|((d, &x), &l)| *d = x - l);
         }
     } else {
-        let r: Vec<R> = sum.iter().map(|s| s.recip()).collect();
+        let r: Vec<R> = sum.iter().map(|s| R::from_f64(1.0 / s)).collect();
         for drow in dst.chunks_exact_mut(inner) {
             drow.iter_mut().zip(&r).for_each(|(d, &r)| *d = *d * r);
         }

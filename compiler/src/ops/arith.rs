@@ -298,7 +298,8 @@ fn infer_variadic_with(inputs: &[Option<InferInput>], accepts: fn(DType) -> bool
         bail_op!("inputs of type {} are not supported", first.dtype);
     }
     let shapes: Vec<&[usize]> = facts.iter().map(|f| f.shape.as_slice()).collect();
-    let shape = broadcast_all(&shapes).ok_or_else(|| super::OpError::new(format!("cannot broadcast shapes {shapes:?}")))?;
+    let shape =
+        broadcast_all(&shapes).ok_or_else(|| super::OpError::new(format!("cannot broadcast shapes {shapes:?}")))?;
     Ok(vec![ValueFact::new(first.dtype, shape)])
 }
 
@@ -361,7 +362,8 @@ mod tests {
         let ctx = NodeCtx { name: "n", attrs, opset, n_outputs: 1 };
         let def = registry().get(op).unwrap();
         let facts: Vec<ValueFact> = inputs.iter().map(|t| ValueFact::of(t)).collect();
-        let infer_in: Vec<Option<InferInput>> = facts.iter().map(|f| Some(InferInput { fact: f, value: None })).collect();
+        let infer_in: Vec<Option<InferInput>> =
+            facts.iter().map(|f| Some(InferInput { fact: f, value: None })).collect();
         let want = (def.infer)(&ctx, &infer_in)?;
         let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
         let out = (def.eval)(&ctx, &ins)?.remove(0);

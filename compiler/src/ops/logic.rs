@@ -190,7 +190,8 @@ mod tests {
         let ctx = NodeCtx { name: "n", attrs, opset, n_outputs: 1 };
         let def = registry().get(op).unwrap();
         let facts: Vec<ValueFact> = inputs.iter().map(|t| ValueFact::of(t)).collect();
-        let infer_in: Vec<Option<InferInput>> = facts.iter().map(|f| Some(InferInput { fact: f, value: None })).collect();
+        let infer_in: Vec<Option<InferInput>> =
+            facts.iter().map(|f| Some(InferInput { fact: f, value: None })).collect();
         let want = (def.infer)(&ctx, &infer_in)?;
         let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
         let out = (def.eval)(&ctx, &ins)?.remove(0);

@@ -24,7 +24,10 @@ const PAR_CHUNK: usize = 1 << 14;
 
 /// Allocates `n` outputs and fills them with `fill(chunk, flat_start_of_chunk)`, split
 /// into chunks across the rayon pool when `n` is large.
-pub(in crate::ops) fn fill_chunked<O: Copy + Default + Send>(n: usize, fill: impl Fn(&mut [O], usize) + Sync) -> Vec<O> {
+pub(in crate::ops) fn fill_chunked<O: Copy + Default + Send>(
+    n: usize,
+    fill: impl Fn(&mut [O], usize) + Sync,
+) -> Vec<O> {
     let mut out = vec![O::default(); n];
     if n >= PAR_MIN_ELEMENTS {
         out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(|(k, chunk)| fill(chunk, k * PAR_CHUNK));
@@ -455,6 +458,22 @@ mod tests {
         ];
         for (a, b) in cases {
             check(a, b);
+        }
+    }
+
+    #[test]
+    fn plans_agree_with_the_index_map_on_random_shapes() {
+        let mut rng = crate::rng::SplitMix64::new(7);
+        for _ in 0..300 {
+            let rank = rng.below(5) as usize;
+            let out: Vec<usize> = (0..rank).map(|_| 1 + rng.below(4) as usize).collect();
+            // Each operand: a suffix of the output shape with some dims set to 1.
+            let mut operand = || -> Vec<usize> {
+                let keep = rng.below(rank as u64 + 1) as usize;
+                out[rank - keep..].iter().map(|&d| if rng.below(3) == 0 { 1 } else { d }).collect()
+            };
+            let (a, b) = (operand(), operand());
+            check(&a, &b);
         }
     }
 
