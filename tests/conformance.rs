@@ -89,8 +89,8 @@ pub fn compare(name: &str, got: &Tensor, want: &Tensor) -> Result<()> {
 pub enum Mode {
     /// Every input fed at run time.
     Dynamic,
-    /// Integer inputs that shape inference needs (a target shape, slice bounds, ...) were
-    /// frozen into constants, because the IR has static shapes only.
+    /// Integer and scalar inputs that shape inference needs (a target shape, slice
+    /// bounds, Range's limits) were frozen into constants: the IR has static shapes only.
     FrozenShapeInputs,
 }
 
@@ -116,13 +116,14 @@ pub fn run_node_test(dir: &Path) -> Result<Mode> {
         let graph = match &graph {
             Some(g) => g.clone(),
             None => {
-                // Freeze the integer inputs of this data set, keep float inputs dynamic.
+                // Freeze the integer and scalar inputs of this data set (shapes, bounds,
+                // Range's start/limit/delta); keep float tensors dynamic.
                 let proto = spartac::frontend::decode_model(&std::fs::read(&model)?, "model.onnx")?;
                 let names: Vec<String> = proto.graph.input.iter().map(|i| i.name.clone()).collect();
                 let mut opts = LoadOptions::default();
                 for (path, name) in inputs.iter().zip(&names) {
                     let t = read_tensor(path)?;
-                    if !t.dtype().is_float() {
+                    if !t.dtype().is_float() || t.rank() == 0 {
                         opts.frozen_inputs.insert(name.clone(), t);
                     }
                 }
@@ -159,14 +160,34 @@ fn proto_input_names(model: &Path) -> Result<Vec<String>> {
     Ok(proto.graph.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect())
 }
 
-/// The op family a node test belongs to: the registry family of its model's first node.
-pub fn family_of(dir: &Path) -> String {
-    let op = (|| -> Result<String> {
+/// The op a node test is about: its only node's op, or for multi-node models (the
+/// `_expanded` function bodies) the registered op whose name is the longest prefix of the
+/// test name (`test_layer_normalization_2d_expanded` -> LayerNormalization).
+pub fn main_op(dir: &Path) -> String {
+    let test = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let single = (|| -> Result<Option<String>> {
         let bytes = std::fs::read(dir.join("model.onnx"))?;
         let model = onnx_protobuf::ModelProto::parse_from_bytes(&bytes)?;
         let g = model.graph.as_ref().ok_or_else(|| anyhow!("no graph"))?;
-        Ok(g.node.first().map(|n| n.op_type.clone()).unwrap_or_default())
+        Ok(if g.node.len() == 1 { Some(g.node[0].op_type.clone()) } else { None })
     })()
-    .unwrap_or_default();
-    spartac::ops::registry().get(&op).map(|d| d.family.to_string()).unwrap_or_else(|| format!("unsupported:{op}"))
+    .ok()
+    .flatten();
+    if let Some(op) = single {
+        return op;
+    }
+    let key: String = test.trim_start_matches("test_").chars().filter(|c| *c != '_').collect();
+    spartac::ops::registry()
+        .iter()
+        .map(|d| d.op_type)
+        .filter(|op| key.starts_with(&op.to_lowercase()))
+        .max_by_key(|op| op.len())
+        .map(str::to_string)
+        .unwrap_or_else(|| test.trim_start_matches("test_").split('_').next().unwrap_or("").to_string())
+}
+
+/// The registry family of a node test's main op, or `other:<op>` for ops we do not have.
+pub fn family_of(dir: &Path) -> String {
+    let op = main_op(dir);
+    spartac::ops::registry().get(&op).map(|d| d.family.to_string()).unwrap_or_else(|| format!("other:{op}"))
 }
