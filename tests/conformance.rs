@@ -36,7 +36,10 @@ pub fn claimed_tests() -> Result<Vec<String>> {
     for path in files {
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         names.extend(
-            text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).map(str::to_string),
+            text.lines()
+                .map(|l| l.split('#').next().unwrap_or("").trim())
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
         );
     }
     Ok(names)

@@ -15,7 +15,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
-use spartac_runtime::hpec::{self, bundled, CacheConfig, CacheStatus, GeneratorConfig, InferOptions, KernelChoice, NetworkSource};
+use spartac_runtime::hpec::{
+    self, bundled, CacheConfig, CacheStatus, GeneratorConfig, InferOptions, KernelChoice, NetworkSource,
+};
 
 #[derive(Args, Debug)]
 pub struct HpecArgs {
@@ -129,8 +131,14 @@ pub fn run(args: HpecArgs) -> anyhow::Result<()> {
     }
 }
 
-fn generator_config(neurons: usize, layers: usize, seed: u64, real_relabellings: bool) -> anyhow::Result<GeneratorConfig> {
-    let relabellings = if neurons == 1024 && real_relabellings { Some(bundled::real_1024_relabellings()?) } else { None };
+fn generator_config(
+    neurons: usize,
+    layers: usize,
+    seed: u64,
+    real_relabellings: bool,
+) -> anyhow::Result<GeneratorConfig> {
+    let relabellings =
+        if neurons == 1024 && real_relabellings { Some(bundled::real_1024_relabellings()?) } else { None };
     Ok(GeneratorConfig { neurons, layers, seed, relabellings })
 }
 
@@ -217,7 +225,8 @@ fn export(args: ExportArgs) -> anyhow::Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let (network, name, _) = select_network(&args.network, args.neurons, args.layers, args.seed, &CacheConfig::Default)?;
+    let (network, name, _) =
+        select_network(&args.network, args.neurons, args.layers, args.seed, &CacheConfig::Default)?;
     let graph = hpec::network_to_graph(&network, args.batch);
     spartac::frontend::save_model(&graph, &args.out)?;
     println!(
@@ -336,7 +345,12 @@ fn report(
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
-    println!("network: {network_name}: {} neurons, {} layers, {} nonzeros", network.neurons, network.n_layers(), network.total_nonzeros());
+    println!(
+        "network: {network_name}: {} neurons, {} layers, {} nonzeros",
+        network.neurons,
+        network.n_layers(),
+        network.total_nonzeros()
+    );
     println!("images: {} ({} nonzeros); loading took {:.3} s", images.n_images(), images.n_nonzeros(), load_seconds);
     println!(
         "inference (cpu, {} threads): {:.4} s, {:.3e} edges/s ({} row-wise CSR and {} column-wise CSC block-layer steps)",
@@ -345,4 +359,3 @@ fn report(
     println!("categories: {} images; truth: {truth_name}: {verdict_text}", result.categories.len());
     Ok(())
 }
-

@@ -54,7 +54,8 @@ fn storage(init: &Initializer) -> String {
 pub fn to_text(graph: &Graph) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let opsets: Vec<String> = graph.opsets.iter().map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d })).collect();
+    let opsets: Vec<String> =
+        graph.opsets.iter().map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d })).collect();
     let _ = writeln!(s, "graph {:?}  opsets: {}", graph.name, opsets.join(", "));
     let _ = writeln!(
         s,

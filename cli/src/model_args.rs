@@ -27,7 +27,8 @@ impl ModelArgs {
             opts.input_shapes.insert(name, dims);
         }
         for spec in &self.dim {
-            let (sym, size) = spec.split_once('=').ok_or_else(|| anyhow!("--dim {spec:?} must look like SYMBOL=SIZE"))?;
+            let (sym, size) =
+                spec.split_once('=').ok_or_else(|| anyhow!("--dim {spec:?} must look like SYMBOL=SIZE"))?;
             let size: usize = size.trim().parse().map_err(|_| anyhow!("--dim {spec:?}: {size:?} is not a size"))?;
             opts.dim_params.insert(sym.trim().to_string(), size);
         }

@@ -1,9 +1,9 @@
 //! `spartac run`: runs a model on given or random inputs and writes the outputs.
 
 use crate::model_args::ModelArgs;
-use spartac_runtime::npz::{read_npz, write_npz};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use spartac_runtime::npz::{read_npz, write_npz};
 use spartac_runtime::{select_engine, Backend};
 use std::path::PathBuf;
 use std::process::ExitCode;

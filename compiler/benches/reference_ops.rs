@@ -54,8 +54,14 @@ fn matmuls(rng: &mut SplitMix64) {
 fn convs(rng: &mut SplitMix64) {
     // (in, out, kernel, stride, group, input size): stem, first block, then MBConv6 stages.
     let mut layers = vec![(3, 32, 3, 2, 1, 224), (32, 32, 3, 1, 32, 112), (32, 16, 1, 1, 1, 112)];
-    let stages =
-        [(16, 24, 3, 2, 2, 112), (24, 40, 5, 2, 2, 56), (40, 80, 3, 2, 3, 28), (80, 112, 5, 1, 3, 14), (112, 192, 5, 2, 4, 14), (192, 320, 3, 1, 1, 7)];
+    let stages = [
+        (16, 24, 3, 2, 2, 112),
+        (24, 40, 5, 2, 2, 56),
+        (40, 80, 3, 2, 3, 28),
+        (80, 112, 5, 1, 3, 14),
+        (112, 192, 5, 2, 4, 14),
+        (192, 320, 3, 1, 1, 7),
+    ];
     for (cin, cout, k, stride, repeats, size) in stages {
         let (mut c, mut hw) = (cin, size);
         for r in 0..repeats {
@@ -70,7 +76,8 @@ fn convs(rng: &mut SplitMix64) {
     layers.push((320, 1280, 1, 1, 1, 7));
     let (mut total, mut flops) = (0.0, 0.0);
     for &(cin, cout, k, stride, group, hw) in &layers {
-        let (x, w, b) = (random(&[32, cin, hw, hw], rng), random(&[cout, cin / group, k, k], rng), random(&[cout], rng));
+        let (x, w, b) =
+            (random(&[32, cin, hw, hw], rng), random(&[cout, cin / group, k, k], rng), random(&[cout], rng));
         let mut a = Attrs::new();
         a.insert("group", Attr::Int(group as i64));
         a.insert("strides", Attr::Ints(vec![stride as i64; 2]));
@@ -81,9 +88,17 @@ fn convs(rng: &mut SplitMix64) {
         let f = 2.0 * (y.len() * (cin / group) * k * k) as f64;
         total += s;
         flops += f;
-        println!("conv {cin:>4}->{cout:>4} k{k} s{stride} g{group:<4} {hw:>3}px: {:>7.1} ms {:>6.1} GFLOP/s", s * 1e3, f / s / 1e9);
+        println!(
+            "conv {cin:>4}->{cout:>4} k{k} s{stride} g{group:<4} {hw:>3}px: {:>7.1} ms {:>6.1} GFLOP/s",
+            s * 1e3,
+            f / s / 1e9
+        );
     }
-    println!("EfficientNet-Lite0 b32 convs: {total:.2} s for {:.1} GFLOP ({:.1} GFLOP/s)", flops / 1e9, flops / total / 1e9);
+    println!(
+        "EfficientNet-Lite0 b32 convs: {total:.2} s for {:.1} GFLOP ({:.1} GFLOP/s)",
+        flops / 1e9,
+        flops / total / 1e9
+    );
 }
 
 fn main() {

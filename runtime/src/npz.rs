@@ -114,7 +114,8 @@ pub fn write_npy(t: &Tensor) -> Result<Vec<u8>> {
 /// Reads every array of an `.npz` file.
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Tensor>> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut zip = zip::ZipArchive::new(file).map_err(|e| anyhow!("{} is not a valid .npz archive: {e}", path.display()))?;
+    let mut zip =
+        zip::ZipArchive::new(file).map_err(|e| anyhow!("{} is not a valid .npz archive: {e}", path.display()))?;
     let mut out = BTreeMap::new();
     for i in 0..zip.len() {
         let mut entry = zip.by_index(i).map_err(|e| anyhow!("{}: {e}", path.display()))?;
@@ -131,7 +132,8 @@ pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Tensor>> {
 /// Writes arrays to an `.npz` file atomically (temporary file, then rename).
 pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("out"), std::process::id()));
+    let tmp =
+        dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("out"), std::process::id()));
     let result = (|| -> Result<()> {
         let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut zip = zip::ZipWriter::new(file);

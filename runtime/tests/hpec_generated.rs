@@ -37,12 +37,8 @@ fn generated_4096_network_engine_matches_reference() {
 #[test]
 fn real_relabellings_extend_with_seeded_blocks() {
     let relabellings = bundled::real_1024_relabellings().unwrap();
-    let config = |seed| hpec::GeneratorConfig {
-        neurons: 1024,
-        layers: 130,
-        seed,
-        relabellings: Some(relabellings.clone()),
-    };
+    let config =
+        |seed| hpec::GeneratorConfig { neurons: 1024, layers: 130, seed, relabellings: Some(relabellings.clone()) };
     let first = hpec::generate_with(&config(1)).unwrap();
     let second = hpec::generate_with(&config(2)).unwrap();
     assert_eq!(first.layers[..120], second.layers[..120]);

@@ -34,8 +34,13 @@ fn real_network_gives_the_19_published_categories_with_every_kernel() {
     assert_eq!(truth.len(), 19);
     for kernel in [KernelChoice::Auto, KernelChoice::RowWiseCsr, KernelChoice::ColumnWiseCsc] {
         for (input_hashing, layer_hashing_buckets) in [(true, None), (false, Some(128))] {
-            let options =
-                InferOptions { kernel, input_hashing, layer_hashing_buckets, block_images: 24, ..InferOptions::default() };
+            let options = InferOptions {
+                kernel,
+                input_hashing,
+                layer_hashing_buckets,
+                block_images: 24,
+                ..InferOptions::default()
+            };
             let result = hpec::infer(&network, &images, &options).unwrap();
             assert_eq!(result.categories, truth, "{options:?}");
         }

@@ -17,8 +17,10 @@ fn main() -> anyhow::Result<()> {
     let names: Vec<String> = if claimed_only {
         claimed_tests()?
     } else {
-        let mut all: Vec<String> =
-            std::fs::read_dir(&root)?.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let mut all: Vec<String> = std::fs::read_dir(&root)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         all.sort();
         all.into_iter().filter(|n| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str()))).collect()
     };
@@ -66,7 +68,10 @@ fn main() -> anyhow::Result<()> {
             let mut ops: Vec<&str> = tests.iter().map(|(_, op)| op.as_str()).collect();
             ops.sort();
             ops.dedup();
-            let mut text = format!("# {family}: ONNX node tests of {} that pass (regenerate with --write-claimed)\n", ops.join(", "));
+            let mut text = format!(
+                "# {family}: ONNX node tests of {} that pass (regenerate with --write-claimed)\n",
+                ops.join(", ")
+            );
             for (name, _) in tests {
                 text.push_str(name);
                 text.push('\n');

@@ -26,5 +26,11 @@ fn claimed_node_tests_pass() {
     for (family, (p, a)) in &per_family {
         eprintln!("{family:<14} {p:>7} {a:>7}");
     }
-    assert!(failures.is_empty(), "{} of {} claimed node tests fail:\n{}", failures.len(), claimed.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} claimed node tests fail:\n{}",
+        failures.len(),
+        claimed.len(),
+        failures.join("\n")
+    );
 }

@@ -19,7 +19,8 @@ fn run1(graph: &spartac::ir::Graph, name: &str, x: Tensor) -> Tensor {
 
 #[test]
 fn sparse_initializer_in_both_index_layouts_feeds_matmul() {
-    let w = SparseTensor { shape: vec![3, 2], indices: vec![0, 3, 5], values: spartac::ir::Data::F32(vec![1.0, 2.0, 3.0]) };
+    let w =
+        SparseTensor { shape: vec![3, 2], indices: vec![0, 3, 5], values: spartac::ir::Data::F32(vec![1.0, 2.0, 3.0]) };
     let model = ModelBuilder::new("sparse", 17)
         .input("x", DType::F32, &fixed(&[1, 3]))
         .sparse_init("w", &w)
@@ -142,7 +143,11 @@ fn nodes_out_of_order_are_sorted_topologically() {
 
 #[test]
 fn ir_text_form_snapshot() {
-    let w = SparseTensor { shape: vec![4, 3], indices: vec![0, 4, 8, 11], values: spartac::ir::Data::F32(vec![1.0, 2.0, 3.0, 4.0]) };
+    let w = SparseTensor {
+        shape: vec![4, 3],
+        indices: vec![0, 4, 8, 11],
+        values: spartac::ir::Data::F32(vec![1.0, 2.0, 3.0, 4.0]),
+    };
     let model = ModelBuilder::new("tiny_mlp", 17)
         .input("x", DType::F32, &fixed(&[2, 4]))
         .sparse_init("w", &w)
@@ -214,7 +219,11 @@ fn truncated_and_corrupt_bytes_are_decode_errors() {
 
 #[test]
 fn written_models_load_back_to_the_same_graph() {
-    let w = SparseTensor { shape: vec![4, 3], indices: vec![1, 5, 6], values: spartac::ir::Data::F32(vec![1.0, -2.0, 3.0]) };
+    let w = SparseTensor {
+        shape: vec![4, 3],
+        indices: vec![1, 5, 6],
+        values: spartac::ir::Data::F32(vec![1.0, -2.0, 3.0]),
+    };
     let model = ModelBuilder::new("round_trip", 17)
         .input("x", DType::F32, &fixed(&[2, 4]))
         .sparse_init("w", &w)

@@ -48,8 +48,28 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 }
 
 const OPS: &[&str] = &[
-    "MatMul", "Gemm", "Add", "Mul", "Relu", "Softmax", "Transpose", "Reshape", "Concat", "Slice", "Gather", "Conv",
-    "MaxPool", "ReduceSum", "LayerNormalization", "Split", "Expand", "Pad", "Squeeze", "Unsqueeze", "Cast", "Where",
+    "MatMul",
+    "Gemm",
+    "Add",
+    "Mul",
+    "Relu",
+    "Softmax",
+    "Transpose",
+    "Reshape",
+    "Concat",
+    "Slice",
+    "Gather",
+    "Conv",
+    "MaxPool",
+    "ReduceSum",
+    "LayerNormalization",
+    "Split",
+    "Expand",
+    "Pad",
+    "Squeeze",
+    "Unsqueeze",
+    "Cast",
+    "Where",
 ];
 
 proptest! {

@@ -33,7 +33,13 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {
-        LoadOptions { input_shapes: BTreeMap::new(), dim_params: BTreeMap::new(), fold_constants: true, model_dir: None, frozen_inputs: BTreeMap::new() }
+        LoadOptions {
+            input_shapes: BTreeMap::new(),
+            dim_params: BTreeMap::new(),
+            fold_constants: true,
+            model_dir: None,
+            frozen_inputs: BTreeMap::new(),
+        }
     }
 }
 
@@ -67,7 +73,10 @@ pub fn decode_model(bytes: &[u8], origin: &str) -> Result<ModelProto, Error> {
     let model = ModelProto::parse_from_bytes(bytes)
         .map_err(|e| Error::Decode { path: origin.into(), reason: e.to_string().to_lowercase() })?;
     if model.graph.is_none() {
-        return Err(Error::Decode { path: origin.into(), reason: "no graph in the model (is this an ONNX file?)".into() });
+        return Err(Error::Decode {
+            path: origin.into(),
+            reason: "no graph in the model (is this an ONNX file?)".into(),
+        });
     }
     Ok(model)
 }

@@ -4,8 +4,7 @@
 use super::tensor_proto::{sparse_from_proto, tensor_from_proto, DataDir};
 use super::LoadOptions;
 use crate::ir::{
-    verify, Attr, Attrs, DType, Graph, Initializer, Node, NodeId, Sparsity, Tensor, ValueFact, ValueId,
-    ValueKind,
+    verify, Attr, Attrs, DType, Graph, Initializer, Node, NodeId, Sparsity, Tensor, ValueFact, ValueId, ValueKind,
 };
 use crate::ops::{registry, InferInput, NodeCtx};
 use crate::Error;
@@ -52,9 +51,19 @@ pub(super) fn convert(model: &ModelProto, dir: DataDir, opts: &LoadOptions) -> R
             .iter()
             .find(|i| &i.name == name)
             .ok_or_else(|| Error::input(name, "cannot be frozen: it is not a graph input"))?;
-        let declared = input_fact(info, &LoadOptions { input_shapes: BTreeMap::from([(name.clone(), value.shape().to_vec())]), ..LoadOptions::default() }, &HashMap::new())?;
+        let declared = input_fact(
+            info,
+            &LoadOptions {
+                input_shapes: BTreeMap::from([(name.clone(), value.shape().to_vec())]),
+                ..LoadOptions::default()
+            },
+            &HashMap::new(),
+        )?;
         if declared.dtype != value.dtype() {
-            return Err(Error::input(name, format!("expects {} but the frozen value is {}", declared.dtype, value.dtype())));
+            return Err(Error::input(
+                name,
+                format!("expects {} but the frozen value is {}", declared.dtype, value.dtype()),
+            ));
         }
         init_tensors.retain(|(n, _)| n != name);
         init_tensors.push((name.clone(), Initializer::Dense(value.clone())));
@@ -62,11 +71,15 @@ pub(super) fn convert(model: &ModelProto, dir: DataDir, opts: &LoadOptions) -> R
     let init_names: std::collections::HashSet<&str> = init_tensors.iter().map(|(n, _)| n.as_str()).collect();
 
     let mut by_name: HashMap<String, ValueId> = HashMap::new();
-    let real_inputs: Vec<&ValueInfoProto> = proto.input.iter().filter(|i| !init_names.contains(i.name.as_str())).collect();
+    let real_inputs: Vec<&ValueInfoProto> =
+        proto.input.iter().filter(|i| !init_names.contains(i.name.as_str())).collect();
     for pinned in opts.input_shapes.keys() {
         if !real_inputs.iter().any(|i| &i.name == pinned) {
             let names: Vec<&str> = real_inputs.iter().map(|i| i.name.as_str()).collect();
-            return Err(Error::input(pinned, format!("--input-shape names no graph input (inputs: {})", names.join(", "))));
+            return Err(Error::input(
+                pinned,
+                format!("--input-shape names no graph input (inputs: {})", names.join(", ")),
+            ));
         }
     }
     let symbols = bind_symbols(&real_inputs, opts)?;
@@ -146,12 +159,18 @@ fn input_fact(info: &ValueInfoProto, opts: &LoadOptions, symbols: &HashMap<Strin
     if let Some(pinned) = opts.input_shapes.get(name) {
         if let Some(dims) = &declared {
             if dims.len() != pinned.len() {
-                return Err(Error::input(name, format!("model declares rank {} but --input-shape gives {pinned:?}", dims.len())));
+                return Err(Error::input(
+                    name,
+                    format!("model declares rank {} but --input-shape gives {pinned:?}", dims.len()),
+                ));
             }
             for (axis, (d, &p)) in dims.iter().zip(pinned).enumerate() {
                 if let Some(DimValue::DimValue(v)) = d {
                     if *v != p as i64 {
-                        return Err(Error::input(name, format!("model fixes dim {axis} to {v} but --input-shape gives {p}")));
+                        return Err(Error::input(
+                            name,
+                            format!("model fixes dim {axis} to {v} but --input-shape gives {p}"),
+                        ));
                     }
                 }
             }
@@ -171,7 +190,10 @@ fn input_fact(info: &ValueInfoProto, opts: &LoadOptions, symbols: &HashMap<Strin
                     Some(DimValue::DimParam(sym)) if !sym.is_empty() => format!("symbolic dim {sym:?}"),
                     _ => "an unknown dim".to_string(),
                 };
-                return Err(Error::input(name, format!("dim {axis} is {what}; pin it with --input-shape {name}=D1,D2,...")));
+                return Err(Error::input(
+                    name,
+                    format!("dim {axis} is {what}; pin it with --input-shape {name}=D1,D2,..."),
+                ));
             }
         }
     }
@@ -303,7 +325,8 @@ fn add_node(
     let domain = if np.domain == "ai.onnx" { String::new() } else { np.domain.clone() };
     let opset = graph.opsets.get(&domain).copied().unwrap_or(0);
     let name = if np.name.is_empty() { format!("{}_{position}", np.op_type) } else { np.name.clone() };
-    let unknown = || Error::UnknownOp { node: name.clone(), op_type: np.op_type.clone(), domain: np.domain.clone(), opset };
+    let unknown =
+        || Error::UnknownOp { node: name.clone(), op_type: np.op_type.clone(), domain: np.domain.clone(), opset };
     if !domain.is_empty() {
         return Err(unknown());
     }
@@ -312,11 +335,8 @@ fn add_node(
     for a in &np.attribute {
         attrs.insert(a.name.clone(), attr_from_proto(a, np, opts.data_dir())?);
     }
-    let inputs: Vec<Option<ValueId>> = np
-        .input
-        .iter()
-        .map(|i| if i.is_empty() { None } else { Some(by_name[i.as_str()]) })
-        .collect();
+    let inputs: Vec<Option<ValueId>> =
+        np.input.iter().map(|i| if i.is_empty() { None } else { Some(by_name[i.as_str()]) }).collect();
     // Trailing omitted outputs are dropped; omitted outputs in the middle get made-up names.
     let n_outputs = np.output.iter().rposition(|o| !o.is_empty()).map_or(0, |p| p + 1);
     let node = Node { name, op_type: np.op_type.clone(), domain, opset, attrs, inputs, outputs: vec![] };
@@ -338,21 +358,26 @@ fn add_node(
             None => None,
         }
     };
-    let infer_inputs: Vec<Option<InferInput>> = node
-        .inputs
-        .iter()
-        .map(|i| i.map(|id| InferInput { fact: graph.fact(id), value: const_of(id) }))
-        .collect();
+    let infer_inputs: Vec<Option<InferInput>> =
+        node.inputs.iter().map(|i| i.map(|id| InferInput { fact: graph.fact(id), value: const_of(id) })).collect();
     let facts = (def.infer)(&ctx, &infer_inputs).map_err(|e| Error::op(&node, e))?;
     if facts.len() < n_outputs {
-        return Err(Error::op(&node, crate::ops::OpError::new(format!("declares {n_outputs} outputs but the op has {}", facts.len()))));
+        return Err(Error::op(
+            &node,
+            crate::ops::OpError::new(format!("declares {n_outputs} outputs but the op has {}", facts.len())),
+        ));
     }
 
     // Fold when every input is constant (Shape only needs a static input shape).
     let all_const = node.inputs.iter().flatten().all(|&id| const_of(id).is_some());
     let small = facts.iter().take(n_outputs).map(|f| f.numel()).sum::<usize>() <= FOLD_LIMIT_ELEMENTS;
     let values: Option<Vec<Tensor>> = if opts.fold_constants && small && node.op_type == "Shape" {
-        let x = node.inputs.first().copied().flatten().ok_or_else(|| Error::op(&node, crate::ops::OpError::new("missing input 0")))?;
+        let x = node
+            .inputs
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::op(&node, crate::ops::OpError::new("missing input 0")))?;
         Some(vec![crate::ops::shape_of_fact(&ctx, graph.fact(x)).map_err(|e| Error::op(&node, e))?])
     } else if opts.fold_constants && small && all_const {
         let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(const_of)).collect();

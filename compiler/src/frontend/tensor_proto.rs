@@ -30,9 +30,10 @@ pub fn tensor_from_proto(proto: &TensorProto, dir: DataDir) -> Result<Tensor, Er
     let name = if proto.name.is_empty() { "<unnamed>" } else { proto.name.as_str() };
     let dtype = dtype_of(proto.data_type, name)?;
     let shape = shape_of(proto, name)?;
-    let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
-        Error::tensor(name, format!("shape {shape:?} has too many elements"))
-    })?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::tensor(name, format!("shape {shape:?} has too many elements")))?;
     let external = proto.data_location.value() == 1 || !proto.external_data.is_empty();
     let data = if external {
         let bytes = read_external(proto, name, dir)?;
@@ -85,10 +86,12 @@ fn decode_typed(p: &TensorProto, dtype: DType, name: &str) -> Result<Data, Error
         DType::U32 => Data::U32(p.uint64_data.iter().map(|&x| x as u32).collect()),
         DType::U64 => Data::U64(p.uint64_data.clone()),
     })
-    .and_then(|d: Data| if d.is_empty() && !p.string_data.is_empty() {
-        Err(Error::tensor(name, "string tensors are not supported"))
-    } else {
-        Ok(d)
+    .and_then(|d: Data| {
+        if d.is_empty() && !p.string_data.is_empty() {
+            Err(Error::tensor(name, "string tensors are not supported"))
+        } else {
+            Ok(d)
+        }
     })
 }
 
@@ -107,9 +110,13 @@ fn read_external(p: &TensorProto, name: &str, dir: DataDir) -> Result<Vec<u8>, E
     let location = location.ok_or_else(|| Error::tensor(name, "external data without a location"))?;
     let rel = Path::new(&location);
     if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-        return Err(Error::tensor(name, format!("external data location {location:?} must stay inside the model's directory")));
+        return Err(Error::tensor(
+            name,
+            format!("external data location {location:?} must stay inside the model's directory"),
+        ));
     }
-    let base = dir.0.ok_or_else(|| Error::tensor(name, "external data needs the model's directory (load from a file)"))?;
+    let base =
+        dir.0.ok_or_else(|| Error::tensor(name, "external data needs the model's directory (load from a file)"))?;
     let path = base.join(rel);
     let bytes = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
     let start = usize::try_from(offset).unwrap_or(usize::MAX);
@@ -120,7 +127,11 @@ fn read_external(p: &TensorProto, name: &str, dir: DataDir) -> Result<Vec<u8>, E
     if start > bytes.len() || end > bytes.len() {
         return Err(Error::tensor(
             name,
-            format!("external data range {start}..{end} is beyond the end of {} ({} bytes)", path.display(), bytes.len()),
+            format!(
+                "external data range {start}..{end} is beyond the end of {} ({} bytes)",
+                path.display(),
+                bytes.len()
+            ),
         ));
     }
     Ok(bytes[start..end].to_vec())
@@ -144,11 +155,8 @@ pub fn sparse_from_proto(proto: &SparseTensorProto, dir: DataDir) -> Result<Spar
         return Err(Error::tensor(name, format!("sparse values must be 1-D, got shape {:?}", values.shape())));
     }
     let nnz = values.len();
-    let indices = if nnz == 0 && proto.indices.is_none() {
-        vec![]
-    } else {
-        tensor_from_proto(&proto.indices, dir)?.to_i64_vec()
-    };
+    let indices =
+        if nnz == 0 && proto.indices.is_none() { vec![] } else { tensor_from_proto(&proto.indices, dir)?.to_i64_vec() };
     let total = numel(&shape);
     let rank = shape.len();
     let mut flat: Vec<usize> = Vec::with_capacity(nnz);
@@ -164,14 +172,20 @@ pub fn sparse_from_proto(proto: &SparseTensorProto, dir: DataDir) -> Result<Spar
             let mut pos = 0usize;
             for (axis, (&c, &d)) in coords.iter().zip(shape.iter()).enumerate() {
                 if c < 0 || c as usize >= d {
-                    return Err(Error::tensor(name, format!("sparse coordinate {c} out of range on axis {axis} (size {d})")));
+                    return Err(Error::tensor(
+                        name,
+                        format!("sparse coordinate {c} out of range on axis {axis} (size {d})"),
+                    ));
                 }
                 pos = pos * d + c as usize;
             }
             flat.push(pos);
         }
     } else {
-        return Err(Error::tensor(name, format!("{} sparse indices do not fit {nnz} values of rank {rank}", indices.len())));
+        return Err(Error::tensor(
+            name,
+            format!("{} sparse indices do not fit {nnz} values of rank {rank}", indices.len()),
+        ));
     }
     // Sort by position, keeping values aligned; duplicates are an error.
     let mut order: Vec<usize> = (0..nnz).collect();
@@ -236,7 +250,8 @@ mod tests {
         p.dims = vec![2, 3];
         p.values = protobuf::MessageField::some(tensor_to_proto("s", &Tensor::from_vec(vec![2], vec![7.0f32, 9.0])));
         // Coordinates (1,2) and (0,1), unsorted: flat 5 and 1.
-        p.indices = protobuf::MessageField::some(tensor_to_proto("", &Tensor::from_vec(vec![2, 2], vec![1i64, 2, 0, 1])));
+        p.indices =
+            protobuf::MessageField::some(tensor_to_proto("", &Tensor::from_vec(vec![2, 2], vec![1i64, 2, 0, 1])));
         let s = sparse_from_proto(&p, DataDir(None)).unwrap();
         assert_eq!(s.indices, vec![1, 5]);
         assert_eq!(s.to_dense().to_f64_vec(), vec![0.0, 9.0, 0.0, 0.0, 0.0, 7.0]);

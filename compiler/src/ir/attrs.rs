@@ -55,7 +55,8 @@ impl Attr {
     }
 }
 
-/// Fixed-precision float text: 6 significant digits, no trailing noise.
+/// Fixed-precision float text: 6 significant digits, plain decimal between 1e-4 and
+/// 1e6, scientific outside, no trailing zeros.
 pub fn format_float(x: f64) -> String {
     if x.is_nan() {
         return "nan".into();
@@ -66,7 +67,14 @@ pub fn format_float(x: f64) -> String {
     if x == x.trunc() && x.abs() < 1e15 {
         return format!("{}", x as i64);
     }
-    let s = format!("{x:.6e}");
+    let magnitude = x.abs().log10().floor() as i32;
+    if (-4..6).contains(&magnitude) {
+        // Plain decimal with 6 significant digits: 0.666667, 12.5, 0.0001.
+        let decimals = (5 - magnitude).max(0) as usize;
+        let s = format!("{x:.decimals$}");
+        return s.trim_end_matches('0').trim_end_matches('.').to_string();
+    }
+    let s = format!("{x:.5e}");
     // Trim the mantissa's trailing zeros: 1.500000e-1 -> 1.5e-1.
     let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
     let mant = mant.trim_end_matches('0').trim_end_matches('.');
@@ -181,10 +189,14 @@ mod tests {
 
     #[test]
     fn floats_print_with_fixed_precision() {
-        assert_eq!(format_float(0.1f32 as f64), "1e-1");
-        assert_eq!(format_float(1.5), "1.5e0");
+        assert_eq!(format_float(0.1f32 as f64), "0.1");
+        assert_eq!(format_float(1.5), "1.5");
         assert_eq!(format_float(3.0), "3");
-        assert_eq!(format_float(1.0 / 3.0), "3.333333e-1");
+        assert_eq!(format_float(1.0 / 3.0), "0.333333");
+        assert_eq!(format_float(-1234.5678), "-1234.57");
+        assert_eq!(format_float(1e-7), "1e-7");
+        assert_eq!(format_float(2.5e-9), "2.5e-9");
+        assert_eq!(format_float(6.02e23), "6.02e23");
     }
 
     #[test]

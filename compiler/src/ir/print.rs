@@ -16,11 +16,8 @@ use std::fmt::Write as _;
 /// Renders the graph in its text form.
 pub fn print_graph(graph: &Graph) -> String {
     let mut out = String::new();
-    let opsets: Vec<String> = graph
-        .opsets
-        .iter()
-        .map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d }))
-        .collect();
+    let opsets: Vec<String> =
+        graph.opsets.iter().map(|(d, v)| format!("{}={v}", if d.is_empty() { "ai.onnx" } else { d })).collect();
     let _ = writeln!(out, "graph {:?} opsets({})", graph.name, opsets.join(", "));
     for &id in &graph.inputs {
         let v = graph.value(id);
@@ -41,8 +38,7 @@ pub fn print_graph(graph: &Graph) -> String {
         );
     }
     for node in &graph.nodes {
-        let outs: Vec<String> =
-            node.outputs.iter().map(|o| format!("{o} {:?}", graph.value(*o).name)).collect();
+        let outs: Vec<String> = node.outputs.iter().map(|o| format!("{o} {:?}", graph.value(*o).name)).collect();
         let ins: Vec<String> = node
             .inputs
             .iter()
@@ -60,7 +56,8 @@ pub fn print_graph(graph: &Graph) -> String {
             })
             .collect();
         let attrs = if node.attrs.is_empty() { String::new() } else { format!(" {{{}}}", node.attrs.to_text()) };
-        let op = if node.domain.is_empty() { node.op_type.clone() } else { format!("{}.{}", node.domain, node.op_type) };
+        let op =
+            if node.domain.is_empty() { node.op_type.clone() } else { format!("{}.{}", node.domain, node.op_type) };
         let _ = writeln!(
             out,
             "  {} = {op}({}){attrs} : {}   # node {:?}",
@@ -72,7 +69,10 @@ pub fn print_graph(graph: &Graph) -> String {
     }
     let outs: Vec<String> = graph.outputs.iter().map(|o| o.to_string()).collect();
     let _ = writeln!(out, "  output {}", outs.join(", "));
-    debug_assert!(graph.values.iter().all(|v| !matches!(v.kind, ValueKind::NodeOutput(n) if n.index() >= graph.nodes.len())));
+    debug_assert!(graph
+        .values
+        .iter()
+        .all(|v| !matches!(v.kind, ValueKind::NodeOutput(n) if n.index() >= graph.nodes.len())));
     out
 }
 

@@ -405,15 +405,9 @@ macro_rules! impl_element {
 
 macro_rules! impl_int_element {
     ($t:ty, $variant:ident) => {
-        impl_element!(
-            $t,
-            $variant,
-            |x| x as f64,
-            |x| x as $t,
-            |x| x as i64,
-            |x| x.to_le_bytes().to_vec(),
-            |b| <$t>::from_le_bytes(b.try_into().unwrap())
-        );
+        impl_element!($t, $variant, |x| x as f64, |x| x as $t, |x| x as i64, |x| x.to_le_bytes().to_vec(), |b| {
+            <$t>::from_le_bytes(b.try_into().unwrap())
+        });
     };
 }
 
@@ -425,33 +419,13 @@ impl_int_element!(u32, U32);
 impl_int_element!(i32, I32);
 impl_int_element!(u64, U64);
 impl_int_element!(i64, I64);
-impl_element!(
-    bool,
-    Bool,
-    |x| if x { 1.0 } else { 0.0 },
-    |x| x != 0.0,
-    |x| x as i64,
-    |x| vec![x as u8],
-    |b| b[0] != 0
-);
-impl_element!(
-    f16,
-    F16,
-    |x| x.to_f64(),
-    f16::from_f64,
-    |x| x.to_f64() as i64,
-    |x| x.to_le_bytes().to_vec(),
-    |b| f16::from_le_bytes(b.try_into().unwrap())
-);
-impl_element!(
-    bf16,
-    BF16,
-    |x| x.to_f64(),
-    bf16::from_f64,
-    |x| x.to_f64() as i64,
-    |x| x.to_le_bytes().to_vec(),
-    |b| bf16::from_le_bytes(b.try_into().unwrap())
-);
+impl_element!(bool, Bool, |x| if x { 1.0 } else { 0.0 }, |x| x != 0.0, |x| x as i64, |x| vec![x as u8], |b| b[0] != 0);
+impl_element!(f16, F16, |x| x.to_f64(), f16::from_f64, |x| x.to_f64() as i64, |x| x.to_le_bytes().to_vec(), |b| {
+    f16::from_le_bytes(b.try_into().unwrap())
+});
+impl_element!(bf16, BF16, |x| x.to_f64(), bf16::from_f64, |x| x.to_f64() as i64, |x| x.to_le_bytes().to_vec(), |b| {
+    bf16::from_le_bytes(b.try_into().unwrap())
+});
 impl_element!(
     f32,
     F32,
@@ -461,15 +435,9 @@ impl_element!(
     |x| x.to_le_bytes().to_vec(),
     |b| f32::from_le_bytes(b.try_into().unwrap())
 );
-impl_element!(
-    f64,
-    F64,
-    |x| x,
-    |x| x,
-    |x| x as i64,
-    |x| x.to_le_bytes().to_vec(),
-    |b| f64::from_le_bytes(b.try_into().unwrap())
-);
+impl_element!(f64, F64, |x| x, |x| x, |x| x as i64, |x| x.to_le_bytes().to_vec(), |b| f64::from_le_bytes(
+    b.try_into().unwrap()
+));
 
 /// A dense row-major tensor with a static shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -610,9 +578,8 @@ pub fn broadcast_index_map(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize
     let offset = rank - in_shape.len();
     let in_strides = strides(in_shape);
     // Effective stride per output axis: 0 on broadcast axes.
-    let eff: Vec<usize> = (0..rank)
-        .map(|i| if i < offset || in_shape[i - offset] == 1 { 0 } else { in_strides[i - offset] })
-        .collect();
+    let eff: Vec<usize> =
+        (0..rank).map(|i| if i < offset || in_shape[i - offset] == 1 { 0 } else { in_strides[i - offset] }).collect();
     let n = numel(out_shape);
     let mut map = Vec::with_capacity(n);
     let mut idx = vec![0usize; rank];

@@ -141,4 +141,3 @@ fn eval_dropout(ctx: &NodeCtx, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tenso
     }
     Ok(out)
 }
-

@@ -30,7 +30,8 @@ fn check_indices(dtype: DType) -> OpResult<()> {
 
 fn axis_attr(ctx: &NodeCtx, rank: usize) -> OpResult<usize> {
     let axis = ctx.attrs.int("axis", 0)?;
-    normalize_axis(axis, rank).ok_or_else(|| super::OpError::new(format!("axis {axis} is out of range for rank {rank}")))
+    normalize_axis(axis, rank)
+        .ok_or_else(|| super::OpError::new(format!("axis {axis} is out of range for rank {rank}")))
 }
 
 /// Every index of `t` checked against `dim`, negative ones counted from the end.
@@ -289,8 +290,12 @@ fn scatter(data: &Data, updates: &Data, starts: &[usize], run: usize, reduction:
     let dtype = data.dtype();
     match reduction {
         Reduction::None => crate::with_data!(data, v => combine(v, updates, starts, run, |_, u| u)),
-        Reduction::Max => crate::with_data!(data, v => combine(v, updates, starts, run, |a, u| if u > a { u } else { a })),
-        Reduction::Min => crate::with_data!(data, v => combine(v, updates, starts, run, |a, u| if u < a { u } else { a })),
+        Reduction::Max => {
+            crate::with_data!(data, v => combine(v, updates, starts, run, |a, u| if u > a { u } else { a }))
+        }
+        Reduction::Min => {
+            crate::with_data!(data, v => combine(v, updates, starts, run, |a, u| if u < a { u } else { a }))
+        }
         Reduction::Add | Reduction::Mul => {
             let wide = if dtype.is_float() { DType::F64 } else { DType::I64 };
             let (data, updates) = (data.cast(wide), updates.cast(wide));
@@ -298,7 +303,13 @@ fn scatter(data: &Data, updates: &Data, starts: &[usize], run: usize, reduction:
             let out = match &data {
                 Data::F64(v) => combine(v, &updates, starts, run, |a, u| if mul { a * u } else { a + u }),
                 Data::I64(v) => {
-                    combine(v, &updates, starts, run, |a: i64, u| if mul { a.wrapping_mul(u) } else { a.wrapping_add(u) })
+                    combine(
+                        v,
+                        &updates,
+                        starts,
+                        run,
+                        |a: i64, u| if mul { a.wrapping_mul(u) } else { a.wrapping_add(u) },
+                    )
                 }
                 _ => unreachable!("cast to f64 or i64"),
             };

@@ -21,7 +21,7 @@ mod transpose;
 
 use super::{constant_input, optional, FamilyRegistrar, InferInput, OpResult};
 use crate::bail_op;
-use crate::ir::{numel, normalize_axis, DType, Data, Tensor};
+use crate::ir::{normalize_axis, numel, DType, Data, Tensor};
 
 pub(super) fn register(reg: &mut FamilyRegistrar) {
     transpose::register(reg);
@@ -174,11 +174,8 @@ pub(super) mod test_util {
         }
         let ctx = NodeCtx { name: "test", attrs: &a, opset, n_outputs };
         let facts: Vec<Option<ValueFact>> = inputs.iter().map(|t| t.map(ValueFact::of)).collect();
-        let infer_inputs: Vec<Option<InferInput>> = inputs
-            .iter()
-            .zip(&facts)
-            .map(|(t, f)| f.as_ref().map(|fact| InferInput { fact, value: *t }))
-            .collect();
+        let infer_inputs: Vec<Option<InferInput>> =
+            inputs.iter().zip(&facts).map(|(t, f)| f.as_ref().map(|fact| InferInput { fact, value: *t })).collect();
         let inferred = (def.infer)(&ctx, &infer_inputs)?;
         let out = (def.eval)(&ctx, inputs)?;
         assert!(out.len() >= n_outputs && inferred.len() >= n_outputs, "{op}: too few outputs");
@@ -215,8 +212,7 @@ mod tests {
         let out_strides = strides(shape);
         (0..n)
             .map(|flat| {
-                let off: isize =
-                    (0..shape.len()).map(|k| ((flat / out_strides[k]) % shape[k]) as isize * st[k]).sum();
+                let off: isize = (0..shape.len()).map(|k| ((flat / out_strides[k]) % shape[k]) as isize * st[k]).sum();
                 src[(base as isize + off) as usize]
             })
             .collect()

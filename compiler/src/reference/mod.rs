@@ -96,7 +96,8 @@ pub fn execute_profiled(
         let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: node.outputs.len() };
         let t0 = Instant::now();
         let outs = {
-            let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|id| slots[id.index()].get())).collect();
+            let ins: Vec<Option<&Tensor>> =
+                node.inputs.iter().map(|i| i.and_then(|id| slots[id.index()].get())).collect();
             (def.eval)(&ctx, &ins).map_err(|e| Error::op(node, e))?
         };
         if let Some(p) = profile.as_deref_mut() {
@@ -144,9 +145,11 @@ pub fn execute_profiled(
             Slot::Empty => {
                 // The same value listed twice as an output: take it from the earlier entry.
                 let name = &graph.value(id).name;
-                result.iter().find(|(n, _): &&(String, Tensor)| n == name).map(|(_, t)| t.clone()).ok_or_else(|| {
-                    Error::Invalid(format!("graph output {name:?} was never computed"))
-                })?
+                result
+                    .iter()
+                    .find(|(n, _): &&(String, Tensor)| n == name)
+                    .map(|(_, t)| t.clone())
+                    .ok_or_else(|| Error::Invalid(format!("graph output {name:?} was never computed")))?
             }
         };
         result.push((graph.value(id).name.clone(), t));

@@ -59,9 +59,15 @@ pub enum CacheStatus {
     /// Loaded from this cache file.
     Hit(PathBuf),
     /// Parsed the source and wrote this cache file (`reason` says why no usable one existed).
-    Written { path: PathBuf, reason: String },
+    Written {
+        path: PathBuf,
+        reason: String,
+    },
     /// Parsed the source; writing the cache failed (the network is still correct).
-    WriteFailed { path: PathBuf, reason: String },
+    WriteFailed {
+        path: PathBuf,
+        reason: String,
+    },
 }
 
 /// A 64-bit hash of bytes: four FNV-style lanes over little-endian u64 words, each
@@ -113,10 +119,8 @@ pub fn source_key(files: &[PathBuf], layers: Option<usize>) -> HpecResult<u64> {
 
 /// The cache file for a source with this key.
 pub fn cache_file_path(dir: &Path, source_stem: &str, key: u64) -> PathBuf {
-    let stem: String = source_stem
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-        .collect();
+    let stem: String =
+        source_stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
     dir.join(format!("{stem}-{key:016x}.spnet"))
 }
 
@@ -127,7 +131,8 @@ pub fn cache_file_path(dir: &Path, source_stem: &str, key: u64) -> PathBuf {
 fn push_layer(out: &mut Vec<u8>, matrix: &CompressedMatrix) {
     let mut payload = Vec::with_capacity(16 + 4 * (matrix.offsets.len() + 2 * matrix.n_nonzeros()));
     let narrow = matrix.n_inner <= u16::MAX as usize + 1;
-    let uniform = matrix.values.first().is_some_and(|first| matrix.values.iter().all(|v| v.to_bits() == first.to_bits()));
+    let uniform =
+        matrix.values.first().is_some_and(|first| matrix.values.iter().all(|v| v.to_bits() == first.to_bits()));
     payload.extend_from_slice(&(matrix.n_nonzeros() as u64).to_le_bytes());
     payload.extend_from_slice(&(if narrow { 2u32 } else { 4u32 }).to_le_bytes());
     payload.extend_from_slice(&(if uniform { 0u32 } else { 1u32 }).to_le_bytes());

@@ -106,7 +106,12 @@ pub fn infer(network: &Network, images: &Images, options: &InferOptions) -> Hpec
     pool.install(|| infer_in_pool(network, images, options, pool.current_num_threads()))
 }
 
-fn infer_in_pool(network: &Network, images: &Images, options: &InferOptions, threads: usize) -> HpecResult<InferResult> {
+fn infer_in_pool(
+    network: &Network,
+    images: &Images,
+    options: &InferOptions,
+    threads: usize,
+) -> HpecResult<InferResult> {
     let prepare_start = Instant::now();
     let permutation = options.layer_hashing_buckets.and_then(|k| bucket_permutation(network.neurons, k));
     let hashed_network;

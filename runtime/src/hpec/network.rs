@@ -22,7 +22,11 @@ impl Network {
 
     /// The first `n_layers` layers.
     pub fn truncated(&self, n_layers: usize) -> Network {
-        Network { neurons: self.neurons, bias: self.bias, layers: self.layers[..n_layers.min(self.n_layers())].to_vec() }
+        Network {
+            neurons: self.neurons,
+            bias: self.bias,
+            layers: self.layers[..n_layers.min(self.n_layers())].to_vec(),
+        }
     }
 }
 

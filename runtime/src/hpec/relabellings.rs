@@ -39,10 +39,9 @@ impl Relabellings {
                     }
                 }
                 bad.or_else(|| {
-                    counts
-                        .iter()
-                        .position(|&c| c != 16)
-                        .map(|row| format!("block {} maps {} rows onto base row {row}, expected 16", idx + 1, counts[row]))
+                    counts.iter().position(|&c| c != 16).map(|row| {
+                        format!("block {} maps {} rows onto base row {row}, expected 16", idx + 1, counts[row])
+                    })
                 })
             };
             if let Some(message) = problem {

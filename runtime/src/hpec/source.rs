@@ -117,7 +117,10 @@ impl LayerCollector {
         match self.neurons {
             Some(known) if known != neurons => {
                 return Err(HpecError::NeuronMismatch {
-                    message: format!("{name} names {neurons} neurons, other layers of {} have {known}", self.source_name),
+                    message: format!(
+                        "{name} names {neurons} neurons, other layers of {} have {known}",
+                        self.source_name
+                    ),
                 })
             }
             _ => self.neurons = Some(neurons),

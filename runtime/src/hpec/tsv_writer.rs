@@ -111,9 +111,6 @@ mod tests {
         let csr = CompressedMatrix::from_sorted_triples(2, 2, &[(0, 1, 0.0625), (1, 0, 0.0625), (1, 1, 0.5)]).unwrap();
         let mut out = Vec::new();
         write_layer_tsv(&LayerMatrix::from_csr(csr), &mut out).unwrap();
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "2\t1\t6.250000e-02\n1\t2\t6.250000e-02\n2\t2\t5.000000e-01\n"
-        );
+        assert_eq!(String::from_utf8(out).unwrap(), "2\t1\t6.250000e-02\n1\t2\t6.250000e-02\n2\t2\t5.000000e-01\n");
     }
 }

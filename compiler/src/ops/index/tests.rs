@@ -88,7 +88,8 @@ fn scatter_elements_reductions_on_integers_are_exact() {
 
 #[test]
 fn range_of_ints_and_floats() {
-    let r = |s: Tensor, l: Tensor, d: Tensor| run("Range", 11, &[], &[Some(&s), Some(&l), Some(&d)]).map(|o| o[0].clone());
+    let r =
+        |s: Tensor, l: Tensor, d: Tensor| run("Range", 11, &[], &[Some(&s), Some(&l), Some(&d)]).map(|o| o[0].clone());
     let y = r(Tensor::scalar(10i32), Tensor::scalar(4i32), Tensor::scalar(-3i32)).unwrap();
     assert_eq!((y.dtype(), y.to_i64_vec()), (DType::I32, vec![10, 7]));
     let y = r(Tensor::scalar(1.0f32), Tensor::scalar(2.0f32), Tensor::scalar(0.25f32)).unwrap();

@@ -170,7 +170,13 @@ mod tests {
         assert!(run("Concat", 13, &[("axis", Attr::Int(0))], &[Some(&a), Some(&f)]).is_err());
     }
 
-    fn split_shapes(opset: i64, attrs: &[(&str, Attr)], x: &Tensor, split: Option<&Tensor>, n: usize) -> Vec<Vec<usize>> {
+    fn split_shapes(
+        opset: i64,
+        attrs: &[(&str, Attr)],
+        x: &Tensor,
+        split: Option<&Tensor>,
+        n: usize,
+    ) -> Vec<Vec<usize>> {
         let mut inputs = vec![Some(x)];
         if split.is_some() {
             inputs.push(split);
@@ -183,7 +189,10 @@ mod tests {
         let x = iota(&[2, 6]);
         let axis1 = [("axis", Attr::Int(1))];
         assert_eq!(split_shapes(13, &axis1, &x, Some(&i64s(&[2, 4])), 2), vec![vec![2, 2], vec![2, 4]]);
-        assert_eq!(split_shapes(11, &[("axis", Attr::Int(1)), ("split", Attr::Ints(vec![1, 5]))], &x, None, 2), vec![vec![2, 1], vec![2, 5]]);
+        assert_eq!(
+            split_shapes(11, &[("axis", Attr::Int(1)), ("split", Attr::Ints(vec![1, 5]))], &x, None, 2),
+            vec![vec![2, 1], vec![2, 5]]
+        );
         assert_eq!(split_shapes(13, &axis1, &x, None, 3), vec![vec![2, 2]; 3]);
         assert_eq!(split_shapes(13, &[], &x, Some(&i64s(&[0, 2])), 2), vec![vec![0, 6], vec![2, 6]]);
     }

@@ -180,7 +180,9 @@ mod tests {
         let p = i64s(pads);
         let v = value.map(Tensor::scalar);
         let a = axes.map(i64s);
-        run("Pad", 18, &[("mode", Attr::String(mode.into()))], &[Some(x), Some(&p), v.as_ref(), a.as_ref()]).unwrap().remove(0)
+        run("Pad", 18, &[("mode", Attr::String(mode.into()))], &[Some(x), Some(&p), v.as_ref(), a.as_ref()])
+            .unwrap()
+            .remove(0)
     }
 
     fn some(v: &[usize]) -> Vec<Option<usize>> {

@@ -17,7 +17,12 @@ pub(super) fn register(reg: &mut FamilyRegistrar) {
 type PlanFn = fn(&NodeCtx, &[usize], &[Option<&Tensor>]) -> OpResult<Vec<usize>>;
 
 /// Inference for a shape-only op whose inputs `needed` must be constant.
-fn infer_with(plan: PlanFn, ctx: &NodeCtx, inputs: &[Option<InferInput>], needed: &[(usize, &str)]) -> OpResult<Vec<ValueFact>> {
+fn infer_with(
+    plan: PlanFn,
+    ctx: &NodeCtx,
+    inputs: &[Option<InferInput>],
+    needed: &[(usize, &str)],
+) -> OpResult<Vec<ValueFact>> {
     let x = required(inputs, 0)?.fact;
     let values = known_values(inputs, needed)?;
     Ok(vec![ValueFact::new(x.dtype, plan(ctx, &x.shape, &values)?)])
@@ -167,7 +172,13 @@ mod tests {
     use super::super::test_util::{i64s, ints, iota, run};
     use crate::ir::{Attr, Tensor};
 
-    fn shape_of(op: &str, opset: i64, attrs: &[(&str, Attr)], x: &Tensor, param: Option<&Tensor>) -> Result<Vec<usize>, String> {
+    fn shape_of(
+        op: &str,
+        opset: i64,
+        attrs: &[(&str, Attr)],
+        x: &Tensor,
+        param: Option<&Tensor>,
+    ) -> Result<Vec<usize>, String> {
         let inputs: Vec<Option<&Tensor>> = if param.is_some() { vec![Some(x), param] } else { vec![Some(x)] };
         run(op, opset, attrs, &inputs).map(|o| o[0].shape().to_vec()).map_err(|e| e.0)
     }

@@ -73,11 +73,8 @@ fn slice_plan(ctx: &NodeCtx, in_shape: &[usize], values: &[Option<&Tensor>]) -> 
     }
     let axes = distinct_axes(&axes, rank, "axis")?;
     let in_strides = strides(in_shape);
-    let mut view = SliceView {
-        shape: in_shape.to_vec(),
-        base: 0,
-        strides: in_strides.iter().map(|&s| s as isize).collect(),
-    };
+    let mut view =
+        SliceView { shape: in_shape.to_vec(), base: 0, strides: in_strides.iter().map(|&s| s as isize).collect() };
     for k in 0..n {
         let (a, step) = (axes[k], steps[k]);
         if step == 0 {
@@ -114,7 +111,13 @@ mod tests {
     use super::super::test_util::{i64s, ints, iota, run};
     use super::clamp_range;
 
-    fn slice(x: &crate::ir::Tensor, starts: &[i64], ends: &[i64], axes: Option<&[i64]>, steps: Option<&[i64]>) -> (Vec<usize>, Vec<f64>) {
+    fn slice(
+        x: &crate::ir::Tensor,
+        starts: &[i64],
+        ends: &[i64],
+        axes: Option<&[i64]>,
+        steps: Option<&[i64]>,
+    ) -> (Vec<usize>, Vec<f64>) {
         let (s, e) = (i64s(starts), i64s(ends));
         let a = axes.map(i64s);
         let st = steps.map(i64s);
@@ -142,7 +145,10 @@ mod tests {
     fn slice_with_steps_negative_steps_and_axes() {
         let x = iota(&[3, 4]);
         assert_eq!(slice(&x, &[0, 1], &[2, 3], None, None), (vec![2, 2], vec![1.0, 2.0, 5.0, 6.0]));
-        assert_eq!(slice(&x, &[-1], &[i64::MIN], Some(&[1]), Some(&[-2])), (vec![3, 2], vec![3.0, 1.0, 7.0, 5.0, 11.0, 9.0]));
+        assert_eq!(
+            slice(&x, &[-1], &[i64::MIN], Some(&[1]), Some(&[-2])),
+            (vec![3, 2], vec![3.0, 1.0, 7.0, 5.0, 11.0, 9.0])
+        );
         assert_eq!(slice(&x, &[1], &[1000], Some(&[-2]), None), (vec![2, 4], (4..12).map(f64::from).collect()));
         assert_eq!(slice(&x, &[5], &[10], Some(&[0]), None).0, vec![0, 4]);
     }

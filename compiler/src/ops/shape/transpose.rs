@@ -145,7 +145,9 @@ mod tests {
         let y = &run("Transpose", 13, &[("perm", ints(&[0, 2, 1, 3]))], &[Some(&x)]).unwrap()[0];
         assert_eq!(y.shape(), &[b, h, s, d]);
         let v = y.to_i64_vec();
-        for (bi, hi, si, di) in (0..b).flat_map(|bi| (0..h).flat_map(move |hi| (0..s).flat_map(move |si| (0..d).map(move |di| (bi, hi, si, di))))) {
+        for (bi, hi, si, di) in (0..b)
+            .flat_map(|bi| (0..h).flat_map(move |hi| (0..s).flat_map(move |si| (0..d).map(move |di| (bi, hi, si, di)))))
+        {
             let got = v[((bi * h + hi) * s + si) * d + di];
             assert_eq!(got, (((bi * s + si) * h + hi) * d + di) as i64);
         }
