@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("error: internal error{at}: {msg} (this is a bug in spartac; please report it)");
     }));
+    spartac_runtime::host_memory::retain_freed_memory();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),

@@ -34,6 +34,9 @@ pub struct RunArgs {
     /// Run this many times and report the median.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
+    /// After the runs, print where the time goes: a table of op types (CPU engine).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 fn parse_backend(s: &str) -> Result<Backend, String> {
@@ -71,6 +74,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if let Some(path) = &args.output {
         write_npz(path, &out.outputs)?;
     }
+    if args.profile {
+        let mut profile = spartac::reference::Profile::default();
+        spartac::reference::execute_profiled(&graph, &inputs, Some(&mut profile))?;
+        print_profile(&profile);
+    }
     let written = match &args.output {
         Some(p) => format!(", {} outputs written to {}", out.outputs.len(), p.display()),
         None => String::new(),
@@ -84,4 +92,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         median.as_secs_f64() * 1e3
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_profile(profile: &spartac::reference::Profile) {
+    let mut rows: Vec<(&String, &(usize, Duration))> = profile.per_op.iter().collect();
+    rows.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
+    let total = profile.total.as_secs_f64().max(1e-12);
+    println!("{:<24} {:>6} {:>11} {:>7}", "op", "nodes", "ms", "share");
+    for (op, (count, time)) in rows {
+        let ms = time.as_secs_f64() * 1e3;
+        println!("{op:<24} {count:>6} {ms:>11.1} {:>6.1}%", 100.0 * time.as_secs_f64() / total);
+    }
+    println!("{:<24} {:>6} {:>11.1}", "total", "", total * 1e3);
 }

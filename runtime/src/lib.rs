@@ -7,6 +7,7 @@
 //! HPEC Sparse DNN Challenge: data formats, generator and its own CPU engine.
 
 pub mod engine;
+pub mod host_memory;
 pub mod hpec;
 pub mod npz;
 

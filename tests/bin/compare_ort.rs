@@ -8,6 +8,7 @@ use spartac_tests::models::compare_with_ort;
 use std::path::PathBuf;
 
 fn main() -> Result<()> {
+    spartac_runtime::host_memory::retain_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 2 {
         bail!("usage: compare_ort MODEL.onnx REF.npz [RUNS]");
