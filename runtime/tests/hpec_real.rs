@@ -6,12 +6,16 @@ use std::path::PathBuf;
 
 use spartac_runtime::hpec::{self, bundled, CacheConfig, CacheStatus, InferOptions, KernelChoice, NetworkSource};
 
-/// `../shared/hpec` beside the repository; the tests fail (never pass silently) without it.
+/// `$SPARTAC_SHARED_DIR/hpec`, else `../shared/hpec` beside the repository; the tests fail
+/// (never pass silently) without it.
 fn shared_hpec_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/hpec");
+    let shared = std::env::var_os("SPARTAC_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
+    let dir = shared.join("hpec");
     assert!(
         dir.join("neuron1024.tar.gz").is_file(),
-        "the real HPEC data is missing: expected {} (shared/hpec beside the repository)",
+        "the real HPEC data is missing: expected {} (shared/hpec beside the repository, or set SPARTAC_SHARED_DIR)",
         dir.display()
     );
     dir
