@@ -49,8 +49,9 @@ pub struct GenerateArgs {
     /// Seed of the random row relabellings.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Also write this many real input images (rescaled from the bundled 32×32 ones for N != 1024)
-    /// and their categories computed by the f64 reference.
+    /// Also write this many real input images (the bundled challenge images for N = 1024, at most
+    /// 1,200; MNIST-derived ones for other N, at most 60,000) and their categories computed by the
+    /// f64 reference.
     #[arg(long)]
     pub images: Option<usize>,
     /// For N = 1024, draw every block from the seed instead of the real network's relabellings.
@@ -60,7 +61,10 @@ pub struct GenerateArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
+    /// The exact fp32 CPU engine.
     Cpu,
+    /// The CUDA engine (not in this build yet: selecting it is an error).
+    Cuda,
     /// The best available backend (the CPU engine for now).
     Auto,
 }
@@ -88,10 +92,12 @@ pub struct RunArgs {
     /// Seed for generated networks.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Image TSV (`image pixel value`, optionally .gz); default: the bundled real images.
+    /// Image TSV (`image pixel value`, optionally .gz); default: the bundled real images (1,200
+    /// challenge images for 1024 neurons, MNIST-derived images for other sizes).
     #[arg(long)]
     pub images: Option<PathBuf>,
-    /// Use only the first COUNT images.
+    /// Use only the first COUNT images (default for bundled images: 1,200; MNIST-derived
+    /// images go up to 60,000).
     #[arg(long)]
     pub image_count: Option<usize>,
     /// Truth: one 1-based image id per line.
@@ -247,6 +253,9 @@ enum Truth {
 }
 
 fn run_network(args: RunArgs) -> anyhow::Result<()> {
+    if args.backend == Backend::Cuda {
+        bail!("the cuda backend is not available in this build yet; use --backend cpu");
+    }
     let cache = match (&args.cache_dir, args.no_cache) {
         (_, true) => CacheConfig::Disabled,
         (Some(dir), false) => CacheConfig::Directory(dir.clone()),
@@ -257,7 +266,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         select_network(&args.network, args.neurons, args.layers, args.seed, &cache)?;
     let mut images = match &args.images {
         Some(path) => hpec::load_images(path, network.neurons)?,
-        None => bundled::images_for_neurons(network.neurons, usize::MAX)?,
+        None => bundled::images_for_neurons(network.neurons, args.image_count.unwrap_or(bundled::DEFAULT_IMAGE_COUNT))?,
     };
     if let Some(count) = args.image_count {
         images = images.first(count);

@@ -184,3 +184,18 @@ fn help_teaches_with_examples() {
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(text.contains("--random") && text.contains("--input-shape") && text.contains("integer ids"), "{text}");
 }
+
+#[test]
+fn hpec_cuda_backend_is_a_one_line_error() {
+    let o = spartac(&["hpec", "run", "--backend", "cuda", "--no-cache"]);
+    let err = expect_error(&o);
+    assert!(err.contains("the cuda backend is not available in this build yet; use --backend cpu"), "{err}");
+}
+
+#[test]
+fn hpec_generated_network_runs_on_mnist_inputs_and_passes() {
+    let o = spartac(&["hpec", "run", "--neurons", "256", "--layers", "12", "--image-count", "60", "--no-cache"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
+    assert!(out.contains("PASS"), "{out}");
+}

@@ -1,6 +1,6 @@
 //! CPU edges/s of the HPEC engine: real 1024×120 (read from ../shared/hpec when present, else
 //! regenerated exactly from the bundled relabellings), generated 1024×480, 1024×1920, 4096×120,
-//! each on the 1,200 real images (rescaled for 4096); plus the load/cache times and the
+//! each on 1,200 real images (the challenge's for 1024, MNIST-derived 64×64 ones for 4096); plus the load/cache times and the
 //! crossover between the two SpMM forms by nonzero-row density. Prints markdown.
 //!
 //! Run: `cargo bench -p spartac-runtime --bench hpec_cpu`

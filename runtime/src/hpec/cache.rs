@@ -127,7 +127,7 @@ pub fn cache_file_path(dir: &Path, source_stem: &str, key: u64) -> PathBuf {
 /// Appends one layer record: `payload length (u64), payload checksum (u64), payload` with
 /// payload `nnz (u64), index width (u32: 2 or 4), value mode (u32: 0 = one value for all,
 /// 1 = one per nonzero), CSR offsets (N+1 × u32), column indices (nnz × u16 or u32), values`.
-/// Only CSR is stored; CSC is rebuilt on load (cheaper than reading it).
+/// Only CSR is stored; CSC is built lazily on first use (see [`LayerMatrix::csc`]).
 fn push_layer(out: &mut Vec<u8>, matrix: &CompressedMatrix) {
     let mut payload = Vec::with_capacity(16 + 4 * (matrix.offsets.len() + 2 * matrix.n_nonzeros()));
     let narrow = matrix.n_inner <= u16::MAX as usize + 1;

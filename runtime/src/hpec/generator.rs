@@ -89,7 +89,7 @@ fn build_layer(neurons: usize, base: usize, place_value: usize, sigma: &[u32]) -
     }
     let values = vec![1.0f32 / 16.0; indices.len()];
     let csc = CompressedMatrix { n_outer: neurons, n_inner: neurons, offsets, indices, values };
-    Ok(LayerMatrix { csr: csc.transposed(), csc })
+    Ok(LayerMatrix::from_csc(csc))
 }
 
 /// Generates a network from a full configuration.
@@ -135,8 +135,8 @@ pub fn recover_relabellings(network: &Network) -> Option<Relabellings> {
         let layer = &network.layers[block * per_block];
         let mut sigma = vec![u32::MAX; network.neurons];
         for base_column in 0..base {
-            let (left, _) = layer.csc.slot(base_column);
-            let (right, _) = layer.csc.slot((base_column + 1) % base);
+            let (left, _) = layer.csc().slot(base_column);
+            let (right, _) = layer.csc().slot((base_column + 1) % base);
             for row in left.iter().filter(|r| right.binary_search(r).is_ok()) {
                 sigma[*row as usize] = ((base_column + 1) % base) as u32;
             }
@@ -168,7 +168,7 @@ mod tests {
         for layer in &network.layers {
             for idx in 0..256 {
                 assert_eq!(layer.csr.slot(idx).0.len(), 32);
-                assert_eq!(layer.csc.slot(idx).0.len(), 32);
+                assert_eq!(layer.csc().slot(idx).0.len(), 32);
             }
         }
         assert_eq!(network.bias, -0.25);

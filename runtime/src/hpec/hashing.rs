@@ -63,14 +63,8 @@ fn permute_matrix(matrix: &CompressedMatrix, permutation: &[u32]) -> CompressedM
 
 /// The network with every neuron relabelled by `permutation`.
 pub fn permute_network(network: &Network, permutation: &[u32]) -> Network {
-    let layers = network
-        .layers
-        .par_iter()
-        .map(|layer| LayerMatrix {
-            csr: permute_matrix(&layer.csr, permutation),
-            csc: permute_matrix(&layer.csc, permutation),
-        })
-        .collect();
+    let layers =
+        network.layers.par_iter().map(|layer| LayerMatrix::from_csr(permute_matrix(&layer.csr, permutation))).collect();
     Network { neurons: network.neurons, bias: network.bias, layers }
 }
 

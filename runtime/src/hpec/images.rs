@@ -48,8 +48,9 @@ impl Images {
     ///
     /// Pixels are read as a `side × side` raster (`side = sqrt(neurons)`); the target raster
     /// has side `floor(sqrt(target_neurons))` and pixel `y * side + x`, so targets that are not
-    /// perfect squares (N = 2^odd) leave their last `N - side²` neurons unused. This is how the
-    /// 1,200 real 32×32 MNIST inputs of the 1024 network become inputs for other sizes.
+    /// perfect squares (N = 2^odd) leave their last `N - side²` neurons unused. Inputs for generated
+    /// networks come from [`super::mnist`] instead (bilinear from the 28×28 digits); this stays
+    /// for rescaling given image files.
     pub fn rescaled(&self, target_neurons: usize) -> HpecResult<Images> {
         let source_side = (self.neurons() as f64).sqrt().round() as usize;
         if source_side * source_side != self.neurons() {

@@ -152,11 +152,12 @@ pub fn step_column_wise_csc(block: &mut ImageBlock, layer: &LayerMatrix, bias: f
     let active = block.active;
     block.alive[..active].iter_mut().for_each(|a| *a = false);
     let mut new_nonzero_rows = Vec::with_capacity(block.nonzero_rows.len().max(16));
+    let csc = layer.csc();
     for column in 0..block.neurons {
         let start = column * lanes;
         let target = &mut block.next[start..start + active];
         target.iter_mut().for_each(|v| *v = 0.0);
-        let (rows, weights) = layer.csc.slot(column);
+        let (rows, weights) = csc.slot(column);
         for (&row, &weight) in rows.iter().zip(weights) {
             let source = &block.current[row as usize * lanes..row as usize * lanes + active];
             for (z, &y) in target.iter_mut().zip(source) {

@@ -2,9 +2,10 @@
 //!
 //! Data flow: layer files (`n{N}-l{k}.tsv` in a directory, a file list or a `.tar.gz`) →
 //! [`load_network`] (streaming, validating readers, through a binary cache) → [`Network`]
-//! (each layer in CSR and CSC); or [`generate`] a structure-equivalent network; image TSVs →
-//! [`Images`]; then [`infer`] (fp32, data parallel over image blocks, dead images dropped,
-//! row-wise CSR or column-wise CSC SpMM chosen per layer) → [`InferResult`] with the
+//! (each layer in CSR, its CSC form built on first use); or [`generate`] a
+//! structure-equivalent network; image TSVs, the bundled challenge images or MNIST-derived
+//! images ([`mnist`]) → [`Images`]; then [`infer`] (fp32, data parallel over image blocks,
+//! dead images dropped, row-wise CSR or column-wise CSC SpMM chosen per layer) → [`InferResult`] with the
 //! categories and edges per second; [`reference_categories`] is the slow f64 cross-check.
 //!
 //! Semantics: `Y_{l+1} = min(32, max(0, Y_l · W_l + bias))`; a category is an image whose
@@ -19,6 +20,7 @@ pub mod hashing;
 pub mod images;
 pub mod kernels;
 pub mod load;
+pub mod mnist;
 pub mod network;
 pub mod onnx_export;
 pub mod reference;

@@ -1,9 +1,13 @@
 //! Compressed sparse matrices (CSR and CSC) of one weight layer.
 //!
-//! A layer is kept in both forms: CSR (`row -> (col, value)`) drives the row-wise left SpMM
-//! that scatters each nonzero activation row, CSC (`col -> (row, value)`) drives the
-//! column-wise right SpMM that gathers one output neuron at a time. Both forms list their
-//! inner indices in ascending order, so both SpMM forms sum every output in the same order.
+//! A layer is kept in CSR (`row -> (col, value)`), which drives the row-wise left SpMM that
+//! scatters each nonzero activation row; its CSC form (`col -> (row, value)`), which drives
+//! the column-wise right SpMM that gathers one output neuron at a time, is built lazily on
+//! first use ([`LayerMatrix::csc`]), so loading a network materialises only CSR. Both forms
+//! list their inner indices in ascending order, so both SpMM forms sum every output in the
+//! same order.
+
+use std::sync::OnceLock;
 
 use super::error::{HpecError, HpecResult};
 
@@ -103,17 +107,40 @@ impl CompressedMatrix {
     }
 }
 
-/// One weight layer W (rows = input neurons, columns = output neurons) in both forms.
-#[derive(Clone, Debug, PartialEq)]
+/// One weight layer W (rows = input neurons, columns = output neurons): CSR always, CSC
+/// built from it on first use (thread-safe; concurrent first callers wait for one build).
+#[derive(Clone, Debug)]
 pub struct LayerMatrix {
     pub csr: CompressedMatrix,
-    pub csc: CompressedMatrix,
+    csc: OnceLock<CompressedMatrix>,
+}
+
+/// Two layers are equal when their CSR forms are (CSC is derived from CSR).
+impl PartialEq for LayerMatrix {
+    fn eq(&self, other: &LayerMatrix) -> bool {
+        self.csr == other.csr
+    }
 }
 
 impl LayerMatrix {
+    /// A layer from its CSR form; CSC is built when first asked for.
     pub fn from_csr(csr: CompressedMatrix) -> LayerMatrix {
-        let csc = csr.transposed();
-        LayerMatrix { csr, csc }
+        LayerMatrix { csr, csc: OnceLock::new() }
+    }
+
+    /// A layer from its CSC form (CSR is built now; CSC is kept).
+    pub fn from_csc(csc: CompressedMatrix) -> LayerMatrix {
+        LayerMatrix { csr: csc.transposed(), csc: OnceLock::from(csc) }
+    }
+
+    /// The CSC form, built from CSR on the first call.
+    pub fn csc(&self) -> &CompressedMatrix {
+        self.csc.get_or_init(|| self.csr.transposed())
+    }
+
+    /// Whether the CSC form has been built.
+    pub fn has_csc(&self) -> bool {
+        self.csc.get().is_some()
     }
 
     pub fn n_nonzeros(&self) -> usize {
@@ -139,5 +166,15 @@ mod tests {
         assert_eq!(csc.values, vec![2.0, 4.0, 1.0, 3.0]);
         assert!(csc.is_well_formed());
         assert_eq!(csc.transposed(), csr);
+    }
+
+    #[test]
+    fn layer_builds_csc_lazily_once() {
+        let csr = CompressedMatrix::from_sorted_triples(2, 2, &[(0, 1, 0.5), (1, 0, 0.25)]).unwrap();
+        let layer = LayerMatrix::from_csr(csr.clone());
+        assert!(!layer.has_csc());
+        assert_eq!(layer.csc(), &csr.transposed());
+        assert!(layer.has_csc());
+        assert_eq!(LayerMatrix::from_csc(csr.transposed()), layer);
     }
 }

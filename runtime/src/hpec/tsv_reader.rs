@@ -209,7 +209,7 @@ mod tests {
         let matrix = layer("1\t2\t6.250000e-02\n3\t2\t0.5\n2\t1\t1\n", 4).unwrap();
         assert_eq!(matrix.n_nonzeros(), 3);
         assert_eq!(matrix.csr.offsets, vec![0, 1, 2, 3, 3]);
-        assert_eq!(matrix.csc.slot(1), (&[0u32, 2][..], &[0.0625f32, 0.5][..]));
+        assert_eq!(matrix.csc().slot(1), (&[0u32, 2][..], &[0.0625f32, 0.5][..]));
     }
 
     #[test]

@@ -40,8 +40,9 @@ fn format_image_value(value: f32) -> String {
 pub fn write_layer_tsv(layer: &LayerMatrix, mut out: impl Write) -> std::io::Result<()> {
     let mut last_bits: Option<u32> = None;
     let mut last_text = String::new();
-    for column in 0..layer.csc.n_outer {
-        let (rows, values) = layer.csc.slot(column);
+    let csc = layer.csc();
+    for column in 0..csc.n_outer {
+        let (rows, values) = csc.slot(column);
         for (&row, &value) in rows.iter().zip(values) {
             if last_bits != Some(value.to_bits()) {
                 last_bits = Some(value.to_bits());
