@@ -11,5 +11,6 @@ pub mod ir;
 pub mod ops;
 pub mod reference;
 pub mod rng;
+pub mod tesa;
 
 pub use error::Error;
