@@ -139,6 +139,24 @@ impl Tesa {
         t
     }
 
+    /// A pure pruning proposal: elements with `mask[i]` pruned, widths left at the
+    /// maximum so that joining it never lowers bits.
+    pub fn from_mask(shape: &[usize], mask: &[bool]) -> Tesa {
+        let mut t = Tesa::dense(shape, 127, Format::Float);
+        assert_eq!(mask.len(), t.numel, "mask length must match the shape");
+        for (i, m) in mask.iter().enumerate() {
+            if *m {
+                t.prune(i);
+            }
+        }
+        t
+    }
+
+    /// One bool per element, true = pruned.
+    pub fn mask(&self) -> Vec<bool> {
+        (0..self.numel).map(|i| self.is_pruned(i)).collect()
+    }
+
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
