@@ -238,4 +238,4 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -9,6 +9,8 @@
 //! The lattice order is "more pruned, fewer bits": [`Tesa::join`] moves towards it and
 //! reports whether anything changed, which is what the propagation worklist needs.
 
+pub mod attrs;
+
 use crate::ir::format_float;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -187,6 +189,14 @@ impl Tesa {
             ElemAttr::PRUNED
         } else {
             self.overrides.get(&i).copied().unwrap_or(self.uniform)
+        }
+    }
+
+    /// Sets the width and format of every unpruned element.
+    pub fn set_uniform(&mut self, attr: ElemAttr) {
+        if !attr.is_pruned() {
+            self.uniform = attr;
+            self.overrides.clear();
         }
     }
 
