@@ -237,5 +237,49 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
     Ok(PropagateReport { stop, visits, elapsed: started.elapsed(), scrambled, unhandled, tensors })
 }
 
+/// Runs the graph on the reference ops with every pruned element forced to zero:
+/// initializers and inputs before the run, each node's outputs right after it runs. The
+/// invariant of the pass: this gives the same outputs as [`crate::reference::execute`].
+pub fn execute_zeroing_pruned(
+    graph: &Graph,
+    inputs: &BTreeMap<String, crate::ir::Tensor>,
+) -> Result<Vec<(String, crate::ir::Tensor)>, Error> {
+    use crate::ir::{Tensor, ValueId};
+    use crate::ops::{registry, NodeCtx};
+    crate::reference::check_inputs(graph, inputs)?;
+    let mask = |id: ValueId, t: Tensor| match &graph.value(id).tesa {
+        Some(tesa) if tesa.n_pruned() > 0 => tesa.apply_to(&t),
+        _ => t,
+    };
+    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values.len()];
+    for (id, init) in &graph.initializers {
+        slots[id.index()] = Some(mask(*id, init.to_dense()));
+    }
+    for &id in &graph.inputs {
+        slots[id.index()] = Some(mask(id, inputs[&graph.value(id).name].clone()));
+    }
+    let last_use = graph.last_uses();
+    for (node_idx, node) in graph.nodes.iter().enumerate() {
+        let def = registry().get(&node.op_type).ok_or_else(|| Error::UnknownOp {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            domain: node.domain.clone(),
+            opset: node.opset,
+        })?;
+        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: node.outputs.len() };
+        let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| slots[i.index()].as_ref())).collect();
+        let outs = (def.eval)(&ctx, &ins).map_err(|e| Error::op(node, e))?;
+        for (t, &o) in outs.into_iter().zip(&node.outputs) {
+            slots[o.index()] = Some(mask(o, t));
+        }
+        for id in node.inputs.iter().flatten() {
+            if last_use[id.index()] == Some(node_idx) && !graph.initializers.contains_key(id) {
+                slots[id.index()] = None;
+            }
+        }
+    }
+    Ok(graph.outputs.iter().map(|o| (graph.value(*o).name.clone(), slots[o.index()].clone().unwrap_or_else(|| Tensor::zeros(graph.fact(*o).dtype, graph.fact(*o).shape.clone())))).collect())
+}
+
 #[cfg(test)]
 pub(crate) mod tests;

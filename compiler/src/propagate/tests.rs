@@ -73,35 +73,11 @@ fn attrs(list: &[(&str, Attr)]) -> Attrs {
     a
 }
 
-/// Runs the graph with every pruned element (weights and each node's outputs) forced to zero.
-pub(crate) fn execute_masked(graph: &Graph, inputs: &std::collections::BTreeMap<String, Tensor>) -> Vec<Tensor> {
-    let mask = |id: ValueId, t: Tensor| match &graph.value(id).tesa {
-        Some(tesa) => tesa.apply_to(&t),
-        None => t,
-    };
-    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values.len()];
-    for (id, init) in &graph.initializers {
-        slots[id.index()] = Some(mask(*id, init.to_dense()));
-    }
-    for &id in &graph.inputs {
-        slots[id.index()] = Some(mask(id, inputs[&graph.value(id).name].clone()));
-    }
-    for node in &graph.nodes {
-        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: node.outputs.len() };
-        let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| slots[i.index()].as_ref())).collect();
-        let outs = (registry().get(&node.op_type).unwrap().eval)(&ctx, &ins).unwrap();
-        for (t, &o) in outs.into_iter().zip(&node.outputs) {
-            slots[o.index()] = Some(mask(o, t));
-        }
-    }
-    graph.outputs.iter().map(|o| slots[o.index()].clone().unwrap()).collect()
-}
-
 pub(crate) fn assert_invariant(graph: &Graph, seed: u64) {
     let inputs = crate::reference::random_inputs(graph, seed);
     let plain = crate::reference::execute(graph, &inputs).unwrap();
-    let masked = execute_masked(graph, &inputs);
-    for ((name, a), b) in plain.iter().zip(&masked) {
+    let masked = super::execute_zeroing_pruned(graph, &inputs).unwrap();
+    for ((name, a), (_, b)) in plain.iter().zip(&masked) {
         let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
         for (x, y) in a.iter().zip(&b) {
             assert!((x - y).abs() <= 1e-6 * (1.0 + x.abs()), "output {name}: {x} vs {y} after zeroing pruned elements");
