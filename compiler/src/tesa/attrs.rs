@@ -9,7 +9,8 @@
 //! ```
 //! Every initializer is pruned where it is zero, listed or not (also when there is no
 //! file). A listed tensor may add block magnitude pruning (L1 norm of each block over
-//! the last two axes, smallest blocks pruned up to `sparsity`), N:M pruning (keep the `n`
+//! the last two axes, smallest blocks pruned up to `sparsity`), output-channel pruning
+//! by L1 norm (`channel_magnitude`), N:M pruning (keep the `n`
 //! largest of every `m` consecutive elements along the last axis), a bit width and a
 //! format. Pruning needs values, so it applies to initializers only. The JSON Schema is
 //! `models/tesa.schema.json`.
@@ -25,6 +26,8 @@ pub enum PruneSpec {
     Zeros,
     BlockMagnitude { block: Vec<usize>, sparsity: f64 },
     NM { n: usize, m: usize },
+    /// Output channels (axis-0 slices) with the smallest L1 norm, up to `sparsity`.
+    ChannelMagnitude { sparsity: f64 },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +72,10 @@ impl TesaAttrs {
                             _ => return Err(bad(format!("{name:?}: block_magnitude expects {{\"block\": [positive ints], \"sparsity\": 0..1}}"))),
                         }
                     }
+                    "channel_magnitude" => match v.get("sparsity").and_then(|s| s.as_f64()) {
+                        Some(s) if (0.0..=1.0).contains(&s) => prune = PruneSpec::ChannelMagnitude { sparsity: s },
+                        _ => return Err(bad(format!("{name:?}: channel_magnitude expects {{\"sparsity\": 0..1}}"))),
+                    },
                     "nm" => match v.as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).collect::<Vec<_>>()) {
                         Some(a) if a.len() == 2 && a[1] > 0 && a[0] <= a[1] => prune = PruneSpec::NM { n: a[0] as usize, m: a[1] as usize },
                         _ => return Err(bad(format!("{name:?}: nm expects [n, m] with n <= m"))),
@@ -82,7 +89,7 @@ impl TesaAttrs {
                             bad(format!("{name:?}: format expects one of float, bfloat, int, uint, fp8e4m3, fp8e5m2"))
                         })?)
                     }
-                    other => return Err(bad(format!("{name:?}: unknown key {other:?} (keys: prune, block_magnitude, nm, bits, format)"))),
+                    other => return Err(bad(format!("{name:?}: unknown key {other:?} (keys: prune, block_magnitude, channel_magnitude, nm, bits, format)"))),
                 }
             }
             out.tensors.push((name.clone(), TensorSpec { prune, bits, format }));
@@ -140,6 +147,11 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
             let mask = match &spec.prune {
                 PruneSpec::BlockMagnitude { block, sparsity } => block_magnitude_mask(&values, &v.fact.shape, block, *sparsity),
                 PruneSpec::NM { n, m } => nm_mask(&values, &v.fact.shape, *n, *m),
+                PruneSpec::ChannelMagnitude { sparsity } => {
+                    let rest: usize = v.fact.shape.iter().skip(1).product();
+                    let flat = [v.fact.shape.first().copied().unwrap_or(1), rest];
+                    block_magnitude_mask(&values, &flat, &[1, rest.max(1)], *sparsity)
+                }
                 PruneSpec::Zeros => unreachable!(),
             };
             tesa.join(&Tesa::from_mask(&v.fact.shape, &mask));
