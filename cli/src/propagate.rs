@@ -73,8 +73,11 @@ pub fn run(args: PropagateArgs) -> Result<ExitCode> {
         }
     }
     if let Some(path) = &args.report {
-        std::fs::write(path, serde_json::to_string_pretty(&to_json(&report))?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        // Written to a temporary name and renamed, so a failure leaves nothing.
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(&to_json(&report))?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
