@@ -17,9 +17,8 @@ fn load(bytes: &[u8]) -> Graph {
 fn random(seed: u64, shape: &[usize], zero_rows: std::ops::Range<usize>, row_len: usize) -> Tensor {
     let mut rng = SplitMix64::new(seed);
     let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| if zero_rows.contains(&(i / row_len)) { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 })
-        .collect();
+    let v: Vec<f32> =
+        (0..n).map(|i| if zero_rows.contains(&(i / row_len)) { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
     Tensor::from_vec(shape.to_vec(), v)
 }
 
@@ -86,7 +85,13 @@ fn conv_net_invariant_with_dead_filters() {
         .node("r1", "Relu", &["h1"], &["a1"], vec![])
         .node("dw", "Conv", &["a1", "wd"], &["h2"], vec![("group", A::I(8)), ("pads", A::Is(vec![1, 1, 1, 1]))])
         .node("bn", "BatchNormalization", &["h2", "scale", "bias", "mean", "var"], &["h3"], vec![])
-        .node("mp", "MaxPool", &["h3"], &["h4"], vec![("kernel_shape", A::Is(vec![2, 2])), ("strides", A::Is(vec![2, 2]))])
+        .node(
+            "mp",
+            "MaxPool",
+            &["h3"],
+            &["h4"],
+            vec![("kernel_shape", A::Is(vec![2, 2])), ("strides", A::Is(vec![2, 2]))],
+        )
         .node("c3", "Conv", &["h4", "w3"], &["h5"], vec![])
         .node("gap", "GlobalAveragePool", &["h5"], &["y"], vec![])
         .output("y", DType::F32, &fixed(&[1, 4, 1, 1]))

@@ -3,9 +3,7 @@
 
 use super::tensor_proto::{sparse_from_proto, tensor_from_proto, DataDir};
 use super::LoadOptions;
-use crate::ir::{
-    verify, Attr, Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueId, ValueKind,
-};
+use crate::ir::{verify, Attr, Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueId, ValueKind};
 use crate::ops::{registry, InferInput, NodeCtx};
 use crate::Error;
 use onnx_protobuf::attribute_proto::AttributeType;

@@ -129,9 +129,7 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
             if let Some(rule) = rule_for(&node.op_type) {
                 let p = rule(&ctx).map_err(|e| Error::op(node, e))?;
                 (p.outputs, p.inputs)
-            } else if never_scramble(&node.op_type)
-                || !ctx.ins.iter().flatten().any(|t| t.n_pruned() > 0)
-            {
+            } else if never_scramble(&node.op_type) || !ctx.ins.iter().flatten().any(|t| t.n_pruned() > 0) {
                 (vec![], vec![])
             } else {
                 let inputs: Vec<Option<ScrambleInput>> = node
@@ -278,7 +276,18 @@ pub fn execute_zeroing_pruned(
             }
         }
     }
-    Ok(graph.outputs.iter().map(|o| (graph.value(*o).name.clone(), slots[o.index()].clone().unwrap_or_else(|| Tensor::zeros(graph.fact(*o).dtype, graph.fact(*o).shape.clone())))).collect())
+    Ok(graph
+        .outputs
+        .iter()
+        .map(|o| {
+            (
+                graph.value(*o).name.clone(),
+                slots[o.index()]
+                    .clone()
+                    .unwrap_or_else(|| Tensor::zeros(graph.fact(*o).dtype, graph.fact(*o).shape.clone())),
+            )
+        })
+        .collect())
 }
 
 #[cfg(test)]

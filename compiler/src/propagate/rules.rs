@@ -313,7 +313,8 @@ fn matmul(ctx: &RuleCtx) -> OpResult<Proposal> {
     let y_batch = crate::ir::broadcast_shapes(&a_shape[..a_shape.len() - 2], &b_shape[..b_shape.len() - 2])
         .ok_or_else(|| OpError::new("MatMul batch dims do not broadcast"))?;
     debug_assert_eq!(y_batch.iter().product::<usize>(), batch_n);
-    let (fwd, ba, bb) = matmul_masks(&mask_of(ctx, 0), &a_shape, &mask_of(ctx, 1), &b_shape, &ctx.outs[0].mask(), &y_batch);
+    let (fwd, ba, bb) =
+        matmul_masks(&mask_of(ctx, 0), &a_shape, &mask_of(ctx, 1), &b_shape, &ctx.outs[0].mask(), &y_batch);
     let mut p = Proposal::new(ctx);
     p.outputs[0] = Some(fwd);
     p.inputs[0] = Some(ba);

@@ -34,14 +34,16 @@ impl G {
         let n = self.g.nodes.len();
         let name = format!("{op}_{n}");
         let ctx = NodeCtx { name: &name, attrs: &attrs, opset: 17, n_outputs: 1 };
-        let consts: Vec<Option<Tensor>> = inputs.iter().map(|i| self.g.initializers.get(i).map(|t| t.to_dense())).collect();
+        let consts: Vec<Option<Tensor>> =
+            inputs.iter().map(|i| self.g.initializers.get(i).map(|t| t.to_dense())).collect();
         let infer_in: Vec<Option<InferInput>> = inputs
             .iter()
             .zip(&consts)
             .map(|(i, c)| Some(InferInput { fact: self.g.fact(*i), value: c.as_ref() }))
             .collect();
         let facts = (registry().get(op).unwrap().infer)(&ctx, &infer_in).unwrap();
-        let out = self.g.add_value(format!("v{n}"), facts[0].clone(), ValueKind::NodeOutput(crate::ir::NodeId(n as u32)));
+        let out =
+            self.g.add_value(format!("v{n}"), facts[0].clone(), ValueKind::NodeOutput(crate::ir::NodeId(n as u32)));
         self.g.nodes.push(Node {
             name,
             op_type: op.into(),
@@ -61,7 +63,8 @@ impl G {
 
 pub(crate) fn random_tensor(rng: &mut SplitMix64, shape: &[usize], zero_p: f64) -> Tensor {
     let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| if rng.next_f64() < zero_p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
+    let v: Vec<f32> =
+        (0..n).map(|_| if rng.next_f64() < zero_p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
     Tensor::from_vec(shape.to_vec(), v)
 }
 
@@ -307,7 +310,21 @@ fn single_op(op: &str, rng: &mut SplitMix64) -> Graph {
 
 #[test]
 fn algebra_and_scrambling_agree_on_random_masks() {
-    let ops = ["Mul", "Add", "Sub", "Relu", "Tanh", "Neg", "Abs", "MatMul", "Gemm", "Transpose", "Concat", "Conv", "GlobalAveragePool"];
+    let ops = [
+        "Mul",
+        "Add",
+        "Sub",
+        "Relu",
+        "Tanh",
+        "Neg",
+        "Abs",
+        "MatMul",
+        "Gemm",
+        "Transpose",
+        "Concat",
+        "Conv",
+        "GlobalAveragePool",
+    ];
     let mut needed_max = 0;
     let mut per_op = vec![];
     for op in ops {

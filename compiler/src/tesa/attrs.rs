@@ -24,10 +24,18 @@ use serde_json::Value as Json;
 #[derive(Clone, Debug, PartialEq)]
 pub enum PruneSpec {
     Zeros,
-    BlockMagnitude { block: Vec<usize>, sparsity: f64 },
-    NM { n: usize, m: usize },
+    BlockMagnitude {
+        block: Vec<usize>,
+        sparsity: f64,
+    },
+    NM {
+        n: usize,
+        m: usize,
+    },
     /// Output channels (axis-0 slices) with the smallest L1 norm, up to `sparsity`.
-    ChannelMagnitude { sparsity: f64 },
+    ChannelMagnitude {
+        sparsity: f64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,7 +58,8 @@ fn bad(msg: impl Into<String>) -> Error {
 impl TesaAttrs {
     pub fn parse(text: &str) -> Result<TesaAttrs, Error> {
         let root: Json = serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
-        let tensors = root.get("tensors").and_then(|t| t.as_object()).ok_or_else(|| bad("expects an object \"tensors\""))?;
+        let tensors =
+            root.get("tensors").and_then(|t| t.as_object()).ok_or_else(|| bad("expects an object \"tensors\""))?;
         let mut out = TesaAttrs::default();
         for (name, spec) in tensors {
             let obj = spec.as_object().ok_or_else(|| bad(format!("{name:?}: expects an object")))?;
@@ -116,7 +125,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 /// Up to three graph value names closest to `name`.
 fn suggestions(graph: &Graph, name: &str) -> Vec<String> {
-    let mut scored: Vec<(usize, &str)> = graph.values.iter().map(|v| (edit_distance(name, &v.name), v.name.as_str())).collect();
+    let mut scored: Vec<(usize, &str)> =
+        graph.values.iter().map(|v| (edit_distance(name, &v.name), v.name.as_str())).collect();
     scored.sort();
     let limit = (name.len() / 2).max(3);
     scored.into_iter().filter(|(d, _)| *d <= limit).take(3).map(|(_, n)| n.to_string()).collect()
@@ -145,7 +155,9 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
             }
             let values = graph.initializers[&id].to_dense().to_f64_vec();
             let mask = match &spec.prune {
-                PruneSpec::BlockMagnitude { block, sparsity } => block_magnitude_mask(&values, &v.fact.shape, block, *sparsity),
+                PruneSpec::BlockMagnitude { block, sparsity } => {
+                    block_magnitude_mask(&values, &v.fact.shape, block, *sparsity)
+                }
                 PruneSpec::NM { n, m } => nm_mask(&values, &v.fact.shape, *n, *m),
                 PruneSpec::ChannelMagnitude { sparsity } => {
                     let rest: usize = v.fact.shape.iter().skip(1).product();
@@ -244,7 +256,10 @@ mod tests {
         let a = TesaAttrs::parse(r#"{"tensors": {"w": {"nm": [2, 4], "bits": 8}, "v": {"prune": "zeros"}}}"#).unwrap();
         assert_eq!(a.tensors.len(), 2);
         assert!(TesaAttrs::parse(r#"{"tensors": {"w": {"nm": [5, 4]}}}"#).is_err());
-        assert!(TesaAttrs::parse(r#"{"tensors": {"w": {"bitz": 8}}}"#).unwrap_err().to_string().contains("unknown key"));
+        assert!(TesaAttrs::parse(r#"{"tensors": {"w": {"bitz": 8}}}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown key"));
         assert!(TesaAttrs::parse(r#"{"tensor": {}}"#).is_err());
     }
 

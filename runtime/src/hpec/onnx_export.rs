@@ -6,8 +6,7 @@
 use super::network::Network;
 use super::sparse::CompressedMatrix;
 use spartac::ir::{
-    verify, Attrs, DType, Data, Graph, Initializer, Node, NodeId, SparseTensor, Tensor, ValueFact, ValueId,
-    ValueKind,
+    verify, Attrs, DType, Data, Graph, Initializer, Node, NodeId, SparseTensor, Tensor, ValueFact, ValueId, ValueKind,
 };
 
 /// Opset of the exported model (Min with broadcasting needs 8+; 17 is widely supported).
