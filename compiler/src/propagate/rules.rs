@@ -101,10 +101,10 @@ pub fn never_scramble(op_type: &str) -> bool {
     )
 }
 
-fn input(ctx: &RuleCtx, i: usize) -> OpResult<&'static [()]> {
-    // Only checks presence; callers index `ctx.ins` directly afterwards.
+/// Checks that input `i` is present; callers index `ctx.ins` directly afterwards.
+fn input(ctx: &RuleCtx, i: usize) -> OpResult<()> {
     match ctx.ins.get(i) {
-        Some(Some(_)) => Ok(&[]),
+        Some(Some(_)) => Ok(()),
         _ => Err(OpError::new(format!("missing input {i}"))),
     }
 }
