@@ -3,6 +3,7 @@
 mod hpec;
 mod inspect;
 mod model_args;
+mod propagate;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,7 @@ struct Cli {
 enum Command {
     Inspect(inspect::InspectArgs),
     Run(run::RunArgs),
+    Propagate(propagate::PropagateArgs),
     /// HPEC Sparse DNN Challenge: run, generate networks.
     Hpec(hpec::HpecArgs),
 }
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Run(args) => run::run(args),
+        Command::Propagate(args) => propagate::run(args),
         Command::Hpec(args) => hpec::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {

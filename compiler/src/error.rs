@@ -21,6 +21,9 @@ pub enum Error {
     Invalid(String),
     #[error("{0}")]
     Unsupported(String),
+    /// A bad TeSA attrs file (`--tesa attrs.json`).
+    #[error("tesa attrs: {0}")]
+    TesaAttrs(String),
 }
 
 impl Error {

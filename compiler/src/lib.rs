@@ -9,7 +9,9 @@ pub mod error;
 pub mod frontend;
 pub mod ir;
 pub mod ops;
+pub mod propagate;
 pub mod reference;
 pub mod rng;
+pub mod tesa;
 
 pub use error::Error;

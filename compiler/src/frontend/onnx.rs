@@ -3,9 +3,7 @@
 
 use super::tensor_proto::{sparse_from_proto, tensor_from_proto, DataDir};
 use super::LoadOptions;
-use crate::ir::{
-    verify, Attr, Attrs, DType, Graph, Initializer, Node, NodeId, Sparsity, Tensor, ValueFact, ValueId, ValueKind,
-};
+use crate::ir::{verify, Attr, Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueId, ValueKind};
 use crate::ops::{registry, InferInput, NodeCtx};
 use crate::Error;
 use onnx_protobuf::attribute_proto::AttributeType;
@@ -93,7 +91,6 @@ pub(super) fn convert(model: &ModelProto, dir: DataDir, opts: &LoadOptions) -> R
     }
     for (name, init) in init_tensors {
         let id = graph.add_value(name.clone(), init.fact(), ValueKind::Initializer);
-        graph.values[id.index()].sparsity = Sparsity::Density(init.density());
         if by_name.insert(name.clone(), id).is_some() {
             return Err(Error::tensor(&name, "is defined twice"));
         }
@@ -404,7 +401,6 @@ fn add_node(
                     ValueFact::of(&t)
                 )));
             }
-            graph.values[id.index()].sparsity = Sparsity::Density(t.density());
             graph.initializers.insert(id, Initializer::Dense(t));
         }
         outputs.push(id);

@@ -1,5 +1,5 @@
 //! The graph IR: values with a static type, nodes in topological order, dense and
-//! sparse initializers, and a slot on every value for its sparsity attribute.
+//! sparse initializers, and a slot on every value for its TeSA (`crate::tesa`).
 
 use super::{Attrs, DType, Data, Tensor};
 use std::collections::BTreeMap;
@@ -60,17 +60,6 @@ impl fmt::Display for ValueFact {
     }
 }
 
-/// Sparsity attribute of a value. The foundation only records what the model itself
-/// states (sparse initializers and measured density); the TeSA pass fills in the rest.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum Sparsity {
-    /// Nothing known: treated as dense.
-    #[default]
-    Unknown,
-    /// Known element density of a constant (nonzeros / elements).
-    Density(f64),
-}
-
 /// Where a value comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueKind {
@@ -85,7 +74,8 @@ pub struct Value {
     pub name: String,
     pub fact: ValueFact,
     pub kind: ValueKind,
-    pub sparsity: Sparsity,
+    /// The value's TeSA (SparTA's sparsity attribute); `None` = dense, not yet annotated.
+    pub tesa: Option<crate::tesa::Tesa>,
 }
 
 /// A tensor stored in COO form: flat row-major positions of the nonzeros and their values.
@@ -208,7 +198,7 @@ impl Graph {
 
     pub fn add_value(&mut self, name: String, fact: ValueFact, kind: ValueKind) -> ValueId {
         let id = ValueId(self.values.len() as u32);
-        self.values.push(Value { name, fact, kind, sparsity: Sparsity::Unknown });
+        self.values.push(Value { name, fact, kind, tesa: None });
         id
     }
 

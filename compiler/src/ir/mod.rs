@@ -7,7 +7,7 @@ mod tensor;
 mod verify;
 
 pub use attrs::{format_float, Attr, Attrs};
-pub use graph::{Graph, Initializer, Node, NodeId, SparseTensor, Sparsity, Value, ValueFact, ValueId, ValueKind};
+pub use graph::{Graph, Initializer, Node, NodeId, SparseTensor, Value, ValueFact, ValueId, ValueKind};
 pub use print::print_graph;
 pub use tensor::{
     broadcast_all, broadcast_index_map, broadcast_shapes, normalize_axis, numel, strides, DType, Data, Element, Tensor,

@@ -3,14 +3,14 @@
 //! ```text
 //! graph "tiny" opsets(ai.onnx=17)
 //!   input  %0 "x" : f32[2,4]
-//!   const  %1 "w" : f32[4,3] dense density=0.5
-//!   %2 "y" = MatMul(%0, %1) : f32[2,3]   # node "mm"
+//!   const  %1 "w" : f32[4,3] #tesa(density 0.5, bits 32) dense density=0.5
+//!   %2 "y" = MatMul(%0, %1) : f32[2,3] #tesa(density 1, bits 32)   # node "mm"
 //!   output %2
 //! ```
 //! Value ids are the graph's stable ids; attributes are sorted by name; floats have a
-//! fixed precision.
+//! fixed precision. A value's TeSA, once annotated, is printed inside its type.
 
-use super::{format_float, Graph, Initializer, Sparsity, ValueKind};
+use super::{format_float, Graph, Initializer, Value, ValueKind};
 use std::fmt::Write as _;
 
 /// Renders the graph in its text form.
@@ -21,7 +21,7 @@ pub fn print_graph(graph: &Graph) -> String {
     let _ = writeln!(out, "graph {:?} opsets({})", graph.name, opsets.join(", "));
     for &id in &graph.inputs {
         let v = graph.value(id);
-        let _ = writeln!(out, "  input  {id} {:?} : {}", v.name, v.fact);
+        let _ = writeln!(out, "  input  {id} {:?} : {}{}", v.name, v.fact, tesa_suffix(v));
     }
     for (id, init) in &graph.initializers {
         let v = graph.value(*id);
@@ -31,9 +31,10 @@ pub fn print_graph(graph: &Graph) -> String {
         };
         let _ = writeln!(
             out,
-            "  const  {id} {:?} : {} {form} density={}",
+            "  const  {id} {:?} : {}{} {form} density={}",
             v.name,
             v.fact,
+            tesa_suffix(v),
             format_float(round6(init.density())),
         );
     }
@@ -52,7 +53,7 @@ pub fn print_graph(graph: &Graph) -> String {
             .iter()
             .map(|o| {
                 let v = graph.value(*o);
-                format!("{}{}", v.fact, sparsity_suffix(&v.sparsity))
+                format!("{}{}", v.fact, tesa_suffix(v))
             })
             .collect();
         let attrs = if node.attrs.is_empty() { String::new() } else { format!(" {{{}}}", node.attrs.to_text()) };
@@ -80,9 +81,10 @@ fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-fn sparsity_suffix(s: &Sparsity) -> String {
-    match s {
-        Sparsity::Unknown => String::new(),
-        Sparsity::Density(d) => format!(" #density({})", format_float(round6(*d))),
+/// The value's TeSA inside its type, e.g. ` #tesa(density 0.25, bits 8)`.
+fn tesa_suffix(v: &Value) -> String {
+    match &v.tesa {
+        None => String::new(),
+        Some(t) => format!(" {t}"),
     }
 }

@@ -6,8 +6,7 @@
 use super::network::Network;
 use super::sparse::CompressedMatrix;
 use spartac::ir::{
-    verify, Attrs, DType, Data, Graph, Initializer, Node, NodeId, SparseTensor, Sparsity, Tensor, ValueFact, ValueId,
-    ValueKind,
+    verify, Attrs, DType, Data, Graph, Initializer, Node, NodeId, SparseTensor, Tensor, ValueFact, ValueId, ValueKind,
 };
 
 /// Opset of the exported model (Min with broadcasting needs 8+; 17 is widely supported).
@@ -28,9 +27,7 @@ fn layer_weight(csr: &CompressedMatrix) -> SparseTensor {
 }
 
 fn add_const(graph: &mut Graph, name: &str, init: Initializer) -> ValueId {
-    let density = init.density();
     let id = graph.add_value(name.to_string(), init.fact(), ValueKind::Initializer);
-    graph.values[id.index()].sparsity = Sparsity::Density(density);
     graph.initializers.insert(id, init);
     id
 }

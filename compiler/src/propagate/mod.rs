@@ -1,0 +1,294 @@
+//! The TeSA propagation pass (SparTA Algorithm 1): a worklist fixpoint over the nodes.
+//!
+//! `PropOneNode` = run the node's algebra rule (`rules.rs`, Table 2) forward and
+//! backward, or tensor scrambling (`scramble.rs`) forward when the op has no rule. New
+//! facts are joined into the values' TeSAs (monotone: only more pruned elements, fewer
+//! bits); any change re-queues the producer and the consumers of the value. A backward
+//! proposal for a value is applied only where every consumer agrees, and never to a
+//! graph output. The loop stops when the worklist is empty or at the visit cap.
+
+pub mod rules;
+pub mod scramble;
+
+use crate::ir::{Graph, ValueKind};
+use crate::tesa::Tesa;
+use crate::Error;
+use rules::{never_scramble, rule_for, RuleCtx};
+use scramble::{scramble_forward, ScrambleInput, ScrambleOptions};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct PropagateOptions {
+    /// Node visits allowed, as a multiple of the node count.
+    pub max_visits_per_node: usize,
+    pub scramble: ScrambleOptions,
+}
+
+impl Default for PropagateOptions {
+    fn default() -> PropagateOptions {
+        PropagateOptions { max_visits_per_node: 50, scramble: ScrambleOptions::default() }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    Converged,
+    IterationCap,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorReport {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub is_weight: bool,
+    pub density_before: f64,
+    pub density_after: f64,
+    pub bits: u8,
+}
+
+#[derive(Clone, Debug)]
+pub struct PropagateReport {
+    pub stop: StopReason,
+    pub visits: usize,
+    pub elapsed: Duration,
+    /// Nodes whose output facts came from scrambling, and nodes scrambling skipped.
+    pub scrambled: usize,
+    pub unhandled: BTreeMap<String, usize>,
+    pub tensors: Vec<TensorReport>,
+}
+
+impl PropagateReport {
+    /// (before, after) density over all weight elements.
+    pub fn weight_density(&self) -> (f64, f64) {
+        let (mut n, mut b, mut a) = (0.0, 0.0, 0.0);
+        for t in self.tensors.iter().filter(|t| t.is_weight) {
+            let k = t.shape.iter().product::<usize>() as f64;
+            n += k;
+            b += k * t.density_before;
+            a += k * t.density_after;
+        }
+        if n == 0.0 {
+            (1.0, 1.0)
+        } else {
+            (b / n, a / n)
+        }
+    }
+}
+
+/// Runs the pass; every value ends with `tesa: Some(..)`. Values without a TeSA start
+/// dense at their dtype's natural width.
+pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<PropagateReport, Error> {
+    let started = Instant::now();
+    let mut tesa: Vec<Tesa> = graph
+        .values
+        .iter()
+        .map(|v| v.tesa.clone().unwrap_or_else(|| Tesa::for_dtype(&v.fact.shape, v.fact.dtype)))
+        .collect();
+    let before: Vec<f64> = tesa.iter().map(|t| t.density()).collect();
+    let consts: BTreeMap<usize, crate::ir::Tensor> =
+        graph.initializers.iter().map(|(id, init)| (id.index(), init.to_dense())).collect();
+    // Uses of every value: (node, input slot).
+    let mut uses: Vec<Vec<(usize, usize)>> = vec![vec![]; graph.values.len()];
+    for (n, node) in graph.nodes.iter().enumerate() {
+        for (s, i) in node.inputs.iter().enumerate() {
+            if let Some(i) = i {
+                uses[i.index()].push((n, s));
+            }
+        }
+    }
+    let mut is_output = vec![false; graph.values.len()];
+    for o in &graph.outputs {
+        is_output[o.index()] = true;
+    }
+    let mut back: BTreeMap<(usize, usize), Vec<bool>> = BTreeMap::new();
+    let mut queue: VecDeque<usize> = (0..graph.nodes.len()).collect();
+    let mut queued = vec![true; graph.nodes.len()];
+    let cap = opts.max_visits_per_node.max(1) * graph.nodes.len().max(1);
+    let (mut visits, mut scrambled) = (0, 0);
+    let mut unhandled: BTreeMap<String, usize> = BTreeMap::new();
+    let mut stop = StopReason::Converged;
+    let mut first_visit = vec![true; graph.nodes.len()];
+    while let Some(n) = queue.pop_front() {
+        queued[n] = false;
+        if visits >= cap {
+            stop = StopReason::IterationCap;
+            break;
+        }
+        visits += 1;
+        let node = &graph.nodes[n];
+        let (out_props, in_props) = {
+            let ctx = RuleCtx {
+                node,
+                in_facts: node.inputs.iter().map(|i| i.map(|i| graph.fact(i))).collect(),
+                ins: node.inputs.iter().map(|i| i.map(|i| &tesa[i.index()])).collect(),
+                consts: node.inputs.iter().map(|i| i.and_then(|i| consts.get(&i.index()))).collect(),
+                out_facts: node.outputs.iter().map(|o| graph.fact(*o)).collect(),
+                outs: node.outputs.iter().map(|o| &tesa[o.index()]).collect(),
+            };
+            if let Some(rule) = rule_for(&node.op_type) {
+                let p = rule(&ctx).map_err(|e| Error::op(node, e))?;
+                (p.outputs, p.inputs)
+            } else if never_scramble(&node.op_type) || !ctx.ins.iter().flatten().any(|t| t.n_pruned() > 0) {
+                (vec![], vec![])
+            } else {
+                let inputs: Vec<Option<ScrambleInput>> = node
+                    .inputs
+                    .iter()
+                    .map(|i| {
+                        i.map(|i| ScrambleInput {
+                            fact: graph.fact(i),
+                            tesa: &tesa[i.index()],
+                            value: consts.get(&i.index()),
+                        })
+                    })
+                    .collect();
+                match scramble_forward(node, &inputs, &opts.scramble) {
+                    Some(masks) => {
+                        scrambled += 1;
+                        (masks.into_iter().map(Some).collect(), vec![])
+                    }
+                    None => {
+                        if first_visit[n] {
+                            *unhandled.entry(node.op_type.clone()).or_insert(0) += 1;
+                        }
+                        (vec![], vec![])
+                    }
+                }
+            }
+        };
+        first_visit[n] = false;
+        let mut changed_values = vec![];
+        for (j, prop) in out_props.into_iter().enumerate() {
+            let (Some(mask), Some(&o)) = (prop, node.outputs.get(j)) else { continue };
+            if mask.len() != tesa[o.index()].numel() {
+                continue;
+            }
+            if tesa[o.index()].join(&Tesa::from_mask(&graph.fact(o).shape, &mask)) {
+                changed_values.push(o.index());
+            }
+        }
+        let inputs = node.inputs.clone();
+        for (s, prop) in in_props.into_iter().enumerate() {
+            match prop {
+                Some(mask) => back.insert((n, s), mask),
+                None => back.remove(&(n, s)),
+            };
+            let Some(Some(v)) = inputs.get(s) else { continue };
+            let v = v.index();
+            if is_output[v] {
+                continue;
+            }
+            // Prune where every consumer agrees.
+            let mut agreed: Option<Vec<bool>> = None;
+            for u in &uses[v] {
+                match back.get(u) {
+                    None => {
+                        agreed = None;
+                        break;
+                    }
+                    Some(m) => {
+                        agreed = Some(match agreed {
+                            None => m.clone(),
+                            Some(a) => a.iter().zip(m).map(|(x, y)| *x && *y).collect(),
+                        })
+                    }
+                }
+            }
+            if let Some(mask) = agreed {
+                if mask.len() == tesa[v].numel() && tesa[v].join(&Tesa::from_mask(&graph.values[v].fact.shape, &mask)) {
+                    changed_values.push(v);
+                }
+            }
+        }
+        for v in changed_values {
+            if let ValueKind::NodeOutput(p) = graph.values[v].kind {
+                if !queued[p.index()] {
+                    queued[p.index()] = true;
+                    queue.push_back(p.index());
+                }
+            }
+            for &(u, _) in &uses[v] {
+                if !queued[u] {
+                    queued[u] = true;
+                    queue.push_back(u);
+                }
+            }
+        }
+    }
+    let tensors = graph
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| TensorReport {
+            name: v.name.clone(),
+            shape: v.fact.shape.clone(),
+            is_weight: v.kind == ValueKind::Initializer && v.fact.dtype.is_float(),
+            density_before: before[i],
+            density_after: tesa[i].density(),
+            bits: tesa[i].max_bits(),
+        })
+        .collect();
+    for (v, t) in graph.values.iter_mut().zip(tesa) {
+        v.tesa = Some(t);
+    }
+    Ok(PropagateReport { stop, visits, elapsed: started.elapsed(), scrambled, unhandled, tensors })
+}
+
+/// Runs the graph on the reference ops with every pruned element forced to zero:
+/// initializers and inputs before the run, each node's outputs right after it runs. The
+/// invariant of the pass: this gives the same outputs as [`crate::reference::execute`].
+pub fn execute_zeroing_pruned(
+    graph: &Graph,
+    inputs: &BTreeMap<String, crate::ir::Tensor>,
+) -> Result<Vec<(String, crate::ir::Tensor)>, Error> {
+    use crate::ir::{Tensor, ValueId};
+    use crate::ops::{registry, NodeCtx};
+    crate::reference::check_inputs(graph, inputs)?;
+    let mask = |id: ValueId, t: Tensor| match &graph.value(id).tesa {
+        Some(tesa) if tesa.n_pruned() > 0 => tesa.apply_to(&t),
+        _ => t,
+    };
+    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values.len()];
+    for (id, init) in &graph.initializers {
+        slots[id.index()] = Some(mask(*id, init.to_dense()));
+    }
+    for &id in &graph.inputs {
+        slots[id.index()] = Some(mask(id, inputs[&graph.value(id).name].clone()));
+    }
+    let last_use = graph.last_uses();
+    for (node_idx, node) in graph.nodes.iter().enumerate() {
+        let def = registry().get(&node.op_type).ok_or_else(|| Error::UnknownOp {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            domain: node.domain.clone(),
+            opset: node.opset,
+        })?;
+        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: node.outputs.len() };
+        let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| slots[i.index()].as_ref())).collect();
+        let outs = (def.eval)(&ctx, &ins).map_err(|e| Error::op(node, e))?;
+        for (t, &o) in outs.into_iter().zip(&node.outputs) {
+            slots[o.index()] = Some(mask(o, t));
+        }
+        for id in node.inputs.iter().flatten() {
+            if last_use[id.index()] == Some(node_idx) && !graph.initializers.contains_key(id) {
+                slots[id.index()] = None;
+            }
+        }
+    }
+    Ok(graph
+        .outputs
+        .iter()
+        .map(|o| {
+            (
+                graph.value(*o).name.clone(),
+                slots[o.index()]
+                    .clone()
+                    .unwrap_or_else(|| Tensor::zeros(graph.fact(*o).dtype, graph.fact(*o).shape.clone())),
+            )
+        })
+        .collect())
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

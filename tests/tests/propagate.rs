@@ -1,0 +1,124 @@
+//! TeSA propagation on hand-built ONNX models: the IR text form after the pass
+//! (snapshot), the invariant (zeroing every pruned element keeps the outputs) on an MLP
+//! and a small conv net, and attrs-file pruning.
+
+use spartac::frontend::{load_model_bytes, LoadOptions};
+use spartac::ir::{print_graph, DType, Graph, Tensor};
+use spartac::propagate::{execute_zeroing_pruned, propagate, PropagateOptions, StopReason};
+use spartac::reference::{execute, random_inputs};
+use spartac::rng::SplitMix64;
+use spartac::tesa::attrs::{apply_attrs, zero_pruned_initializers, TesaAttrs};
+use spartac_tests::builder::{fixed, ModelBuilder, A};
+
+fn load(bytes: &[u8]) -> Graph {
+    load_model_bytes(bytes, "test.onnx", &LoadOptions::default()).unwrap()
+}
+
+fn random(seed: u64, shape: &[usize], zero_rows: std::ops::Range<usize>, row_len: usize) -> Tensor {
+    let mut rng = SplitMix64::new(seed);
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> =
+        (0..n).map(|i| if zero_rows.contains(&(i / row_len)) { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
+    Tensor::from_vec(shape.to_vec(), v)
+}
+
+fn assert_invariant(graph: &Graph) {
+    for seed in 0..3 {
+        let inputs = random_inputs(graph, seed);
+        let plain = execute(graph, &inputs).unwrap();
+        let masked = execute_zeroing_pruned(graph, &inputs).unwrap();
+        for ((name, a), (_, b)) in plain.iter().zip(&masked) {
+            for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+                assert!((x - y).abs() <= 1e-6 * (1.0 + x.abs()), "{name}: {x} vs {y}");
+            }
+        }
+    }
+}
+
+/// x[2,4] -> Gemm(w1ᵀ: 6 hidden, units 0..3 dead) -> Relu -> MatMul w2[6,3] -> Softmax.
+fn mlp() -> Vec<u8> {
+    ModelBuilder::new("mlp", 17)
+        .input("x", DType::F32, &fixed(&[2, 4]))
+        .init("w1", &random(1, &[6, 4], 0..3, 4))
+        .init("b1", &Tensor::from_vec(vec![6], vec![0.0f32, 0.0, 0.0, 0.5, -0.5, 0.25]))
+        .init("w2", &random(2, &[6, 3], 6..6, 3))
+        .node("fc1", "Gemm", &["x", "w1", "b1"], &["h"], vec![("transB", A::I(1))])
+        .node("act", "Relu", &["h"], &["a"], vec![])
+        .node("fc2", "MatMul", &["a", "w2"], &["z"], vec![])
+        .node("sm", "Softmax", &["z"], &["p"], vec![("axis", A::I(-1))])
+        .output("p", DType::F32, &fixed(&[2, 3]))
+        .bytes()
+}
+
+#[test]
+fn mlp_after_propagation_snapshot_and_invariant() {
+    let mut graph = load(&mlp());
+    apply_attrs(&mut graph, None).unwrap();
+    let report = propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    assert_eq!(report.stop, StopReason::Converged);
+    let (before, after) = report.weight_density();
+    assert!(after < before, "{before} -> {after}");
+    insta::assert_snapshot!(print_graph(&graph));
+    assert_invariant(&graph);
+}
+
+#[test]
+fn conv_net_invariant_with_dead_filters() {
+    // 8 filters, 0..4 all zero; depthwise conv; BN with zero-preserving channels; pool.
+    let w1 = random(3, &[8, 3, 3, 3], 0..4, 27);
+    let wd = random(4, &[8, 1, 3, 3], 8..8, 9);
+    let scale = Tensor::from_vec(vec![8], vec![1.0f32; 8]);
+    let bias = Tensor::from_vec(vec![8], vec![0.0f32, 0.0, 0.0, 0.0, 0.1, 0.2, 0.3, 0.4]);
+    let mean = Tensor::from_vec(vec![8], vec![0.0f32; 8]);
+    let var = Tensor::from_vec(vec![8], vec![1.0f32; 8]);
+    let w3 = random(5, &[4, 8, 1, 1], 0..0, 8);
+    let model = ModelBuilder::new("convnet", 17)
+        .input("x", DType::F32, &fixed(&[1, 3, 8, 8]))
+        .init("w1", &w1)
+        .init("wd", &wd)
+        .init("scale", &scale)
+        .init("bias", &bias)
+        .init("mean", &mean)
+        .init("var", &var)
+        .init("w3", &w3)
+        .node("c1", "Conv", &["x", "w1"], &["h1"], vec![("pads", A::Is(vec![1, 1, 1, 1]))])
+        .node("r1", "Relu", &["h1"], &["a1"], vec![])
+        .node("dw", "Conv", &["a1", "wd"], &["h2"], vec![("group", A::I(8)), ("pads", A::Is(vec![1, 1, 1, 1]))])
+        .node("bn", "BatchNormalization", &["h2", "scale", "bias", "mean", "var"], &["h3"], vec![])
+        .node(
+            "mp",
+            "MaxPool",
+            &["h3"],
+            &["h4"],
+            vec![("kernel_shape", A::Is(vec![2, 2])), ("strides", A::Is(vec![2, 2]))],
+        )
+        .node("c3", "Conv", &["h4", "w3"], &["h5"], vec![])
+        .node("gap", "GlobalAveragePool", &["h5"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[1, 4, 1, 1]))
+        .bytes();
+    let mut graph = load(&model);
+    apply_attrs(&mut graph, None).unwrap();
+    let report = propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    let density = |name: &str| report.tensors.iter().find(|t| t.name == name).unwrap().density_after;
+    assert_eq!(density("h2"), 0.5, "depthwise filters of dead channels are pruned too");
+    assert_eq!(density("wd"), 0.5);
+    assert_eq!(density("h4"), 0.5, "MaxPool windows (scrambled) of dead channels");
+    assert_eq!(density("w3"), 0.5, "the 1x1 conv's input channels 0..4 are unused");
+    assert_invariant(&graph);
+}
+
+#[test]
+fn attrs_block_pruning_then_invariant() {
+    let mut graph = load(&mlp());
+    let attrs = TesaAttrs::parse(r#"{"tensors": {"w2": {"nm": [1, 3]}, "w1": {"block_magnitude": {"block": [2, 2], "sparsity": 0.5}, "bits": 8}}}"#)
+        .unwrap();
+    apply_attrs(&mut graph, Some(&attrs)).unwrap();
+    zero_pruned_initializers(&mut graph);
+    let report = propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    let w1 = report.tensors.iter().find(|t| t.name == "w1").unwrap();
+    assert_eq!(w1.bits, 8);
+    assert!(w1.density_after <= 0.5);
+    assert_invariant(&graph);
+    let err = apply_attrs(&mut graph, Some(&TesaAttrs::parse(r#"{"tensors": {"w3": {}}}"#).unwrap())).unwrap_err();
+    assert!(err.to_string().contains("did you mean"), "{err}");
+}
