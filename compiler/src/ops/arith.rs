@@ -199,63 +199,12 @@ fn eval_erf(_ctx: &NodeCtx, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>>
     Ok(vec![map_float!(required(inputs, 0)?, |x: F| erf(x as f64) as F)?])
 }
 
-/// Taylor coefficients of `erf(x) / x` in `x^2`: `2/sqrt(pi) (-1)^n / (n! (2n + 1))`.
-const ERF_TAYLOR: [f64; 34] = {
-    let mut c = [0.0; 34];
-    let (mut n, mut factorial) = (0, 1.0);
-    while n < c.len() {
-        if n > 0 {
-            factorial *= n as f64;
-        }
-        let sign = if n % 2 == 0 { 1.0 } else { -1.0 };
-        c[n] = std::f64::consts::FRAC_2_SQRT_PI * sign / (factorial * (2 * n + 1) as f64);
-        n += 1;
-    }
-    c
-};
-
-/// The error function (std has it only unstably), to about 1e-15 relative.
-/// - |x| <= 2: its Taylor series in `x^2` (19 terms up to 1, 34 up to 2).
-/// - 2 < |x| < 6: one minus erfc by its continued fraction
-///   `exp(-x^2) / sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...))))`, cut at the
-///   depth where the result stops changing in f64 (41 levels at 2, 2 at 5) and
-///   evaluated forward (numerator and denominator recurrences: no division per level).
-/// - |x| >= 6: +-1 (erfc(6) < 2.2e-17).
+/// The error function (std has it only unstably): the `libm` port of FreeBSD's s_erf.c,
+/// rational approximations on four intervals, under one ulp. It replaced a Taylor series
+/// plus continued fraction that was as accurate but 2-3x slower: MiniLM's six Gelu-by-Erf
+/// nodes (37.7M elements at batch 32) took 296 ms of a 1.27 s run.
 pub(super) fn erf(x: f64) -> f64 {
-    let a = x.abs();
-    if a <= 2.0 {
-        let terms = if a <= 1.0 { &ERF_TAYLOR[..19] } else { &ERF_TAYLOR[..] };
-        let u = x * x;
-        return x * terms.iter().rev().fold(0.0f64, |acc, &c| acc * u + c);
-    }
-    if a.is_nan() {
-        return x;
-    }
-    let r = if a < 6.0 {
-        let depth = match a {
-            a if a < 2.25 => 41,
-            a if a < 2.5 => 32,
-            a if a < 2.75 => 26,
-            a if a < 3.0 => 21,
-            a if a < 3.5 => 17,
-            a if a < 4.0 => 11,
-            a if a < 4.5 => 7,
-            a if a < 5.0 => 4,
-            _ => 2,
-        };
-        // Convergents p/q of a + (1/2)/(a + (2/2)/(a + ...)).
-        let (mut p_prev, mut p) = (1.0, a);
-        let (mut q_prev, mut q) = (0.0, 1.0);
-        for k in 1..=depth {
-            let c = k as f64 * 0.5;
-            (p_prev, p) = (p, a * p + c * p_prev);
-            (q_prev, q) = (q, a * q + c * q_prev);
-        }
-        1.0 - (-a * a).exp() * q / (std::f64::consts::PI.sqrt() * p)
-    } else {
-        1.0
-    };
-    r.copysign(x)
+    libm::erf(x)
 }
 
 fn infer_neg(_ctx: &NodeCtx, inputs: &[Option<InferInput>]) -> OpResult<Vec<ValueFact>> {
