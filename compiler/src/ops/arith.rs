@@ -305,20 +305,8 @@ fn eval_mean(_ctx: &NodeCtx, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>
 mod tests {
     use super::*;
     use crate::ir::{Attr, Attrs};
-    use crate::ops::registry;
 
-    fn run(op: &str, opset: i64, attrs: &Attrs, inputs: &[&Tensor]) -> OpResult<Tensor> {
-        let ctx = NodeCtx { name: "n", attrs, opset, n_outputs: 1 };
-        let def = registry().get(op).unwrap();
-        let facts: Vec<ValueFact> = inputs.iter().map(|t| ValueFact::of(t)).collect();
-        let infer_in: Vec<Option<InferInput>> =
-            facts.iter().map(|f| Some(InferInput { fact: f, value: None })).collect();
-        let want = (def.infer)(&ctx, &infer_in)?;
-        let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
-        let out = (def.eval)(&ctx, &ins)?.remove(0);
-        assert_eq!(ValueFact::of(&out), want[0], "{op}: eval disagrees with infer");
-        Ok(out)
-    }
+    use crate::ops::test_support::run_op as run;
 
     #[test]
     fn add_broadcasts_a_bias_row() {

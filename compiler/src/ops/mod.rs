@@ -176,6 +176,27 @@ pub fn expect_float(t: &ValueFact, what: &str) -> OpResult<()> {
     Ok(())
 }
 
+/// Shared by the families' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{registry, InferInput, NodeCtx, OpResult};
+    use crate::ir::{Attrs, Tensor, ValueFact};
+
+    /// Runs one op through `infer` and `eval` and checks that they agree.
+    pub(crate) fn run_op(op: &str, opset: i64, attrs: &Attrs, inputs: &[&Tensor]) -> OpResult<Tensor> {
+        let ctx = NodeCtx { name: "n", attrs, opset, n_outputs: 1 };
+        let def = registry().get(op).unwrap();
+        let facts: Vec<ValueFact> = inputs.iter().map(|t| ValueFact::of(t)).collect();
+        let infer_in: Vec<Option<InferInput>> =
+            facts.iter().map(|f| Some(InferInput { fact: f, value: None })).collect();
+        let want = (def.infer)(&ctx, &infer_in)?;
+        let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+        let out = (def.eval)(&ctx, &ins)?.remove(0);
+        assert_eq!(ValueFact::of(&out), want[0], "{op}: eval disagrees with infer");
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
