@@ -78,12 +78,13 @@ pub enum KernelArg {
     Column,
 }
 
+/// Which network a command works on.
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub struct NetworkArgs {
     /// A directory of n{N}-l{k}.tsv files, a .tar.gz holding them, or one layer file.
     #[arg(long, conflicts_with = "neurons")]
     pub network: Option<PathBuf>,
-    /// Generate an N-neuron network in memory (needs --layers).
+    /// Generate an N-neuron network in memory (needs --layers); default: the real 1024x120.
     #[arg(long, requires = "layers")]
     pub neurons: Option<usize>,
     /// Layer count (with --network: use the first L layers).
@@ -92,6 +93,12 @@ pub struct RunArgs {
     /// Seed for generated networks.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub net: NetworkArgs,
     /// Image TSV (`image pixel value`, optionally .gz); default: the bundled real images (1,200
     /// challenge images for 1024 neurons, MNIST-derived images for other sizes).
     #[arg(long)]
@@ -174,13 +181,8 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
 /// The network a command names: loaded from `--network`, or generated from
 /// `--neurons/--layers` (default: the real 1024x120 network from the bundled relabellings).
 /// Returns the network, a description, and whether it is the real 1024x120 network.
-fn select_network(
-    path: &Option<PathBuf>,
-    neurons: Option<usize>,
-    layers: Option<usize>,
-    seed: u64,
-    cache: &CacheConfig,
-) -> anyhow::Result<(hpec::Network, String, bool)> {
+fn select_network(net: &NetworkArgs, cache: &CacheConfig) -> anyhow::Result<(hpec::Network, String, bool)> {
+    let (path, neurons, layers, seed) = (&net.network, net.neurons, net.layers, net.seed);
     if let Some(path) = path {
         let source = NetworkSource::from_path(path);
         let (network, status) = hpec::load_network_with_status(&source, layers, cache)
@@ -207,18 +209,8 @@ fn select_network(
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
-    /// A directory of n{N}-l{k}.tsv files, a .tar.gz holding them, or one layer file.
-    #[arg(long, conflicts_with = "neurons")]
-    pub network: Option<PathBuf>,
-    /// Generate an N-neuron network (needs --layers); default: the real 1024x120 network.
-    #[arg(long, requires = "layers")]
-    pub neurons: Option<usize>,
-    /// Layer count (with --network: use the first L layers).
-    #[arg(long)]
-    pub layers: Option<usize>,
-    /// Seed for generated networks.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub net: NetworkArgs,
     /// Batch size (images) of the model's input `images: f32[BATCH, N]`.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
@@ -231,8 +223,7 @@ fn export(args: ExportArgs) -> anyhow::Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let (network, name, _) =
-        select_network(&args.network, args.neurons, args.layers, args.seed, &CacheConfig::Default)?;
+    let (network, name, _) = select_network(&args.net, &CacheConfig::Default)?;
     let graph = hpec::network_to_graph(&network, args.batch);
     spartac::frontend::save_model(&graph, &args.out)?;
     println!(
@@ -262,8 +253,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         (None, false) => CacheConfig::Default,
     };
     let load_start = Instant::now();
-    let (network, network_name, real_network) =
-        select_network(&args.network, args.neurons, args.layers, args.seed, &cache)?;
+    let (network, network_name, real_network) = select_network(&args.net, &cache)?;
     let mut images = match &args.images {
         Some(path) => hpec::load_images(path, network.neurons)?,
         None => bundled::images_for_neurons(network.neurons, args.image_count.unwrap_or(bundled::DEFAULT_IMAGE_COUNT))?,
