@@ -80,12 +80,13 @@ pub fn to_text(graph: &Graph) -> String {
         let _ = writeln!(s, "  {op:<24} {n:>5}");
     }
     let _ = writeln!(s, "\ninitializers:");
-    let _ = writeln!(s, "  {:<44} {:<18} {:>9} {:>8}  storage", "name", "type", "elements", "density");
+    let w = graph.initializers.keys().map(|id| graph.value(*id).name.len()).max().unwrap_or(4).max(4);
+    let _ = writeln!(s, "  {:<w$} {:<18} {:>9} {:>8}  storage", "name", "type", "elements", "density");
     for (id, init) in &graph.initializers {
         let v = graph.value(*id);
         let _ = writeln!(
             s,
-            "  {:<44} {:<18} {:>9} {:>8.4}  {}",
+            "  {:<w$} {:<18} {:>9} {:>8.4}  {}",
             v.name,
             v.fact.to_string(),
             human(v.fact.numel()),
