@@ -242,52 +242,11 @@ pub fn execute_zeroing_pruned(
     graph: &Graph,
     inputs: &BTreeMap<String, crate::ir::Tensor>,
 ) -> Result<Vec<(String, crate::ir::Tensor)>, Error> {
-    use crate::ir::{Tensor, ValueId};
-    use crate::ops::{registry, NodeCtx};
-    crate::reference::check_inputs(graph, inputs)?;
-    let mask = |id: ValueId, t: Tensor| match &graph.value(id).tesa {
+    let mask = |id: crate::ir::ValueId, t: crate::ir::Tensor| match &graph.value(id).tesa {
         Some(tesa) if tesa.n_pruned() > 0 => tesa.apply_to(&t),
         _ => t,
     };
-    let mut slots: Vec<Option<Tensor>> = vec![None; graph.values.len()];
-    for (id, init) in &graph.initializers {
-        slots[id.index()] = Some(mask(*id, init.to_dense()));
-    }
-    for &id in &graph.inputs {
-        slots[id.index()] = Some(mask(id, inputs[&graph.value(id).name].clone()));
-    }
-    let last_use = graph.last_uses();
-    for (node_idx, node) in graph.nodes.iter().enumerate() {
-        let def = registry().get(&node.op_type).ok_or_else(|| Error::UnknownOp {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            domain: node.domain.clone(),
-            opset: node.opset,
-        })?;
-        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: node.outputs.len() };
-        let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| slots[i.index()].as_ref())).collect();
-        let outs = (def.eval)(&ctx, &ins).map_err(|e| Error::op(node, e))?;
-        for (t, &o) in outs.into_iter().zip(&node.outputs) {
-            slots[o.index()] = Some(mask(o, t));
-        }
-        for id in node.inputs.iter().flatten() {
-            if last_use[id.index()] == Some(node_idx) && !graph.initializers.contains_key(id) {
-                slots[id.index()] = None;
-            }
-        }
-    }
-    Ok(graph
-        .outputs
-        .iter()
-        .map(|o| {
-            (
-                graph.value(*o).name.clone(),
-                slots[o.index()]
-                    .clone()
-                    .unwrap_or_else(|| Tensor::zeros(graph.fact(*o).dtype, graph.fact(*o).shape.clone())),
-            )
-        })
-        .collect())
+    crate::reference::execute_transformed(graph, inputs, &mask)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ mod inputs;
 
 pub use inputs::random_inputs;
 
-use crate::ir::{Graph, Initializer, Tensor, ValueFact};
+use crate::ir::{Graph, Initializer, Tensor, ValueFact, ValueId};
 use crate::ops::{registry, NodeCtx};
 use crate::Error;
 use std::collections::BTreeMap;
@@ -65,7 +65,30 @@ pub fn execute(graph: &Graph, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<(
 pub fn execute_profiled(
     graph: &Graph,
     inputs: &BTreeMap<String, Tensor>,
+    profile: Option<&mut Profile>,
+) -> Result<Vec<(String, Tensor)>, Error> {
+    run(graph, inputs, profile, None)
+}
+
+/// A rewrite applied to every value as it comes into existence (constants and inputs
+/// before the run, each node's outputs right after the node runs).
+pub type ValueTransform<'a> = &'a dyn Fn(ValueId, Tensor) -> Tensor;
+
+/// Like [`execute`], with `transform` applied to every value (e.g. forcing the elements
+/// a pass proved pruned to zero).
+pub fn execute_transformed(
+    graph: &Graph,
+    inputs: &BTreeMap<String, Tensor>,
+    transform: ValueTransform,
+) -> Result<Vec<(String, Tensor)>, Error> {
+    run(graph, inputs, None, Some(transform))
+}
+
+fn run(
+    graph: &Graph,
+    inputs: &BTreeMap<String, Tensor>,
     mut profile: Option<&mut Profile>,
+    transform: Option<ValueTransform>,
 ) -> Result<Vec<(String, Tensor)>, Error> {
     check_inputs(graph, inputs)?;
     let started = Instant::now();
@@ -84,6 +107,12 @@ pub fn execute_profiled(
     }
     for &id in &graph.inputs {
         slots[id.index()] = Slot::Borrowed(&inputs[&graph.value(id).name]);
+    }
+    if let Some(f) = transform {
+        for id in graph.initializers.keys().chain(&graph.inputs) {
+            let owned = slots[id.index()].get().expect("constants and inputs are set").clone();
+            slots[id.index()] = Slot::Owned(f(*id, owned));
+        }
     }
     let last_use = graph.last_uses();
     for (node_idx, node) in graph.nodes.iter().enumerate() {
@@ -125,7 +154,10 @@ pub fn execute_profiled(
                     graph.value(id).name
                 )));
             }
-            slots[id.index()] = Slot::Owned(t);
+            slots[id.index()] = Slot::Owned(match transform {
+                Some(f) => f(id, t),
+                None => t,
+            });
         }
         // Free what no later node reads.
         for id in node.inputs.iter().flatten() {
