@@ -10,6 +10,7 @@
 //! reports whether anything changed, which is what the propagation worklist needs.
 
 pub mod attrs;
+pub mod patterns;
 
 use crate::ir::format_float;
 use std::collections::BTreeMap;
