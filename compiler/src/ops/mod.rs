@@ -22,6 +22,9 @@ mod pool;
 mod reduce;
 mod shape;
 
+pub(crate) use pool::pool_taps;
+pub(crate) use reduce::reduce_target_of_each_input;
+
 pub use constant::shape_of_fact;
 
 /// An op-level failure; the caller adds the node name and op type.

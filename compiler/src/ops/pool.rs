@@ -119,6 +119,19 @@ fn for_each_window(win: &Window, tables: &[Vec<(usize, usize, usize)>], mut visi
     }
 }
 
+/// The window structure of a MaxPool or AveragePool node on an input of `x_shape`, for
+/// the sparsity rules: per output position of one `(n, c)` plane, the flat input
+/// positions inside its window; and the input and output plane sizes.
+pub(crate) fn pool_taps(ctx: &NodeCtx, x_shape: &[usize]) -> OpResult<(Vec<Vec<usize>>, usize, usize)> {
+    let fact = ValueFact::new(DType::F32, x_shape.to_vec());
+    check_input(&fact, "pool", true)?;
+    let win = pool_window(ctx, &fact)?;
+    let tables = axis_tables(&win);
+    let mut out = vec![vec![]; numel(&win.output)];
+    for_each_window(&win, &tables, |o, taps, _| out[o] = taps.to_vec());
+    Ok((out, numel(&win.input), numel(&win.output)))
+}
+
 /// Row-major flat spatial index to column-major (MaxPool's storage_order=1).
 fn column_major(mut flat: usize, dims: &[usize]) -> usize {
     let mut coords = vec![0; dims.len()];

@@ -94,6 +94,48 @@ fn plan(kind: Kind, ctx: &NodeCtx, shape: &[usize], axes_input: Option<&Tensor>)
     Ok(Plan { reduced: Some(reduced), out_shape })
 }
 
+/// For the sparsity rules: the flat output index each input element of `shape` folds
+/// into, for a reduction node of type `op_type` (`axes` = its axes input, if any).
+pub(crate) fn reduce_target_of_each_input(
+    op_type: &str,
+    ctx: &NodeCtx,
+    shape: &[usize],
+    axes: Option<&Tensor>,
+) -> OpResult<Vec<usize>> {
+    let kind = match op_type {
+        "ReduceSum" => Kind::Sum,
+        "ReduceMean" => Kind::Mean,
+        "ReduceMax" => Kind::Max,
+        "ReduceMin" => Kind::Min,
+        "ReduceProd" => Kind::Prod,
+        "ReduceL1" => Kind::L1,
+        "ReduceL2" => Kind::L2,
+        "ReduceSumSquare" => Kind::SumSquare,
+        "ReduceLogSum" => Kind::LogSum,
+        "ReduceLogSumExp" => Kind::LogSumExp,
+        other => bail_op!("{other} is not a reduction"),
+    };
+    let n = numel(shape);
+    let Some(reduced) = plan(kind, ctx, shape, axes)?.reduced else { return Ok((0..n).collect()) };
+    let kept_dims: Vec<usize> = shape.iter().zip(&reduced).filter(|(_, r)| !**r).map(|(d, _)| *d).collect();
+    let kept_strides = strides(&kept_dims);
+    let in_strides = strides(shape);
+    Ok((0..n)
+        .map(|i| {
+            let (mut rest, mut o, mut k) = (i, 0, 0);
+            for ax in 0..shape.len() {
+                let c = rest / in_strides[ax];
+                rest %= in_strides[ax];
+                if !reduced[ax] {
+                    o += c * kept_strides[k];
+                    k += 1;
+                }
+            }
+            o
+        })
+        .collect())
+}
+
 fn check_dtype(kind: Kind, dtype: DType) -> OpResult<()> {
     if dtype == DType::Bool && !matches!(kind, Kind::Max | Kind::Min) {
         bail_op!("{kind:?} reduction does not take bool tensors");

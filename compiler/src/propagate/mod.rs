@@ -3,7 +3,8 @@
 //! `PropOneNode` = run the node's algebra rule (`rules.rs`, Table 2) forward and
 //! backward, or tensor scrambling (`scramble.rs`) forward when the op has no rule. New
 //! facts are joined into the values' TeSAs (monotone: only more pruned elements, fewer
-//! bits); any change re-queues the producer and the consumers of the value. A backward
+//! bits); any change re-queues the producer and the consumers of the value. Scrambling
+//! runs backward too, on nodes small enough for it. A backward
 //! proposal for a value is applied only where every consumer agrees, and never to a
 //! graph output. The loop stops when the worklist is empty or at the visit cap.
 
@@ -14,7 +15,7 @@ use crate::ir::{Graph, ValueKind};
 use crate::tesa::Tesa;
 use crate::Error;
 use rules::{never_scramble, rule_for, RuleCtx};
-use scramble::{scramble_forward, ScrambleInput, ScrambleOptions};
+use scramble::{scramble_backward, scramble_forward, ScrambleInput, ScrambleOptions};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -129,7 +130,9 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
             if let Some(rule) = rule_for(&node.op_type) {
                 let p = rule(&ctx).map_err(|e| Error::op(node, e))?;
                 (p.outputs, p.inputs)
-            } else if never_scramble(&node.op_type) || !ctx.ins.iter().flatten().any(|t| t.n_pruned() > 0) {
+            } else if never_scramble(&node.op_type)
+                || !ctx.ins.iter().flatten().chain(ctx.outs.iter()).any(|t| t.n_pruned() > 0)
+            {
                 (vec![], vec![])
             } else {
                 let inputs: Vec<Option<ScrambleInput>> = node
@@ -143,10 +146,11 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
                         })
                     })
                     .collect();
+                let backward = scramble_backward(node, &inputs, &ctx.outs, &opts.scramble).unwrap_or_default();
                 match scramble_forward(node, &inputs, &opts.scramble) {
                     Some(masks) => {
                         scrambled += 1;
-                        (masks.into_iter().map(Some).collect(), vec![])
+                        (masks.into_iter().map(Some).collect(), backward)
                     }
                     None => {
                         if first_visit[n] {

@@ -2,7 +2,7 @@
 //! that zeroing every pruned element leaves the outputs unchanged.
 
 use super::rules::{rule_for, RuleCtx};
-use super::scramble::{scramble_forward, ScrambleInput, ScrambleOptions};
+use super::scramble::{scramble_backward, scramble_forward, ScrambleInput, ScrambleOptions};
 use super::*;
 use crate::ir::{Attr, Attrs, DType, Data, Graph, Initializer, Node, Tensor, ValueFact, ValueId, ValueKind};
 use crate::ops::{registry, InferInput, NodeCtx};
@@ -233,7 +233,8 @@ fn both(g: &Graph, samples: usize) -> (Vec<bool>, Vec<bool>) {
     let inputs: Vec<Option<ScrambleInput>> = node
         .inputs
         .iter()
-        .map(|i| i.map(|i| ScrambleInput { fact: g.fact(i), tesa: &tesa[i.index()], value: None }))
+        .zip(&consts)
+        .map(|(i, c)| i.map(|i| ScrambleInput { fact: g.fact(i), tesa: &tesa[i.index()], value: c.as_ref() }))
         .collect();
     let opts = ScrambleOptions { samples, ..Default::default() };
     let scrambled = scramble_forward(node, &inputs, &opts).unwrap().remove(0);
@@ -304,6 +305,57 @@ fn single_op(op: &str, rng: &mut SplitMix64) -> Graph {
             let y = b.node(op, &[x], Attrs::new());
             b.finish(&[y])
         }
+        "MaxPool" | "AveragePool" => {
+            let x = mask_input(&mut b, "x", &[1, 2, 5, 5], rng, false);
+            let a = attrs(&[
+                ("kernel_shape", Attr::Ints(vec![3, 2])),
+                ("strides", Attr::Ints(vec![2, 1])),
+                ("pads", Attr::Ints(vec![1, 0, 1, 1])),
+            ]);
+            let y = b.node(op, &[x], a);
+            b.finish(&[y])
+        }
+        "ReduceSum" | "ReduceMax" | "ReduceProd" => {
+            let x = mask_input(&mut b, "x", &[3, 2, 4], rng, false);
+            let y = if op == "ReduceSum" {
+                let axes = b.init("axes", Tensor::from_vec(vec![2], vec![0i64, 2]));
+                b.node(op, &[x, axes], attrs(&[("keepdims", Attr::Int(0))]))
+            } else {
+                b.node(op, &[x], attrs(&[("axes", Attr::Ints(vec![1]))]))
+            };
+            b.finish(&[y])
+        }
+        "Slice" => {
+            let x = mask_input(&mut b, "x", &[4, 6], rng, false);
+            let starts = b.init("starts", Tensor::from_vec(vec![2], vec![1i64, 5]));
+            let ends = b.init("ends", Tensor::from_vec(vec![2], vec![4i64, 0]));
+            let axes = b.init("axes", Tensor::from_vec(vec![2], vec![0i64, 1]));
+            let steps = b.init("steps", Tensor::from_vec(vec![2], vec![2i64, -2]));
+            let y = b.node(op, &[x, starts, ends, axes, steps], Attrs::new());
+            b.finish(&[y])
+        }
+        "Gather" => {
+            let x = mask_input(&mut b, "x", &[5, 3], rng, false);
+            let idx = b.init("idx", Tensor::from_vec(vec![2, 2], vec![4i64, 0, 0, -2]));
+            let y = b.node(op, &[x, idx], attrs(&[("axis", Attr::Int(0))]));
+            b.finish(&[y])
+        }
+        "Expand" | "Tile" => {
+            let x = mask_input(&mut b, "x", &[3, 1], rng, false);
+            let shape = if op == "Expand" {
+                b.init("shape", Tensor::from_vec(vec![3], vec![2i64, 3, 4]))
+            } else {
+                b.init("repeats", Tensor::from_vec(vec![2], vec![2i64, 4]))
+            };
+            let y = b.node(op, &[x, shape], Attrs::new());
+            b.finish(&[y])
+        }
+        "Pad" => {
+            let x = mask_input(&mut b, "x", &[2, 3], rng, false);
+            let pads = b.init("pads", Tensor::from_vec(vec![4], vec![1i64, 0, 0, 2]));
+            let y = b.node(op, &[x, pads], attrs(&[("mode", Attr::String("reflect".into()))]));
+            b.finish(&[y])
+        }
         _ => unreachable!(),
     }
 }
@@ -324,6 +376,16 @@ fn algebra_and_scrambling_agree_on_random_masks() {
         "Concat",
         "Conv",
         "GlobalAveragePool",
+        "MaxPool",
+        "AveragePool",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceProd",
+        "Slice",
+        "Gather",
+        "Expand",
+        "Tile",
+        "Pad",
     ];
     let mut needed_max = 0;
     let mut per_op = vec![];
@@ -344,4 +406,106 @@ fn algebra_and_scrambling_agree_on_random_masks() {
     // Relu-like ops need several samples: a negative sample also yields 0.
     eprintln!("samples scrambling needs to agree with the algebra: {}", per_op.join(" "));
     assert!(needed_max <= 32, "needed {needed_max}");
+}
+
+/// Backward masks from the algebra rule and from backward scrambling, for every input
+/// of the node that is not a constant, with a random mask on the output (whole
+/// channels for the ops whose rules work per channel). Already-pruned input elements
+/// count as pruned in both.
+fn both_backward(g: &Graph, out_mask: &[bool], samples: usize) -> Vec<(Vec<bool>, Vec<bool>)> {
+    let node = &g.nodes[0];
+    let mut tesa: Vec<crate::tesa::Tesa> = g
+        .values
+        .iter()
+        .map(|v| v.tesa.clone().unwrap_or_else(|| crate::tesa::Tesa::for_dtype(&v.fact.shape, v.fact.dtype)))
+        .collect();
+    let o = node.outputs[0].index();
+    tesa[o] = crate::tesa::Tesa::from_mask(&g.values[o].fact.shape, out_mask);
+    let consts: Vec<Option<Tensor>> =
+        node.inputs.iter().map(|i| i.and_then(|i| g.initializers.get(&i)).map(|t| t.to_dense())).collect();
+    let ctx = RuleCtx {
+        node,
+        in_facts: node.inputs.iter().map(|i| i.map(|i| g.fact(i))).collect(),
+        ins: node.inputs.iter().map(|i| i.map(|i| &tesa[i.index()])).collect(),
+        consts: consts.iter().map(|c| c.as_ref()).collect(),
+        out_facts: node.outputs.iter().map(|o| g.fact(*o)).collect(),
+        outs: node.outputs.iter().map(|o| &tesa[o.index()]).collect(),
+    };
+    let algebra = rule_for(&node.op_type).unwrap()(&ctx).unwrap().inputs;
+    let inputs: Vec<Option<ScrambleInput>> = node
+        .inputs
+        .iter()
+        .zip(&consts)
+        .map(|(i, c)| i.map(|i| ScrambleInput { fact: g.fact(i), tesa: &tesa[i.index()], value: c.as_ref() }))
+        .collect();
+    let opts = ScrambleOptions { backward_samples: samples, ..Default::default() };
+    let outs: Vec<&crate::tesa::Tesa> = node.outputs.iter().map(|o| &tesa[o.index()]).collect();
+    let scrambled = scramble_backward(node, &inputs, &outs, &opts).unwrap();
+    let mut pairs = vec![];
+    for (s, i) in node.inputs.iter().enumerate() {
+        let Some(i) = i else { continue };
+        if consts[s].is_some() {
+            continue;
+        }
+        let have = tesa[i.index()].mask();
+        let alg = algebra[s].clone().unwrap_or_else(|| vec![false; have.len()]);
+        let alg: Vec<bool> = alg.iter().zip(&have).map(|(a, h)| *a || *h).collect();
+        pairs.push((alg, scrambled[s].clone().unwrap()));
+    }
+    pairs
+}
+
+#[test]
+fn backward_algebra_and_backward_scrambling_agree_on_random_masks() {
+    let ops = [
+        "Mul",
+        "Add",
+        "Sub",
+        "Relu",
+        "Tanh",
+        "Neg",
+        "Abs",
+        "MatMul",
+        "Gemm",
+        "Transpose",
+        "Concat",
+        "Conv",
+        "GlobalAveragePool",
+        "MaxPool",
+        "AveragePool",
+        "ReduceSum",
+        "ReduceMax",
+        "Slice",
+        "Gather",
+        "Expand",
+        "Tile",
+        "Pad",
+    ];
+    let mut per_op = vec![];
+    let mut needed_max = 0;
+    for op in ops {
+        let mut rng = SplitMix64::new(op.len() as u64 * 17 + 5);
+        let mut op_max = 0;
+        for _ in 0..10 {
+            let g = single_op(op, &mut rng);
+            let shape = g.values[g.outputs[0].index()].fact.shape.clone();
+            let n: usize = shape.iter().product();
+            let out_mask: Vec<bool> = if matches!(op, "Conv" | "GlobalAveragePool") {
+                let per: usize = shape[2..].iter().product::<usize>().max(1);
+                let chans: Vec<bool> = (0..n / per).map(|_| rng.next_f64() < 0.4).collect();
+                (0..n).map(|i| chans[i / per]).collect()
+            } else {
+                (0..n).map(|_| rng.next_f64() < 0.5).collect()
+            };
+            for (s, (alg, scr)) in both_backward(&g, &out_mask, 8).into_iter().enumerate() {
+                assert_eq!(alg, scr, "{op}: input {s}: backward algebra vs 8-sample backward scrambling");
+            }
+            let needed = (1..=8).find(|&k| both_backward(&g, &out_mask, k).iter().all(|(a, s)| a == s)).unwrap();
+            op_max = op_max.max(needed);
+        }
+        needed_max = needed_max.max(op_max);
+        per_op.push(format!("{op}={op_max}"));
+    }
+    eprintln!("base points backward scrambling needs to agree with the algebra: {}", per_op.join(" "));
+    assert!(needed_max <= 4, "needed {needed_max}");
 }

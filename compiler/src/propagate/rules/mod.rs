@@ -36,8 +36,16 @@
 //! - `BatchNormalization` (inference): per channel `y = a·x + b`; forward only where
 //!   `b == 0` (the affine map sends 0 to 0), backward elementwise and per channel.
 //! - `GlobalAveragePool`: `(n, c)` pruned when the whole plane is, and back.
-//! - Everything else (Slice, Gather, Reduce*, MaxPool, AveragePool, Pad...) goes to
-//!   scrambling; `Softmax LogSoftmax LayerNormalization` and shape ops are left dense.
+//! - `MaxPool AveragePool`: an output element is pruned when its whole window is.
+//! - `Reduce*`: an output is pruned when its whole reduced set is (`ReduceProd`: when
+//!   any element is; `ReduceLogSum`/`LogSumExp` backward only).
+//! - `Slice Gather GatherElements Expand Tile Pad DepthToSpace SpaceToDepth`: each
+//!   output element copies one input element (or Pad's fill), found by source tracing
+//!   (`structural.rs`); `Gather` with run-time indices prunes whole gathered columns.
+//! - Everything else goes to scrambling, forward and backward (`scramble.rs`);
+//!   `Softmax LogSoftmax LayerNormalization` and shape ops are left dense.
+
+mod structural;
 
 use crate::ir::{broadcast_index_map, strides, Node, Tensor, ValueFact};
 use crate::ops::{OpError, OpResult};
@@ -88,6 +96,12 @@ pub fn rule_for(op_type: &str) -> Option<RuleFn> {
         "Conv" => conv,
         "BatchNormalization" => batch_norm,
         "GlobalAveragePool" => global_average_pool,
+        "MaxPool" | "AveragePool" => structural::pool,
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+        | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => structural::reduce,
+        "Slice" | "Gather" | "GatherElements" | "Expand" | "Tile" | "Pad" | "DepthToSpace" | "SpaceToDepth" => {
+            structural::traced
+        }
         _ => return None,
     })
 }
@@ -176,7 +190,13 @@ fn binary(ctx: &RuleCtx, combine: Combine) -> OpResult<Proposal> {
         .collect();
     let y = ctx.outs[0].mask();
     for i in 0..2 {
-        p.inputs[i] = Some(broadcast_backward(ctx.in_facts[i].unwrap().numel(), &maps[i], &y));
+        // For Mul an output element also stops needing one operand where the other is
+        // pruned (x·0 = 0 whatever x is).
+        let y_i: Vec<bool> = match combine {
+            Combine::Any => (0..n).map(|k| y[k] || masks[1 - i][maps[1 - i][k]]).collect(),
+            _ => y.clone(),
+        };
+        p.inputs[i] = Some(broadcast_backward(ctx.in_facts[i].unwrap().numel(), &maps[i], &y_i));
     }
     p.outputs[0] = Some(fwd);
     Ok(p)
