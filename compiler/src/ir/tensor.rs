@@ -581,6 +581,9 @@ pub fn broadcast_index_map(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize
     let eff: Vec<usize> =
         (0..rank).map(|i| if i < offset || in_shape[i - offset] == 1 { 0 } else { in_strides[i - offset] }).collect();
     let n = numel(out_shape);
+    if in_shape == out_shape {
+        return (0..n).collect();
+    }
     let mut map = Vec::with_capacity(n);
     let mut idx = vec![0usize; rank];
     let mut pos = 0usize;

@@ -77,6 +77,13 @@ impl PropagateReport {
     }
 }
 
+/// Ops whose rule can prune something even when no input or output element is pruned:
+/// fills (Pad) and input elements that no output reads (slices, gathers, strided
+/// windows). Every other node is skipped while all its tensors are dense.
+fn may_prune_dense(op_type: &str) -> bool {
+    matches!(op_type, "Pad" | "Slice" | "Gather" | "GatherElements" | "MaxPool" | "AveragePool")
+}
+
 /// Runs the pass; every value ends with `tesa: Some(..)`. Values without a TeSA start
 /// dense at their dtype's natural width.
 pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<PropagateReport, Error> {
@@ -127,12 +134,13 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
                 out_facts: node.outputs.iter().map(|o| graph.fact(*o)).collect(),
                 outs: node.outputs.iter().map(|o| &tesa[o.index()]).collect(),
             };
-            if let Some(rule) = rule_for(&node.op_type) {
+            let any_pruned = ctx.ins.iter().flatten().chain(ctx.outs.iter()).any(|t| t.n_pruned() > 0);
+            if !any_pruned && !may_prune_dense(&node.op_type) {
+                (vec![], vec![])
+            } else if let Some(rule) = rule_for(&node.op_type) {
                 let p = rule(&ctx).map_err(|e| Error::op(node, e))?;
                 (p.outputs, p.inputs)
-            } else if never_scramble(&node.op_type)
-                || !ctx.ins.iter().flatten().chain(ctx.outs.iter()).any(|t| t.n_pruned() > 0)
-            {
+            } else if never_scramble(&node.op_type) || !any_pruned {
                 (vec![], vec![])
             } else {
                 let inputs: Vec<Option<ScrambleInput>> = node
@@ -168,7 +176,7 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
             if mask.len() != tesa[o.index()].numel() {
                 continue;
             }
-            if tesa[o.index()].join(&Tesa::from_mask(&graph.fact(o).shape, &mask)) {
+            if tesa[o.index()].prune_mask(&mask) {
                 changed_values.push(o.index());
             }
         }
@@ -200,7 +208,7 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
                 }
             }
             if let Some(mask) = agreed {
-                if mask.len() == tesa[v].numel() && tesa[v].join(&Tesa::from_mask(&graph.values[v].fact.shape, &mask)) {
+                if mask.len() == tesa[v].numel() && tesa[v].prune_mask(&mask) {
                     changed_values.push(v);
                 }
             }

@@ -157,7 +157,15 @@ impl Tesa {
 
     /// One bool per element, true = pruned.
     pub fn mask(&self) -> Vec<bool> {
-        (0..self.numel).map(|i| self.is_pruned(i)).collect()
+        let mut out = vec![false; self.numel];
+        for (chunk, &w) in out.chunks_mut(64).zip(&self.pruned) {
+            if w != 0 {
+                for (j, m) in chunk.iter_mut().enumerate() {
+                    *m = w >> j & 1 == 1;
+                }
+            }
+        }
+        out
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -285,6 +293,26 @@ impl Tesa {
                 self.uniform = other.uniform;
                 self.overrides.retain(|_, a| a.bits() < other.uniform.bits());
             }
+        }
+        changed
+    }
+
+    /// Prunes every element with `mask[i]` (true = pruned) in place: the join with
+    /// [`Tesa::from_mask`] without building it. Returns true when anything changed.
+    pub fn prune_mask(&mut self, mask: &[bool]) -> bool {
+        assert_eq!(mask.len(), self.numel, "mask length must match the shape");
+        let mut changed = false;
+        for (w, chunk) in self.pruned.iter_mut().zip(mask.chunks(64)) {
+            let bits = chunk.iter().enumerate().fold(0u64, |acc, (j, m)| acc | ((*m as u64) << j));
+            let new = *w | bits;
+            if new != *w {
+                changed = true;
+                *w = new;
+            }
+        }
+        if changed && !self.overrides.is_empty() {
+            let pruned = &self.pruned;
+            self.overrides.retain(|i, _| pruned[i / 64] >> (i % 64) & 1 == 0);
         }
         changed
     }

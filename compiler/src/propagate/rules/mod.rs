@@ -327,6 +327,12 @@ fn matmul(ctx: &RuleCtx) -> OpResult<Proposal> {
     if b_shape.len() == 1 {
         b_shape.push(1);
     }
+    // A 2-D right operand is shared by every batch: fold A's batch into its rows, one
+    // product instead of one per batch.
+    if b_shape.len() == 2 && a_shape.len() > 2 {
+        let rows: usize = a_shape[..a_shape.len() - 1].iter().product();
+        a_shape = vec![rows, a_shape[a_shape.len() - 1]];
+    }
     let (m, n) = (a_shape[a_shape.len() - 2], b_shape[b_shape.len() - 1]);
     let y_numel = ctx.out_facts[0].numel();
     let batch_n = if m * n == 0 { 0 } else { y_numel / (m * n) };
