@@ -8,6 +8,7 @@
 //! proposal for a value is applied only where every consumer agrees, and never to a
 //! graph output. The loop stops when the worklist is empty or at the visit cap.
 
+pub mod quantize;
 pub mod rules;
 pub mod scramble;
 
@@ -171,6 +172,18 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
         };
         first_visit[n] = false;
         let mut changed_values = vec![];
+        // Widths: outputs of ops that only move or select elements need no more bits
+        // than their data inputs (the width half of the quantization rule).
+        let ins: Vec<Option<&Tesa>> = node.inputs.iter().map(|i| i.map(|i| &tesa[i.index()])).collect();
+        if let Some(limit) = quantize::width_limit(&node.op_type, &ins) {
+            for &o in &node.outputs {
+                let t = &mut tesa[o.index()];
+                if limit.bits() < t.uniform().bits() && graph.values[o.index()].fact.dtype.is_float() {
+                    t.set_uniform(limit);
+                    changed_values.push(o.index());
+                }
+            }
+        }
         for (j, prop) in out_props.into_iter().enumerate() {
             let (Some(mask), Some(&o)) = (prop, node.outputs.get(j)) else { continue };
             if mask.len() != tesa[o.index()].numel() {
