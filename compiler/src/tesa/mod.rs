@@ -9,7 +9,9 @@
 //! The lattice order is "more pruned, fewer bits": [`Tesa::join`] moves towards it and
 //! reports whether anything changed, which is what the propagation worklist needs.
 
+pub mod annotate;
 pub mod attrs;
+pub mod masks;
 pub mod patterns;
 
 use crate::ir::format_float;
