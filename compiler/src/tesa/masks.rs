@@ -115,7 +115,7 @@ pub fn line_mask(shape: &[usize], line: Line, indices: &[usize]) -> Result<Vec<b
     }
     let numel: usize = shape.iter().product();
     let (_, cols) = view_2d(shape);
-    let per_channel = if count == 0 { 0 } else { numel / count };
+    let per_channel = numel.checked_div(count).unwrap_or(0);
     Ok((0..numel)
         .map(|i| match line {
             Line::Row => dead[i / cols],
