@@ -226,3 +226,16 @@ fn example_files_parse() {
         assert!(!a.tensors.is_empty(), "{}", f.display());
     }
 }
+
+#[test]
+fn magnitude_pruning_needs_an_initializer_but_masks_do_not() {
+    let mut g = graph(&[("w", ones(&[2, 2]))]);
+    let x = g.add_value("x".into(), ValueFact::new(crate::ir::DType::F32, vec![2, 2]), ValueKind::Input);
+    let a = TesaAttrs::parse(r#"{"tensors": {"x": {"nm": [1, 2]}}}"#).unwrap();
+    let e = apply_attrs(&mut g, Some(&a)).unwrap_err().to_string();
+    assert!(e.contains("\"x\": magnitude pruning needs values, but it is not an initializer"), "{e}");
+    let a = TesaAttrs::parse(r#"{"tensors": {"x": {"cols": [1], "bits": 8}}}"#).unwrap();
+    apply_attrs(&mut g, Some(&a)).unwrap();
+    let t = g.values[x.index()].tesa.clone().unwrap();
+    assert_eq!((pruned(&t), t.max_bits()), (vec![1, 3], 8));
+}
