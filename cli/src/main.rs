@@ -3,6 +3,7 @@
 mod hpec;
 mod inspect;
 mod model_args;
+mod plot;
 mod propagate;
 mod run;
 

@@ -1,6 +1,7 @@
 //! `spartac propagate`: annotate a model with TeSA (from `--tesa attrs.json`, or every
 //! initializer's zeros) and run the propagation pass; prints per-tensor and total weight
-//! density before → after and the pass time; `--report` writes the JSON report.
+//! density before → after and the pass time; `--report` writes the JSON report, `--plot`
+//! a bar chart of the densities.
 
 use crate::model_args::ModelArgs;
 use anyhow::{Context, Result};
@@ -23,6 +24,9 @@ pub struct PropagateArgs {
     /// Write the per-tensor JSON report here.
     #[arg(long, value_name = "REPORT.json")]
     pub report: Option<PathBuf>,
+    /// Draw every weight's density before and after as a bar chart (PNG).
+    #[arg(long, value_name = "sparsity.png")]
+    pub plot: Option<PathBuf>,
     /// Print the IR with TeSA types after propagation.
     #[arg(long)]
     pub print_ir: bool,
@@ -39,10 +43,7 @@ pub struct PropagateArgs {
 pub fn run(args: PropagateArgs) -> Result<ExitCode> {
     let mut graph = args.model.load()?;
     let attrs = match &args.tesa {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            Some(TesaAttrs::parse(&text).with_context(|| format!("in {}", path.display()))?)
-        }
+        Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
         None => None,
     };
     apply_attrs(&mut graph, attrs.as_ref())?;
@@ -71,6 +72,9 @@ pub fn run(args: PropagateArgs) -> Result<ExitCode> {
         if worst > 1e-6 {
             anyhow::bail!("invariant violated: zeroing pruned elements changed the outputs by {worst:.3e}");
         }
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::SparsityPlot::from_report(&args.model.model, &report).write_png(path)?;
     }
     if let Some(path) = &args.report {
         // Written to a temporary name and renamed, so a failure leaves nothing.

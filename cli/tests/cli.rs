@@ -199,3 +199,34 @@ fn hpec_generated_network_runs_on_mnist_inputs_and_passes() {
     assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
     assert!(out.contains("PASS"), "{out}");
 }
+
+#[test]
+fn propagate_plot_and_attrs_masks_from_npy() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    // Keep only row 0 of w (3×2): an .npy mask next to the attrs file.
+    let mask = Tensor::from_vec(vec![3, 2], vec![1u8, 1, 0, 0, 0, 0]);
+    std::fs::write(dir.path().join("w_mask.npy"), spartac::npy::write_npy(&mask).unwrap()).unwrap();
+    let attrs = dir.path().join("attrs.json");
+    std::fs::write(&attrs, r#"{"tensors": {"w": {"mask": {"npy": "w_mask.npy"}}, "*": {"bits": 16}}}"#).unwrap();
+    let plot = dir.path().join("sparsity.png");
+    let o = spartac(&[
+        "propagate",
+        model.to_str().unwrap(),
+        "--tesa",
+        attrs.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("total weight density: 0.3750"), "{text}");
+    let bytes = std::fs::read(&plot).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+
+    // A mask of the wrong shape: one line naming the tensor and both shapes.
+    std::fs::write(&attrs, r#"{"tensors": {"w": {"mask": [[1, 0, 1], [1, 1, 1]]}}}"#).unwrap();
+    let o = spartac(&["propagate", model.to_str().unwrap(), "--tesa", attrs.to_str().unwrap()]);
+    let err = expect_error(&o);
+    assert!(err.contains("\"w\": mask has shape [2, 3] but the tensor has shape [3, 2]"), "{err}");
+}

@@ -8,6 +8,7 @@
 pub mod error;
 pub mod frontend;
 pub mod ir;
+pub mod npy;
 pub mod ops;
 pub mod propagate;
 pub mod reference;

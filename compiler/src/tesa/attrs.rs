@@ -3,27 +3,75 @@
 //! ```json
 //! {"tensors": {
 //!   "fc1.weight": {"block_magnitude": {"block": [32, 32], "sparsity": 0.5}, "bits": 8},
-//!   "fc2.weight": {"nm": [2, 4]},
-//!   "fc3.weight": {"prune": "zeros", "format": "int"}
+//!   "fc2.weight": {"nm": [2, 4], "rows": [0, 5]},
+//!   "fc3.weight": {"mask": {"npy": "fc3_mask.npy"}, "format": "int"},
+//!   "encoder.*.weight": {"channel_magnitude": {"sparsity": 0.3}}
 //! }}
 //! ```
 //! Every initializer is pruned where it is zero, listed or not (also when there is no
-//! file). A listed tensor may add block magnitude pruning (L1 norm of each block over
-//! the last two axes, smallest blocks pruned up to `sparsity`), output-channel pruning
-//! by L1 norm (`channel_magnitude`), N:M pruning (keep the `n`
-//! largest of every `m` consecutive elements along the last axis), a bit width and a
-//! format. Pruning needs values, so it applies to initializers only. The JSON Schema is
-//! `models/tesa.schema.json`.
+//! file). A tensor's spec may combine any of these keys ([`TENSOR_KEYS`]); each one only
+//! adds pruning or lowers bit widths (it is joined into the TeSA):
+//!
+//! - `prune: "zeros"`: nothing beyond the zeros (the default).
+//! - `block_magnitude {block, sparsity}`: the `sparsity` fraction of blocks with the
+//!   smallest L1 norm. `channel_magnitude {sparsity}`: the same for output channels
+//!   (axis 0). `nm [n, m]`: keep the `n` largest of every `m` consecutive elements of
+//!   the last axis. These need values, so they apply to initializers only.
+//! - `mask`: an element mask of the tensor's shape, **1 = keep, 0 = pruned**: nested
+//!   arrays of 0/1 (or booleans) or `{"npy": "file.npy"}` (any bool, int or float
+//!   array; nonzero = keep). `.npy` paths are relative to the attrs file's folder.
+//! - `block_mask {block: [bh, bw], mask}`: the same over the block grid.
+//! - `rows`, `cols`, `channels`: index lists to prune.
+//! - `bits`, `format`: the tensor's width and format. `block_bits {block, bits}`: a
+//!   width per block (a 2-D array over the grid; 0 prunes the block).
+//!   `element_bits [{index, bits, format?}]`: a width (0 prunes) per element.
+//!
+//! Blocks, rows and columns refer to the matrix view of [`super::masks::view_2d`]: `cols`
+//! is the last axis and `rows` all leading axes flattened; the block grid is
+//! `ceil(rows / bh) × ceil(cols / bw)`.
+//!
+//! A name with `*` is a glob (`*` matches any run of characters, dots included) over
+//! initializer names; every glob must match something. An initializer takes one spec:
+//! its exact name's, else the matching glob's with the most literal characters (ties:
+//! the first in byte order of the keys). The JSON Schema is `models/tesa.schema.json`;
+//! applying a parsed file to a graph is [`super::annotate`].
 
-use super::{ElemAttr, Format, Tesa};
-use crate::ir::{Graph, ValueKind};
+pub use super::annotate::{apply_attrs, zero_pruned_initializers};
+pub use super::masks::{block_magnitude_mask, nm_mask};
+
+use super::masks::Line;
+use super::Format;
 use crate::Error;
-use serde_json::Value as Json;
+use serde_json::{Map, Value as Json};
+use std::path::Path;
 
-/// How a listed tensor is pruned beyond its zeros.
+/// Every key a tensor spec accepts (the schema's `$defs.tensor.properties` lists the same).
+pub const TENSOR_KEYS: &[&str] = &[
+    "prune",
+    "block_magnitude",
+    "channel_magnitude",
+    "nm",
+    "mask",
+    "block_mask",
+    "rows",
+    "cols",
+    "channels",
+    "bits",
+    "format",
+    "block_bits",
+    "element_bits",
+];
+
+/// A dense boolean array with its shape (row-major), true = keep.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeepMask {
+    pub shape: Vec<usize>,
+    pub keep: Vec<bool>,
+}
+
+/// One pruning proposal of a tensor spec.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PruneSpec {
-    Zeros,
     BlockMagnitude {
         block: Vec<usize>,
         sparsity: f64,
@@ -36,16 +84,53 @@ pub enum PruneSpec {
     ChannelMagnitude {
         sparsity: f64,
     },
+    /// An element mask of the tensor's shape.
+    Mask(KeepMask),
+    /// A mask over the grid of `block` blocks.
+    BlockMask {
+        block: [usize; 2],
+        grid: KeepMask,
+    },
+    /// Rows, columns or channels to prune.
+    Lines {
+        line: Line,
+        indices: Vec<usize>,
+    },
 }
 
+impl PruneSpec {
+    /// Whether the proposal is computed from the initializer's values.
+    pub fn needs_values(&self) -> bool {
+        matches!(self, PruneSpec::BlockMagnitude { .. } | PruneSpec::NM { .. } | PruneSpec::ChannelMagnitude { .. })
+    }
+}
+
+/// A bit width per block of the grid of `block` (row-major, shape `grid`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct TensorSpec {
-    pub prune: PruneSpec,
-    pub bits: Option<u8>,
+pub struct BlockBits {
+    pub block: [usize; 2],
+    pub grid: Vec<usize>,
+    pub bits: Vec<u8>,
+}
+
+/// The width (0 = pruned) and optionally format of one element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElementBits {
+    pub index: Vec<usize>,
+    pub bits: u8,
     pub format: Option<Format>,
 }
 
-/// A parsed attrs file: specs by ONNX tensor name, in file order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TensorSpec {
+    pub prune: Vec<PruneSpec>,
+    pub bits: Option<u8>,
+    pub format: Option<Format>,
+    pub block_bits: Option<BlockBits>,
+    pub element_bits: Vec<ElementBits>,
+}
+
+/// A parsed attrs file: specs by ONNX tensor name or glob, in byte order of the keys.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TesaAttrs {
     pub tensors: Vec<(String, TensorSpec)>,
@@ -55,224 +140,192 @@ fn bad(msg: impl Into<String>) -> Error {
     Error::TesaAttrs(msg.into())
 }
 
+const FORMATS: &str = "float, bfloat, int, uint, fp8e4m3, fp8e5m2";
+
 impl TesaAttrs {
+    /// Parses a file's text; `.npy` paths are relative to the current directory.
     pub fn parse(text: &str) -> Result<TesaAttrs, Error> {
+        TesaAttrs::parse_in(text, Path::new("."))
+    }
+
+    /// Reads and parses `path`; `.npy` paths are relative to its folder.
+    pub fn read(path: &Path) -> Result<TesaAttrs, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        TesaAttrs::parse_in(&text, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    /// Parses a file's text; `.npy` paths are relative to `dir`.
+    pub fn parse_in(text: &str, dir: &Path) -> Result<TesaAttrs, Error> {
         let root: Json = serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
         let tensors =
             root.get("tensors").and_then(|t| t.as_object()).ok_or_else(|| bad("expects an object \"tensors\""))?;
         let mut out = TesaAttrs::default();
         for (name, spec) in tensors {
             let obj = spec.as_object().ok_or_else(|| bad(format!("{name:?}: expects an object")))?;
-            let mut prune = PruneSpec::Zeros;
-            let (mut bits, mut format) = (None, None);
-            for (key, v) in obj {
-                match key.as_str() {
-                    "prune" if v.as_str() == Some("zeros") => {}
-                    "block_magnitude" => {
-                        let block: Option<Vec<usize>> = v
-                            .get("block")
-                            .and_then(|b| b.as_array())
-                            .map(|b| b.iter().filter_map(|x| x.as_u64().map(|x| x as usize)).collect());
-                        let sparsity = v.get("sparsity").and_then(|s| s.as_f64());
-                        match (block, sparsity) {
-                            (Some(block), Some(s)) if !block.is_empty() && block.iter().all(|b| *b > 0) && (0.0..=1.0).contains(&s) => {
-                                prune = PruneSpec::BlockMagnitude { block, sparsity: s }
-                            }
-                            _ => return Err(bad(format!("{name:?}: block_magnitude expects {{\"block\": [positive ints], \"sparsity\": 0..1}}"))),
-                        }
-                    }
-                    "channel_magnitude" => match v.get("sparsity").and_then(|s| s.as_f64()) {
-                        Some(s) if (0.0..=1.0).contains(&s) => prune = PruneSpec::ChannelMagnitude { sparsity: s },
-                        _ => return Err(bad(format!("{name:?}: channel_magnitude expects {{\"sparsity\": 0..1}}"))),
-                    },
-                    "nm" => match v.as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).collect::<Vec<_>>()) {
-                        Some(a) if a.len() == 2 && a[1] > 0 && a[0] <= a[1] => prune = PruneSpec::NM { n: a[0] as usize, m: a[1] as usize },
-                        _ => return Err(bad(format!("{name:?}: nm expects [n, m] with n <= m"))),
-                    },
-                    "bits" => match v.as_u64() {
-                        Some(b) if (1..=127).contains(&b) => bits = Some(b as u8),
-                        _ => return Err(bad(format!("{name:?}: bits expects an integer in 1..=127"))),
-                    },
-                    "format" => {
-                        format = Some(v.as_str().and_then(Format::parse).ok_or_else(|| {
-                            bad(format!("{name:?}: format expects one of float, bfloat, int, uint, fp8e4m3, fp8e5m2"))
-                        })?)
-                    }
-                    other => return Err(bad(format!("{name:?}: unknown key {other:?} (keys: prune, block_magnitude, channel_magnitude, nm, bits, format)"))),
-                }
-            }
-            out.tensors.push((name.clone(), TensorSpec { prune, bits, format }));
+            let spec = parse_spec(obj, dir).map_err(|msg| bad(format!("{name:?}: {msg}")))?;
+            out.tensors.push((name.clone(), spec));
         }
         Ok(out)
     }
 }
 
-/// Levenshtein distance.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for j in 0..b.len() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != b[j])).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
-
-/// Up to three graph value names closest to `name`.
-fn suggestions(graph: &Graph, name: &str) -> Vec<String> {
-    let mut scored: Vec<(usize, &str)> =
-        graph.values.iter().map(|v| (edit_distance(name, &v.name), v.name.as_str())).collect();
-    scored.sort();
-    let limit = (name.len() / 2).max(3);
-    scored.into_iter().filter(|(d, _)| *d <= limit).take(3).map(|(_, n)| n.to_string()).collect()
-}
-
-/// Sets the TeSA of every initializer (zeros, plus the file's pruning and widths).
-pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), Error> {
-    for (id, init) in &graph.initializers {
-        graph.values[id.index()].tesa = Some(Tesa::from_zeros(&init.to_dense()));
-    }
-    let Some(attrs) = attrs else { return Ok(()) };
-    for (name, spec) in &attrs.tensors {
-        let id = graph.find_value(name).ok_or_else(|| {
-            let close = suggestions(graph, name);
-            if close.is_empty() {
-                bad(format!("no tensor named {name:?} in the model"))
-            } else {
-                bad(format!("no tensor named {name:?} in the model; did you mean {}?", close.join(", ")))
-            }
-        })?;
-        let v = &graph.values[id.index()];
-        let mut tesa = v.tesa.clone().unwrap_or_else(|| Tesa::for_dtype(&v.fact.shape, v.fact.dtype));
-        if spec.prune != PruneSpec::Zeros {
-            if v.kind != ValueKind::Initializer {
-                return Err(bad(format!("{name:?}: pruning needs values, but it is not an initializer")));
-            }
-            let values = graph.initializers[&id].to_dense().to_f64_vec();
-            let mask = match &spec.prune {
-                PruneSpec::BlockMagnitude { block, sparsity } => {
-                    block_magnitude_mask(&values, &v.fact.shape, block, *sparsity)
+fn parse_spec(obj: &Map<String, Json>, dir: &Path) -> Result<TensorSpec, String> {
+    let mut spec = TensorSpec::default();
+    for (key, v) in obj {
+        match key.as_str() {
+            "prune" if v.as_str() == Some("zeros") => {}
+            "prune" => return Err("prune expects \"zeros\"".into()),
+            "block_magnitude" => {
+                let block = v.get("block").and_then(|b| uints(b).ok());
+                match (block, v.get("sparsity").and_then(|s| s.as_f64())) {
+                    (Some(block), Some(sparsity))
+                        if (1..=2).contains(&block.len())
+                            && block.iter().all(|b| *b > 0)
+                            && (0.0..=1.0).contains(&sparsity) =>
+                    {
+                        spec.prune.push(PruneSpec::BlockMagnitude { block, sparsity })
+                    }
+                    _ => {
+                        return Err(
+                            "block_magnitude expects {\"block\": [1 or 2 positive ints], \"sparsity\": 0..1}".into()
+                        )
+                    }
                 }
-                PruneSpec::NM { n, m } => nm_mask(&values, &v.fact.shape, *n, *m),
-                PruneSpec::ChannelMagnitude { sparsity } => {
-                    let rest: usize = v.fact.shape.iter().skip(1).product();
-                    let flat = [v.fact.shape.first().copied().unwrap_or(1), rest];
-                    block_magnitude_mask(&values, &flat, &[1, rest.max(1)], *sparsity)
+            }
+            "channel_magnitude" => match v.get("sparsity").and_then(|s| s.as_f64()) {
+                Some(sparsity) if (0.0..=1.0).contains(&sparsity) => {
+                    spec.prune.push(PruneSpec::ChannelMagnitude { sparsity })
                 }
-                PruneSpec::Zeros => unreachable!(),
-            };
-            tesa.join(&Tesa::from_mask(&v.fact.shape, &mask));
+                _ => return Err("channel_magnitude expects {\"sparsity\": 0..1}".into()),
+            },
+            "nm" => match uints(v) {
+                Ok(a) if a.len() == 2 && a[1] > 0 && a[0] <= a[1] => {
+                    spec.prune.push(PruneSpec::NM { n: a[0], m: a[1] })
+                }
+                _ => return Err("nm expects [n, m] with n <= m".into()),
+            },
+            "mask" => spec.prune.push(PruneSpec::Mask(keep_mask(v, dir).map_err(|e| format!("mask: {e}"))?)),
+            "block_mask" => {
+                let block = block_shape(v).map_err(|e| format!("block_mask: {e}"))?;
+                let mask = v.get("mask").ok_or("block_mask: expects a key \"mask\"")?;
+                let grid = keep_mask(mask, dir).map_err(|e| format!("block_mask: {e}"))?;
+                spec.prune.push(PruneSpec::BlockMask { block, grid });
+            }
+            "rows" | "cols" | "channels" => {
+                let line = [Line::Row, Line::Col, Line::Channel].into_iter().find(|l| l.key() == key).expect("listed");
+                let indices = uints(v).map_err(|_| format!("{key} expects a list of non-negative integers"))?;
+                spec.prune.push(PruneSpec::Lines { line, indices });
+            }
+            "bits" => match v.as_u64() {
+                Some(b) if (1..=127).contains(&b) => spec.bits = Some(b as u8),
+                _ => return Err("bits expects an integer in 1..=127".into()),
+            },
+            "format" => spec.format = Some(format(v)?),
+            "block_bits" => {
+                let block = block_shape(v).map_err(|e| format!("block_bits: {e}"))?;
+                let bits = v.get("bits").ok_or("block_bits: expects a key \"bits\"")?;
+                let width = |x: &Json| x.as_u64().filter(|b| *b <= 127).map(|b| b as u8);
+                let (grid, bits) =
+                    nested(bits, &width, "integers in 0..=127").map_err(|e| format!("block_bits: {e}"))?;
+                if grid.len() != 2 {
+                    return Err(format!(
+                        "block_bits: bits must be a 2-D array over the block grid, found shape {grid:?}"
+                    ));
+                }
+                spec.block_bits = Some(BlockBits { block, grid, bits });
+            }
+            "element_bits" => {
+                let list = v.as_array().ok_or("element_bits expects a list of {\"index\", \"bits\", \"format\"?}")?;
+                for e in list {
+                    spec.element_bits.push(element_bits(e).map_err(|m| format!("element_bits: {m}"))?);
+                }
+            }
+            other => return Err(format!("unknown key {other:?} (keys: {})", TENSOR_KEYS.join(", "))),
         }
-        if spec.bits.is_some() || spec.format.is_some() {
-            let u = tesa.uniform();
-            let attr = ElemAttr::new(spec.bits.unwrap_or(u.bits()), spec.format.unwrap_or(u.format()));
-            tesa.set_uniform(attr);
-        }
-        graph.values[id.index()].tesa = Some(tesa);
     }
-    Ok(())
+    Ok(spec)
 }
 
-/// Prunes the `sparsity` fraction of blocks (over the last `block.len()` axes, at most
-/// two; leading axes flattened) with the smallest L1 norms.
-pub fn block_magnitude_mask(values: &[f64], shape: &[usize], block: &[usize], sparsity: f64) -> Vec<bool> {
-    let (rows, cols) = match shape.len() {
-        0 => (1, 1),
-        1 => (1, shape[0]),
-        r => (shape[..r - 1].iter().product(), shape[r - 1]),
-    };
-    let (br, bc) = match block.len() {
-        1 => (1, block[0]),
-        _ => (block[block.len() - 2], block[block.len() - 1]),
-    };
-    let (gr, gc) = (rows.div_ceil(br), cols.div_ceil(bc));
-    let mut norms = vec![0.0f64; gr * gc];
-    for r in 0..rows {
-        for c in 0..cols {
-            norms[(r / br) * gc + c / bc] += values[r * cols + c].abs();
-        }
-    }
-    let mut order: Vec<usize> = (0..norms.len()).collect();
-    order.sort_by(|a, b| norms[*a].total_cmp(&norms[*b]).then(a.cmp(b)));
-    let n_prune = ((norms.len() as f64) * sparsity).round() as usize;
-    let mut dead = vec![false; norms.len()];
-    for &b in &order[..n_prune.min(order.len())] {
-        dead[b] = true;
-    }
-    (0..values.len()).map(|i| dead[(i / cols / br) * gc + (i % cols) / bc]).collect()
+fn format(v: &Json) -> Result<Format, String> {
+    v.as_str().and_then(Format::parse).ok_or_else(|| format!("format expects one of {FORMATS}"))
 }
 
-/// Keeps the `n` largest magnitudes of every `m` consecutive elements of the last axis.
-pub fn nm_mask(values: &[f64], shape: &[usize], n: usize, m: usize) -> Vec<bool> {
-    let cols = shape.last().copied().unwrap_or(1).max(1);
-    let mut mask = vec![false; values.len()];
-    for row in 0..values.len() / cols {
-        for start in (0..cols).step_by(m) {
-            let end = (start + m).min(cols);
-            let mut idx: Vec<usize> = (row * cols + start..row * cols + end).collect();
-            idx.sort_by(|a, b| values[*b].abs().total_cmp(&values[*a].abs()).then(a.cmp(b)));
-            for &i in idx.iter().skip(n) {
-                mask[i] = true;
+fn element_bits(e: &Json) -> Result<ElementBits, String> {
+    let obj = e.as_object().ok_or("expects objects {\"index\": [..], \"bits\": n, \"format\"?: ..}")?;
+    if let Some(k) = obj.keys().find(|k| !["index", "bits", "format"].contains(&k.as_str())) {
+        return Err(format!("unknown key {k:?} (keys: index, bits, format)"));
+    }
+    let index = obj.get("index").and_then(|i| uints(i).ok()).ok_or("index expects a list of non-negative integers")?;
+    let bits = match obj.get("bits").and_then(|b| b.as_u64()) {
+        Some(b) if b <= 127 => b as u8,
+        _ => return Err("bits expects an integer in 0..=127".into()),
+    };
+    let format = obj.get("format").map(format).transpose()?;
+    Ok(ElementBits { index, bits, format })
+}
+
+/// A list of non-negative integers.
+fn uints(v: &Json) -> Result<Vec<usize>, ()> {
+    v.as_array().ok_or(())?.iter().map(|x| x.as_u64().map(|x| x as usize).ok_or(())).collect()
+}
+
+fn block_shape(v: &Json) -> Result<[usize; 2], String> {
+    match v.get("block").map(uints) {
+        Some(Ok(b)) if b.len() == 2 && b.iter().all(|x| *x > 0) => Ok([b[0], b[1]]),
+        _ => Err("expects \"block\": [bh, bw] of positive integers".into()),
+    }
+}
+
+/// Nested arrays of leaves read by `leaf`, as (shape, row-major leaves). The shape is
+/// taken from the first elements; every other array must agree with it.
+fn nested<T>(v: &Json, leaf: &dyn Fn(&Json) -> Option<T>, what: &str) -> Result<(Vec<usize>, Vec<T>), String> {
+    fn walk<T>(v: &Json, shape: &[usize], out: &mut Vec<T>, leaf: &dyn Fn(&Json) -> Option<T>) -> Option<()> {
+        match shape.split_first() {
+            None => out.push(leaf(v)?),
+            Some((n, rest)) => {
+                let items = v.as_array().filter(|a| a.len() == *n)?;
+                items.iter().try_for_each(|x| walk(x, rest, out, leaf))?
             }
         }
+        Some(())
     }
-    mask
-}
-
-/// Writes zeros into every initializer where its TeSA is pruned, so that the model
-/// computes what the TeSA claims (the reference for the invariant after user pruning).
-pub fn zero_pruned_initializers(graph: &mut Graph) {
-    let ids: Vec<_> = graph.initializers.keys().copied().collect();
-    for id in ids {
-        if let Some(tesa) = graph.values[id.index()].tesa.clone() {
-            let t = tesa.apply_to(&graph.initializers[&id].to_dense());
-            graph.initializers.insert(id, crate::ir::Initializer::Dense(t));
+    if !v.is_array() {
+        return Err(format!("expects nested arrays of {what}"));
+    }
+    let (mut shape, mut cur) = (vec![], v);
+    while let Some(items) = cur.as_array() {
+        shape.push(items.len());
+        match items.first() {
+            Some(first) => cur = first,
+            None => break,
         }
     }
+    let mut out = vec![];
+    walk(v, &shape, &mut out, leaf).ok_or_else(|| format!("expects rectangular nested arrays of {what}"))?;
+    Ok((shape, out))
+}
+
+/// `[[0, 1], ...]` (1 = keep) or `{"npy": "file.npy"}` (nonzero = keep).
+fn keep_mask(v: &Json, dir: &Path) -> Result<KeepMask, String> {
+    if let Some(path) = v.get("npy") {
+        let path = path.as_str().ok_or("\"npy\" expects a file path")?;
+        let full = dir.join(path);
+        let bytes = std::fs::read(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
+        let t = crate::npy::parse_npy(&bytes).map_err(|e| format!("{}: {e}", full.display()))?;
+        let keep = t.to_f64_vec().iter().map(|x| *x != 0.0).collect();
+        return Ok(KeepMask { shape: t.shape().to_vec(), keep });
+    }
+    let leaf = |x: &Json| match x {
+        Json::Bool(b) => Some(*b),
+        _ => match x.as_f64() {
+            Some(f) if f == 0.0 || f == 1.0 => Some(f == 1.0),
+            _ => None,
+        },
+    };
+    let (shape, keep) = nested(v, &leaf, "0/1 (1 = keep) or {\"npy\": \"file.npy\"}")?;
+    Ok(KeepMask { shape, keep })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_and_nm_masks() {
-        let v: Vec<f64> = (0..16).map(|i| i as f64).collect();
-        let m = block_magnitude_mask(&v, &[4, 4], &[2, 2], 0.5);
-        assert_eq!(m.iter().filter(|x| **x).count(), 8);
-        assert!(m[0] && m[1] && m[4] && m[5], "the smallest block goes first");
-        assert!(!m[15]);
-        let m = nm_mask(&[1.0, -4.0, 3.0, 2.0, 0.5, 0.1, 0.2, 0.3], &[8], 2, 4);
-        assert_eq!(m, vec![true, false, false, true, false, true, true, false]);
-    }
-
-    #[test]
-    fn parse_rejects_bad_specs() {
-        let a = TesaAttrs::parse(r#"{"tensors": {"w": {"nm": [2, 4], "bits": 8}, "v": {"prune": "zeros"}}}"#).unwrap();
-        assert_eq!(a.tensors.len(), 2);
-        assert!(TesaAttrs::parse(r#"{"tensors": {"w": {"nm": [5, 4]}}}"#).is_err());
-        assert!(TesaAttrs::parse(r#"{"tensors": {"w": {"bitz": 8}}}"#)
-            .unwrap_err()
-            .to_string()
-            .contains("unknown key"));
-        assert!(TesaAttrs::parse(r#"{"tensor": {}}"#).is_err());
-    }
-
-    #[test]
-    fn unknown_names_suggest_close_ones() {
-        let mut b = crate::propagate::tests::G::new();
-        b.init("fc1.weight", crate::ir::Tensor::from_vec(vec![2], vec![0.0f32, 1.0]));
-        let mut g = b.finish(&[]);
-        let a = TesaAttrs::parse(r#"{"tensors": {"fc1.wieght": {"bits": 8}}}"#).unwrap();
-        let err = apply_attrs(&mut g, Some(&a)).unwrap_err().to_string();
-        assert!(err.contains("did you mean \"fc1.weight\"") || err.contains("did you mean fc1.weight"), "{err}");
-        let a = TesaAttrs::parse(r#"{"tensors": {"fc1.weight": {"bits": 8, "format": "int"}}}"#).unwrap();
-        apply_attrs(&mut g, Some(&a)).unwrap();
-        assert_eq!(g.values[0].tesa.as_ref().unwrap().to_string(), "#tesa(density 0.5, bits 8 int)");
-    }
-}
+#[path = "attrs_tests.rs"]
+mod tests;

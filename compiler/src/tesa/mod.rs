@@ -9,7 +9,9 @@
 //! The lattice order is "more pruned, fewer bits": [`Tesa::join`] moves towards it and
 //! reports whether anything changed, which is what the propagation worklist needs.
 
+pub mod annotate;
 pub mod attrs;
+pub mod masks;
 pub mod patterns;
 
 use crate::ir::format_float;
@@ -334,7 +336,7 @@ impl Tesa {
         let grid: Vec<usize> = inner.iter().zip(block).map(|(d, b)| d.div_ceil((*b).max(1))).collect();
         let n_grid: usize = grid.iter().product();
         let n_inner: usize = inner.iter().product();
-        let outer = if n_inner == 0 { 0 } else { self.numel / n_inner };
+        let outer = self.numel.checked_div(n_inner).unwrap_or(0);
         let mut nonzero = vec![false; outer * n_grid];
         let strides = crate::ir::strides(inner);
         for i in 0..self.numel {
