@@ -8,8 +8,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
 use spartac::ir::print_graph;
+use spartac::ir::Tensor;
+use spartac::propagate::quantize::{quantize, QuantizeOptions, QuantizeReport};
 use spartac::propagate::{propagate, PropagateOptions, PropagateReport};
 use spartac::tesa::attrs::{apply_attrs, zero_pruned_initializers, TesaAttrs};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,6 +33,21 @@ pub struct PropagateArgs {
     /// Print the IR with TeSA types after propagation.
     #[arg(long)]
     pub print_ir: bool,
+    /// Run the quantization rule first: calibration inputs from an .npz (one array per
+    /// model input), or `random` / `random:SEED` for seeded random inputs. Each weight
+    /// of every MatMul, Gemm and Conv gets the narrowest of --quant-widths that keeps
+    /// the operator's relative output error under --quant-threshold.
+    #[arg(long, value_name = "FILE.npz|random[:SEED]")]
+    pub calib: Option<String>,
+    /// Largest relative L2 error of an operator's output the quantization rule accepts.
+    #[arg(long, default_value_t = 1e-2, requires = "calib")]
+    pub quant_threshold: f64,
+    /// Candidate widths for the quantization rule (16 = half, 8 and 4 = symmetric int).
+    #[arg(long, value_delimiter = ',', default_value = "16,8,4", requires = "calib")]
+    pub quant_widths: Vec<u8>,
+    /// Narrow the activation operands of MatMul/Gemm/Conv too, not only weights.
+    #[arg(long, requires = "calib")]
+    pub quant_activations: bool,
     /// Scrambling samples per node without an algebra rule.
     #[arg(long, default_value_t = 256)]
     pub samples: usize,
@@ -50,9 +68,27 @@ pub fn run(args: PropagateArgs) -> Result<ExitCode> {
     if args.check_invariant.is_some() {
         zero_pruned_initializers(&mut graph);
     }
+    let quant = match &args.calib {
+        Some(spec) => {
+            if let Some(bad) = args.quant_widths.iter().find(|w| !matches!(w, 4 | 8 | 16)) {
+                anyhow::bail!("--quant-widths: {bad} is not supported (use 16, 8 and 4)");
+            }
+            let calib = calibration_inputs(&graph, spec)?;
+            let opts = QuantizeOptions {
+                widths: args.quant_widths.clone(),
+                threshold: args.quant_threshold,
+                activations: args.quant_activations,
+            };
+            Some(quantize(&mut graph, &calib, &opts)?)
+        }
+        None => None,
+    };
     let mut opts = PropagateOptions::default();
     opts.scramble.samples = args.samples;
     let report = propagate(&mut graph, &opts)?;
+    if let Some(q) = &quant {
+        print!("{}", quant_text(q));
+    }
     print!("{}", to_text(&report));
     if args.print_ir {
         println!();
@@ -79,11 +115,55 @@ pub fn run(args: PropagateArgs) -> Result<ExitCode> {
     if let Some(path) = &args.report {
         // Written to a temporary name and renamed, so a failure leaves nothing.
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&to_json(&report))?)
+        let mut doc = to_json(&report);
+        if let Some(q) = &quant {
+            doc["quantization"] = json!({
+                "threshold": args.quant_threshold,
+                "seconds": q.elapsed.as_secs_f64(),
+                "tensors": q.choices.iter().map(|c| json!({
+                    "name": c.tensor, "node": c.node, "bits": c.bits, "format": c.format.name(), "error": c.error,
+                })).collect::<Vec<_>>(),
+            });
+        }
+        std::fs::write(&tmp, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `random` / `random:SEED`, or an .npz with one array per model input.
+fn calibration_inputs(graph: &spartac::ir::Graph, spec: &str) -> Result<BTreeMap<String, Tensor>> {
+    if let Some(rest) = spec.strip_prefix("random") {
+        let seed = match rest.strip_prefix(':') {
+            Some(s) => s.parse().map_err(|_| anyhow::anyhow!("--calib {spec:?}: the seed must be an integer"))?,
+            None if rest.is_empty() => 0,
+            None => anyhow::bail!("--calib {spec:?}: expects FILE.npz, random or random:SEED"),
+        };
+        return Ok(spartac::reference::random_inputs(graph, seed));
+    }
+    let path = std::path::Path::new(spec);
+    let inputs = spartac_runtime::npz::read_npz(path).with_context(|| format!("reading calibration inputs {spec}"))?;
+    spartac::reference::check_inputs(graph, &inputs).with_context(|| format!("calibration inputs {spec}"))?;
+    Ok(inputs)
+}
+
+fn quant_text(q: &QuantizeReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "quantization ({:.3} s):", q.elapsed.as_secs_f64());
+    let _ = writeln!(s, "  {:<40} {:<24} {:>5} {:<6} {:>10}", "tensor", "operator", "bits", "format", "error");
+    for c in &q.choices {
+        let _ =
+            writeln!(s, "  {:<40} {:<24} {:>5} {:<6} {:>10.3e}", c.tensor, c.node, c.bits, c.format.name(), c.error);
+    }
+    let mut by_bits: BTreeMap<u8, usize> = BTreeMap::new();
+    for c in &q.choices {
+        *by_bits.entry(c.bits).or_default() += 1;
+    }
+    let summary: Vec<String> = by_bits.iter().rev().map(|(b, n)| format!("{n} at {b} bits")).collect();
+    let _ = writeln!(s, "  {}", summary.join(", "));
+    s
 }
 
 pub fn to_text(report: &PropagateReport) -> String {

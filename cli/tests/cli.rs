@@ -230,3 +230,59 @@ fn propagate_plot_and_attrs_masks_from_npy() {
     let err = expect_error(&o);
     assert!(err.contains("\"w\": mask has shape [2, 3] but the tensor has shape [3, 2]"), "{err}");
 }
+
+#[test]
+fn propagate_with_calibration_narrows_widths_and_reports_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // Weights no narrow format holds exactly.
+    let bytes = ModelBuilder::new("calib_model", 17)
+        .input("x", DType::F32, &fixed(&[2, 3]))
+        .init("w", &Tensor::from_vec(vec![3, 2], vec![0.1234f32, -0.7771, 0.3333, 0.0101, -0.9876, 0.4242]))
+        .node("mm", "MatMul", &["x", "w"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[2, 2]))
+        .bytes();
+    let model = dir.path().join("calib.onnx");
+    std::fs::write(&model, bytes).unwrap();
+    let report = dir.path().join("report.json");
+    // A relative error of 1 accepts any width: w narrows to 4-bit integers.
+    let o = spartac(&[
+        "propagate",
+        model.to_str().unwrap(),
+        "--calib",
+        "random:3",
+        "--quant-threshold",
+        "1",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("quantization ("), "{text}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let w = doc["quantization"]["tensors"].as_array().unwrap().iter().find(|t| t["name"] == "w").unwrap().clone();
+    assert_eq!((w["bits"].as_u64(), w["format"].as_str()), (Some(4), Some("int")));
+    // Calibration inputs from an .npz, with a tiny threshold: w keeps 32 bits.
+    let npz = dir.path().join("calib.npz");
+    let x = Tensor::from_vec(vec![2, 3], vec![0.3f32, -1.0, 2.0, 0.7, 0.1, -0.4]);
+    write_npz(&npz, &[("x".to_string(), x)]).unwrap();
+    let o = spartac(&[
+        "propagate",
+        model.to_str().unwrap(),
+        "--calib",
+        npz.to_str().unwrap(),
+        "--quant-threshold",
+        "1e-12",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let w = doc["quantization"]["tensors"].as_array().unwrap().iter().find(|t| t["name"] == "w").unwrap().clone();
+    assert_eq!(w["bits"].as_u64(), Some(32));
+    // Bad specs are one-line errors.
+    let err = expect_error(&spartac(&["propagate", model.to_str().unwrap(), "--calib", "random:x"]));
+    assert!(err.contains("seed must be an integer"), "{err}");
+    let o = spartac(&["propagate", model.to_str().unwrap(), "--calib", "random", "--quant-widths", "16,3"]);
+    let err = expect_error(&o);
+    assert!(err.contains("3 is not supported"), "{err}");
+}
