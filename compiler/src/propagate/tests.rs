@@ -509,3 +509,29 @@ fn backward_algebra_and_backward_scrambling_agree_on_random_masks() {
     eprintln!("base points backward scrambling needs to agree with the algebra: {}", per_op.join(" "));
     assert!(needed_max <= 4, "needed {needed_max}");
 }
+
+#[test]
+fn channel_pruning_takes_the_bias_along_and_kills_the_output_channel() {
+    let mut rng = SplitMix64::new(21);
+    let mut b = G::new();
+    let x = b.input("x", &[1, 2, 3, 3]);
+    let w = b.init("w", random_tensor(&mut rng, &[4, 2, 1, 1], 0.0));
+    let bias = b.init("bias", random_tensor(&mut rng, &[4], 0.0));
+    let y = b.node("Conv", &[x, w, bias], Attrs::new());
+    let r = b.node("Relu", &[y], Attrs::new());
+    let mut g = b.finish(&[r]);
+    for (with_bias, want) in [(false, 1.0), (true, 0.5)] {
+        let text =
+            format!(r#"{{"tensors": {{"w": {{"channel_magnitude": {{"sparsity": 0.5, "bias": {with_bias}}}}}}}}}"#);
+        let attrs = crate::tesa::attrs::TesaAttrs::parse(&text).unwrap();
+        crate::tesa::attrs::apply_attrs(&mut g, Some(&attrs)).unwrap();
+        assert_eq!(density(&g, bias), want);
+        propagate(&mut g, &PropagateOptions::default()).unwrap();
+        assert_eq!(density(&g, y), want, "bias {with_bias}");
+        crate::tesa::attrs::zero_pruned_initializers(&mut g);
+        assert_invariant(&g, 3);
+        for v in &mut g.values {
+            v.tesa = None;
+        }
+    }
+}

@@ -117,8 +117,41 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
             bad(format!("{:?}{from}: {msg}", v.name))
         })?;
         graph.values[index].tesa = Some(tesa);
+        if spec.prune.iter().any(|p| matches!(p, PruneSpec::ChannelMagnitude { bias: true, .. })) {
+            prune_bias_of_dead_channels(graph, ValueId(index as u32));
+        }
     }
     Ok(())
+}
+
+/// For every Conv or Gemm (weight `[out, ...]`, bias input 2) reading `weight`: prunes
+/// the bias of each output channel whose weights are all pruned.
+fn prune_bias_of_dead_channels(graph: &mut Graph, weight: ValueId) {
+    let Some(w) = graph.value(weight).tesa.clone() else { return };
+    let Some(&n_out) = w.shape().first() else { return };
+    let per = w.numel() / n_out.max(1);
+    let dead: Vec<bool> = (0..n_out).map(|o| (o * per..(o + 1) * per).all(|i| w.is_pruned(i))).collect();
+    let biases: Vec<ValueId> = graph
+        .nodes
+        .iter()
+        .filter(|n| {
+            let weight_first = n.op_type == "Conv" || n.attrs.int("transB", 0).unwrap_or(0) != 0;
+            matches!(n.op_type.as_str(), "Conv" | "Gemm") && weight_first && n.inputs.get(1) == Some(&Some(weight))
+        })
+        .filter_map(|n| n.inputs.get(2).copied().flatten())
+        .collect();
+    for b in biases {
+        let v = &mut graph.values[b.index()];
+        if v.fact.numel() != n_out {
+            continue;
+        }
+        let tesa = v.tesa.get_or_insert_with(|| Tesa::for_dtype(&v.fact.shape, v.fact.dtype));
+        for (o, d) in dead.iter().enumerate() {
+            if *d {
+                tesa.prune(o);
+            }
+        }
+    }
 }
 
 /// Joins one spec into `tesa`; `values` are the initializer's (None for other tensors).
@@ -137,7 +170,7 @@ fn apply_spec(tesa: &mut Tesa, spec: &TensorSpec, values: Option<&[f64]>) -> Res
                 block_magnitude_mask(v, &shape, block, *sparsity)
             }
             (PruneSpec::NM { n, m }, Some(v)) => nm_mask(v, &shape, *n, *m),
-            (PruneSpec::ChannelMagnitude { sparsity }, Some(v)) => channel_magnitude_mask(v, &shape, *sparsity),
+            (PruneSpec::ChannelMagnitude { sparsity, .. }, Some(v)) => channel_magnitude_mask(v, &shape, *sparsity),
             (PruneSpec::Mask(m), _) => {
                 if m.shape != shape {
                     return Err(format!("mask has shape {:?} but the tensor has shape {shape:?}", m.shape));

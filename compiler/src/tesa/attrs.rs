@@ -80,9 +80,12 @@ pub enum PruneSpec {
         n: usize,
         m: usize,
     },
-    /// Output channels (axis-0 slices) with the smallest L1 norm, up to `sparsity`.
+    /// Output channels (axis-0 slices) with the smallest L1 norm, up to `sparsity`;
+    /// with `bias`, the same channels of the bias of every Conv/Gemm reading the weight
+    /// are pruned too (removing a channel removes its bias).
     ChannelMagnitude {
         sparsity: f64,
+        bias: bool,
     },
     /// An element mask of the tensor's shape.
     Mask(KeepMask),
@@ -192,12 +195,19 @@ fn parse_spec(obj: &Map<String, Json>, dir: &Path) -> Result<TensorSpec, String>
                     }
                 }
             }
-            "channel_magnitude" => match v.get("sparsity").and_then(|s| s.as_f64()) {
-                Some(sparsity) if (0.0..=1.0).contains(&sparsity) => {
-                    spec.prune.push(PruneSpec::ChannelMagnitude { sparsity })
+            "channel_magnitude" => {
+                let bias = match v.get("bias") {
+                    None => Some(true),
+                    Some(b) => b.as_bool(),
+                };
+                let known = v.as_object().is_some_and(|o| o.keys().all(|k| k == "sparsity" || k == "bias"));
+                match (v.get("sparsity").and_then(|s| s.as_f64()), bias) {
+                    (Some(sparsity), Some(bias)) if known && (0.0..=1.0).contains(&sparsity) => {
+                        spec.prune.push(PruneSpec::ChannelMagnitude { sparsity, bias })
+                    }
+                    _ => return Err("channel_magnitude expects {\"sparsity\": 0..1, \"bias\": true|false}".into()),
                 }
-                _ => return Err("channel_magnitude expects {\"sparsity\": 0..1}".into()),
-            },
+            }
             "nm" => match uints(v) {
                 Ok(a) if a.len() == 2 && a[1] > 0 && a[0] <= a[1] => {
                     spec.prune.push(PruneSpec::NM { n: a[0], m: a[1] })
