@@ -122,3 +122,55 @@ fn attrs_block_pruning_then_invariant() {
     let err = apply_attrs(&mut graph, Some(&TesaAttrs::parse(r#"{"tensors": {"w3": {}}}"#).unwrap())).unwrap_err();
     assert!(err.to_string().contains("did you mean"), "{err}");
 }
+
+/// Propagates, then checks the invariant on one fresh random input set.
+fn propagate_and_check(graph: &mut Graph, seed: u64) -> (f64, f64) {
+    zero_pruned_initializers(graph);
+    let report = propagate(graph, &PropagateOptions::default()).unwrap();
+    assert_eq!(report.stop, StopReason::Converged);
+    let inputs = random_inputs(graph, seed);
+    let plain = execute(graph, &inputs).unwrap();
+    let masked = execute_zeroing_pruned(graph, &inputs).unwrap();
+    for ((name, a), (_, b)) in plain.iter().zip(&masked) {
+        for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+            assert!((x - y).abs() <= 1e-6 * (1.0 + x.abs()), "{name}: {x} vs {y}");
+        }
+    }
+    report.weight_density()
+}
+
+#[test]
+fn minilm_l3_with_90_percent_block_pruning_keeps_its_outputs() {
+    let path = spartac_tests::models::models_dir().join("minilm-l3.onnx");
+    assert!(path.exists(), "{} is missing: run models/setup_minilm_l3.sh first (.ci/run does)", path.display());
+    // The model fixes its inputs at 32 x 128.
+    let opts = spartac::frontend::LoadOptions { fold_constants: true, ..Default::default() };
+    let mut graph = spartac::frontend::load_model(&path, &opts).unwrap();
+    // Every 2-D weight a MatMul reads: 32x32 blocks, 90% pruned by L1 norm.
+    let mut names: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "MatMul")
+        .filter_map(|n| n.inputs.get(1).copied().flatten())
+        .filter(|id| graph.initializers.contains_key(id) && graph.fact(*id).shape.len() == 2)
+        .map(|id| graph.value(id).name.clone())
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() >= 18, "{names:?}");
+    let spec = r#"{"block_magnitude": {"block": [32, 32], "sparsity": 0.9}}"#;
+    let entries: Vec<String> = names.iter().map(|n| format!("{n:?}: {spec}")).collect();
+    let attrs = TesaAttrs::parse(&format!("{{\"tensors\": {{{}}}}}", entries.join(", "))).unwrap();
+    apply_attrs(&mut graph, Some(&attrs)).unwrap();
+    let (before, after) = propagate_and_check(&mut graph, 17);
+    assert!(after <= before && before < 0.8, "{before} -> {after}");
+}
+
+#[test]
+fn hpec_network_propagation_keeps_its_outputs() {
+    let network = spartac_runtime::hpec::generator::generate(1024, 4, 3).unwrap();
+    let mut graph = spartac_runtime::hpec::onnx_export::network_to_graph(&network, 8);
+    apply_attrs(&mut graph, None).unwrap();
+    let (before, after) = propagate_and_check(&mut graph, 5);
+    assert!((before - 32.0 / 1024.0).abs() < 1e-3 && after <= before, "{before} -> {after}");
+}
