@@ -535,3 +535,19 @@ fn channel_pruning_takes_the_bias_along_and_kills_the_output_channel() {
         }
     }
 }
+
+#[test]
+fn where_prunes_only_when_both_candidates_are_pruned() {
+    let mut b = G::new();
+    let c = b.init("c", Tensor::from_vec(vec![4], vec![true, false, true, false]));
+    let x = b.input("x", &[2, 4]);
+    let z = b.input("z", &[4]);
+    let y = b.node("Where", &[c, x, z], Attrs::new());
+    let mut g = b.finish(&[y]);
+    g.values[x.index()].tesa =
+        Some(crate::tesa::Tesa::from_mask(&[2, 4], &[true, true, false, false, true, false, true, false]));
+    g.values[z.index()].tesa = Some(crate::tesa::Tesa::from_mask(&[4], &[true, true, true, false]));
+    propagate(&mut g, &PropagateOptions::default()).unwrap();
+    let got = g.value(y).tesa.as_ref().unwrap().mask();
+    assert_eq!(got, vec![true, true, false, false, true, false, true, false]);
+}

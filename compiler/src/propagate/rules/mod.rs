@@ -27,6 +27,7 @@
 //!   `B[k,j]` unpruned (exact for random values); backward: `A[i,k]` pruned when for
 //!   every unpruned `Y[i,j]` the element `B[k,j]` is pruned, `B` likewise.
 //! - `Gemm`: `MatMul` on the (transposed) operands, combined with `C` like `Add`.
+//! - `Where`: pruned when both candidates are, whatever the condition.
 //! - `Transpose Reshape Flatten Squeeze Unsqueeze`: element permutation / identity.
 //! - `Concat Split`: index mapping along the axis.
 //! - `Conv` (grouped, depthwise): output channel `o` pruned when every unpruned weight of
@@ -87,6 +88,7 @@ pub fn rule_for(op_type: &str) -> Option<RuleFn> {
         "Mul" => |c| binary(c, Combine::Any),
         "Add" | "Sub" | "Max" | "Min" => |c| binary(c, Combine::All),
         "Div" => |c| binary(c, Combine::First),
+        "Where" => where_select,
         "MatMul" => matmul,
         "Gemm" => gemm,
         "Transpose" => transpose,
@@ -199,6 +201,26 @@ fn binary(ctx: &RuleCtx, combine: Combine) -> OpResult<Proposal> {
         p.inputs[i] = Some(broadcast_backward(ctx.in_facts[i].unwrap().numel(), &maps[i], &y_i));
     }
     p.outputs[0] = Some(fwd);
+    Ok(p)
+}
+
+/// `Where(cond, a, b)`: an output element is pruned when both candidates are (whatever
+/// the condition picks); backward, a candidate element is pruned when every output
+/// element it broadcasts to is. The condition is never pruned.
+fn where_select(ctx: &RuleCtx) -> OpResult<Proposal> {
+    let mut p = Proposal::new(ctx);
+    if ctx.ins.len() != 3 || ctx.ins.iter().any(|t| t.is_none()) {
+        return Ok(p);
+    }
+    let out_shape = &ctx.out_facts[0].shape;
+    let maps: Vec<Vec<usize>> =
+        (1..3).map(|i| broadcast_index_map(&ctx.in_facts[i].unwrap().shape, out_shape)).collect();
+    let (a, b) = (mask_of(ctx, 1), mask_of(ctx, 2));
+    p.outputs[0] = Some((0..ctx.out_facts[0].numel()).map(|k| a[maps[0][k]] && b[maps[1][k]]).collect());
+    let y = ctx.outs[0].mask();
+    for i in 1..3 {
+        p.inputs[i] = Some(broadcast_backward(ctx.in_facts[i].unwrap().numel(), &maps[i - 1], &y));
+    }
     Ok(p)
 }
 
