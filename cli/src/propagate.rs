@@ -152,10 +152,19 @@ fn quant_text(q: &QuantizeReport) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(s, "quantization ({:.3} s):", q.elapsed.as_secs_f64());
-    let _ = writeln!(s, "  {:<40} {:<24} {:>5} {:<6} {:>10}", "tensor", "operator", "bits", "format", "error");
+    let wt = q.choices.iter().map(|c| c.tensor.len()).max().unwrap_or(0).max(6);
+    let wn = q.choices.iter().map(|c| c.node.len()).max().unwrap_or(0).max(8);
+    let _ = writeln!(s, "  {:<wt$} {:<wn$} {:>4} {:<6} {:>9}", "tensor", "operator", "bits", "format", "error");
     for c in &q.choices {
-        let _ =
-            writeln!(s, "  {:<40} {:<24} {:>5} {:<6} {:>10.3e}", c.tensor, c.node, c.bits, c.format.name(), c.error);
+        let _ = writeln!(
+            s,
+            "  {:<wt$} {:<wn$} {:>4} {:<6} {:>9.3e}",
+            c.tensor,
+            c.node,
+            c.bits,
+            c.format.name(),
+            c.error
+        );
     }
     let mut by_bits: BTreeMap<u8, usize> = BTreeMap::new();
     for c in &q.choices {
