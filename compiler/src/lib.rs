@@ -9,6 +9,7 @@ pub mod error;
 pub mod frontend;
 pub mod ir;
 pub mod ops;
+pub mod plan;
 pub mod propagate;
 pub mod reference;
 pub mod rng;
