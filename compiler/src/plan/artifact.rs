@@ -120,6 +120,13 @@ pub struct SubOperatorProto {
     pub predicted_s: f64,
 }
 
+impl PlanProto {
+    /// The protobuf bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.encode_to_vec()
+    }
+}
+
 const SPLITS: [SplitKind; 5] =
     [SplitKind::Dense, SplitKind::ByShape, SplitKind::ByBits, SplitKind::OneShape, SplitKind::TwoFourRest];
 

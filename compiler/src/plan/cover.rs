@@ -15,9 +15,13 @@
 //! bitset (a block is re-counted with popcounts), and a lazy priority queue re-scores a
 //! block only when it reaches the top (its ratio can only grow). When 1×1 is one of the
 //! shapes, a block whose ratio is not below the 1×1 weight can never win, so it is never
-//! queued; what is left at the end becomes the 1×1 part.
+//! queued; what is left at the end becomes the 1×1 part. A block that is full and lies in
+//! a full block of a larger shape whose grid nests its own and whose weight per element is
+//! lower is not queued either: the larger block is taken first (this pruning is a
+//! heuristic when grids overlap without nesting; the ILP test measures the result). The
+//! loop stops as soon as every element is covered.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 /// A block shape, rows × columns of the weight's 2-D view.
@@ -200,30 +204,31 @@ fn extent(shape: BlockShape, br: usize, bc: usize, rows: usize, cols: usize) -> 
     (r0, (r0 + shape.h).min(rows), c0, (c0 + shape.w).min(cols))
 }
 
-#[derive(PartialEq)]
+/// A queued block: `key` orders by ratio, then shape, then position (one `u128`
+/// comparison); `count` is its unpruned-uncovered count when queued.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Candidate {
-    ratio: f64,
-    shape_idx: u8,
-    br: u32,
-    bc: u32,
+    key: u128,
     count: u32,
 }
 
-impl Eq for Candidate {}
-
-impl Ord for Candidate {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.ratio
-            .total_cmp(&other.ratio)
-            .then(self.shape_idx.cmp(&other.shape_idx))
-            .then(self.br.cmp(&other.br))
-            .then(self.bc.cmp(&other.bc))
+impl Candidate {
+    /// `ratio` is positive, so its IEEE bits order like the numbers.
+    fn new(ratio: f64, shape_idx: usize, br: usize, bc: usize, count: u32) -> Candidate {
+        let key = (ratio.to_bits() as u128) << 64 | (shape_idx as u128) << 56 | (br as u128) << 28 | bc as u128;
+        Candidate { key, count }
     }
-}
 
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
+    fn shape_idx(&self) -> usize {
+        (self.key >> 56) as usize & 0xff
+    }
+
+    fn br(&self) -> usize {
+        (self.key >> 28) as usize & 0xfff_ffff
+    }
+
+    fn bc(&self) -> usize {
+        self.key as usize & 0xfff_ffff
     }
 }
 
@@ -233,48 +238,78 @@ impl PartialOrd for Candidate {
 pub fn cover_blocks(pruned: &[bool], rows: usize, cols: usize, shapes: &[(BlockShape, f64)]) -> Cover {
     assert_eq!(pruned.len(), rows * cols, "mask length must be rows × cols");
     assert!(shapes.len() < 256 && shapes.iter().all(|(s, w)| s.h > 0 && s.w > 0 && *w > 0.0));
+    assert!(rows < 1 << 28 && cols < 1 << 28, "at most 2^28 rows and columns");
     let prefix = PrefixCounts::new(pruned, rows, cols);
     let mut remaining = Remaining::new(pruned, rows, cols);
     let unit = shapes.iter().position(|(s, _)| s.area() == 1);
     let threshold = unit.map_or(f64::INFINITY, |u| shapes[u].1);
-    let mut heap = BinaryHeap::new();
+    let mut queued = vec![];
     for (k, &(shape, weight)) in shapes.iter().enumerate() {
         if Some(k) == unit {
             continue;
         }
+        // Shapes whose grid nests this one's and that are cheaper per element when full.
+        let dominators: Vec<(BlockShape, f64)> = shapes
+            .iter()
+            .filter(|(l, lw)| {
+                *l != shape
+                    && l.h % shape.h == 0
+                    && l.w % shape.w == 0
+                    && lw / l.area() as f64 <= weight / shape.area() as f64
+            })
+            .copied()
+            .collect();
         for br in 0..rows.div_ceil(shape.h) {
             for bc in 0..cols.div_ceil(shape.w) {
                 let (r0, r1, c0, c1) = extent(shape, br, bc, rows, cols);
                 let count = prefix.count(r0, r1, c0, c1);
                 let ratio = weight / count as f64;
+                if count as usize == (r1 - r0) * (c1 - c0)
+                    && dominators.iter().any(|&(l, lw)| {
+                        let (lr0, lr1, lc0, lc1) = extent(l, r0 / l.h, c0 / l.w, rows, cols);
+                        let l_count = prefix.count(lr0, lr1, lc0, lc1);
+                        // Full (also when clipped at the edge) and no worse a ratio.
+                        l_count as usize == (lr1 - lr0) * (lc1 - lc0) && lw / l_count as f64 <= ratio
+                    })
+                {
+                    // Inside a full block of a cheaper nesting shape: never better.
+                    continue;
+                }
                 if count > 0 && ratio < threshold {
-                    heap.push(Reverse(Candidate { ratio, shape_idx: k as u8, br: br as u32, bc: bc as u32, count }));
+                    queued.push(Reverse(Candidate::new(ratio, k, br, bc, count)));
                 }
             }
         }
     }
     drop(prefix);
+    // Heapify once: O(n) instead of n pushes.
+    let mut heap = BinaryHeap::from(queued);
+    let mut n_remaining = remaining.bits.iter().map(|w| w.count_ones() as usize).sum::<usize>();
     let mut parts: Vec<CoverPart> =
         shapes.iter().map(|&(shape, _)| CoverPart { shape, blocks: vec![], owned: vec![], covered_zeros: 0 }).collect();
-    while let Some(Reverse(mut cand)) = heap.pop() {
-        let (shape, weight) = shapes[cand.shape_idx as usize];
-        let (r0, r1, c0, c1) = extent(shape, cand.br as usize, cand.bc as usize, rows, cols);
+    // Stop as soon as everything is covered: the queue still holds the dead blocks.
+    while n_remaining > 0 {
+        let Some(Reverse(cand)) = heap.pop() else { break };
+        let k = cand.shape_idx();
+        let (shape, weight) = shapes[k];
+        let (br, bc) = (cand.br(), cand.bc());
+        let (r0, r1, c0, c1) = extent(shape, br, bc, rows, cols);
         let count: u32 = (r0..r1).map(|r| remaining.count_range(r, c0, c1)).sum();
         if count == 0 {
             continue;
         }
         if count != cand.count {
-            cand.ratio = weight / count as f64;
-            cand.count = count;
-            if cand.ratio < threshold {
-                heap.push(Reverse(cand));
+            let ratio = weight / count as f64;
+            if ratio < threshold {
+                heap.push(Reverse(Candidate::new(ratio, k, br, bc, count)));
             }
             continue;
         }
-        let part = &mut parts[cand.shape_idx as usize];
-        part.blocks.push((cand.br, cand.bc));
+        let part = &mut parts[k];
+        part.blocks.push((br as u32, bc as u32));
         remaining.take(r0, r1, c0, c1, &mut part.owned);
         part.covered_zeros += (r1 - r0) * (c1 - c0) - count as usize;
+        n_remaining -= count as usize;
     }
     if let Some(u) = unit {
         let part = &mut parts[u];
@@ -282,6 +317,49 @@ pub fn cover_blocks(pruned: &[bool], rows: usize, cols: usize, shapes: &[(BlockS
         part.blocks = part.owned.iter().map(|&i| ((i as usize / cols) as u32, (i as usize % cols) as u32)).collect();
     }
     finish(parts, shapes, rows, cols)
+}
+
+/// [`cover_blocks`], then fewer parts when that is cheaper: every part becomes one more
+/// sub-operator with a fixed cost (`part_fixed`: a launch, an output pass), which the
+/// per-block weights do not see. A part cheaper than that fixed cost is dropped (its shape
+/// removed, the rest re-covered) when the total `cost + part_fixed × parts` goes down.
+pub fn cover_blocks_fewer_parts(
+    pruned: &[bool],
+    rows: usize,
+    cols: usize,
+    shapes: &[(BlockShape, f64)],
+    part_fixed: f64,
+) -> Cover {
+    let total = |c: &Cover| c.cost + part_fixed * c.parts.len() as f64;
+    let mut allowed = shapes.to_vec();
+    let mut best = cover_blocks(pruned, rows, cols, &allowed);
+    loop {
+        let weight = |s: BlockShape| allowed.iter().find(|(a, _)| *a == s).map_or(0.0, |(_, w)| *w);
+        let mut small: Vec<(f64, BlockShape)> = best
+            .parts
+            .iter()
+            .map(|p| (weight(p.shape) * p.blocks.len() as f64, p.shape))
+            .filter(|(c, _)| *c < part_fixed)
+            .collect();
+        small.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut improved = false;
+        for (_, shape) in small.into_iter().take(2) {
+            let trial_shapes: Vec<(BlockShape, f64)> = allowed.iter().filter(|(s, _)| *s != shape).copied().collect();
+            if trial_shapes.is_empty() {
+                continue;
+            }
+            let trial = cover_blocks(pruned, rows, cols, &trial_shapes);
+            if total(&trial) < total(&best) {
+                best = trial;
+                allowed = trial_shapes;
+                improved = true;
+                break;
+            }
+        }
+        if !improved {
+            return best;
+        }
+    }
 }
 
 /// The cover with one shape only: every block holding an unpruned element.
@@ -344,6 +422,10 @@ mod tests {
         let only32 = single_shape_cover(&pruned, rows, cols, BlockShape::new(32, 32), 4.0 + 256.0);
         check_exact(&only32, &pruned);
         assert!(cover.cost < only32.cost, "{} vs {}", cover.cost, only32.cost);
+        // A high fixed cost per part leaves fewer parts, still exact.
+        let fewer = cover_blocks_fewer_parts(&pruned, rows, cols, &weights(&DEFAULT_SHAPES), 1e4);
+        check_exact(&fewer, &pruned);
+        assert!(fewer.parts.len() < cover.parts.len(), "{} vs {}", fewer.summary(), cover.summary());
     }
 
     #[test]

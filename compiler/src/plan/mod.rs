@@ -22,7 +22,7 @@ pub mod site;
 pub mod suboperator;
 
 use cost::CostModel;
-use cover::{cover_blocks, single_shape_cover, BlockShape, Cover, DEFAULT_SHAPES};
+use cover::{cover_blocks_fewer_parts, single_shape_cover, BlockShape, Cover, DEFAULT_SHAPES};
 use egraph::{choose, Alternative, SplitKind};
 use round_bits::{round_bits, RoundingPolicy};
 use site::{find_sites, Site};
@@ -152,7 +152,8 @@ pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Opera
     }
     if density < 1.0 && !groups.is_empty() {
         let cover_with = |mask: &[bool], nf: &hardware::NumberFormat| -> Cover {
-            cover_blocks(mask, rows, cols, &cm.shape_weights(nf, &opts.shapes, m))
+            let part_fixed = cm.suboperator_fixed(nf, m, cols);
+            cover_blocks_fewer_parts(mask, rows, cols, &cm.shape_weights(nf, &opts.shapes, m), part_fixed)
         };
         // Split by block shape, per rounded width (by bit width when there are several).
         let mut per_width = vec![];
@@ -214,7 +215,8 @@ pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Opera
     let dense_total = dense_s + if epilogue.fused { 0.0 } else { epilogue_s.unwrap_or(0.0) };
     let best_sparse =
         considered.iter().filter(|c| c.split != SplitKind::Dense).map(|c| c.predicted_s).fold(f64::INFINITY, f64::min);
-    let reason = reason(density, dense_s, best_sparse, chosen.map(|c| considered[c].split));
+    let fixed_s = cm.suboperator_fixed(&nf, m, cols);
+    let reason = reason(density, dense_s, best_sparse, fixed_s, chosen.map(|c| considered[c].split));
     Ok(OperatorPlan {
         node: node.name.clone(),
         op_type: node.op_type.clone(),
@@ -238,18 +240,22 @@ pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Opera
     })
 }
 
-/// The density at which the best sparse plan would cost as much as dense, assuming sparse
-/// time grows in proportion to density.
-pub fn crossover(density: f64, dense_s: f64, best_sparse_s: f64) -> f64 {
-    if best_sparse_s.is_finite() && best_sparse_s > 0.0 {
-        (density * dense_s / best_sparse_s).min(1.0)
-    } else {
+/// The density at which the best sparse plan would cost as much as dense (`dense_s`),
+/// assuming its time is a fixed part (`fixed_s`: launch, output traffic) plus a part that
+/// grows in proportion to density. 0 when even an empty sparse kernel is slower than dense.
+pub fn crossover(density: f64, dense_s: f64, best_sparse_s: f64, fixed_s: f64) -> f64 {
+    let variable = best_sparse_s - fixed_s;
+    if !best_sparse_s.is_finite() || dense_s <= fixed_s {
         0.0
+    } else if variable <= 0.0 {
+        1.0
+    } else {
+        (density * (dense_s - fixed_s) / variable).min(1.0)
     }
 }
 
-fn reason(density: f64, dense_s: f64, best_sparse_s: f64, chosen: Option<SplitKind>) -> String {
-    let x = crossover(density, dense_s, best_sparse_s);
+fn reason(density: f64, dense_s: f64, best_sparse_s: f64, fixed_s: f64, chosen: Option<SplitKind>) -> String {
+    let x = crossover(density, dense_s, best_sparse_s, fixed_s);
     match chosen {
         None => "all pruned: the output is the epilogue of zero".into(),
         Some(SplitKind::Dense) if density >= 1.0 => "dense: no pruned elements".into(),
