@@ -13,7 +13,8 @@
 //!
 //! Speed: initial block counts come from a 2-D prefix sum, the uncovered set is a row-wise
 //! bitset (a block is re-counted with popcounts), and a lazy priority queue re-scores a
-//! block only when it reaches the top (its ratio can only grow). When 1×1 is one of the
+//! block only when it reaches the top (its ratio can only grow). A shape's blocks are
+//! enumerated only once the best queued ratio reaches the shape's bound (weight / area). When 1×1 is one of the
 //! shapes, a block whose ratio is not below the 1×1 weight can never win, so it is never
 //! queued; what is left at the end becomes the 1×1 part. A block that is full and lies in
 //! a full block of a larger shape whose grid nests its own and whose weight per element is
@@ -219,6 +220,10 @@ impl Candidate {
         Candidate { key, count }
     }
 
+    fn ratio(&self) -> f64 {
+        f64::from_bits((self.key >> 64) as u64)
+    }
+
     fn shape_idx(&self) -> usize {
         (self.key >> 56) as usize & 0xff
     }
@@ -243,52 +248,33 @@ pub fn cover_blocks(pruned: &[bool], rows: usize, cols: usize, shapes: &[(BlockS
     let mut remaining = Remaining::new(pruned, rows, cols);
     let unit = shapes.iter().position(|(s, _)| s.area() == 1);
     let threshold = unit.map_or(f64::INFINITY, |u| shapes[u].1);
-    let mut queued = vec![];
-    for (k, &(shape, weight)) in shapes.iter().enumerate() {
-        if Some(k) == unit {
-            continue;
-        }
-        // Shapes whose grid nests this one's and that are cheaper per element when full.
-        let dominators: Vec<(BlockShape, f64)> = shapes
-            .iter()
-            .filter(|(l, lw)| {
-                *l != shape
-                    && l.h % shape.h == 0
-                    && l.w % shape.w == 0
-                    && lw / l.area() as f64 <= weight / shape.area() as f64
-            })
-            .copied()
-            .collect();
-        for br in 0..rows.div_ceil(shape.h) {
-            for bc in 0..cols.div_ceil(shape.w) {
-                let (r0, r1, c0, c1) = extent(shape, br, bc, rows, cols);
-                let count = prefix.count(r0, r1, c0, c1);
-                let ratio = weight / count as f64;
-                if count as usize == (r1 - r0) * (c1 - c0)
-                    && dominators.iter().any(|&(l, lw)| {
-                        let (lr0, lr1, lc0, lc1) = extent(l, r0 / l.h, c0 / l.w, rows, cols);
-                        let l_count = prefix.count(lr0, lr1, lc0, lc1);
-                        // Full (also when clipped at the edge) and no worse a ratio.
-                        l_count as usize == (lr1 - lr0) * (lc1 - lc0) && lw / l_count as f64 <= ratio
-                    })
-                {
-                    // Inside a full block of a cheaper nesting shape: never better.
-                    continue;
-                }
-                if count > 0 && ratio < threshold {
-                    queued.push(Reverse(Candidate::new(ratio, k, br, bc, count)));
-                }
-            }
-        }
-    }
-    drop(prefix);
-    // Heapify once: O(n) instead of n pushes.
-    let mut heap = BinaryHeap::from(queued);
+    // Shapes enter the queue lazily, cheapest possible ratio (weight / area) first: no block
+    // of a shape can beat its bound, so a shape joins only once the best queued ratio
+    // reaches it, and shapes that are never needed are never enumerated.
+    let bound = |k: usize| shapes[k].1 / shapes[k].0.area() as f64;
+    let mut order: Vec<usize> = (0..shapes.len()).filter(|k| Some(*k) != unit && bound(*k) < threshold).collect();
+    order.sort_by(|a, b| bound(*a).total_cmp(&bound(*b)).then(a.cmp(b)));
+    let mut order = order.into_iter().peekable();
+    let mut heap = BinaryHeap::new();
     let mut n_remaining = remaining.bits.iter().map(|w| w.count_ones() as usize).sum::<usize>();
     let mut parts: Vec<CoverPart> =
         shapes.iter().map(|&(shape, _)| CoverPart { shape, blocks: vec![], owned: vec![], covered_zeros: 0 }).collect();
-    // Stop as soon as everything is covered: the queue still holds the dead blocks.
+    // Stop as soon as everything is covered: the queue may still hold dead blocks.
     while n_remaining > 0 {
+        let top = heap.peek().map(|Reverse(c): &Reverse<Candidate>| c.ratio());
+        while let Some(&k) = order.peek() {
+            if top.is_some_and(|t| bound(k) > t) {
+                break;
+            }
+            order.next();
+            let queued = queue_shape(&prefix, shapes, k, threshold, rows, cols);
+            if heap.is_empty() {
+                // Heapify once: O(n) instead of n pushes.
+                heap = BinaryHeap::from(queued);
+            } else {
+                heap.extend(queued);
+            }
+        }
         let Some(Reverse(cand)) = heap.pop() else { break };
         let k = cand.shape_idx();
         let (shape, weight) = shapes[k];
@@ -317,6 +303,53 @@ pub fn cover_blocks(pruned: &[bool], rows: usize, cols: usize, shapes: &[(BlockS
         part.blocks = part.owned.iter().map(|&i| ((i as usize / cols) as u32, (i as usize % cols) as u32)).collect();
     }
     finish(parts, shapes, rows, cols)
+}
+
+/// The candidate blocks of shape `k`, counted on the original mask (a count can only be
+/// too high, so a queued ratio is never above the true one, as the lazy queue needs).
+fn queue_shape(
+    prefix: &PrefixCounts,
+    shapes: &[(BlockShape, f64)],
+    k: usize,
+    threshold: f64,
+    rows: usize,
+    cols: usize,
+) -> Vec<Reverse<Candidate>> {
+    let (shape, weight) = shapes[k];
+    // Shapes whose grid nests this one's and that are cheaper per element when full.
+    let dominators: Vec<(BlockShape, f64)> = shapes
+        .iter()
+        .filter(|(l, lw)| {
+            *l != shape
+                && l.h % shape.h == 0
+                && l.w % shape.w == 0
+                && lw / l.area() as f64 <= weight / shape.area() as f64
+        })
+        .copied()
+        .collect();
+    let mut queued = vec![];
+    for br in 0..rows.div_ceil(shape.h) {
+        for bc in 0..cols.div_ceil(shape.w) {
+            let (r0, r1, c0, c1) = extent(shape, br, bc, rows, cols);
+            let count = prefix.count(r0, r1, c0, c1);
+            let ratio = weight / count as f64;
+            if count as usize == (r1 - r0) * (c1 - c0)
+                && dominators.iter().any(|&(l, lw)| {
+                    let (lr0, lr1, lc0, lc1) = extent(l, r0 / l.h, c0 / l.w, rows, cols);
+                    let l_count = prefix.count(lr0, lr1, lc0, lc1);
+                    // Full (also when clipped at the edge) and no worse a ratio.
+                    l_count as usize == (lr1 - lr0) * (lc1 - lc0) && lw / l_count as f64 <= ratio
+                })
+            {
+                // Inside a full block of a cheaper nesting shape: never better.
+                continue;
+            }
+            if count > 0 && ratio < threshold {
+                queued.push(Reverse(Candidate::new(ratio, k, br, bc, count)));
+            }
+        }
+    }
+    queued
 }
 
 /// [`cover_blocks`], then fewer parts when that is cheaper: every part becomes one more
@@ -381,11 +414,33 @@ pub fn single_shape_cover(pruned: &[bool], rows: usize, cols: usize, shape: Bloc
     finish(vec![part], &[(shape, weight)], rows, cols)
 }
 
+/// `owned` in increasing order: a bitset pass for long lists (linear, where a sort of
+/// millions of indices is not), a sort for short ones.
+fn sorted(mut owned: Vec<u32>, numel: usize) -> Vec<u32> {
+    if owned.len() < 4096 {
+        owned.sort_unstable();
+        return owned;
+    }
+    let mut bits = vec![0u64; numel.div_ceil(64)];
+    for &i in &owned {
+        bits[i as usize / 64] |= 1 << (i % 64);
+    }
+    owned.clear();
+    for (w, word) in bits.iter().enumerate() {
+        let mut x = *word;
+        while x != 0 {
+            owned.push((w * 64) as u32 + x.trailing_zeros());
+            x &= x - 1;
+        }
+    }
+    owned
+}
+
 fn finish(mut parts: Vec<CoverPart>, shapes: &[(BlockShape, f64)], rows: usize, cols: usize) -> Cover {
     let mut cost = 0.0;
     for (p, (_, weight)) in parts.iter_mut().zip(shapes) {
         p.blocks.sort_unstable();
-        p.owned.sort_unstable();
+        p.owned = sorted(std::mem::take(&mut p.owned), rows * cols);
         cost += weight * p.blocks.len() as f64;
     }
     parts.retain(|p| !p.owned.is_empty());

@@ -48,7 +48,7 @@ pub fn round_bits(tesa: &Tesa, hw: &HardwareProfile, policy: RoundingPolicy) -> 
         }
         widths.push(w);
     }
-    seen.sort_by(|a, b| b.0.cmp(&a.0));
+    seen.sort_by_key(|s| std::cmp::Reverse(s.0));
     match policy {
         RoundingPolicy::AllToOne => match seen.first() {
             Some(&(bits, format)) => {

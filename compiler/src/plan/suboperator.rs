@@ -237,7 +237,7 @@ impl SubOperator {
 /// the reduction axis, as `mma.sp` wants), and the rest (as a pruned mask). `None` when
 /// `k` is not a multiple of 4.
 pub fn split_two_four(pruned: &[bool], k: usize, n: usize) -> Option<(Vec<u32>, Vec<bool>)> {
-    if k % 4 != 0 {
+    if !k.is_multiple_of(4) {
         return None;
     }
     let mut two_four = vec![];
