@@ -3,6 +3,7 @@
 mod hpec;
 mod inspect;
 mod model_args;
+mod plan;
 mod plot;
 mod propagate;
 mod run;
@@ -31,6 +32,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     Run(run::RunArgs),
     Propagate(propagate::PropagateArgs),
+    Plan(plan::PlanArgs),
+    Explain(plan::ExplainArgs),
     /// HPEC Sparse DNN Challenge: run, generate networks.
     Hpec(hpec::HpecArgs),
 }
@@ -53,6 +56,8 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Run(args) => run::run(args),
         Command::Propagate(args) => propagate::run(args),
+        Command::Plan(args) => plan::run_plan(args),
+        Command::Explain(args) => plan::run_explain(args),
         Command::Hpec(args) => hpec::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {

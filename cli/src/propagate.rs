@@ -156,15 +156,8 @@ fn quant_text(q: &QuantizeReport) -> String {
     let wn = q.choices.iter().map(|c| c.node.len()).max().unwrap_or(0).max(8);
     let _ = writeln!(s, "  {:<wt$} {:<wn$} {:>4} {:<6} {:>9}", "tensor", "operator", "bits", "format", "error");
     for c in &q.choices {
-        let _ = writeln!(
-            s,
-            "  {:<wt$} {:<wn$} {:>4} {:<6} {:>9.3e}",
-            c.tensor,
-            c.node,
-            c.bits,
-            c.format.name(),
-            c.error
-        );
+        let _ =
+            writeln!(s, "  {:<wt$} {:<wn$} {:>4} {:<6} {:>9.3e}", c.tensor, c.node, c.bits, c.format.name(), c.error);
     }
     let mut by_bits: BTreeMap<u8, usize> = BTreeMap::new();
     for c in &q.choices {

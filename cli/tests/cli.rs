@@ -286,3 +286,47 @@ fn propagate_with_calibration_narrows_widths_and_reports_them() {
     let err = expect_error(&o);
     assert!(err.contains("3 is not supported"), "{err}");
 }
+
+#[test]
+fn plan_and_explain_print_write_json_and_artifact() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let json = dir.path().join("plan.json");
+    let pb = dir.path().join("plan.pb");
+    let o = spartac(&[
+        "plan",
+        model.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--artifact",
+        pb.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("mm") && out.contains("3x2") && out.contains("total:"), "{out}");
+    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(plan["version"], 1);
+    assert_eq!(plan["operators"][0]["node"], "mm");
+    assert_eq!(plan["operators"][0]["epilogue"]["bias"], "b");
+    let decoded = spartac::plan::Plan::decode(&std::fs::read(&pb).unwrap()).unwrap();
+    assert_eq!(decoded.operators.len(), 1);
+    // The weight has 3 zeros of 6: explain lists it as sparse.
+    let o = spartac(&["explain", model.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("density     0.5000") && out.contains("why"), "{out}");
+}
+
+#[test]
+fn plan_errors_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let db = dir.path().join("db.json");
+    std::fs::write(&db, "{\"version\": 7}").unwrap();
+    let err = expect_error(&spartac(&["plan", model.to_str().unwrap(), "--costdb", db.to_str().unwrap()]));
+    assert!(err.contains("cost db"), "{err}");
+    let err = expect_error(&spartac(&["explain", "missing.onnx"]));
+    assert!(err.contains("missing.onnx"), "{err}");
+    let help = String::from_utf8_lossy(&spartac(&["explain", "--help"]).stdout).into_owned();
+    assert!(help.contains("Examples:") && help.contains("crossover"), "{help}");
+}

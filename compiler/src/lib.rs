@@ -10,6 +10,7 @@ pub mod frontend;
 pub mod ir;
 pub mod npy;
 pub mod ops;
+pub mod plan;
 pub mod propagate;
 pub mod reference;
 pub mod rng;

@@ -1,0 +1,182 @@
+//! `spartac plan` and `spartac explain`: the execution plan of a model (SparTA §3.3).
+//! `plan` prints the sub-operators of every operator with a constant weight and writes
+//! the plan as JSON (`--json`) or as the versioned protobuf artifact (`--artifact`);
+//! `explain` says, per sparse operator, which cover was chosen and why.
+
+use crate::model_args::ModelArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use spartac::ir::Graph;
+use spartac::plan::cost::{CostDb, CostModel};
+use spartac::plan::explain::{explain, micros};
+use spartac::plan::hardware::HardwareProfile;
+use spartac::plan::site::find_sites;
+use spartac::plan::{plan_site, Plan, PlanOptions};
+use spartac::propagate::{propagate, PropagateOptions};
+use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Inputs shared by `plan` and `explain`.
+#[derive(Args, Debug)]
+pub struct PlanInputs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// TeSA attributes per tensor name (JSON, schema in models/tesa.schema.json). Without
+    /// it every weight is pruned where it is zero.
+    #[arg(long, value_name = "attrs.json")]
+    pub tesa: Option<PathBuf>,
+    /// Run the TeSA propagation pass before planning (it can prune more).
+    #[arg(long)]
+    pub propagate: bool,
+    /// Cost DB to use instead of the bundled costdb/sm_90.json (format in costdb/README.md).
+    #[arg(long, value_name = "COSTDB.json")]
+    pub costdb: Option<PathBuf>,
+}
+
+const PLAN_HELP: &str = "\
+Examples:
+  spartac plan model.onnx
+  spartac plan model.onnx --tesa attrs.json --json plan.json
+  spartac plan model.onnx --tesa attrs.json --artifact plan.pb --input-shape input_ids=1,128
+
+Each operator with a constant 2-D weight (MatMul, Gemm) is split into sub-operators
+X·W = Σ X·Wk: one per block shape and bit width of the weight's cover, a 2:4 part for
+sparse tensor cores, or one dense kernel when that is predicted faster. Times are
+predictions of the cost model for sm_90, not measurements.";
+
+const EXPLAIN_HELP: &str = "\
+Examples:
+  spartac explain model.onnx --tesa attrs.json
+  spartac explain minilm-l6.onnx --tesa models/tesa/minilm-l6-block32-90.json --input-shape input_ids=1,128
+
+For every operator whose weight has pruned elements: its shape and density, the chosen
+cover (block shapes, block counts, covered zeros), the predicted time sparse vs dense,
+the expected speedup, and why (e.g. \"dense: density 0.62 above crossover 0.35\").";
+
+/// Plan a model: sub-operators per operator (SparTA's execution-plan transformation).
+#[derive(Args, Debug)]
+#[command(after_help = PLAN_HELP)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub inputs: PlanInputs,
+    /// Write the plan as JSON (all but the per-element ownership lists).
+    #[arg(long, value_name = "PLAN.json")]
+    pub json: Option<PathBuf>,
+    /// Write the plan as the versioned protobuf artifact that later stages read.
+    #[arg(long, value_name = "PLAN.pb")]
+    pub artifact: Option<PathBuf>,
+}
+
+/// Explain the plan of every sparse operator: cover, predicted times, speedup and why.
+#[derive(Args, Debug)]
+#[command(after_help = EXPLAIN_HELP)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub inputs: PlanInputs,
+    /// Also write the plan as JSON.
+    #[arg(long, value_name = "PLAN.json")]
+    pub json: Option<PathBuf>,
+}
+
+fn load(inputs: &PlanInputs) -> Result<(Graph, PlanOptions)> {
+    let mut graph = inputs.model.load()?;
+    let attrs = match &inputs.tesa {
+        Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
+        None => None,
+    };
+    apply_attrs(&mut graph, attrs.as_ref())?;
+    if inputs.propagate {
+        propagate(&mut graph, &PropagateOptions::default())?;
+    }
+    let mut opts = PlanOptions::default();
+    if let Some(path) = &inputs.costdb {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let db = CostDb::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        opts.cost = CostModel::new(HardwareProfile::sm_90(), db)?;
+    }
+    Ok((graph, opts))
+}
+
+/// Plans every site, with a progress bar on a terminal.
+fn plan_graph(graph: &Graph, opts: &PlanOptions) -> Result<Plan> {
+    let sites = find_sites(graph);
+    let bar = indicatif::ProgressBar::new(sites.len() as u64).with_message("planning");
+    let mut operators = vec![];
+    for site in &sites {
+        operators.push(plan_site(graph, site, opts)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(Plan { arch: opts.cost.hw.arch.to_string(), operators })
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    // Written to a temporary name and renamed, so a failure leaves nothing.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn run_plan(args: PlanArgs) -> Result<ExitCode> {
+    let (graph, opts) = load(&args.inputs)?;
+    let plan = plan_graph(&graph, &opts)?;
+    print!("{}", to_table(&plan));
+    if let Some(path) = &args.json {
+        write_atomic(path, serde_json::to_string_pretty(&plan.to_json())?.as_bytes())?;
+    }
+    if let Some(path) = &args.artifact {
+        write_atomic(path, &plan.encode())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
+    let (graph, opts) = load(&args.inputs)?;
+    let plan = plan_graph(&graph, &opts)?;
+    print!("{}", explain(&plan));
+    if let Some(path) = &args.json {
+        write_atomic(path, serde_json::to_string_pretty(&plan.to_json())?.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One row per operator, then its sub-operators indented.
+pub fn to_table(plan: &Plan) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<32} {:>13} {:>8} {:<14} {:>13} {:>13} {:>8}",
+        "operator", "weight", "density", "plan", "predicted", "dense", "speedup"
+    );
+    for o in &plan.operators {
+        let chosen = o.chosen.map(|c| o.considered[c].split.name()).unwrap_or("nothing");
+        let _ = writeln!(
+            s,
+            "{:<32} {:>13} {:>8.4} {:<14} {:>13} {:>13} {:>7.2}×",
+            o.node,
+            format!("{}x{}", o.rows, o.cols),
+            o.density,
+            chosen,
+            micros(o.planned_s),
+            micros(o.dense_s),
+            o.speedup()
+        );
+        if o.is_sparse() {
+            for sub in &o.suboperators {
+                let _ = writeln!(s, "    {:<40} {:>13}", sub.label(), micros(sub.predicted_s));
+            }
+        }
+    }
+    let dense: f64 = plan.operators.iter().map(|o| o.dense_s).sum();
+    let planned: f64 = plan.operators.iter().map(|o| o.planned_s).sum();
+    let _ = writeln!(
+        s,
+        "total: {} predicted vs {} dense ({:.2}×)",
+        micros(planned),
+        micros(dense),
+        dense / planned.max(1e-15)
+    );
+    s
+}

@@ -1,0 +1,212 @@
+//! The cost model: predicted time of a dense GEMM, of one weight block, of a block-sparse
+//! sub-operator and of a 2:4 sub-operator, from a per-arch cost DB (`costdb/<arch>.json`,
+//! format in `costdb/README.md`) and an analytic model where the DB has no entry.
+//!
+//! All times are seconds on the whole GPU. `m` is the number of activation rows (the
+//! product of the activation's leading dims); the weight is `k × n`.
+
+use super::cover::BlockShape;
+use super::hardware::{HardwareProfile, NumberFormat};
+use crate::Error;
+use serde::Deserialize;
+
+/// The cost DB compiled in for sm_90.
+pub const SM_90_COSTDB: &str = include_str!("../../../costdb/sm_90.json");
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct DenseEntry {
+    pub dtype: String,
+    pub tflops: f64,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct BlockEntry {
+    pub block: [usize; 2],
+    pub dtype: String,
+    pub tflops: f64,
+    #[serde(default)]
+    pub overhead_ns: Option<f64>,
+}
+
+/// A parsed cost DB.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CostDb {
+    pub version: u32,
+    pub arch: String,
+    pub source: String,
+    pub dram_tb_s: f64,
+    pub l2_tb_s: f64,
+    pub launch_us: f64,
+    pub block_overhead_ns: f64,
+    pub dense: Vec<DenseEntry>,
+    pub blocks: Vec<BlockEntry>,
+}
+
+impl CostDb {
+    pub const VERSION: u32 = 1;
+
+    pub fn parse(text: &str) -> Result<CostDb, Error> {
+        let db: CostDb =
+            serde_json::from_str(text).map_err(|e| Error::Unsupported(format!("cost db: not valid: {e}")))?;
+        if db.version != Self::VERSION {
+            return Err(Error::Unsupported(format!(
+                "cost db: version {} not supported (expected {})",
+                db.version,
+                Self::VERSION
+            )));
+        }
+        Ok(db)
+    }
+}
+
+/// Hardware profile plus cost DB: everything needed to predict kernel times.
+#[derive(Clone, Debug)]
+pub struct CostModel {
+    pub hw: HardwareProfile,
+    pub db: CostDb,
+}
+
+impl CostModel {
+    /// sm_90 with its compiled-in DB.
+    pub fn sm_90() -> CostModel {
+        CostModel { hw: HardwareProfile::sm_90(), db: CostDb::parse(SM_90_COSTDB).expect("bundled cost db parses") }
+    }
+
+    /// `hw` with `db`; the DB's arch must match.
+    pub fn new(hw: HardwareProfile, db: CostDb) -> Result<CostModel, Error> {
+        if db.arch != hw.arch {
+            return Err(Error::Unsupported(format!("cost db is for {}, the target is {}", db.arch, hw.arch)));
+        }
+        Ok(CostModel { hw, db })
+    }
+
+    fn bytes(nf: &NumberFormat) -> f64 {
+        nf.bits as f64 / 8.0
+    }
+
+    fn dram(&self) -> f64 {
+        self.db.dram_tb_s * 1e12
+    }
+
+    fn launch(&self) -> f64 {
+        self.db.launch_us * 1e-6
+    }
+
+    fn dense_rate(&self, nf: &NumberFormat) -> f64 {
+        self.db.dense.iter().find(|d| d.dtype == nf.dtype).map_or(nf.tflops, |d| d.tflops) * 1e12
+    }
+
+    /// Dense `m × k` by `k × n` GEMM.
+    pub fn dense_time(&self, nf: &NumberFormat, m: usize, k: usize, n: usize) -> f64 {
+        let (m, k, n) = (m as f64, k as f64, n as f64);
+        2.0 * m * k * n / self.dense_rate(nf) + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch()
+    }
+
+    /// Effective compute rate (FLOP/s) for blocks of `shape`, and whether tensor cores run them.
+    pub fn block_rate(&self, nf: &NumberFormat, shape: BlockShape) -> (f64, bool) {
+        if let Some(e) = self.db.blocks.iter().find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype) {
+            return (e.tflops * 1e12, nf.mma_tile.is_some());
+        }
+        let area = shape.area() as f64;
+        match nf.mma_tile {
+            Some((_, tn, tk)) if shape.h >= tk && shape.w >= tn => {
+                let padded = (shape.h.div_ceil(tk) * tk * shape.w.div_ceil(tn) * tn) as f64;
+                (self.dense_rate(nf) * (area / padded) * area / (area + 256.0), true)
+            }
+            _ => {
+                let simt = self.hw.formats[0].tflops * 1e12;
+                let slack = if shape.w == 1 && shape.h > 1 { 16.0 } else { 8.0 };
+                (simt * area / (area + slack), false)
+            }
+        }
+    }
+
+    /// Time of one weight block of `shape` against `m` activation rows.
+    pub fn block_time(&self, nf: &NumberFormat, shape: BlockShape, m: usize) -> f64 {
+        let (rate, _) = self.block_rate(nf, shape);
+        let overhead = self
+            .db
+            .blocks
+            .iter()
+            .find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype)
+            .and_then(|e| e.overhead_ns)
+            .unwrap_or(self.db.block_overhead_ns)
+            * 1e-9;
+        let (area, m, b) = (shape.area() as f64, m as f64, Self::bytes(nf));
+        2.0 * m * area / rate
+            + m * (shape.h + shape.w) as f64 * b / (self.db.l2_tb_s * 1e12)
+            + area * b / self.dram()
+            + overhead
+    }
+
+    /// Fixed cost of one sub-operator over an `m × n` output: a launch and one
+    /// read-accumulate-write of the output.
+    pub fn suboperator_fixed(&self, nf: &NumberFormat, m: usize, n: usize) -> f64 {
+        self.launch() + 2.0 * (m * n) as f64 * 4.0f64.max(Self::bytes(nf)) / self.dram()
+    }
+
+    /// A block-sparse sub-operator of `n_blocks` blocks of `shape`.
+    pub fn sparse_time(&self, nf: &NumberFormat, shape: BlockShape, n_blocks: usize, m: usize, n: usize) -> f64 {
+        self.block_time(nf, shape, m) * n_blocks as f64 + self.suboperator_fixed(nf, m, n)
+    }
+
+    /// A 2:4 sub-operator (`mma.sp`): half the math of dense at the tensor-core rate, half
+    /// the weight bytes plus 2 bits of metadata per kept element. `None` when the format
+    /// has no sparse tensor cores.
+    pub fn two_four_time(&self, nf: &NumberFormat, m: usize, k: usize, n: usize) -> Option<f64> {
+        if !nf.sparse_2_4 {
+            return None;
+        }
+        let (mf, kf, nf64) = (m as f64, k as f64, n as f64);
+        let weight_bytes = kf * nf64 / 2.0 * (Self::bytes(nf) + 0.25);
+        Some(
+            2.0 * mf * kf * nf64 / (2.0 * self.dense_rate(nf))
+                + (weight_bytes + mf * kf * Self::bytes(nf)) / self.dram()
+                + self.suboperator_fixed(nf, m, n),
+        )
+    }
+
+    /// Elementwise epilogue (bias, activation) as its own kernel over `m × n`.
+    pub fn epilogue_time(&self, m: usize, n: usize) -> f64 {
+        self.launch() + 2.0 * (m * n) as f64 * 4.0 / self.dram()
+    }
+
+    /// `(shape, block weight)` for the greedy cover: the predicted time of one block.
+    pub fn shape_weights(&self, nf: &NumberFormat, shapes: &[BlockShape], m: usize) -> Vec<(BlockShape, f64)> {
+        shapes.iter().map(|s| (*s, self.block_time(nf, *s, m))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_db_parses_and_bigger_blocks_are_cheaper_per_element() {
+        let cm = CostModel::sm_90();
+        let f32 = cm.hw.by_dtype("f32").unwrap().clone();
+        let per_elem = |s: BlockShape| cm.block_time(&f32, s, 128) / s.area() as f64;
+        assert!(per_elem(BlockShape::new(32, 32)) < per_elem(BlockShape::new(8, 8)));
+        assert!(per_elem(BlockShape::new(8, 8)) < per_elem(BlockShape::new(1, 1)));
+        assert!(per_elem(BlockShape::new(1, 32)) < per_elem(BlockShape::new(1, 1)));
+        let f16 = cm.hw.by_dtype("f16").unwrap().clone();
+        assert!(cm.block_rate(&f16, BlockShape::new(32, 32)).1, "f16 32x32 on tensor cores");
+        assert!(!cm.block_rate(&f16, BlockShape::new(1, 32)).1);
+        assert!(cm.two_four_time(&f32, 128, 1024, 1024).is_none());
+        assert!(cm.two_four_time(&f16, 128, 1024, 1024).unwrap() < cm.dense_time(&f16, 128, 1024, 1024));
+    }
+
+    #[test]
+    fn db_entries_override_and_bad_versions_fail() {
+        let mut db = CostDb::parse(SM_90_COSTDB).unwrap();
+        let base = CostModel::sm_90();
+        let f32 = base.hw.by_dtype("f32").unwrap().clone();
+        db.blocks.push(BlockEntry { block: [32, 32], dtype: "f32".into(), tflops: 5.0, overhead_ns: Some(10.0) });
+        let slow = CostModel::new(HardwareProfile::sm_90(), db).unwrap();
+        let s = BlockShape::new(32, 32);
+        assert!(slow.block_time(&f32, s, 128) > 5.0 * base.block_time(&f32, s, 128));
+        let bad = SM_90_COSTDB.replace("\"version\": 1", "\"version\": 9");
+        assert!(CostDb::parse(&bad).unwrap_err().to_string().contains("version 9"));
+    }
+}

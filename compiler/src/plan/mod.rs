@@ -1,0 +1,270 @@
+//! The execution plan (SparTA §3.3, Algorithm 3): for every operator with a sparse
+//! constant weight, turn its complex TeSA into a few simple ones and split the operator
+//! into sub-operators that specialized kernels run fast.
+//!
+//! Per operator ([`site`]): BitRounding ([`round_bits`]) splits the weight's elements by
+//! supported width; WeightedBlockCover ([`cover`]) covers each width's elements with
+//! blocks of one or more shapes, weighted by the cost model ([`cost`]); each cover part
+//! becomes a sub-operator `X·Wₖ` ([`suboperator`]). The alternatives (dense, split by
+//! block shape, by bit width, one shape only, 2:4 + rest) form an e-graph ([`egraph`]) from
+//! which the cheapest is extracted. The result serializes to a versioned artifact
+//! ([`artifact`]); [`explain`] says why each choice was made.
+
+pub mod artifact;
+pub mod cost;
+pub mod cover;
+pub mod egraph;
+pub mod explain;
+pub mod hardware;
+pub mod ilp;
+pub mod round_bits;
+pub mod site;
+pub mod suboperator;
+
+use cost::CostModel;
+use cover::{cover_blocks_fewer_parts, single_shape_cover, BlockShape, Cover, DEFAULT_SHAPES};
+use egraph::{choose, Alternative, SplitKind};
+use round_bits::{round_bits, RoundingPolicy};
+use site::{find_sites, Site};
+use std::time::Instant;
+use suboperator::{from_cover, split_two_four, Epilogue, Orientation, SubOpKind, SubOperator};
+
+use crate::ir::Graph;
+use crate::Error;
+
+/// Planner settings.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    pub cost: CostModel,
+    /// Candidate block shapes of the cover.
+    pub shapes: Vec<BlockShape>,
+    /// Try the 2:4 + rest split where the format has sparse tensor cores.
+    pub two_four: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> PlanOptions {
+        PlanOptions { cost: CostModel::sm_90(), shapes: DEFAULT_SHAPES.to_vec(), two_four: true }
+    }
+}
+
+/// One alternative that was considered, for `explain`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Considered {
+    pub split: SplitKind,
+    /// E.g. `32x32 f32 ×100 + 1x1 f32 ×900`.
+    pub label: String,
+    pub predicted_s: f64,
+}
+
+/// The plan of one operator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorPlan {
+    pub node: String,
+    pub op_type: String,
+    pub weight: String,
+    pub orientation: Orientation,
+    pub transposed: bool,
+    /// Logical weight shape and the other GEMM dimension.
+    pub rows: usize,
+    pub cols: usize,
+    pub m: usize,
+    pub density: f64,
+    /// Kernel dtype of the widest elements.
+    pub dtype: String,
+    pub considered: Vec<Considered>,
+    /// Index into `considered`; `None` when every weight element is pruned.
+    pub chosen: Option<usize>,
+    /// The extracted e-graph expression.
+    pub expr: String,
+    pub suboperators: Vec<SubOperator>,
+    pub epilogue: Epilogue,
+    pub dense_s: f64,
+    pub planned_s: f64,
+    /// One line: why this plan.
+    pub reason: String,
+    /// Wall time of the covers, seconds (not serialized: it varies run to run).
+    pub cover_s: f64,
+}
+
+impl OperatorPlan {
+    pub fn is_sparse(&self) -> bool {
+        self.density < 1.0
+    }
+
+    pub fn speedup(&self) -> f64 {
+        self.dense_s / self.planned_s.max(1e-15)
+    }
+}
+
+/// The execution plan of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub arch: String,
+    pub operators: Vec<OperatorPlan>,
+}
+
+/// One candidate with its sub-operators.
+struct Candidate {
+    split: SplitKind,
+    subops: Vec<SubOperator>,
+}
+
+impl Candidate {
+    fn label(&self) -> String {
+        let s: Vec<String> = self.subops.iter().map(SubOperator::label).collect();
+        s.join(" + ")
+    }
+}
+
+/// Plans every operator of `graph` with a constant rank-2 weight (MatMul, Gemm). The TeSA
+/// of each weight is read from the graph (run `apply_attrs`/`propagate` first); a weight
+/// without one is pruned where it is zero. Deterministic.
+pub fn plan(graph: &Graph, opts: &PlanOptions) -> Result<Plan, Error> {
+    let mut operators = vec![];
+    for site in find_sites(graph) {
+        operators.push(plan_site(graph, &site, opts)?);
+    }
+    Ok(Plan { arch: opts.cost.hw.arch.to_string(), operators })
+}
+
+/// Plans one site.
+pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<OperatorPlan, Error> {
+    let node = graph.node(site.node);
+    let cm = &opts.cost;
+    let hw = &cm.hw;
+    let (rows, cols, m) = (site.rows, site.cols, site.m);
+    let tesa = site.tesa(graph);
+    let density = tesa.density();
+    let groups = round_bits(&tesa, hw, RoundingPolicy::EachUp);
+    let widest = groups.first().map(|g| hw.number_format(g.bits, g.format).clone());
+    let nf = widest.clone().unwrap_or_else(|| hw.number_format(tesa.uniform().bits(), tesa.uniform().format()).clone());
+    let dense_s = cm.dense_time(&nf, m, rows, cols);
+    let started = Instant::now();
+    let mut candidates: Vec<Candidate> = vec![];
+    let all_owned = |pruned: &[bool]| (0..pruned.len() as u32).filter(|i| !pruned[*i as usize]).collect::<Vec<_>>();
+    let pruned = site.pruned(graph);
+    if !groups.is_empty() {
+        candidates.push(Candidate {
+            split: SplitKind::Dense,
+            subops: vec![SubOperator::dense(rows, cols, all_owned(&pruned), &nf, site.orientation, dense_s)],
+        });
+    }
+    if density < 1.0 && !groups.is_empty() {
+        let cover_with = |mask: &[bool], nf: &hardware::NumberFormat| -> Cover {
+            let part_fixed = cm.suboperator_fixed(nf, m, cols);
+            cover_blocks_fewer_parts(mask, rows, cols, &cm.shape_weights(nf, &opts.shapes, m), part_fixed)
+        };
+        // Split by block shape, per rounded width (by bit width when there are several).
+        let mut per_width = vec![];
+        for g in &groups {
+            let gnf = hw.number_format(g.bits, g.format).clone();
+            per_width.extend(from_cover(&cover_with(&g.pruned, &gnf), &gnf, site.orientation, cm, m));
+        }
+        let split = if groups.len() > 1 { SplitKind::ByBits } else { SplitKind::ByShape };
+        candidates.push(Candidate { split, subops: per_width });
+        if groups.len() > 1 {
+            let one = round_bits(&tesa, hw, RoundingPolicy::AllToOne);
+            let cover = cover_with(&one[0].pruned, &nf);
+            candidates.push(Candidate {
+                split: SplitKind::ByShape,
+                subops: from_cover(&cover, &nf, site.orientation, cm, m),
+            });
+        }
+        // One block shape only (what SparTA's own code supports), for each square shape.
+        for shape in opts.shapes.iter().filter(|s| s.h == s.w && s.h >= 8) {
+            let weight = cm.block_time(&nf, *shape, m);
+            let cover = single_shape_cover(&pruned, rows, cols, *shape, weight);
+            candidates.push(Candidate {
+                split: SplitKind::OneShape,
+                subops: from_cover(&cover, &nf, site.orientation, cm, m),
+            });
+        }
+        // 2:4 for sparse tensor cores plus the rest.
+        if opts.two_four && nf.sparse_2_4 && site.orientation == Orientation::WeightRight && groups.len() == 1 {
+            if let (Some((tf, rest)), Some(t)) =
+                (split_two_four(&pruned, rows, cols), cm.two_four_time(&nf, m, rows, cols))
+            {
+                let mut subops = vec![SubOperator::two_four(tf, &nf, site.orientation, t)];
+                subops.extend(from_cover(&cover_with(&rest, &nf), &nf, site.orientation, cm, m));
+                candidates.push(Candidate { split: SplitKind::TwoFourRest, subops });
+            }
+        }
+    }
+    let cover_s = started.elapsed().as_secs_f64();
+    let alternatives: Vec<Alternative> = candidates
+        .iter()
+        .map(|c| Alternative { split: c.split, term_times: c.subops.iter().map(|s| s.predicted_s).collect() })
+        .collect();
+    let epilogue_s = (!site.epilogue.is_empty()).then(|| cm.epilogue_time(m, cols));
+    let choice = choose(&alternatives, epilogue_s);
+    let considered: Vec<Considered> = candidates
+        .iter()
+        .zip(&alternatives)
+        .map(|(c, a)| Considered { split: c.split, label: c.label(), predicted_s: a.term_times.iter().sum() })
+        .collect();
+    let mut epilogue = site.epilogue.clone();
+    let (chosen, expr, suboperators, planned_s) = match &choice {
+        Some(ch) => {
+            epilogue.fused = ch.fused_epilogue && !epilogue.is_empty();
+            let subops = candidates.swap_remove(ch.alternative).subops;
+            (Some(ch.alternative), ch.expr.clone(), subops, ch.time_s)
+        }
+        None => (None, String::new(), vec![], 0.0),
+    };
+    let dense_total = dense_s + if epilogue.fused { 0.0 } else { epilogue_s.unwrap_or(0.0) };
+    let best_sparse =
+        considered.iter().filter(|c| c.split != SplitKind::Dense).map(|c| c.predicted_s).fold(f64::INFINITY, f64::min);
+    let fixed_s = cm.suboperator_fixed(&nf, m, cols);
+    let reason = reason(density, dense_s, best_sparse, fixed_s, chosen.map(|c| considered[c].split));
+    Ok(OperatorPlan {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        weight: graph.value(site.weight).name.clone(),
+        orientation: site.orientation,
+        transposed: site.transposed,
+        rows,
+        cols,
+        m,
+        density,
+        dtype: nf.dtype.to_string(),
+        considered,
+        chosen,
+        expr,
+        suboperators,
+        epilogue,
+        dense_s: dense_total,
+        planned_s,
+        reason,
+        cover_s,
+    })
+}
+
+/// The density at which the best sparse plan would cost as much as dense (`dense_s`),
+/// assuming its time is a fixed part (`fixed_s`: launch, output traffic) plus a part that
+/// grows in proportion to density. 0 when even an empty sparse kernel is slower than dense.
+pub fn crossover(density: f64, dense_s: f64, best_sparse_s: f64, fixed_s: f64) -> f64 {
+    let variable = best_sparse_s - fixed_s;
+    if !best_sparse_s.is_finite() || dense_s <= fixed_s {
+        0.0
+    } else if variable <= 0.0 {
+        1.0
+    } else {
+        (density * (dense_s - fixed_s) / variable).min(1.0)
+    }
+}
+
+fn reason(density: f64, dense_s: f64, best_sparse_s: f64, fixed_s: f64, chosen: Option<SplitKind>) -> String {
+    let x = crossover(density, dense_s, best_sparse_s, fixed_s);
+    match chosen {
+        None => "all pruned: the output is the epilogue of zero".into(),
+        Some(SplitKind::Dense) if density >= 1.0 => "dense: no pruned elements".into(),
+        Some(SplitKind::Dense) => format!("dense: density {density:.2} above crossover {x:.2}"),
+        Some(kind) => format!("sparse ({}): density {density:.2} below crossover {x:.2}", kind.name()),
+    }
+}
+
+/// Sum over the plan's sub-operators of the elements each owns, by kind (for checks).
+pub fn owned_by_kind(op: &OperatorPlan, kind: SubOpKind) -> usize {
+    op.suboperators.iter().filter(|s| s.kind == kind).map(|s| s.owned.len()).sum()
+}
