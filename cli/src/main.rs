@@ -2,6 +2,7 @@
 
 mod hpec;
 mod inspect;
+mod kernels;
 mod model_args;
 mod propagate;
 mod run;
@@ -32,6 +33,8 @@ enum Command {
     Propagate(propagate::PropagateArgs),
     /// HPEC Sparse DNN Challenge: run, generate networks.
     Hpec(hpec::HpecArgs),
+    /// Specialized sparse-matmul kernels on the GPU: test, bench.
+    Kernels(kernels::KernelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Propagate(args) => propagate::run(args),
         Command::Hpec(args) => hpec::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Kernels(args) => kernels::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
