@@ -123,6 +123,14 @@ pub enum Mode {
     Auto,
 }
 
+/// A tile choice that overrides the heuristic (for tuning): rows of C per CTA and the depth
+/// of the cp.async pipeline. Block kernels only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Tile {
+    pub rows: usize,
+    pub stages: usize,
+}
+
 /// One sparse × dense matmul to specialize. Plain data, so that the plan's sub-operators
 /// (block shape, dtype, orientation, epilogue, nonzero block coordinates, values, mode)
 /// map onto it one field each.
@@ -147,6 +155,8 @@ pub struct SpmmSpec {
     /// Most literal words (4 bytes each) an unrolled kernel may embed; `Mode::Auto`
     /// switches to the index stream above it. 16384 words = the 64 KiB constant bank.
     pub code_budget: usize,
+    /// Tile override; `None` lets the specializer choose.
+    pub tile: Option<Tile>,
 }
 
 impl SpmmSpec {
@@ -165,6 +175,7 @@ impl SpmmSpec {
             values: None,
             mode: Mode::Auto,
             code_budget: 16384,
+            tile: None,
         }
     }
 

@@ -228,7 +228,14 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
                 "tensor-core kernels need bh, bw multiples of 16 and bw <= 64, got {bh}x{bw}"
             )));
         }
-        let warps = if m >= 128 { 4 } else { 2 };
+        let warps = match spec.tile {
+            Some(t) if t.rows % 32 == 0 && (32..=256).contains(&t.rows) => t.rows / 32,
+            Some(t) => {
+                return Err(spec_err(format!("tensor-core tiles hold 32 to 256 rows in steps of 32, not {}", t.rows)))
+            }
+            None if m >= 128 => 4,
+            None => 2,
+        };
         threads = 32 * warps;
         bm = 32 * warps;
         (tm, threads_n, threads_m) = (0, 0, 0);
@@ -253,7 +260,12 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         bm = threads_m * tm;
         (a_ld, w_ld) = (bh + 4, bw);
     }
-    let stages = if mma { 4 } else { 3 };
+    let stages = match spec.tile {
+        Some(t) if (2..=8).contains(&t.stages) => t.stages,
+        Some(t) => return Err(spec_err(format!("pipelines have 2 to 8 stages, not {}", t.stages))),
+        None if mma => 4,
+        None => 3,
+    };
     let esize = spec.dtype.bytes();
     let smem = stages * (bm * a_ld + bh * w_ld) * esize;
     if smem > 227 * 1024 {
@@ -446,7 +458,8 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         chunks,
         a_ld,
         unrolled,
-        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
+        // Lanes read different entries: global memory, not the (serializing) constant bank.
+        tables_in_constant: false,
         ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
         idx: if unrolled { kernel.idx.clone() } else { vec![] },
         values,

@@ -2,7 +2,7 @@
 //! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
 //! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
 
-use spartac::codegen::{Activation, Dtype, Epilogue, Mode, SpmmSpec};
+use spartac::codegen::{Activation, Dtype, Epilogue, Mode, SpmmSpec, Tile};
 use spartac::rng::SplitMix64;
 use spartac::tesa::patterns::Pattern;
 
@@ -43,6 +43,8 @@ pub struct Case {
     pub mode: Mode,
     /// Embed the weight values in the source.
     pub values_literal: bool,
+    /// Tile override for the block kernel.
+    pub tile: Option<Tile>,
 }
 
 impl Case {
@@ -57,7 +59,12 @@ impl Case {
             epilogue: Epilogue::NONE,
             mode: Mode::Auto,
             values_literal: false,
+            tile: None,
         }
+    }
+    pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
+        self.tile = Some(Tile { rows, stages });
+        self
     }
     pub fn with_epilogue(mut self, bias: bool, activation: Activation) -> Case {
         self.epilogue = Epilogue { bias, activation };
@@ -80,7 +87,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -94,7 +101,8 @@ impl Case {
                 Mode::IndexStream => " stream",
                 Mode::Auto => "",
             },
-            if self.values_literal { " +values" } else { "" }
+            if self.values_literal { " +values" } else { "" },
+            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default()
         )
     }
 
@@ -121,6 +129,9 @@ impl Case {
             s.epilogue = self.epilogue;
             if self.values_literal {
                 s.values = Some(w.clone());
+            }
+            if block != (1, 1) {
+                s.tile = self.tile;
             }
             s
         };
@@ -211,6 +222,9 @@ pub fn correctness_cases() -> Vec<Case> {
             .with_epilogue(true, Gelu),
         Case::new((256, 512, 512), Bf16, b(0.9), Block(32, 32))
             .with_epilogue(false, Clip { lo: f32::NEG_INFINITY, hi: 1.0 }),
+        // tile overrides (rows per CTA, pipeline stages), ragged M
+        Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_tile(64, 2),
+        Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3),
         // fine-grained
         Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
@@ -245,5 +259,15 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         }
     }
     out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)));
+    // Tile variants of the goal case (32×32 blocks at 90%).
+    let goal = Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 }, Cover::Block(32, 32));
+    let variants: &[(usize, usize)] = if dtype == Dtype::F32 {
+        &[(128, 3), (128, 4), (256, 2), (64, 4)]
+    } else {
+        &[(64, 4), (128, 6), (256, 3), (256, 4)]
+    };
+    for &(rows, stages) in variants {
+        out.push(goal.clone().with_tile(rows, stages));
+    }
     out
 }
