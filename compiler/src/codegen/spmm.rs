@@ -264,6 +264,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         Some(t) if (2..=8).contains(&t.stages) => t.stages,
         Some(t) => return Err(spec_err(format!("pipelines have 2 to 8 stages, not {}", t.stages))),
         None if mma => 4,
+        None if tm == 8 => 2,
         None => 3,
     };
     let esize = spec.dtype.bytes();
@@ -371,7 +372,7 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let chunk = k.min(512);
     let chunks = k.div_ceil(chunk);
-    let (bm, threads) = (32usize, 512usize);
+    let (bm, threads) = (32usize, 256usize);
     let warps = threads / 32;
     let nnz = live.iter().filter(|l| **l).count();
     // Columns per CTA: fewest bytes (A re-read once per column group, the entries once per
@@ -456,6 +457,8 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         warps,
         chunk,
         chunks,
+        stage_iters: (bm * chunk).div_ceil(threads),
+        stage_batch: (bm * chunk).div_ceil(threads).min(8),
         a_ld,
         unrolled,
         // Lanes read different entries: global memory, not the (serializing) constant bank.
