@@ -81,10 +81,6 @@ pub struct FineCtx {
     pub warps: usize,
     pub chunk: usize,
     pub chunks: usize,
-    /// Elements of an A chunk each thread stages (`bm × chunk / threads`).
-    pub stage_iters: usize,
-    /// Loads in flight per thread while staging (a divisor-free cap on registers).
-    pub stage_batch: usize,
     pub a_ld: usize,
     pub unrolled: bool,
     pub tables_in_constant: bool,

@@ -372,7 +372,7 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let chunk = k.min(512);
     let chunks = k.div_ceil(chunk);
-    let (bm, threads) = (32usize, 256usize);
+    let (bm, threads) = (32usize, 512usize);
     let warps = threads / 32;
     let nnz = live.iter().filter(|l| **l).count();
     // Columns per CTA: fewest bytes (A re-read once per column group, the entries once per
@@ -457,12 +457,9 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         warps,
         chunk,
         chunks,
-        stage_iters: (bm * chunk).div_ceil(threads),
-        stage_batch: (bm * chunk).div_ceil(threads).min(8),
         a_ld,
         unrolled,
-        // Lanes read different entries: global memory, not the (serializing) constant bank.
-        tables_in_constant: false,
+        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
         ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
         idx: if unrolled { kernel.idx.clone() } else { vec![] },
         values,
