@@ -115,6 +115,8 @@ for e in ours:
     floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
     ratio = lambda name: None if p.get(name) is None else p[name] / ms
     kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
+    if " tile" in e["label"]:
+        kinds += ", " + e["label"].rsplit(" ", 1)[-1]
     lines.append(
         f"| {e['size']} | {e['dtype']} | {e['pattern']} | {e['cover']} ({kinds}) | {fmt(ms)} | {fmt(p.get('cublas_ms'))} | "
         f"{fmt(ratio('cublas_ms'), 2)} | {fmt(p.get('cusparse_ms'))} | {fmt(ratio('cusparse_ms'), 2)} | "
