@@ -250,12 +250,18 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         threads_n = bw / 4;
         threads_m = threads / threads_n;
         // Enough rows per thread for reuse, few enough CTAs lost on small M.
-        tm = if m >= 2048 && threads_m * 8 <= 256 {
-            8
-        } else if threads_m * 4 <= 256 {
-            4
-        } else {
-            1
+        tm = match spec.tile {
+            Some(t) if t.rows % threads_m == 0 && [1, 2, 4, 8].contains(&(t.rows / threads_m)) => t.rows / threads_m,
+            Some(t) => {
+                return Err(spec_err(format!(
+                    "fp32 tiles at bw {bw} hold {threads_m} × 1, 2, 4 or 8 rows, not {}",
+                    t.rows
+                )))
+            }
+            // 8 rows per thread (with 2 stages) at large M: see benches/results/spmm_notes.md.
+            None if m >= 2048 && threads_m * 8 <= 256 => 8,
+            None if threads_m * 4 <= 256 => 4,
+            None => 1,
         };
         bm = threads_m * tm;
         (a_ld, w_ld) = (bh + 4, bw);
@@ -468,4 +474,94 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     };
     kernel.source = render("spmm_fine.cu.tera", &ctx)?;
     Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::Tile;
+
+    fn spec(blocks: Vec<(usize, usize)>) -> SpmmSpec {
+        SpmmSpec::new(64, 64, 96, Dtype::F32, (32, 32), blocks)
+    }
+
+    #[test]
+    fn tables_follow_block_columns_and_pack_weight_matches_them() {
+        let k = specialize(&spec(vec![(1, 2), (0, 0), (1, 0)])).unwrap();
+        assert_eq!(k.family, Family::BlockSimt);
+        assert_eq!(k.ptr, vec![0, 2, 2, 3]);
+        assert_eq!(k.idx, vec![0, 1, 1]);
+        assert_eq!((k.live_instances, k.dead_instances), (3, 3));
+        let w: Vec<f32> = (0..64 * 96).map(|i| i as f32).collect();
+        let packed = k.pack_weight(&w);
+        assert_eq!(packed.len(), 3 * 32 * 32);
+        // Second packed block = block (1, 0): row 32, column 0 first.
+        assert_eq!(packed[1024], w[32 * 96]);
+        assert_eq!(packed[1024 + 33], w[33 * 96 + 1]);
+        assert_eq!(k.flops(), 2.0 * 64.0 * 3.0 * 1024.0);
+    }
+
+    #[test]
+    fn auto_mode_unrolls_under_the_budget_and_streams_above_it() {
+        let mut s = spec(vec![(0, 0), (1, 1)]);
+        assert_eq!(specialize(&s).unwrap().mode, Mode::Unrolled);
+        s.code_budget = 3;
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.mode, Mode::IndexStream);
+        assert!(!k.source.contains("IDX_LIT[]") && k.source.contains("const int* idx = idx_arg;"));
+        s.mode = Mode::Unrolled;
+        assert!(specialize(&s).unwrap().source.contains("IDX_LIT[] = { 0,1, 0 }"));
+    }
+
+    #[test]
+    fn every_block_present_selects_the_dense_kernel() {
+        let all = (0..2).flat_map(|r| (0..3).map(move |c| (r, c))).collect();
+        assert_eq!(specialize(&spec(all)).unwrap().family, Family::Dense);
+        let mut s = spec(vec![(0, 0)]);
+        s.dtype = Dtype::F16;
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
+        s.block = (1, 1);
+        assert_eq!(specialize(&s).unwrap().family, Family::Fine);
+    }
+
+    #[test]
+    fn bad_specs_are_errors_not_panics() {
+        let cases: Vec<(SpmmSpec, &str)> = vec![
+            ({ spec(vec![(2, 0)]) }, "outside"),
+            ({ spec(vec![(0, 0), (0, 0)]) }, "twice"),
+            ({ SpmmSpec::new(64, 60, 96, Dtype::F32, (32, 32), vec![]) }, "does not tile"),
+            (
+                {
+                    let mut s = spec(vec![]);
+                    s.orientation = Orientation::Left;
+                    s
+                },
+                "left orientation",
+            ),
+            (
+                {
+                    let mut s = spec(vec![]);
+                    s.tile = Some(Tile { rows: 100, stages: 3 });
+                    s
+                },
+                "tiles",
+            ),
+            (
+                {
+                    let mut s = spec(vec![]);
+                    s.values = Some(vec![0.0; 3]);
+                    s
+                },
+                "values hold",
+            ),
+            ({ SpmmSpec::new(0, 64, 96, Dtype::F32, (32, 32), vec![]) }, "empty"),
+        ];
+        for (s, want) in cases {
+            let e = match specialize(&s) {
+                Ok(_) => panic!("spec accepted, expected an error mentioning {want:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains(want), "{e:?} should mention {want:?}");
+        }
+    }
 }
