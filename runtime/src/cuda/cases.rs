@@ -111,7 +111,7 @@ impl Case {
     pub fn problem(&self, seed: u64) -> Problem {
         let (m, k, n) = (self.m, self.k, self.n);
         let mask = self.pattern.mask(k, n, seed);
-        let mut rng = SplitMix64::new(seed ^ 0x5eed_0f_a11);
+        let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
         let w: Vec<f32> = mask
             .iter()
             .map(|pruned| {
