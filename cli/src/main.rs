@@ -2,6 +2,7 @@
 
 mod hpec;
 mod inspect;
+mod kernels;
 mod model_args;
 mod plan;
 mod plot;
@@ -36,6 +37,8 @@ enum Command {
     Explain(plan::ExplainArgs),
     /// HPEC Sparse DNN Challenge: run, generate networks.
     Hpec(hpec::HpecArgs),
+    /// Specialized sparse-matmul kernels on the GPU: test, bench.
+    Kernels(kernels::KernelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run_plan(args),
         Command::Explain(args) => plan::run_explain(args),
         Command::Hpec(args) => hpec::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Kernels(args) => kernels::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

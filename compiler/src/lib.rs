@@ -5,6 +5,7 @@
 //! semantics of every op, and the CPU reference executor that is the correctness oracle.
 //! It never links CUDA.
 
+pub mod codegen;
 pub mod error;
 pub mod frontend;
 pub mod ir;

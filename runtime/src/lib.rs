@@ -6,6 +6,7 @@
 //! `Backend::Auto` picks the best engine that is present on the machine. `hpec` holds the
 //! HPEC Sparse DNN Challenge: data formats, generator and its own CPU engine.
 
+pub mod cuda;
 pub mod engine;
 pub mod host_memory;
 pub mod hpec;

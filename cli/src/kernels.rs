@@ -1,0 +1,181 @@
+//! `spartac kernels`: the specialized sparse-matmul kernels on the GPU: correctness against
+//! the CPU reference (`test`) and timings for the benchmark table (`bench`).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use spartac::codegen::Dtype;
+use spartac_runtime::cuda::cases::{bench_cases, correctness_cases, Case};
+use spartac_runtime::cuda::spmm::{run_case, CaseReport, Check};
+use spartac_runtime::cuda::CudaDevice;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct KernelsArgs {
+    #[command(subcommand)]
+    command: KernelsCommand,
+}
+
+#[derive(Subcommand)]
+enum KernelsCommand {
+    /// Run every kernel family on fresh random inputs and compare with the f64 CPU reference.
+    Test {
+        /// Input seed (default: drawn from the clock, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Write the reports as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Time the benchmark cases (CUDA events, L2 flushed before each run, median).
+    Bench {
+        #[arg(long, value_delimiter = ',', default_value = "1024,4096")]
+        sizes: Vec<usize>,
+        #[arg(long, value_delimiter = ',', default_value = "f32,f16")]
+        dtypes: Vec<String>,
+        /// Timed runs per case.
+        #[arg(long, default_value_t = 100)]
+        reps: usize,
+        /// Only cases whose label contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Write A and W of every case as `.npy` here, for benches/spmm_peers.py.
+        #[arg(long)]
+        dump: Option<PathBuf>,
+        /// Write the reports as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+pub fn run(args: KernelsArgs) -> Result<()> {
+    let dev = CudaDevice::open(0)?;
+    println!("device: {} ({})", dev.name(), dev.arch());
+    match args.command {
+        KernelsCommand::Test { seed, json } => test(&dev, seed, json),
+        KernelsCommand::Bench { sizes, dtypes, reps, filter, dump, json } => {
+            let dtypes: Vec<Dtype> =
+                dtypes.iter().map(|d| d.parse::<Dtype>().map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
+            bench(&dev, &sizes, &dtypes, reps, filter.as_deref(), dump, json)
+        }
+    }
+}
+
+/// Relative-norm tolerance of a dtype (fp32 math everywhere; half outputs are rounded).
+fn tolerance(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::F32 => 1e-5,
+        Dtype::F16 => 2e-3,
+        Dtype::Bf16 => 1e-2,
+    }
+}
+
+fn passes(case: &Case, r: &CaseReport) -> bool {
+    r.all_written && r.rel_norm_err.is_finite() && r.rel_norm_err <= tolerance(case.dtype)
+}
+
+fn test(dev: &CudaDevice, seed: Option<u64>, json: Option<PathBuf>) -> Result<()> {
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7)
+    });
+    println!("seed {seed}");
+    let mut reports = vec![];
+    let mut failed = 0;
+    for (i, case) in correctness_cases().iter().enumerate() {
+        let r =
+            run_case(dev, case, seed.wrapping_add(i as u64), Check::All, None, None).with_context(|| case.label())?;
+        let ok = passes(case, &r);
+        failed += usize::from(!ok);
+        let kernels: Vec<String> = r.kernels.iter().map(|k| format!("{}({})", k.family, k.mode)).collect();
+        println!(
+            "{} {:<70} rel-norm {:.2e} max {:.2e} rows {} written {} [{}]",
+            if ok { "PASS" } else { "FAIL" },
+            r.label,
+            r.rel_norm_err,
+            r.max_err,
+            r.rows_checked,
+            r.all_written,
+            kernels.join(" + ")
+        );
+        reports.push(r);
+    }
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&reports)?).with_context(|| path.display().to_string())?;
+    }
+    println!("{} of {} cases pass, {} modules compiled", reports.len() - failed, reports.len(), dev.cached_modules());
+    if failed > 0 {
+        bail!("{failed} kernel cases do not match the CPU reference");
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct BenchEntry {
+    id: String,
+    size: usize,
+    dtype: String,
+    pattern: String,
+    cover: String,
+    a_file: String,
+    w_file: String,
+    ok: bool,
+    #[serde(flatten)]
+    report: CaseReport,
+}
+
+fn bench(
+    dev: &CudaDevice,
+    sizes: &[usize],
+    dtypes: &[Dtype],
+    reps: usize,
+    filter: Option<&str>,
+    dump: Option<PathBuf>,
+    json: Option<PathBuf>,
+) -> Result<()> {
+    if let Some(d) = &dump {
+        std::fs::create_dir_all(d).with_context(|| d.display().to_string())?;
+    }
+    let mut entries = vec![];
+    let seed = 2026;
+    for &size in sizes {
+        for &dtype in dtypes {
+            for (i, case) in bench_cases(size, dtype).iter().enumerate() {
+                if filter.is_some_and(|f| !case.label().contains(f)) {
+                    continue;
+                }
+                let id = format!("s{size}_{}_{i:02}", dtype.name());
+                let a_file = format!("A_{size}_{}.npy", dtype.name());
+                let w_file = format!("W_{size}_{}_{}.npy", dtype.name(), case.pattern.label().replace(['@', '+'], "_"));
+                let d = dump.as_deref().map(|dir| (dir, a_file.as_str(), w_file.as_str()));
+                let r =
+                    run_case(dev, case, seed, Check::Rows(64), Some((10, reps)), d).with_context(|| case.label())?;
+                let ok = passes(case, &r);
+                println!(
+                    "{id} {:<58} {:>9.4} ms {:>7.1} TFLOP/s err {:.1e} {}",
+                    r.label,
+                    r.ms.unwrap_or(f64::NAN),
+                    r.flops / r.ms.unwrap_or(f64::NAN) / 1e9,
+                    r.rel_norm_err,
+                    if ok { "ok" } else { "WRONG" }
+                );
+                entries.push(BenchEntry {
+                    id,
+                    size,
+                    dtype: dtype.name().into(),
+                    pattern: case.pattern.label(),
+                    cover: case.cover.label(),
+                    a_file,
+                    w_file,
+                    ok,
+                    report: r,
+                });
+            }
+        }
+    }
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&entries)?).with_context(|| path.display().to_string())?;
+    }
+    if entries.iter().any(|e| !e.ok) {
+        bail!("some benchmark cases do not match the CPU reference");
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Code specialization (SparTA §3.3): CUDA kernels specialized to one sparse matmul and its
+//! sparsity pattern, rendered from `templates/*.cu.tera` with typed contexts.
+//!
+//! The input is a plain [`SpmmSpec`] (shape, dtype, block shape, orientation, epilogue, the
+//! nonzero blocks of the weight, optional values, mode); [`specialize`] picks a kernel family,
+//! builds the loop nest, [`dismantle`](LoopNest::dismantle)s it against the pattern, and either
+//! embeds the live instances as literal tables (`Mode::Unrolled`) or emits a kernel that reads
+//! them from device memory (`Mode::IndexStream`); `Mode::Auto` switches on a code-size budget.
+//! The result is CUDA source plus launch geometry and the host-side tables; this crate never
+//! compiles or runs it (the runtime does, through NVRTC).
+
+pub mod loopnest;
+mod render;
+mod spmm;
+
+pub use loopnest::{Dismantled, Level, LoopNest};
+pub use spmm::{specialize, Family, Kernel, Launch};
+
+use serde::Serialize;
+
+/// Errors of the specializer; the spec is user input, so none of these panic.
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    #[error("invalid kernel spec: {0}")]
+    Spec(String),
+    #[error("template {template}: {message}")]
+    Template { template: String, message: String },
+}
+
+/// Element type of the operands (accumulation is always fp32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Dtype {
+    pub fn bytes(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::str::FromStr for Dtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Dtype, String> {
+        match s {
+            "f32" | "fp32" => Ok(Dtype::F32),
+            "f16" | "fp16" => Ok(Dtype::F16),
+            "bf16" => Ok(Dtype::Bf16),
+            other => Err(format!("unknown dtype {other:?} (choose f32, f16 or bf16)")),
+        }
+    }
+}
+
+/// Where the sparse operand sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Orientation {
+    /// `C[M,N] = A[M,K] · W[K,N]`, W sparse: ONNX MatMul with a pruned weight.
+    Right,
+    /// `C[M,N] = W[M,K] · B[K,N]`, W sparse (not generated yet: specialize rejects it).
+    Left,
+}
+
+/// Element-wise function applied to the fp32 accumulator before the store.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Activation {
+    None,
+    Relu,
+    /// `min(max(x, lo), hi)`; ONNX Clip, and Min with a constant when `lo` is -inf.
+    Clip {
+        lo: f32,
+        hi: f32,
+    },
+    /// The tanh approximation of GELU.
+    Gelu,
+}
+
+/// Fused epilogue: `act(acc + bias[col])`, bias optional.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Epilogue {
+    pub bias: bool,
+    pub activation: Activation,
+}
+
+impl Epilogue {
+    pub const NONE: Epilogue = Epilogue { bias: false, activation: Activation::None };
+
+    /// The epilogue on one value, in f64: the CPU reference uses this.
+    pub fn apply(&self, x: f64, bias: f64) -> f64 {
+        let x = if self.bias { x + bias } else { x };
+        match self.activation {
+            Activation::None => x,
+            Activation::Relu => x.max(0.0),
+            Activation::Clip { lo, hi } => x.max(lo as f64).min(hi as f64),
+            Activation::Gelu => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            }
+        }
+    }
+}
+
+/// Whether the pattern is baked into the code or streamed from device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Mode {
+    /// Live instances as literal tables (and values, if given) in the source.
+    Unrolled,
+    /// Block / CSC index arrays in device memory; one kernel serves any pattern.
+    IndexStream,
+    /// Unrolled unless the literals exceed [`SpmmSpec::code_budget`].
+    Auto,
+}
+
+/// A tile choice that overrides the heuristic (for tuning): rows of C per CTA and the depth
+/// of the cp.async pipeline. Block kernels only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Tile {
+    pub rows: usize,
+    pub stages: usize,
+}
+
+/// One sparse × dense matmul to specialize. Plain data, so that the plan's sub-operators
+/// (block shape, dtype, orientation, epilogue, nonzero block coordinates, values, mode)
+/// map onto it one field each.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SpmmSpec {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub dtype: Dtype,
+    /// Block shape `(bh, bw)` of the weight's pattern; `(1, 1)` selects the fine-grained kernel.
+    pub block: (usize, usize),
+    pub orientation: Orientation,
+    pub epilogue: Epilogue,
+    /// Add the product to the existing output instead of overwriting it (the second part of
+    /// a mixed pattern; the epilogue is then applied to the sum).
+    pub accumulate: bool,
+    /// Nonzero blocks `(block_row, block_col)` of the weight, any order, no duplicates.
+    pub blocks: Vec<(usize, usize)>,
+    /// The weight, row-major `K × N`, when its values are to be embedded as literals.
+    pub values: Option<Vec<f32>>,
+    pub mode: Mode,
+    /// Most literal words (4 bytes each) an unrolled kernel may embed; `Mode::Auto`
+    /// switches to the index stream above it. 16384 words = the 64 KiB constant bank.
+    pub code_budget: usize,
+    /// Tile override; `None` lets the specializer choose.
+    pub tile: Option<Tile>,
+}
+
+impl SpmmSpec {
+    /// A spec for the right orientation with no epilogue, auto mode and the default budget.
+    pub fn new(m: usize, k: usize, n: usize, dtype: Dtype, block: (usize, usize), blocks: Vec<(usize, usize)>) -> Self {
+        SpmmSpec {
+            m,
+            k,
+            n,
+            dtype,
+            block,
+            orientation: Orientation::Right,
+            epilogue: Epilogue::NONE,
+            accumulate: false,
+            blocks,
+            values: None,
+            mode: Mode::Auto,
+            code_budget: 16384,
+            tile: None,
+        }
+    }
+
+    /// The nonzero blocks of a `K × N` pruned mask (`true` = pruned) at block shape `block`.
+    pub fn blocks_of_mask(mask: &[bool], k: usize, n: usize, block: (usize, usize)) -> Vec<(usize, usize)> {
+        let (bh, bw) = block;
+        let mut live = vec![false; k.div_ceil(bh) * n.div_ceil(bw)];
+        let nbw = n.div_ceil(bw);
+        for r in 0..k {
+            for c in 0..n {
+                if !mask[r * n + c] {
+                    live[(r / bh) * nbw + c / bw] = true;
+                }
+            }
+        }
+        (0..live.len()).filter(|i| live[*i]).map(|i| (i / nbw, i % nbw)).collect()
+    }
+}
+
+/// FNV-1a 64 of a kernel source: the module cache key (with the arch).
+pub fn source_hash(source: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in source.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,123 @@
+//! Tera rendering of `templates/*.cu.tera` from typed contexts. The templates are embedded
+//! with `include_str!`; they only loop and branch, every number comes from the context.
+
+use super::CodegenError;
+use serde::Serialize;
+use std::sync::OnceLock;
+
+const TEMPLATES: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../../../templates/common.cuh")),
+    ("epilogue.cuh", include_str!("../../../templates/epilogue.cuh")),
+    ("tables.cuh", include_str!("../../../templates/tables.cuh")),
+    ("spmm_block_simt.cu.tera", include_str!("../../../templates/spmm_block_simt.cu.tera")),
+    ("spmm_block_mma.cu.tera", include_str!("../../../templates/spmm_block_mma.cu.tera")),
+    ("spmm_fine.cu.tera", include_str!("../../../templates/spmm_fine.cu.tera")),
+];
+
+/// The fused epilogue, shared by every family.
+#[derive(Clone, Debug, Serialize)]
+pub struct EpilogueCtx {
+    pub bias: bool,
+    /// `none`, `relu`, `clip` or `gelu`.
+    pub activation: String,
+    pub clip_lo: String,
+    pub clip_hi: String,
+    pub accumulate: bool,
+}
+
+/// Context of the block-sparse (and dense) templates.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockCtx {
+    pub kernel_name: String,
+    pub dtype: String,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub bh: usize,
+    pub bw: usize,
+    /// Rows of C per CTA.
+    pub bm: usize,
+    /// SIMT: rows per thread.
+    pub tm: usize,
+    pub threads: usize,
+    pub threads_n: usize,
+    pub threads_m: usize,
+    pub warps: usize,
+    pub stages: usize,
+    /// Shared-memory row strides (elements) of the A tile and the W block.
+    pub a_ld: usize,
+    pub w_ld: usize,
+    /// 16-byte copies per A tile / W block, and per row of each.
+    pub a_chunks: usize,
+    pub w_chunks: usize,
+    pub a_row_chunks: usize,
+    pub w_row_chunks: usize,
+    pub dense: bool,
+    pub k_blocks: usize,
+    pub unrolled: bool,
+    pub tables_in_constant: bool,
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+    /// Packed weight as raw bits when embedded.
+    pub values: Vec<String>,
+    pub value_bits: usize,
+    /// mma: n8 tiles per warp.
+    pub n_tiles: usize,
+    pub epilogue: EpilogueCtx,
+}
+
+/// Context of the fine-grained template.
+#[derive(Clone, Debug, Serialize)]
+pub struct FineCtx {
+    pub kernel_name: String,
+    pub dtype: String,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub bm: usize,
+    /// Columns per CTA.
+    pub nc: usize,
+    pub threads: usize,
+    pub warps: usize,
+    pub chunk: usize,
+    pub chunks: usize,
+    pub a_ld: usize,
+    pub unrolled: bool,
+    pub tables_in_constant: bool,
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+    pub values: Vec<String>,
+    pub value_bits: usize,
+    pub epilogue: EpilogueCtx,
+}
+
+fn engine() -> Result<&'static tera::Tera, CodegenError> {
+    static ENGINE: OnceLock<Result<tera::Tera, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut t = tera::Tera::default();
+            t.autoescape_on(vec![]);
+            t.add_raw_templates(TEMPLATES.iter().copied()).map_err(|e| error_chain(&e))?;
+            Ok(t)
+        })
+        .as_ref()
+        .map_err(|message| CodegenError::Template { template: "templates/".into(), message: message.clone() })
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        cur = s.source();
+    }
+    msg
+}
+
+/// Renders `template` with `ctx`.
+pub fn render<C: Serialize>(template: &str, ctx: &C) -> Result<String, CodegenError> {
+    let fail = |message: String| CodegenError::Template { template: template.to_string(), message };
+    let context = tera::Context::from_serialize(ctx).map_err(|e| fail(error_chain(&e)))?;
+    engine()?.render(template, &context).map_err(|e| fail(error_chain(&e)))
+}

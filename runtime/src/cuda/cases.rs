@@ -1,0 +1,273 @@
+//! Sparse-matmul cases: one list for the compile-only tests (no GPU) and the GPU tests and
+//! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
+//! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
+
+use spartac::codegen::{Activation, Dtype, Epilogue, Mode, SpmmSpec, Tile};
+use spartac::rng::SplitMix64;
+use spartac::tesa::patterns::Pattern;
+
+/// How the weight's nonzeros are assigned to kernels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cover {
+    /// Every block of this shape holding a nonzero goes to the block kernel.
+    Block(usize, usize),
+    /// Every nonzero goes to the fine-grained kernel.
+    Fine,
+    /// Blocks of this shape at least half full go to the block kernel, the remaining
+    /// nonzeros to the fine-grained kernel (SparTA's mixed decomposition).
+    Mixed(usize, usize),
+    /// The dense kernel with `(bh, bw)` tiles, ignoring the pattern.
+    Dense(usize, usize),
+}
+
+impl Cover {
+    pub fn label(&self) -> String {
+        match self {
+            Cover::Block(h, w) => format!("block{h}x{w}"),
+            Cover::Fine => "fine".into(),
+            Cover::Mixed(h, w) => format!("mixed{h}x{w}+fine"),
+            Cover::Dense(..) => "dense".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub dtype: Dtype,
+    pub pattern: Pattern,
+    pub cover: Cover,
+    pub epilogue: Epilogue,
+    pub mode: Mode,
+    /// Embed the weight values in the source.
+    pub values_literal: bool,
+    /// Tile override for the block kernel.
+    pub tile: Option<Tile>,
+}
+
+impl Case {
+    pub fn new(mkn: (usize, usize, usize), dtype: Dtype, pattern: Pattern, cover: Cover) -> Case {
+        Case {
+            m: mkn.0,
+            k: mkn.1,
+            n: mkn.2,
+            dtype,
+            pattern,
+            cover,
+            epilogue: Epilogue::NONE,
+            mode: Mode::Auto,
+            values_literal: false,
+            tile: None,
+        }
+    }
+    pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
+        self.tile = Some(Tile { rows, stages });
+        self
+    }
+    pub fn with_epilogue(mut self, bias: bool, activation: Activation) -> Case {
+        self.epilogue = Epilogue { bias, activation };
+        self
+    }
+    pub fn with_mode(mut self, mode: Mode) -> Case {
+        self.mode = mode;
+        self
+    }
+    pub fn with_values(mut self) -> Case {
+        self.values_literal = true;
+        self
+    }
+
+    pub fn label(&self) -> String {
+        let act = match self.epilogue.activation {
+            Activation::None => "",
+            Activation::Relu => "+relu",
+            Activation::Clip { .. } => "+clip",
+            Activation::Gelu => "+gelu",
+        };
+        format!(
+            "{}x{}x{} {} {} {}{}{}{}{}{}",
+            self.m,
+            self.k,
+            self.n,
+            self.dtype.name(),
+            self.pattern.label(),
+            self.cover.label(),
+            if self.epilogue.bias { " +bias" } else { "" },
+            act,
+            match self.mode {
+                Mode::Unrolled => " unrolled",
+                Mode::IndexStream => " stream",
+                Mode::Auto => "",
+            },
+            if self.values_literal { " +values" } else { "" },
+            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default()
+        )
+    }
+
+    /// The mask (seeded by `seed`), the weight values (fresh from `seed`, rounded to the
+    /// dtype, zero where pruned) and the kernel specs covering it, in launch order.
+    pub fn problem(&self, seed: u64) -> Problem {
+        let (m, k, n) = (self.m, self.k, self.n);
+        let mask = self.pattern.mask(k, n, seed);
+        let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
+        let w: Vec<f32> = mask
+            .iter()
+            .map(|pruned| {
+                let v = rng.uniform(-1.0, 1.0) as f32;
+                if *pruned {
+                    0.0
+                } else {
+                    round_to(self.dtype, v)
+                }
+            })
+            .collect();
+        let spec = |block: (usize, usize), blocks: Vec<(usize, usize)>| {
+            let mut s = SpmmSpec::new(m, k, n, self.dtype, block, blocks);
+            s.mode = self.mode;
+            s.epilogue = self.epilogue;
+            if self.values_literal {
+                s.values = Some(w.clone());
+            }
+            if block != (1, 1) {
+                s.tile = self.tile;
+            }
+            s
+        };
+        let specs = match self.cover {
+            Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, k, n, (bh, bw)))],
+            Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, k, n, (1, 1)))],
+            Cover::Dense(bh, bw) => {
+                let all = (0..k / bh).flat_map(|r| (0..n / bw).map(move |c| (r, c))).collect();
+                vec![spec((bh, bw), all)]
+            }
+            Cover::Mixed(bh, bw) => {
+                let nbw = n / bw;
+                let mut kept = vec![0usize; (k / bh) * nbw];
+                for r in 0..k {
+                    for c in 0..n {
+                        if !mask[r * n + c] {
+                            kept[(r / bh) * nbw + c / bw] += 1;
+                        }
+                    }
+                }
+                let full = |r: usize, c: usize| kept[(r / bh) * nbw + c / bw] * 2 >= bh * bw;
+                let blocks: Vec<(usize, usize)> =
+                    (0..kept.len()).filter(|i| kept[*i] * 2 >= bh * bw).map(|i| (i / nbw, i % nbw)).collect();
+                let scattered: Vec<(usize, usize)> =
+                    (0..k * n).filter(|i| !mask[*i] && !full(i / n, i % n)).map(|i| (i / n, i % n)).collect();
+                let mut out = vec![];
+                if !blocks.is_empty() || scattered.is_empty() {
+                    let mut s = spec((bh, bw), blocks);
+                    if !scattered.is_empty() {
+                        s.epilogue = Epilogue::NONE;
+                    }
+                    out.push(s);
+                }
+                if !scattered.is_empty() {
+                    let mut s = spec((1, 1), scattered);
+                    s.accumulate = !out.is_empty();
+                    out.push(s);
+                }
+                out
+            }
+        };
+        Problem { mask, w, specs }
+    }
+}
+
+pub struct Problem {
+    pub mask: Vec<bool>,
+    /// Row-major `K × N`, zeros where pruned, exactly representable in the dtype.
+    pub w: Vec<f32>,
+    pub specs: Vec<SpmmSpec>,
+}
+
+/// `x` rounded to the nearest value of `dtype`, back in f32.
+pub fn round_to(dtype: Dtype, x: f32) -> f32 {
+    match dtype {
+        Dtype::F32 => x,
+        Dtype::F16 => half::f16::from_f32(x).to_f32(),
+        Dtype::Bf16 => half::bf16::from_f32(x).to_f32(),
+    }
+}
+
+/// The correctness cases: every family, both modes, every epilogue, odd row counts.
+pub fn correctness_cases() -> Vec<Case> {
+    use Activation::*;
+    use Cover::*;
+    use Dtype::*;
+    let b = |s: f64| Pattern::Block { bh: 32, bw: 32, sparsity: s };
+    let u = |s: f64| Pattern::Unstructured { sparsity: s };
+    let mixed = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
+    vec![
+        // fp32 block-sparse (SIMT)
+        Case::new((64, 128, 96), F32, b(0.5), Block(32, 32)).with_values(),
+        Case::new((200, 256, 256), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_epilogue(true, Relu),
+        Case::new((1024, 1024, 1024), F32, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream),
+        Case::new((512, 512, 512), F32, b(0.95), Block(32, 32)).with_mode(Mode::Unrolled).with_epilogue(true, Gelu),
+        Case::new((384, 512, 512), F32, Pattern::Block { bh: 64, bw: 64, sparsity: 0.75 }, Block(64, 64))
+            .with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
+        Case::new((256, 256, 256), F32, Pattern::Block { bh: 8, bw: 8, sparsity: 0.9 }, Block(8, 8)),
+        Case::new((128, 256, 128), F32, b(1.0), Block(32, 32)).with_epilogue(true, None),
+        // fp16/bf16 block-sparse (tensor cores)
+        Case::new((64, 128, 96), F16, b(0.5), Block(32, 32)).with_values(),
+        Case::new((100, 256, 256), F16, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_epilogue(true, Relu),
+        Case::new((1024, 1024, 1024), F16, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream),
+        Case::new((512, 512, 512), F16, Pattern::Block { bh: 64, bw: 64, sparsity: 0.75 }, Block(64, 64))
+            .with_mode(Mode::Unrolled)
+            .with_epilogue(true, Gelu),
+        Case::new((256, 512, 512), Bf16, b(0.9), Block(32, 32))
+            .with_epilogue(false, Clip { lo: f32::NEG_INFINITY, hi: 1.0 }),
+        // tile overrides (rows per CTA, pipeline stages), ragged M
+        Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_tile(64, 2),
+        Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3),
+        // fine-grained
+        Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
+        Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
+        Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu),
+        Case::new((128, 512, 256), F32, u(0.5), Fine),
+        Case::new((256, 512, 512), F16, u(0.95), Fine).with_epilogue(true, None),
+        // dense fallback
+        Case::new((512, 512, 512), F32, u(0.0), Dense(32, 32)).with_epilogue(true, Relu),
+        Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)),
+        // mixed: block kernel + fine kernel accumulating, epilogue on the second
+        Case::new((512, 1024, 1024), F32, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu),
+        Case::new((256, 1024, 1024), F16, mixed, Mixed(32, 32)),
+    ]
+}
+
+/// The benchmark cases of one size and dtype (PEERS.md and SparTA Fig. 16): unstructured
+/// and 32×32-block patterns at 50/90/95/99%, mixed patterns (32×32 blocks + 1% scattered)
+/// under the mixed cover and both single-shape covers, and the dense kernel.
+pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
+    let mkn = (size, size, size);
+    let mut out = vec![];
+    for s in [0.5, 0.9, 0.95, 0.99] {
+        out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine));
+    }
+    for s in [0.5, 0.9, 0.95, 0.99] {
+        out.push(Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: s }, Cover::Block(32, 32)));
+    }
+    for s in [0.9, 0.95, 0.99] {
+        let p = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: s, scattered: 0.01 };
+        for cover in [Cover::Mixed(32, 32), Cover::Block(32, 32), Cover::Fine] {
+            out.push(Case::new(mkn, dtype, p.clone(), cover));
+        }
+    }
+    out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)));
+    // Tile variants of the goal case (32×32 blocks at 90%).
+    let goal = Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 }, Cover::Block(32, 32));
+    let variants: &[(usize, usize)] = if dtype == Dtype::F32 {
+        &[(128, 3), (128, 4), (256, 2), (64, 4)]
+    } else {
+        &[(64, 4), (128, 6), (256, 3), (256, 4)]
+    };
+    for &(rows, stages) in variants {
+        out.push(goal.clone().with_tile(rows, stages));
+    }
+    out
+}

@@ -1,0 +1,252 @@
+//! Runs specialized sparse matmuls on the GPU: upload, poison the output, launch every
+//! kernel of a cover, check against an f64 CPU reference, time with CUDA events.
+
+use super::cases::{round_to, Case, Problem};
+use super::{median, CudaDevice, CudaError, DriverContext};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use spartac::codegen::{specialize, Dtype, Kernel, Mode};
+use spartac::rng::SplitMix64;
+use std::path::Path;
+
+/// What to check after the first run.
+#[derive(Clone, Copy, Debug)]
+pub enum Check {
+    /// Every output row.
+    All,
+    /// This many rows, spread over the output.
+    Rows(usize),
+}
+
+/// Resources of one compiled kernel as the driver reports them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KernelInfo {
+    pub name: String,
+    pub family: String,
+    pub mode: String,
+    pub registers: i32,
+    pub local_bytes: i32,
+    pub smem_bytes: u32,
+    pub grid: (u32, u32, u32),
+    pub live_instances: usize,
+    pub dead_instances: usize,
+}
+
+/// The outcome of one case.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CaseReport {
+    pub label: String,
+    pub seed: u64,
+    pub kernels: Vec<KernelInfo>,
+    /// ‖out − ref‖ / ‖ref‖ over the checked rows.
+    pub rel_norm_err: f64,
+    /// max |out − ref| / max |ref|.
+    pub max_err: f64,
+    pub rows_checked: usize,
+    /// Every checked element was overwritten (the poison is gone) and finite.
+    pub all_written: bool,
+    /// Median and minimum over the timed runs, milliseconds.
+    pub ms: Option<f64>,
+    pub ms_min: Option<f64>,
+    /// 2 × M × (weight elements the kernels multiply).
+    pub flops: f64,
+    /// Nonzeros of the weight.
+    pub nnz: usize,
+}
+
+struct Part<T> {
+    kernel: Kernel,
+    func: CudaFunction,
+    w: CudaSlice<T>,
+    ptr: CudaSlice<i32>,
+    idx: CudaSlice<i32>,
+}
+
+/// Runs `case` once with inputs drawn from `seed` on a poisoned output, checks it, then
+/// times it when `timing` = (warm-up, repetitions) is given (the L2 is flushed before each
+/// timed run, as `triton.testing.do_bench` does). With `dump = (dir, a_file, w_file)`, writes
+/// the inputs as `.npy` (files that exist are kept: cases of one size share A).
+pub fn run_case(
+    dev: &CudaDevice,
+    case: &Case,
+    seed: u64,
+    check: Check,
+    timing: Option<(usize, usize)>,
+    dump: Option<(&Path, &str, &str)>,
+) -> Result<CaseReport, CudaError> {
+    match case.dtype {
+        Dtype::F32 => run_typed::<f32>(dev, case, seed, check, timing, dump, |x| x, |x| x, f32::NAN),
+        Dtype::F16 => run_typed::<u16>(
+            dev,
+            case,
+            seed,
+            check,
+            timing,
+            dump,
+            |x| half::f16::from_f32(x).to_bits(),
+            |x| half::f16::from_bits(x).to_f32(),
+            0x7e00,
+        ),
+        Dtype::Bf16 => run_typed::<u16>(
+            dev,
+            case,
+            seed,
+            check,
+            timing,
+            dump,
+            |x| half::bf16::from_f32(x).to_bits(),
+            |x| half::bf16::from_bits(x).to_f32(),
+            0x7fc0,
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
+    dev: &CudaDevice,
+    case: &Case,
+    seed: u64,
+    check: Check,
+    timing: Option<(usize, usize)>,
+    dump: Option<(&Path, &str, &str)>,
+    enc: fn(f32) -> T,
+    dec: fn(T) -> f32,
+    poison: T,
+) -> Result<CaseReport, CudaError> {
+    let (m, k, n) = (case.m, case.k, case.n);
+    let Problem { w, specs, mask } = case.problem(seed);
+    let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa);
+    let a: Vec<f32> = (0..m * k).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
+    let bias: Vec<f32> = (0..n).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
+    if let Some((dir, a_name, w_name)) = dump {
+        dump_npy(&dir.join(a_name), vec![m, k], &a)?;
+        dump_npy(&dir.join(w_name), vec![k, n], &w)?;
+    }
+    let enc_all = |v: &[f32]| v.iter().map(|x| enc(*x)).collect::<Vec<T>>();
+    let a_dev = dev.upload(&enc_all(&a))?;
+    let bias_dev = dev.upload(&enc_all(&bias))?;
+    let mut c_dev = dev.upload(&vec![poison; m * n])?;
+    let mut parts = vec![];
+    for spec in &specs {
+        let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
+        let func = dev.function(&kernel.name, &kernel.source, &kernel.name)?;
+        if kernel.launch.smem_bytes > 48 * 1024 {
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                kernel.launch.smem_bytes as i32,
+            )
+            .ctx("cuFuncSetAttribute")?;
+        }
+        let packed = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(&w) };
+        let tables = kernel.mode == Mode::IndexStream;
+        let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
+        let w_dev = dev.upload(&enc_all(if packed.is_empty() { &[0.0] } else { &packed }))?;
+        let ptr = dev.upload(&nonempty(&kernel.ptr))?;
+        let idx = dev.upload(&nonempty(&kernel.idx))?;
+        parts.push(Part { kernel, func, w: w_dev, ptr, idx });
+    }
+    let launch_all = |c: &mut CudaSlice<T>| -> Result<(), CudaError> {
+        for p in &parts {
+            let l = p.kernel.launch;
+            let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
+            let mut b = dev.stream().launch_builder(&p.func);
+            b.arg(&a_dev).arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
+            // SAFETY: the arguments match the signature every family shares (see `Kernel`),
+            // and the buffers hold the sizes the launch geometry covers.
+            unsafe { b.launch(cfg) }.ctx("cuLaunchKernel")?;
+        }
+        Ok(())
+    };
+    launch_all(&mut c_dev)?;
+    dev.synchronize().map_err(|e| CudaError::Kernel(case.label(), format!("kernel failed: {e}")))?;
+    let out: Vec<f32> = dev.download(&c_dev)?.into_iter().map(dec).collect();
+
+    // Reference on the checked rows: f64 over the weight's nonzeros.
+    let rows: Vec<usize> = match check {
+        Check::All => (0..m).collect(),
+        Check::Rows(r) => (0..r.min(m)).map(|i| i * m / r.min(m)).collect(),
+    };
+    let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; k];
+    let mut nnz = 0;
+    for r in 0..k {
+        for c in 0..n {
+            if !mask[r * n + c] {
+                nz[r].push((c, w[r * n + c] as f64));
+                nnz += 1;
+            }
+        }
+    }
+    let (mut diff2, mut ref2, mut max_diff, mut max_ref) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let mut all_written = true;
+    let epilogue = specs.last().map(|s| s.epilogue).unwrap_or(spartac::codegen::Epilogue::NONE);
+    for &r in &rows {
+        let mut acc = vec![0.0f64; n];
+        for kk in 0..k {
+            let av = a[r * k + kk] as f64;
+            for &(c, v) in &nz[kk] {
+                acc[c] += av * v;
+            }
+        }
+        for c in 0..n {
+            let want = epilogue.apply(acc[c], bias[c] as f64);
+            let got = out[r * n + c] as f64;
+            if !got.is_finite() {
+                all_written = false;
+                continue;
+            }
+            let d = got - want;
+            diff2 += d * d;
+            ref2 += want * want;
+            max_diff = max_diff.max(d.abs());
+            max_ref = max_ref.max(want.abs());
+        }
+    }
+    let rel_norm_err = if ref2 > 0.0 { (diff2 / ref2).sqrt() } else { diff2.sqrt() };
+    let max_err = if max_ref > 0.0 { max_diff / max_ref } else { max_diff };
+
+    let (mut ms, mut ms_min) = (None, None);
+    if let Some((warmup, reps)) = timing {
+        let mut flush = dev.zeros::<u8>(256 << 20)?;
+        let times = dev.time_ms(warmup, reps, Some(&mut flush), |_| launch_all(&mut c_dev))?;
+        ms = Some(median(&times));
+        ms_min = times.iter().copied().reduce(f64::min);
+    }
+    let kernels = parts
+        .iter()
+        .map(|p| KernelInfo {
+            name: p.kernel.name.clone(),
+            family: p.kernel.family.name().into(),
+            mode: format!("{:?}", p.kernel.mode),
+            registers: p.func.num_regs().unwrap_or(-1),
+            local_bytes: p.func.local_size_bytes().unwrap_or(-1),
+            smem_bytes: p.kernel.launch.smem_bytes,
+            grid: p.kernel.launch.grid,
+            live_instances: p.kernel.live_instances,
+            dead_instances: p.kernel.dead_instances,
+        })
+        .collect();
+    Ok(CaseReport {
+        label: case.label(),
+        seed,
+        kernels,
+        rel_norm_err,
+        max_err,
+        rows_checked: rows.len(),
+        all_written,
+        ms,
+        ms_min,
+        flops: parts.iter().map(|p| p.kernel.flops()).sum(),
+        nnz,
+    })
+}
+
+/// Writes `v` as an f32 `.npy` unless the file exists (inputs shared by several cases).
+fn dump_npy(path: &Path, shape: Vec<usize>, v: &[f32]) -> Result<(), CudaError> {
+    use spartac::ir::{Data, Tensor};
+    if path.exists() {
+        return Ok(());
+    }
+    let fail = |e: String| CudaError::Kernel(path.display().to_string(), e);
+    let t = Tensor::new(shape, Data::F32(v.to_vec())).ok_or_else(|| fail("shape does not match".into()))?;
+    let bytes = crate::npz::write_npy(&t).map_err(|e| fail(e.to_string()))?;
+    std::fs::write(path, bytes).map_err(|e| fail(e.to_string()))
+}

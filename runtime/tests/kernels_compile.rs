@@ -1,0 +1,121 @@
+//! Every kernel the GPU tests run, compiled without a GPU: rendered, NVRTC to PTX for
+//! sm_90a, ptxas to a cubin, registers and spills recorded in a snapshot. NVRTC and ptxas
+//! come from the pinned PyPI wheels under `.cuda/` (tests/run-all.sh installs them); a
+//! missing NVRTC fails the test.
+
+use spartac::codegen::{specialize, Dtype, Mode, SpmmSpec};
+use spartac_runtime::cuda::cases::correctness_cases;
+use spartac_runtime::cuda::{compile_ptx, nvrtc_version, preload_nvrtc};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cuda_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cuda/nvidia/cu13")
+}
+
+/// Loads NVRTC from the wheels, or fails with the way to get it.
+fn nvrtc() {
+    let lib = cuda_dir().join("lib");
+    if lib.is_dir() {
+        preload_nvrtc(&lib).expect("loading NVRTC from .cuda");
+    }
+    if let Err(e) = nvrtc_version() {
+        panic!("NVRTC is required by the kernel tests and was not found ({e}); run tests/run-all.sh, which installs the pinned wheels under .cuda/");
+    }
+}
+
+/// `ptxas -v` on one PTX: (registers, spill store bytes, spill load bytes).
+fn ptxas(name: &str, ptx: &str, dir: &Path) -> (u32, u32, u32) {
+    let ptxas = cuda_dir().join("bin/ptxas");
+    assert!(ptxas.is_file(), "ptxas not found at {} (run tests/run-all.sh)", ptxas.display());
+    let src = dir.join(format!("{name}.ptx"));
+    std::fs::write(&src, ptx).unwrap();
+    let out = Command::new(&ptxas)
+        .args(["-arch=sm_90a", "-v", "-O3"])
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join(format!("{name}.cubin")))
+        .output()
+        .expect("running ptxas");
+    let log = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ptxas failed on {name}: {log}");
+    let num_before = |needle: &str| -> u32 {
+        log.lines()
+            .find_map(|l| {
+                let i = l.find(needle)?;
+                l[..i].split_whitespace().last()?.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no {needle:?} in ptxas output: {log}"))
+    };
+    (num_before("registers"), num_before("bytes spill stores"), num_before("bytes spill loads"))
+}
+
+#[test]
+fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
+    nvrtc();
+    let (major, minor) = nvrtc_version().unwrap();
+    assert_eq!(major, 13, "NVRTC {major}.{minor}: the GPU machine's driver is CUDA 13");
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = String::from("case | kernel | mode | smem B | registers | spill st/ld B\n");
+    let mut seen_families = std::collections::BTreeSet::new();
+    for (i, case) in correctness_cases().iter().enumerate() {
+        for (j, spec) in case.problem(1).specs.iter().enumerate() {
+            let kernel = specialize(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label()));
+            let ptx = compile_ptx(&kernel.name, &kernel.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+            assert!(ptx.ptx.contains(&format!(".entry {}", kernel.name)), "no entry {} in PTX", kernel.name);
+            if kernel.family == spartac::codegen::Family::BlockMma
+                || (kernel.family.name() == "dense" && spec.dtype != Dtype::F32)
+            {
+                assert!(ptx.ptx.contains("mma.sync.aligned.m16n8k16"), "{}: no tensor-core mma in PTX", kernel.name);
+                assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
+            }
+            if kernel.family != spartac::codegen::Family::Fine {
+                assert!(ptx.ptx.contains("cp.async"), "{}: no cp.async in PTX", kernel.name);
+            }
+            let (regs, st, ld) = ptxas(&format!("k{i}_{j}"), &ptx.ptx, dir.path());
+            assert!(regs <= 255);
+            assert_eq!((st, ld), (0, 0), "{} spills: {st} B stored, {ld} B loaded", kernel.name);
+            seen_families.insert(kernel.family.name());
+            table.push_str(&format!(
+                "{} | {} | {:?} | {} | {regs} | {st}/{ld}\n",
+                case.label(),
+                kernel.name,
+                kernel.mode,
+                kernel.launch.smem_bytes
+            ));
+        }
+    }
+    assert_eq!(seen_families.len(), 4, "families compiled: {seen_families:?}");
+    insta::assert_snapshot!("ptxas_stats", table);
+}
+
+#[test]
+fn nvrtc_errors_carry_the_compiler_log() {
+    nvrtc();
+    let err =
+        compile_ptx("broken", "extern \"C\" __global__ void broken() { undefined_thing(); }", "sm_90a").unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("broken") && msg.contains("undefined_thing"), "{msg}");
+}
+
+/// Small rendered kernels, one per family and mode, as snapshots of the exact source.
+#[test]
+fn rendered_kernels_snapshot() {
+    let mask_blocks = vec![(0, 0), (1, 1), (0, 2)];
+    let mut spec = SpmmSpec::new(64, 64, 96, Dtype::F32, (32, 32), mask_blocks.clone());
+    spec.mode = Mode::Unrolled;
+    insta::assert_snapshot!("block_simt_unrolled", specialize(&spec).unwrap().source);
+    spec.mode = Mode::IndexStream;
+    spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };
+    insta::assert_snapshot!("block_simt_stream_bias_relu", specialize(&spec).unwrap().source);
+    let mut spec = SpmmSpec::new(64, 64, 64, Dtype::F16, (32, 32), vec![(1, 0), (0, 1)]);
+    spec.mode = Mode::Unrolled;
+    insta::assert_snapshot!("block_mma_unrolled", specialize(&spec).unwrap().source);
+    let mut spec = SpmmSpec::new(32, 16, 16, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (15, 0), (2, 9)]);
+    spec.values = Some((0..16 * 16).map(|i| i as f32 * 0.5).collect());
+    spec.mode = Mode::Auto;
+    let k = specialize(&spec).unwrap();
+    assert_eq!(k.mode, Mode::Unrolled);
+    assert!(k.values_embedded);
+    insta::assert_snapshot!("fine_unrolled_values", k.source);
+}
