@@ -9,6 +9,7 @@
 //! The result is CUDA source plus launch geometry and the host-side tables; this crate never
 //! compiles or runs it (the runtime does, through NVRTC).
 
+pub mod from_plan;
 pub mod loopnest;
 mod render;
 mod spmm;

@@ -1,0 +1,211 @@
+//! From the execution plan to kernel specs: every sub-operator `X·Wₖ` of a planned
+//! operator becomes one [`SpmmSpec`], the first writing the output and the others
+//! accumulating into it, the fused epilogue (bias, activation) on the last.
+//!
+//! The plan's cover may use block shapes no kernel family takes as they are; they are
+//! mapped, never dropped:
+//! - a shape the family takes and that tiles the weight: as is;
+//! - a larger square-ish block (64×64 for fp32, 128×128): split into 32×32 blocks, every
+//!   one of them kept (the cover already paid for its zeros);
+//! - vectors (1×k, k×1), small blocks, blocks clipped at a ragged edge, and the 2:4 part:
+//!   the fine-grained kernel over exactly the elements the sub-operator owns;
+//! - the dense fallback: the block kernel with every block present.
+//!
+//! Weight values travel beside the spec (the sub-operator's masked weight), so a kernel
+//! can either embed them or read them from device memory.
+
+use super::{Activation, CodegenError, Dtype, Epilogue, Mode, Orientation, SpmmSpec};
+use crate::plan::suboperator::{SubOpKind, SubOperator};
+use crate::plan::OperatorPlan;
+
+/// One kernel launch of a planned operator: its spec and the weight it multiplies with
+/// (row-major `k × n`, zero outside what the sub-operator owns).
+#[derive(Clone, Debug)]
+pub struct PlannedKernel {
+    pub spec: SpmmSpec,
+    pub weight: Vec<f32>,
+}
+
+fn err(msg: String) -> CodegenError {
+    CodegenError::Spec(msg)
+}
+
+/// Whether the block family of `dtype` takes `(bh, bw)` blocks on a `k × n` weight.
+fn block_fits(dtype: Dtype, (bh, bw): (usize, usize), k: usize, n: usize) -> bool {
+    let family = match dtype {
+        Dtype::F32 => bh % 4 == 0 && bw % 4 == 0 && bw <= 128,
+        Dtype::F16 | Dtype::Bf16 => bh % 16 == 0 && bw % 16 == 0 && bw <= 64,
+    };
+    family && k % bh == 0 && n % bw == 0
+}
+
+fn epilogue_of(op: &OperatorPlan) -> Result<Epilogue, CodegenError> {
+    if !op.epilogue.fused {
+        return Ok(Epilogue::NONE);
+    }
+    let activation = match op.epilogue.activation.as_deref() {
+        None => Activation::None,
+        Some("Relu") => Activation::Relu,
+        Some("Gelu") => Activation::Gelu,
+        Some(other) => return Err(err(format!("no fused {other} epilogue in the kernels yet"))),
+    };
+    Ok(Epilogue { bias: op.epilogue.bias.is_some(), activation })
+}
+
+/// The kernels of one planned operator. `weight` is its logical `rows × cols` weight
+/// (row-major, as the plan sees it: transposed for Gemm with `transB`).
+pub fn kernels_for_operator(op: &OperatorPlan, weight: &[f32]) -> Result<Vec<PlannedKernel>, CodegenError> {
+    let (k, n) = (op.rows, op.cols);
+    if weight.len() != k * n {
+        return Err(err(format!("{}: weight holds {} elements, the plan says {k}x{n}", op.node, weight.len())));
+    }
+    if op.orientation != crate::plan::suboperator::Orientation::WeightRight {
+        return Err(err(format!("{}: the left orientation has no kernel yet", op.node)));
+    }
+    let epilogue = epilogue_of(op)?;
+    let count = op.suboperators.len();
+    let mut out = Vec::with_capacity(count);
+    for (i, sub) in op.suboperators.iter().enumerate() {
+        let dtype: Dtype = sub.hints.dtype.parse().map_err(|e| err(format!("{}: {e}", op.node)))?;
+        let (block, blocks) = kernel_blocks(sub, dtype, k, n);
+        let mut spec = SpmmSpec::new(op.m, k, n, dtype, block, blocks);
+        spec.orientation = Orientation::Right;
+        spec.accumulate = i > 0;
+        spec.mode = Mode::Auto;
+        if i + 1 == count {
+            spec.epilogue = epilogue;
+        }
+        let weight = match sub.kind {
+            SubOpKind::Dense => weight.to_vec(),
+            _ => sub.masked_weight(weight),
+        };
+        out.push(PlannedKernel { spec, weight });
+    }
+    Ok(out)
+}
+
+/// Block shape and live blocks a kernel family takes for one sub-operator.
+fn kernel_blocks(sub: &SubOperator, dtype: Dtype, k: usize, n: usize) -> ((usize, usize), Vec<(usize, usize)>) {
+    let fine = |owned: &[u32]| -> ((usize, usize), Vec<(usize, usize)>) {
+        let blocks = owned.iter().map(|&i| (i as usize / n, i as usize % n)).collect();
+        ((1, 1), blocks)
+    };
+    match sub.kind {
+        SubOpKind::TwoFour => fine(&sub.owned),
+        SubOpKind::Dense => {
+            let block = [(32, 32), (16, 16), (32, 16), (16, 32), (8, 8), (4, 4)]
+                .into_iter()
+                .find(|b| block_fits(dtype, *b, k, n));
+            match block {
+                Some((bh, bw)) => ((bh, bw), (0..k / bh).flat_map(|r| (0..n / bw).map(move |c| (r, c))).collect()),
+                None => fine(&(0..(k * n) as u32).collect::<Vec<_>>()),
+            }
+        }
+        SubOpKind::BlockSparse => {
+            let (h, w) = sub.hints.block;
+            if block_fits(dtype, (h, w), k, n) {
+                return ((h, w), sub.blocks.iter().map(|&(r, c)| (r as usize, c as usize)).collect());
+            }
+            let (th, tw) = (h.min(32), w.min(32));
+            if h % th == 0 && w % tw == 0 && block_fits(dtype, (th, tw), k, n) && (th, tw) != (h, w) {
+                let (sh, sw) = (h / th, w / tw);
+                let mut blocks = vec![];
+                for &(r, c) in &sub.blocks {
+                    for i in 0..sh {
+                        for j in 0..sw {
+                            let (br, bc) = (r as usize * sh + i, c as usize * sw + j);
+                            if br < k / th && bc < n / tw {
+                                blocks.push((br, bc));
+                            }
+                        }
+                    }
+                }
+                return ((th, tw), blocks);
+            }
+            fine(&sub.owned)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Attrs, DType, Graph, Initializer, Node, Tensor, ValueFact, ValueKind};
+    use crate::rng::SplitMix64;
+    use crate::tesa::patterns::Pattern;
+    use crate::tesa::Tesa;
+
+    /// `y = x · w` with `w` (`k × n`) pruned by `pattern`.
+    fn model(m: usize, k: usize, n: usize, pattern: &Pattern, seed: u64) -> (Graph, Vec<f32>) {
+        let mask = pattern.mask(k, n, seed);
+        let mut rng = SplitMix64::new(seed + 1);
+        let w: Vec<f32> = mask.iter().map(|p| if *p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
+        let mut g = Graph { name: "t".into(), ..Default::default() };
+        g.opsets.insert(String::new(), 17);
+        let x = g.add_value("x".into(), ValueFact::new(DType::F32, vec![m, k]), ValueKind::Input);
+        g.inputs.push(x);
+        let wt = Tensor::from_vec(vec![k, n], w.clone());
+        let wid = g.add_value("w".into(), ValueFact::of(&wt), ValueKind::Initializer);
+        g.values[wid.index()].tesa = Some(Tesa::from_zeros(&wt));
+        g.initializers.insert(wid, Initializer::Dense(wt));
+        let y = g.add_value(
+            "y".into(),
+            ValueFact::new(DType::F32, vec![m, n]),
+            ValueKind::NodeOutput(crate::ir::NodeId(0)),
+        );
+        g.nodes.push(Node {
+            name: "mm".into(),
+            op_type: "MatMul".into(),
+            domain: String::new(),
+            opset: 17,
+            attrs: Attrs::new(),
+            inputs: vec![Some(x), Some(wid)],
+            outputs: vec![y],
+        });
+        g.outputs.push(y);
+        (g, w)
+    }
+
+    #[test]
+    fn planned_kernels_cover_exactly_the_weight_and_specialize() {
+        let patterns = [
+            Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.8, scattered: 0.01 },
+            Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 },
+            Pattern::Unstructured { sparsity: 0.95 },
+            Pattern::Block { bh: 64, bw: 64, sparsity: 0.5 },
+            Pattern::NM { n: 2, m: 4 },
+            Pattern::Unstructured { sparsity: 0.2 },
+        ];
+        let mut families = std::collections::BTreeSet::new();
+        for (s, pattern) in patterns.iter().enumerate() {
+            let (g, w) = model(512, 256, 256, pattern, s as u64);
+            let plan = crate::plan::plan(&g, &crate::plan::PlanOptions::default()).unwrap();
+            let op = &plan.operators[0];
+            let kernels = kernels_for_operator(op, &w).unwrap();
+            assert_eq!(kernels.len(), op.suboperators.len());
+            // The kernels' weights add up to the weight, and each kernel's blocks hold
+            // every nonzero of its own weight.
+            let mut sum = vec![0.0f32; w.len()];
+            for (i, pk) in kernels.iter().enumerate() {
+                assert_eq!(pk.spec.accumulate, i > 0);
+                let (bh, bw) = pk.spec.block;
+                let live: std::collections::BTreeSet<(usize, usize)> = pk.spec.blocks.iter().copied().collect();
+                for (e, v) in pk.weight.iter().enumerate() {
+                    sum[e] += v;
+                    if *v != 0.0 {
+                        assert!(
+                            live.contains(&(e / 256 / bh, (e % 256) / bw)),
+                            "{}: element {e} outside its blocks",
+                            pattern.label()
+                        );
+                    }
+                }
+                let kernel = super::super::specialize(&pk.spec).unwrap_or_else(|e| panic!("{}: {e}", pattern.label()));
+                assert!(kernel.source.contains("__global__"));
+                families.insert(kernel.family.name());
+            }
+            assert_eq!(sum, w, "{}", pattern.label());
+        }
+        assert!(families.len() >= 2, "{families:?}");
+    }
+}
