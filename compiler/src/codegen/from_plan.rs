@@ -1,6 +1,7 @@
 //! From the execution plan to kernel specs: every sub-operator `X·Wₖ` of a planned
-//! operator becomes one [`SpmmSpec`], the first writing the output and the others
-//! accumulating into it, the fused epilogue (bias, activation) on the last.
+//! operator becomes one [`SpmmSpec`] (the parts that map to the fine-grained kernel
+//! share one), the first writing the output and the others accumulating into it, the
+//! fused epilogue (bias, activation) on the last.
 //!
 //! The plan's cover may use block shapes no kernel family takes as they are; they are
 //! mapped, never dropped:
@@ -70,18 +71,79 @@ pub fn kernels_for_operator(op: &OperatorPlan, weight: &[f32]) -> Result<Vec<Pla
         let (block, blocks) = kernel_blocks(sub, dtype, k, n);
         let mut spec = SpmmSpec::new(op.m, k, n, dtype, block, blocks);
         spec.orientation = Orientation::Right;
-        spec.accumulate = i > 0;
         spec.mode = Mode::Auto;
-        if i + 1 == count {
-            spec.epilogue = epilogue;
-        }
         let weight = match sub.kind {
             SubOpKind::Dense => weight.to_vec(),
             _ => sub.masked_weight(weight),
         };
+        // Parts that all landed on the fine kernel run as one launch.
+        if let Some(prev) = out.iter_mut().find(|p: &&mut PlannedKernel| p.spec.block == (1, 1) && spec.block == (1, 1))
+        {
+            prev.spec.blocks.extend(spec.blocks);
+            prev.weight.iter_mut().zip(&weight).for_each(|(a, b)| *a += b);
+            if i + 1 == count {
+                prev.spec.epilogue = spec.epilogue;
+            }
+            continue;
+        }
         out.push(PlannedKernel { spec, weight });
     }
+    // The epilogue belongs to the last launch, and only the first one overwrites.
+    let last = out.len().saturating_sub(1);
+    for (i, pk) in out.iter_mut().enumerate() {
+        pk.spec.accumulate = i > 0;
+        if i != last {
+            pk.spec.epilogue = Epilogue::NONE;
+        } else {
+            pk.spec.epilogue = epilogue;
+        }
+    }
     Ok(out)
+}
+
+/// Plans `Y = X·W` for one `k × n` weight (pruned where `w` is zero, `m` rows of `X`,
+/// elements of `dtype`) with the default planner and returns its kernels: the path a
+/// MatMul of a model takes, for tests and benchmarks of single weights.
+pub fn plan_single_weight(
+    m: usize,
+    k: usize,
+    n: usize,
+    w: &[f32],
+    dtype: Dtype,
+) -> Result<Vec<PlannedKernel>, CodegenError> {
+    use crate::ir::{Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueKind};
+    use crate::tesa::{ElemAttr, Format, Tesa};
+    if w.len() != k * n {
+        return Err(err(format!("weight holds {} elements, not {k}x{n}", w.len())));
+    }
+    let mut g = Graph { name: "single_weight".into(), ..Default::default() };
+    g.opsets.insert(String::new(), 17);
+    let x = g.add_value("x".into(), ValueFact::new(DType::F32, vec![m, k]), ValueKind::Input);
+    g.inputs.push(x);
+    let wt = Tensor::from_vec(vec![k, n], w.to_vec());
+    let wid = g.add_value("w".into(), ValueFact::of(&wt), ValueKind::Initializer);
+    let mut tesa = Tesa::from_zeros(&wt);
+    match dtype {
+        Dtype::F32 => {}
+        Dtype::F16 => tesa.set_uniform(ElemAttr::new(16, Format::Float)),
+        Dtype::Bf16 => tesa.set_uniform(ElemAttr::new(16, Format::BFloat)),
+    }
+    g.values[wid.index()].tesa = Some(tesa);
+    g.initializers.insert(wid, Initializer::Dense(wt));
+    let y = g.add_value("y".into(), ValueFact::new(DType::F32, vec![m, n]), ValueKind::NodeOutput(NodeId(0)));
+    g.nodes.push(Node {
+        name: "mm".into(),
+        op_type: "MatMul".into(),
+        domain: String::new(),
+        opset: 17,
+        attrs: Attrs::new(),
+        inputs: vec![Some(x), Some(wid)],
+        outputs: vec![y],
+    });
+    g.outputs.push(y);
+    let plan = crate::plan::plan(&g, &crate::plan::PlanOptions::default()).map_err(|e| err(e.to_string()))?;
+    let op = plan.operators.first().ok_or_else(|| err("the planner found no operator".into()))?;
+    kernels_for_operator(op, w)
 }
 
 /// Block shape and live blocks a kernel family takes for one sub-operator.
@@ -130,41 +192,8 @@ fn kernel_blocks(sub: &SubOperator, dtype: Dtype, k: usize, n: usize) -> ((usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{Attrs, DType, Graph, Initializer, Node, Tensor, ValueFact, ValueKind};
     use crate::rng::SplitMix64;
     use crate::tesa::patterns::Pattern;
-    use crate::tesa::Tesa;
-
-    /// `y = x · w` with `w` (`k × n`) pruned by `pattern`.
-    fn model(m: usize, k: usize, n: usize, pattern: &Pattern, seed: u64) -> (Graph, Vec<f32>) {
-        let mask = pattern.mask(k, n, seed);
-        let mut rng = SplitMix64::new(seed + 1);
-        let w: Vec<f32> = mask.iter().map(|p| if *p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
-        let mut g = Graph { name: "t".into(), ..Default::default() };
-        g.opsets.insert(String::new(), 17);
-        let x = g.add_value("x".into(), ValueFact::new(DType::F32, vec![m, k]), ValueKind::Input);
-        g.inputs.push(x);
-        let wt = Tensor::from_vec(vec![k, n], w.clone());
-        let wid = g.add_value("w".into(), ValueFact::of(&wt), ValueKind::Initializer);
-        g.values[wid.index()].tesa = Some(Tesa::from_zeros(&wt));
-        g.initializers.insert(wid, Initializer::Dense(wt));
-        let y = g.add_value(
-            "y".into(),
-            ValueFact::new(DType::F32, vec![m, n]),
-            ValueKind::NodeOutput(crate::ir::NodeId(0)),
-        );
-        g.nodes.push(Node {
-            name: "mm".into(),
-            op_type: "MatMul".into(),
-            domain: String::new(),
-            opset: 17,
-            attrs: Attrs::new(),
-            inputs: vec![Some(x), Some(wid)],
-            outputs: vec![y],
-        });
-        g.outputs.push(y);
-        (g, w)
-    }
 
     #[test]
     fn planned_kernels_cover_exactly_the_weight_and_specialize() {
@@ -178,11 +207,11 @@ mod tests {
         ];
         let mut families = std::collections::BTreeSet::new();
         for (s, pattern) in patterns.iter().enumerate() {
-            let (g, w) = model(512, 256, 256, pattern, s as u64);
-            let plan = crate::plan::plan(&g, &crate::plan::PlanOptions::default()).unwrap();
-            let op = &plan.operators[0];
-            let kernels = kernels_for_operator(op, &w).unwrap();
-            assert_eq!(kernels.len(), op.suboperators.len());
+            let mask = pattern.mask(256, 256, s as u64);
+            let mut rng = SplitMix64::new(s as u64 + 1);
+            let w: Vec<f32> = mask.iter().map(|p| if *p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
+            let kernels = plan_single_weight(512, 256, 256, &w, Dtype::F32).unwrap();
+            assert!(!kernels.is_empty());
             // The kernels' weights add up to the weight, and each kernel's blocks hold
             // every nonzero of its own weight.
             let mut sum = vec![0.0f32; w.len()];

@@ -18,6 +18,9 @@ pub enum Cover {
     Mixed(usize, usize),
     /// The dense kernel with `(bh, bw)` tiles, ignoring the pattern.
     Dense(usize, usize),
+    /// Whatever the execution planner chooses (`plan` → `codegen::from_plan`): the
+    /// compiler's own path from a pruned weight to kernels.
+    Planned,
 }
 
 impl Cover {
@@ -27,6 +30,7 @@ impl Cover {
             Cover::Fine => "fine".into(),
             Cover::Mixed(h, w) => format!("mixed{h}x{w}+fine"),
             Cover::Dense(..) => "dense".into(),
+            Cover::Planned => "planned".into(),
         }
     }
 }
@@ -135,7 +139,22 @@ impl Case {
             }
             s
         };
+        let mut part_weights = None;
         let specs = match self.cover {
+            Cover::Planned => {
+                let kernels = spartac::codegen::from_plan::plan_single_weight(m, k, n, &w, self.dtype)
+                    .unwrap_or_else(|e| panic!("planning {}: {e}", self.label()));
+                part_weights = Some(kernels.iter().map(|pk| pk.weight.clone()).collect());
+                kernels
+                    .into_iter()
+                    .map(|pk| {
+                        let mut s = pk.spec;
+                        s.mode = self.mode;
+                        s.epilogue = Epilogue::NONE;
+                        s
+                    })
+                    .collect()
+            }
             Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, k, n, (bh, bw)))],
             Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, k, n, (1, 1)))],
             Cover::Dense(bh, bw) => {
@@ -173,7 +192,14 @@ impl Case {
                 out
             }
         };
-        Problem { mask, w, specs }
+        let mut specs = specs;
+        if self.cover == Cover::Planned {
+            // The epilogue goes on the last launch only.
+            if let Some(s) = specs.last_mut() {
+                s.epilogue = self.epilogue;
+            }
+        }
+        Problem { mask, w, specs, part_weights }
     }
 }
 
@@ -182,6 +208,9 @@ pub struct Problem {
     /// Row-major `K × N`, zeros where pruned, exactly representable in the dtype.
     pub w: Vec<f32>,
     pub specs: Vec<SpmmSpec>,
+    /// Per spec, the part of `w` it multiplies with (planned covers, whose parts may
+    /// overlap geometrically but own disjoint elements); `None`: every spec reads `w`.
+    pub part_weights: Option<Vec<Vec<f32>>>,
 }
 
 /// `x` rounded to the nearest value of `dtype`, back in f32.
@@ -236,7 +265,18 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)),
         // mixed: block kernel + fine kernel accumulating, epilogue on the second
         Case::new((512, 1024, 1024), F32, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu),
-        Case::new((256, 1024, 1024), F16, mixed, Mixed(32, 32)),
+        Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)),
+        // the planner's own covers (plan → codegen::from_plan), several shapes per weight
+        Case::new((512, 1024, 1024), F32, mixed.clone(), Planned).with_epilogue(true, Relu),
+        Case::new(
+            (256, 512, 512),
+            F32,
+            Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.7, scattered: 0.01 },
+            Planned,
+        ),
+        Case::new((256, 512, 512), F32, Pattern::Block { bh: 64, bw: 64, sparsity: 0.5 }, Planned),
+        Case::new((200, 512, 256), F32, u(0.95), Planned),
+        Case::new((256, 1024, 1024), F16, mixed, Planned),
     ]
 }
 
@@ -254,7 +294,7 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     }
     for s in [0.9, 0.95, 0.99] {
         let p = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: s, scattered: 0.01 };
-        for cover in [Cover::Mixed(32, 32), Cover::Block(32, 32), Cover::Fine] {
+        for cover in [Cover::Mixed(32, 32), Cover::Block(32, 32), Cover::Fine, Cover::Planned] {
             out.push(Case::new(mkn, dtype, p.clone(), cover));
         }
     }

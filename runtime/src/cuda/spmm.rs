@@ -113,7 +113,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     poison: T,
 ) -> Result<CaseReport, CudaError> {
     let (m, k, n) = (case.m, case.k, case.n);
-    let Problem { w, specs, mask } = case.problem(seed);
+    let Problem { w, specs, mask, part_weights } = case.problem(seed);
     let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa);
     let a: Vec<f32> = (0..m * k).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
     let bias: Vec<f32> = (0..n).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
@@ -126,7 +126,8 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     let bias_dev = dev.upload(&enc_all(&bias))?;
     let mut c_dev = dev.upload(&vec![poison; m * n])?;
     let mut parts = vec![];
-    for spec in &specs {
+    for (i, spec) in specs.iter().enumerate() {
+        let part_w = part_weights.as_ref().map_or(&w, |p| &p[i]);
         let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
         let func = dev.function(&kernel.name, &kernel.source, &kernel.name)?;
         if kernel.launch.smem_bytes > 48 * 1024 {
@@ -136,7 +137,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             )
             .ctx("cuFuncSetAttribute")?;
         }
-        let packed = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(&w) };
+        let packed = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(part_w) };
         let tables = kernel.mode == Mode::IndexStream;
         let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
         let w_dev = dev.upload(&enc_all(if packed.is_empty() { &[0.0] } else { &packed }))?;
