@@ -61,22 +61,13 @@ fn fig16() {
 
 fn ilp() {
     // The same 20 instances as the unit test `plan::ilp::tests`.
-    let shapes: Vec<(BlockShape, f64)> = [(1, 1), (1, 4), (4, 1), (4, 4), (8, 8)]
-        .iter()
-        .map(|&(h, w)| (BlockShape::new(h, w), 2.0 + (h * w) as f64 * 0.5))
-        .collect();
+    let (shapes, instances) = spartac::plan::ilp::gap_benchmark();
     println!("## Greedy vs exact (good_lp + microlp) on 20 small instances\n");
     println!("shapes 1×1, 1×4, 4×1, 4×4, 8×8 with weight 2 + area/2\n");
     println!("| seed | size | pattern | greedy | exact | gap | exact solve |");
     println!("|---|---|---|---|---|---|---|");
     let mut gaps = vec![];
-    for seed in 0..20u64 {
-        let n = 16 + (seed as usize % 3) * 4;
-        let pattern = match seed % 3 {
-            0 => Pattern::Unstructured { sparsity: 0.8 },
-            1 => Pattern::Block { bh: 4, bw: 4, sparsity: 0.7 },
-            _ => Pattern::Mixed { bh: 8, bw: 8, block_sparsity: 0.6, scattered: 0.03 },
-        };
+    for (seed, n, pattern) in instances {
         let mask = pattern.mask(n, n, seed);
         let greedy = cover_blocks(&mask, n, n, &shapes);
         let t = Instant::now();

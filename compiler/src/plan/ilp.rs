@@ -65,29 +65,43 @@ pub fn exact_cover(pruned: &[bool], rows: usize, cols: usize, shapes: &[(BlockSh
     Some(ExactCover { cost, blocks })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::cover::cover_blocks;
+/// The benchmark set for greedy vs exact: block shapes 1×1, 1×4, 4×1, 4×4, 8×8 weighted
+/// `2 + area/2`, and 20 seeded instances `(seed, n, pattern)` of `n × n` weights
+/// (16 to 24) cycling unstructured, block and mixed patterns. The unit test and
+/// `plan_report` both use it.
+pub fn gap_benchmark() -> (Vec<(BlockShape, f64)>, Vec<(u64, usize, crate::tesa::patterns::Pattern)>) {
     use crate::tesa::patterns::Pattern;
-
-    /// Greedy against the optimum on 20 random small instances: greedy is never better than
-    /// the optimum, the optimum really covers, and the gap stays within the greedy bound
-    /// (H(max block size) ≈ 1 + ln 64 for these shapes; observed gaps are far smaller).
-    #[test]
-    fn greedy_vs_exact_on_20_small_instances() {
-        let shapes: Vec<(BlockShape, f64)> = [(1, 1), (1, 4), (4, 1), (4, 4), (8, 8)]
-            .iter()
-            .map(|&(h, w)| (BlockShape::new(h, w), 2.0 + (h * w) as f64 * 0.5))
-            .collect();
-        let mut gaps = vec![];
-        for seed in 0..20u64 {
+    let shapes = [(1, 1), (1, 4), (4, 1), (4, 4), (8, 8)]
+        .iter()
+        .map(|&(h, w)| (BlockShape::new(h, w), 2.0 + (h * w) as f64 * 0.5))
+        .collect();
+    let instances = (0..20u64)
+        .map(|seed| {
             let n = 16 + (seed as usize % 3) * 4;
             let pattern = match seed % 3 {
                 0 => Pattern::Unstructured { sparsity: 0.8 },
                 1 => Pattern::Block { bh: 4, bw: 4, sparsity: 0.7 },
                 _ => Pattern::Mixed { bh: 8, bw: 8, block_sparsity: 0.6, scattered: 0.03 },
             };
+            (seed, n, pattern)
+        })
+        .collect();
+    (shapes, instances)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::cover::cover_blocks;
+
+    /// Greedy against the optimum on 20 random small instances: greedy is never better than
+    /// the optimum, the optimum really covers, and the gap stays within the greedy bound
+    /// (H(max block size) ≈ 1 + ln 64 for these shapes; observed gaps are far smaller).
+    #[test]
+    fn greedy_vs_exact_on_20_small_instances() {
+        let (shapes, instances) = gap_benchmark();
+        let mut gaps = vec![];
+        for (seed, n, pattern) in instances {
             let pruned = pattern.mask(n, n, seed);
             let greedy = cover_blocks(&pruned, n, n, &shapes);
             let exact = exact_cover(&pruned, n, n, &shapes).expect("solver succeeds");

@@ -274,5 +274,23 @@ pub fn execute_zeroing_pruned(
     crate::reference::execute_transformed(graph, inputs, &mask)
 }
 
+/// The propagation invariant, measured: the largest `|y − y'| / (1 + |y|)` over every
+/// output element between the plain run and [`execute_zeroing_pruned`] on `inputs`
+/// (0 when the pass is sound), with the name of the output where it occurs.
+pub fn invariant_gap(graph: &Graph, inputs: &BTreeMap<String, crate::ir::Tensor>) -> Result<(f64, String), Error> {
+    let plain = crate::reference::execute(graph, inputs)?;
+    let masked = execute_zeroing_pruned(graph, inputs)?;
+    let mut worst = (0.0f64, String::new());
+    for ((name, a), (_, b)) in plain.iter().zip(&masked) {
+        for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+            let d = (x - y).abs() / (1.0 + x.abs());
+            if d > worst.0 || d.is_nan() {
+                worst = (if d.is_nan() { f64::INFINITY } else { d }, name.clone());
+            }
+        }
+    }
+    Ok(worst)
+}
+
 #[cfg(test)]
 pub(crate) mod tests;
