@@ -1,5 +1,6 @@
 //! `spartac`: the command-line tool. Each subcommand lives in its own file.
 
+mod costdb;
 mod hpec;
 mod inspect;
 mod kernels;
@@ -39,6 +40,8 @@ enum Command {
     Hpec(hpec::HpecArgs),
     /// Specialized sparse-matmul kernels on the GPU: test, bench.
     Kernels(kernels::KernelsArgs),
+    /// The planner's cost DB: fit it to measured kernel times.
+    Costdb(costdb::CostdbArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => plan::run_explain(args),
         Command::Hpec(args) => hpec::run(args).map(|()| ExitCode::SUCCESS),
         Command::Kernels(args) => kernels::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Costdb(args) => costdb::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -111,7 +111,7 @@ fn plan_graph(graph: &Graph, opts: &PlanOptions) -> Result<Plan> {
     Ok(Plan { arch: opts.cost.hw.arch.to_string(), operators })
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     // Written to a temporary name and renamed, so a failure leaves nothing.
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;

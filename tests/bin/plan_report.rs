@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 fn predicted(cm: &CostModel, nf: &NumberFormat, cover: &Cover, m: usize) -> f64 {
-    cover.parts.iter().map(|p| cm.sparse_time(nf, p.shape, p.blocks.len(), m, cover.cols)).sum()
+    cover.parts.iter().map(|p| cm.sparse_time(nf, p.shape, p.blocks.len(), m, cover.rows, cover.cols)).sum()
 }
 
 fn zeros(cover: &Cover) -> usize {

@@ -10,10 +10,12 @@
 //! compiles or runs it (the runtime does, through NVRTC).
 
 pub mod from_plan;
+mod library;
 pub mod loopnest;
 mod render;
 mod spmm;
 
+pub use library::{library_gemm, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::{specialize, Family, Kernel, Launch};
 

@@ -12,6 +12,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_block_simt.cu.tera", include_str!("../../../templates/spmm_block_simt.cu.tera")),
     ("spmm_block_mma.cu.tera", include_str!("../../../templates/spmm_block_mma.cu.tera")),
     ("spmm_fine.cu.tera", include_str!("../../../templates/spmm_fine.cu.tera")),
+    ("epilogue_rows.cu.tera", include_str!("../../../templates/epilogue_rows.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.
@@ -88,6 +89,19 @@ pub struct FineCtx {
     pub idx: Vec<i32>,
     pub values: Vec<String>,
     pub value_bits: usize,
+    pub epilogue: EpilogueCtx,
+}
+
+/// Context of the standalone epilogue kernel (after a library GEMM).
+#[derive(Clone, Debug, Serialize)]
+pub struct EpiRowsCtx {
+    pub kernel_name: String,
+    pub dtype: String,
+    pub m: usize,
+    pub n: usize,
+    /// Elements per thread: 16 bytes' worth when a row is a multiple of that, else 1.
+    pub vec: usize,
+    pub threads: usize,
     pub epilogue: EpilogueCtx,
 }
 

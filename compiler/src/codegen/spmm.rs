@@ -16,6 +16,8 @@ pub enum Family {
     Fine,
     /// Every block present: the block kernels without tables.
     Dense,
+    /// Bias and activation in place, after a library GEMM (see `codegen::library_gemm`).
+    Epilogue,
 }
 
 impl Family {
@@ -25,6 +27,7 @@ impl Family {
             Family::BlockMma => "block_mma",
             Family::Fine => "fine",
             Family::Dense => "dense",
+            Family::Epilogue => "epilogue",
         }
     }
 }
@@ -74,6 +77,7 @@ impl Kernel {
         let (_, k, n) = self.spec_shape;
         assert_eq!(w.len(), k * n, "weight has the wrong size");
         match self.family {
+            Family::Epilogue => vec![],
             Family::Fine => {
                 let chunks = k.div_ceil(self.chunk);
                 let mut out = Vec::with_capacity(self.idx.len());
@@ -110,6 +114,7 @@ impl Kernel {
     pub fn flops(&self) -> f64 {
         let (m, _, _) = self.spec_shape;
         match self.family {
+            Family::Epilogue => 0.0,
             Family::Fine => 2.0 * m as f64 * self.idx.len() as f64,
             _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
         }
@@ -166,7 +171,7 @@ fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
     }
 }
 
-fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
+pub(super) fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
     use super::Activation::*;
     let (act, lo, hi) = match spec.epilogue.activation {
         None => ("none", 0.0, 0.0),

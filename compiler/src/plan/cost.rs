@@ -8,28 +8,32 @@
 use super::cover::BlockShape;
 use super::hardware::{HardwareProfile, NumberFormat};
 use crate::Error;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The cost DB compiled in for sm_90.
 pub const SM_90_COSTDB: &str = include_str!("../../../costdb/sm_90.json");
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct DenseEntry {
     pub dtype: String,
     pub tflops: f64,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct BlockEntry {
     pub block: [usize; 2],
     pub dtype: String,
     pub tflops: f64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead_ns: Option<f64>,
+    /// Fixed cost of a sub-operator of this shape per 1024 activation elements (`m·k`) it
+    /// streams, ns: kernels that stage the whole activation pay it regardless of density.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_ns_per_k: Option<f64>,
 }
 
 /// A parsed cost DB.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CostDb {
     pub version: u32,
@@ -122,22 +126,16 @@ impl CostModel {
         }
     }
 
-    /// Time of one weight block of `shape` against `m` activation rows.
+    /// Time of one weight block of `shape` against `m` activation rows. A measured DB
+    /// entry's rate already includes the kernel's re-reads of activations, so the
+    /// analytic L2 term applies only to shapes without one.
     pub fn block_time(&self, nf: &NumberFormat, shape: BlockShape, m: usize) -> f64 {
         let (rate, _) = self.block_rate(nf, shape);
-        let overhead = self
-            .db
-            .blocks
-            .iter()
-            .find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype)
-            .and_then(|e| e.overhead_ns)
-            .unwrap_or(self.db.block_overhead_ns)
-            * 1e-9;
+        let entry = self.db.blocks.iter().find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype);
+        let overhead = entry.and_then(|e| e.overhead_ns).unwrap_or(self.db.block_overhead_ns) * 1e-9;
         let (area, m, b) = (shape.area() as f64, m as f64, Self::bytes(nf));
-        2.0 * m * area / rate
-            + m * (shape.h + shape.w) as f64 * b / (self.db.l2_tb_s * 1e12)
-            + area * b / self.dram()
-            + overhead
+        let l2 = if entry.is_some() { 0.0 } else { m * (shape.h + shape.w) as f64 * b / (self.db.l2_tb_s * 1e12) };
+        2.0 * m * area / rate + l2 + area * b / self.dram() + overhead
     }
 
     /// Fixed cost of one sub-operator over an `m × n` output: a launch and one
@@ -146,9 +144,16 @@ impl CostModel {
         self.launch() + 2.0 * (m * n) as f64 * 4.0f64.max(Self::bytes(nf)) / self.dram()
     }
 
-    /// A block-sparse sub-operator of `n_blocks` blocks of `shape`.
-    pub fn sparse_time(&self, nf: &NumberFormat, shape: BlockShape, n_blocks: usize, m: usize, n: usize) -> f64 {
-        self.block_time(nf, shape, m) * n_blocks as f64 + self.suboperator_fixed(nf, m, n)
+    /// A block-sparse sub-operator of `n_blocks` blocks of `shape` over a `k`-deep weight.
+    pub fn sparse_time(&self, nf: &NumberFormat, shape: BlockShape, n_blocks: usize, m: usize, k: usize, n: usize) -> f64 {
+        let streamed = self
+            .db
+            .blocks
+            .iter()
+            .find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype)
+            .and_then(|e| e.activation_ns_per_k)
+            .map_or(0.0, |ns| ns * 1e-9 * (m * k) as f64 / 1024.0);
+        self.block_time(nf, shape, m) * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + streamed
     }
 
     /// A 2:4 sub-operator (`mma.sp`): half the math of dense at the tensor-core rate, half
@@ -202,7 +207,13 @@ mod tests {
         let mut db = CostDb::parse(SM_90_COSTDB).unwrap();
         let base = CostModel::sm_90();
         let f32 = base.hw.by_dtype("f32").unwrap().clone();
-        db.blocks.push(BlockEntry { block: [32, 32], dtype: "f32".into(), tflops: 5.0, overhead_ns: Some(10.0) });
+        db.blocks.push(BlockEntry {
+            block: [32, 32],
+            dtype: "f32".into(),
+            tflops: 5.0,
+            overhead_ns: Some(10.0),
+            activation_ns_per_k: None,
+        });
         let slow = CostModel::new(HardwareProfile::sm_90(), db).unwrap();
         let s = BlockShape::new(32, 32);
         assert!(slow.block_time(&f32, s, 128) > 5.0 * base.block_time(&f32, s, 128));

@@ -11,6 +11,7 @@
 //! ([`artifact`]); [`explain`] says why each choice was made.
 
 pub mod artifact;
+pub mod calibrate;
 pub mod cost;
 pub mod cover;
 pub mod egraph;

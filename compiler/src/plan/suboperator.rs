@@ -272,7 +272,7 @@ pub fn from_cover(
         .iter()
         .map(|p| {
             let (_, tc) = cost.block_rate(nf, p.shape);
-            let t = cost.sparse_time(nf, p.shape, p.blocks.len(), m, cover.cols);
+            let t = cost.sparse_time(nf, p.shape, p.blocks.len(), m, cover.rows, cover.cols);
             SubOperator::from_part(p, nf, tc, orientation, t)
         })
         .collect()

@@ -49,6 +49,9 @@ pub struct Case {
     pub values_literal: bool,
     /// Tile override for the block kernel.
     pub tile: Option<Tile>,
+    /// Run dense sub-operators on cuBLAS (plus our epilogue kernel) instead of our own
+    /// dense kernel: the planner's fallback.
+    pub cublas_dense: bool,
 }
 
 impl Case {
@@ -64,6 +67,7 @@ impl Case {
             mode: Mode::Auto,
             values_literal: false,
             tile: None,
+            cublas_dense: cover == Cover::Planned,
         }
     }
     pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
@@ -78,9 +82,19 @@ impl Case {
         self.mode = mode;
         self
     }
+    pub fn with_cublas(mut self) -> Case {
+        self.cublas_dense = true;
+        self
+    }
     pub fn with_values(mut self) -> Case {
         self.values_literal = true;
         self
+    }
+
+    /// Whether `spec` (one of this case's specs) runs on the library: a dense sub-operator
+    /// of a case that sends those to cuBLAS.
+    pub fn uses_library(&self, spec: &SpmmSpec) -> bool {
+        self.cublas_dense && spec.blocks.len() * spec.block.0 * spec.block.1 == spec.k * spec.n
     }
 
     pub fn label(&self) -> String {
@@ -91,7 +105,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -106,7 +120,8 @@ impl Case {
                 Mode::Auto => "",
             },
             if self.values_literal { " +values" } else { "" },
-            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default()
+            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default(),
+            if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" }
         )
     }
 
@@ -260,9 +275,13 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu),
         Case::new((128, 512, 256), F32, u(0.5), Fine),
         Case::new((256, 512, 512), F16, u(0.95), Fine).with_epilogue(true, None),
-        // dense fallback
+        // dense fallback: our kernel, and cuBLAS + our epilogue kernel
         Case::new((512, 512, 512), F32, u(0.0), Dense(32, 32)).with_epilogue(true, Relu),
         Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)),
+        Case::new((300, 512, 384), F32, u(0.0), Dense(32, 32)).with_cublas().with_epilogue(true, Gelu),
+        Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)).with_cublas(),
+        Case::new((200, 256, 100), F16, u(0.0), Dense(4, 4)).with_cublas().with_epilogue(true, Relu),
+        Case::new((256, 512, 512), Bf16, u(0.0), Dense(32, 32)).with_cublas().with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
         // mixed: block kernel + fine kernel accumulating, epilogue on the second
         Case::new((512, 1024, 1024), F32, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu),
         Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)),
@@ -299,6 +318,7 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         }
     }
     out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)));
+    out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)).with_cublas());
     // Tile variants of the goal case (32×32 blocks at 90%).
     let goal = Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 }, Cover::Block(32, 32));
     let variants: &[(usize, usize)] = if dtype == Dtype::F32 {

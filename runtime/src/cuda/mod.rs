@@ -7,6 +7,7 @@
 //! NVRTC needs no driver, which is how the tests compile every kernel on a CPU-only machine.
 
 pub mod cases;
+pub mod cublas;
 mod nvrtc;
 pub mod spmm;
 
@@ -23,6 +24,8 @@ pub enum CudaError {
     NoDriver(String),
     #[error("NVRTC not found (libnvrtc.so not loadable; set LD_LIBRARY_PATH to its folder, e.g. .cuda/nvidia/cu13/lib or /usr/local/cuda/lib64): {0}")]
     NoNvrtc(String),
+    #[error("{0}")]
+    NoLibrary(String),
     #[error("no CUDA device found")]
     NoDevice,
     #[error("NVRTC failed to compile kernel {name} for {arch}: {log}")]
@@ -66,6 +69,8 @@ pub struct CudaDevice {
     arch: String,
     /// Loaded modules keyed by (hash of the source, arch).
     modules: Mutex<HashMap<(u64, String), Arc<CudaModule>>>,
+    /// The cuBLAS handle, made on first use.
+    blas: Mutex<Option<Arc<cublas::Blas>>>,
 }
 
 impl CudaDevice {
@@ -82,7 +87,7 @@ impl CudaDevice {
         // sm_90 gets the arch-specific target so that wgmma/setmaxnreg are available.
         let arch = if (major, minor) == (9, 0) { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
         let stream = ctx.default_stream();
-        Ok(CudaDevice { ctx, stream, name, arch, modules: Mutex::new(HashMap::new()) })
+        Ok(CudaDevice { ctx, stream, name, arch, modules: Mutex::new(HashMap::new()), blas: Mutex::new(None) })
     }
 
     pub fn name(&self) -> &str {
@@ -112,6 +117,17 @@ impl CudaDevice {
             }
         };
         module.load_function(entry).ctx("cuModuleGetFunction")
+    }
+
+    /// The cuBLAS handle on this device's stream (created once), or why there is none.
+    pub fn blas(&self) -> Result<Arc<cublas::Blas>, CudaError> {
+        let mut slot = self.blas.lock().expect("cublas handle poisoned");
+        if let Some(b) = slot.as_ref() {
+            return Ok(b.clone());
+        }
+        let b = cublas::Blas::new(self)?;
+        *slot = Some(b.clone());
+        Ok(b)
     }
 
     /// Number of modules compiled so far (the cache's size).

@@ -4,7 +4,7 @@
 use super::cases::{round_to, Case, Problem};
 use super::{median, CudaDevice, CudaError, DriverContext};
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use spartac::codegen::{specialize, Dtype, Kernel, Mode};
+use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode};
 use spartac::rng::SplitMix64;
 use std::path::Path;
 
@@ -29,6 +29,8 @@ pub struct KernelInfo {
     pub grid: (u32, u32, u32),
     pub live_instances: usize,
     pub dead_instances: usize,
+    /// Block shape `(h, w)` the kernel multiplies (`(1, 1)` fine-grained, `(0, 0)` library).
+    pub block: (usize, usize),
 }
 
 /// The outcome of one case.
@@ -53,12 +55,20 @@ pub struct CaseReport {
     pub nnz: usize,
 }
 
+/// One generated kernel with its packed weight and tables.
 struct Part<T> {
     kernel: Kernel,
     func: CudaFunction,
     w: CudaSlice<T>,
     ptr: CudaSlice<i32>,
     idx: CudaSlice<i32>,
+}
+
+/// One step of a cover: a generated kernel, or a library GEMM (the dense fallback on
+/// cuBLAS) followed by the generated epilogue kernel when there is one.
+enum Stage<T> {
+    Generated(Part<T>),
+    Library { gemm: LibraryGemm, blas: std::sync::Arc<super::cublas::Blas>, w: CudaSlice<T>, epilogue: Option<Part<T>> },
 }
 
 /// Runs `case` once with inputs drawn from `seed` on a poisoned output, checks it, then
@@ -125,10 +135,8 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     let a_dev = dev.upload(&enc_all(&a))?;
     let bias_dev = dev.upload(&enc_all(&bias))?;
     let mut c_dev = dev.upload(&vec![poison; m * n])?;
-    let mut parts = vec![];
-    for (i, spec) in specs.iter().enumerate() {
-        let part_w = part_weights.as_ref().map_or(&w, |p| &p[i]);
-        let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
+    let mut parts: Vec<Stage<T>> = vec![];
+    let compile = |kernel: Kernel, w: &[f32]| -> Result<Part<T>, CudaError> {
         let func = dev.function(&kernel.name, &kernel.source, &kernel.name)?;
         if kernel.launch.smem_bytes > 48 * 1024 {
             func.set_attribute(
@@ -137,23 +145,47 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             )
             .ctx("cuFuncSetAttribute")?;
         }
-        let packed = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(part_w) };
+        let packed = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(w) };
         let tables = kernel.mode == Mode::IndexStream;
         let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
         let w_dev = dev.upload(&enc_all(if packed.is_empty() { &[0.0] } else { &packed }))?;
         let ptr = dev.upload(&nonempty(&kernel.ptr))?;
         let idx = dev.upload(&nonempty(&kernel.idx))?;
-        parts.push(Part { kernel, func, w: w_dev, ptr, idx });
+        Ok(Part { kernel, func, w: w_dev, ptr, idx })
+    };
+    for (i, spec) in specs.iter().enumerate() {
+        let part_w = part_weights.as_ref().map_or(&w, |p| &p[i]);
+        if case.uses_library(spec) {
+            // The dense fallback on the library: the weight as stored, then our epilogue.
+            let gemm = library_gemm(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
+            let epilogue = gemm.epilogue.clone().map(|k| compile(k, part_w)).transpose()?;
+            let w_dev = dev.upload(&enc_all(part_w))?;
+            parts.push(Stage::Library { gemm, blas: dev.blas()?, w: w_dev, epilogue });
+        } else {
+            let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
+            parts.push(Stage::Generated(compile(kernel, part_w)?));
+        }
     }
+    let launch = |p: &Part<T>, c: &mut CudaSlice<T>| -> Result<(), CudaError> {
+        let l = p.kernel.launch;
+        let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
+        let mut b = dev.stream().launch_builder(&p.func);
+        b.arg(&a_dev).arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
+        // SAFETY: the arguments match the signature every family shares (see `Kernel`),
+        // and the buffers hold the sizes the launch geometry covers.
+        unsafe { b.launch(cfg) }.ctx("cuLaunchKernel").map(|_| ())
+    };
     let launch_all = |c: &mut CudaSlice<T>| -> Result<(), CudaError> {
-        for p in &parts {
-            let l = p.kernel.launch;
-            let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
-            let mut b = dev.stream().launch_builder(&p.func);
-            b.arg(&a_dev).arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
-            // SAFETY: the arguments match the signature every family shares (see `Kernel`),
-            // and the buffers hold the sizes the launch geometry covers.
-            unsafe { b.launch(cfg) }.ctx("cuLaunchKernel")?;
+        for stage in &parts {
+            match stage {
+                Stage::Generated(p) => launch(p, c)?,
+                Stage::Library { gemm, blas, w, epilogue } => {
+                    blas.gemm(gemm, &a_dev, w, c)?;
+                    if let Some(p) = epilogue {
+                        launch(p, c)?;
+                    }
+                }
+            }
         }
         Ok(())
     };
@@ -211,20 +243,44 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         ms = Some(median(&times));
         ms_min = times.iter().copied().reduce(f64::min);
     }
-    let kernels = parts
-        .iter()
-        .map(|p| KernelInfo {
-            name: p.kernel.name.clone(),
-            family: p.kernel.family.name().into(),
-            mode: format!("{:?}", p.kernel.mode),
-            registers: p.func.num_regs().unwrap_or(-1),
-            local_bytes: p.func.local_size_bytes().unwrap_or(-1),
-            smem_bytes: p.kernel.launch.smem_bytes,
-            grid: p.kernel.launch.grid,
-            live_instances: p.kernel.live_instances,
-            dead_instances: p.kernel.dead_instances,
-        })
-        .collect();
+    let info = |p: &Part<T>| KernelInfo {
+        name: p.kernel.name.clone(),
+        family: p.kernel.family.name().into(),
+        mode: format!("{:?}", p.kernel.mode),
+        registers: p.func.num_regs().unwrap_or(-1),
+        local_bytes: p.func.local_size_bytes().unwrap_or(-1),
+        smem_bytes: p.kernel.launch.smem_bytes,
+        grid: p.kernel.launch.grid,
+        live_instances: p.kernel.live_instances,
+        dead_instances: p.kernel.dead_instances,
+        block: p.kernel.block,
+    };
+    let mut kernels = vec![];
+    let mut flops = 0.0;
+    for stage in &parts {
+        match stage {
+            Stage::Generated(p) => {
+                kernels.push(info(p));
+                flops += p.kernel.flops();
+            }
+            Stage::Library { gemm, epilogue, .. } => {
+                kernels.push(KernelInfo {
+                    name: "cublasGemmEx".into(),
+                    family: "cublas".into(),
+                    mode: "library".into(),
+                    registers: -1,
+                    local_bytes: -1,
+                    smem_bytes: 0,
+                    grid: (0, 0, 0),
+                    live_instances: 0,
+                    dead_instances: 0,
+                    block: (0, 0),
+                });
+                kernels.extend(epilogue.iter().map(info));
+                flops += 2.0 * (gemm.m * gemm.k * gemm.n) as f64;
+            }
+        }
+    }
     Ok(CaseReport {
         label: case.label(),
         seed,
@@ -235,7 +291,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         all_written,
         ms,
         ms_min,
-        flops: parts.iter().map(|p| p.kernel.flops()).sum(),
+        flops,
         nnz,
     })
 }

@@ -1,0 +1,191 @@
+//! `spartac costdb fit`: calibrate the planner's cost DB from GPU measurements.
+//!
+//! Reads the JSON that `spartac kernels bench --json` writes (one record per case, with the
+//! kernels each case ran), fits per (block shape, dtype) rate and per-block overhead and the
+//! dense (cuBLAS) rate per dtype (`spartac::plan::calibrate`), writes the new DB and a report
+//! that predicts every measured case with the old and the new DB.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+use spartac::plan::calibrate::{fit, validate, Part, Sample};
+use spartac::plan::cost::{CostDb, CostModel};
+use spartac::plan::cover::BlockShape;
+use spartac::plan::hardware::HardwareProfile;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct CostdbArgs {
+    #[command(subcommand)]
+    command: CostdbCommand,
+}
+
+#[derive(Subcommand)]
+enum CostdbCommand {
+    /// Fit the cost DB to measured kernel times.
+    ///
+    /// Example (after a GPU run of benches/run_spmm_gpu.sh):
+    ///   spartac costdb fit --bench benches/results/run8/ours.json --peers benches/results/run8/peers.json \
+    ///       --out costdb/sm_90.json --report benches/results/costdb_fit.md
+    Fit {
+        /// `spartac kernels bench --json` output; repeat to pool several runs.
+        #[arg(long, required = true)]
+        bench: Vec<PathBuf>,
+        /// `benches/spmm_peers.py` output: its measured HBM bandwidth replaces `dram_tb_s`.
+        #[arg(long)]
+        peers: Option<PathBuf>,
+        /// DB to start from (default: the bundled sm_90 DB).
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Where to write the fitted DB (JSON).
+        #[arg(long)]
+        out: PathBuf,
+        /// Write the fit and validation tables (Markdown) here too.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
+}
+
+#[derive(Deserialize)]
+struct KernelRec {
+    family: String,
+    live_instances: usize,
+    #[serde(default)]
+    block: Option<(usize, usize)>,
+}
+
+#[derive(Deserialize)]
+struct CaseRec {
+    label: String,
+    dtype: String,
+    cover: String,
+    kernels: Vec<KernelRec>,
+    ms: Option<f64>,
+    #[serde(default = "yes")]
+    ok: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `block32x32` / `mixed32x32+fine` → (32, 32).
+fn cover_shape(cover: &str) -> Option<BlockShape> {
+    let rest = cover.strip_prefix("block").or_else(|| cover.strip_prefix("mixed"))?;
+    let dims: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == 'x').collect();
+    let (h, w) = dims.split_once('x')?;
+    Some(BlockShape::new(h.parse().ok()?, w.parse().ok()?))
+}
+
+/// A bench record as a calibration sample; `None` for cases the model does not describe
+/// (our own generated dense kernel, failed or untimed cases).
+fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
+    let (Some(ms), true) = (rec.ms, rec.ok) else { return Ok(None) };
+    let dims = rec.label.split_whitespace().next().unwrap_or("");
+    let d: Vec<usize> = dims.split('x').filter_map(|x| x.parse().ok()).collect();
+    let [m, k, n] = d[..] else { bail!("case {:?}: no MxKxN at the start of its label", rec.label) };
+    let product: Vec<&KernelRec> = rec.kernels.iter().filter(|k| k.family != "epilogue").collect();
+    let dense = product.iter().any(|k| k.family == "cublas");
+    if product.iter().any(|k| k.family == "dense") || (dense && product.len() > 1) {
+        return Ok(None);
+    }
+    let mut parts = vec![];
+    if !dense {
+        for kr in &product {
+            // Records from before kernels carried their block shape: take it from the cover.
+            let shape = match (kr.block, cover_shape(&rec.cover)) {
+                (Some((h, w)), _) if h > 0 => BlockShape::new(h, w),
+                _ if kr.family == "fine" => BlockShape::new(1, 1),
+                (None, Some(s)) => s,
+                _ => return Ok(None),
+            };
+            parts.push(Part { shape, n_blocks: kr.live_instances });
+        }
+    }
+    Ok(Some(Sample { label: rec.label.clone(), dtype: rec.dtype.clone(), m, k, n, dense, parts, seconds: ms * 1e-3 }))
+}
+
+pub fn run(args: CostdbArgs) -> Result<()> {
+    let CostdbCommand::Fit { bench, peers, base, out, report } = args.command;
+    let mut db = match &base {
+        Some(p) => CostDb::parse(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)?,
+        None => CostModel::sm_90().db,
+    };
+    if let Some(p) = &peers {
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+            .with_context(|| format!("{}: not JSON", p.display()))?;
+        let hbm = v.pointer("/ceilings/hbm_GBps").and_then(|x| x.as_f64());
+        match hbm {
+            Some(gbps) if gbps > 0.0 => db.dram_tb_s = gbps / 1000.0,
+            _ => bail!("{}: no ceilings.hbm_GBps (is it spmm_peers.py output?)", p.display()),
+        }
+    }
+    let mut samples = vec![];
+    let mut skipped = 0;
+    for p in &bench {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let recs: Vec<CaseRec> =
+            serde_json::from_str(&text).with_context(|| format!("{}: not `spartac kernels bench --json` output", p.display()))?;
+        for r in &recs {
+            match sample(r)? {
+                Some(s) => samples.push(s),
+                None => skipped += 1,
+            }
+        }
+    }
+    if samples.is_empty() {
+        bail!("no usable timed cases in {}", bench.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
+    let before = CostModel::new(HardwareProfile::sm_90(), db.clone())?;
+    let sources: Vec<String> = bench.iter().map(|p| p.display().to_string()).collect();
+    let (fitted, rows) = fit(&before, &samples, &format!("fitted by `spartac costdb fit` to {}", sources.join(", ")))?;
+    let after = CostModel::new(HardwareProfile::sm_90(), fitted.clone())?;
+
+    let mut md = String::new();
+    writeln!(md, "## Fitted entries ({} timed cases used, {skipped} skipped)\n", samples.len())?;
+    writeln!(md, "| dtype | block | TFLOP/s | overhead ns/block | samples | max fit error |")?;
+    writeln!(md, "| --- | --- | --- | --- | --- | --- |")?;
+    for r in &rows {
+        writeln!(
+            md,
+            "| {} | {}x{} | {:.2} | {:.2} | {} | {:.1}% |",
+            r.entry.dtype,
+            r.entry.block[0],
+            r.entry.block[1],
+            r.entry.tflops,
+            r.entry.overhead_ns.unwrap_or(f64::NAN),
+            r.samples,
+            100.0 * r.max_rel_err
+        )?;
+    }
+    for d in &fitted.dense {
+        if samples.iter().any(|s| s.dense && s.dtype == d.dtype) {
+            writeln!(md, "| {} | dense (cuBLAS) | {:.1} | - | - | - |", d.dtype, d.tflops)?;
+        }
+    }
+    writeln!(md, "\n## Every measured case, predicted by the old and the fitted DB\n")?;
+    writeln!(md, "| case | measured µs | old DB µs (error) | fitted DB µs (error) |")?;
+    writeln!(md, "| --- | --- | --- | --- |")?;
+    let (old, new) = (validate(&before, &samples)?, validate(&after, &samples)?);
+    let err = |p: f64, m: f64| 100.0 * (p - m) / m;
+    for ((label, p0, meas), (_, p1, _)) in old.iter().zip(&new) {
+        writeln!(
+            md,
+            "| {label} | {:.1} | {:.1} ({:+.0}%) | {:.1} ({:+.0}%) |",
+            meas * 1e6,
+            p0 * 1e6,
+            err(*p0, *meas),
+            p1 * 1e6,
+            err(*p1, *meas)
+        )?;
+    }
+    print!("{md}");
+    let json = serde_json::to_string_pretty(&fitted)? + "\n";
+    crate::plan::write_atomic(&out, json.as_bytes())?;
+    if let Some(r) = &report {
+        crate::plan::write_atomic(r, md.as_bytes())?;
+    }
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}

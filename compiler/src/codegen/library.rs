@@ -1,0 +1,116 @@
+//! Dense sub-operators on the vendor library (cuBLAS on NVIDIA GPUs).
+//!
+//! A sparse kernel cannot beat a tuned dense GEMM once the weight is dense enough, and our
+//! own dense kernel is far from cuBLAS (6.8× slower in fp16 on the H200, run 6). So the
+//! planner's dense fallback runs on the library: this module describes the call (shape,
+//! dtype, whether it adds into the output) and generates the one thing the library call
+//! cannot fuse, the elementwise epilogue (bias, activation), as a small kernel of its own.
+//! The runtime makes the call; this crate never links CUDA.
+
+use super::render::{render, EpiRowsCtx};
+use super::spmm::{epilogue_ctx, Family, Kernel, Launch};
+use super::{Activation, CodegenError, Dtype, Mode, Orientation, SpmmSpec};
+
+/// A dense GEMM for the library, plus the epilogue kernel to launch after it.
+#[derive(Clone, Debug)]
+pub struct LibraryGemm {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub dtype: Dtype,
+    pub orientation: Orientation,
+    /// Add into the output (`beta = 1`) instead of overwriting it (`beta = 0`).
+    pub accumulate: bool,
+    /// Bias and activation as a separate in-place kernel; `None` when the spec has neither.
+    pub epilogue: Option<Kernel>,
+}
+
+/// The library call for `spec`, whose weight is used densely (its pattern is ignored: a
+/// dense fallback multiplies the stored zeros too).
+pub fn library_gemm(spec: &SpmmSpec) -> Result<LibraryGemm, CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    if m == 0 || k == 0 || n == 0 {
+        return Err(CodegenError::Spec(format!("empty matmul {m}x{k}x{n}")));
+    }
+    if [m, k, n].iter().any(|&d| d > i32::MAX as usize) {
+        return Err(CodegenError::Spec(format!("matmul {m}x{k}x{n} exceeds the library's 32-bit dimensions")));
+    }
+    let needs_epilogue = spec.epilogue.bias || spec.epilogue.activation != Activation::None;
+    let epilogue = if needs_epilogue { Some(epilogue_kernel(spec)?) } else { None };
+    Ok(LibraryGemm { m, k, n, dtype: spec.dtype, orientation: spec.orientation, accumulate: spec.accumulate, epilogue })
+}
+
+/// `C = act(C + bias)` in place over the `m × n` output, 16 bytes per thread when rows allow.
+fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
+    let (m, n) = (spec.m, spec.n);
+    let per16 = 16 / spec.dtype.bytes();
+    let vec = if n % per16 == 0 { per16 } else { 1 };
+    let threads = 256usize;
+    let groups = (m * n / vec).max(1);
+    // Enough CTAs to fill an H100/H200 several times over; the loop strides past the rest.
+    let grid = groups.div_ceil(threads).min(132 * 16);
+    let mut ep = epilogue_ctx(spec);
+    // The library already added the previous output (beta = 1).
+    ep.accumulate = false;
+    let name = format!("epilogue_rows_{}", spec.dtype.name());
+    let ctx = EpiRowsCtx { kernel_name: name.clone(), dtype: spec.dtype.name().into(), m, n, vec, threads, epilogue: ep };
+    Ok(Kernel {
+        name,
+        family: Family::Epilogue,
+        mode: Mode::IndexStream,
+        source: render("epilogue_rows.cu.tera", &ctx)?,
+        launch: Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: 0 },
+        spec_shape: (m, spec.k, n),
+        dtype: spec.dtype,
+        block: (1, 1),
+        ptr: vec![],
+        idx: vec![],
+        chunk: 0,
+        live_instances: 0,
+        dead_instances: 0,
+        literal_words: 0,
+        values_embedded: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::Epilogue;
+
+    fn spec(n: usize, dtype: Dtype, epilogue: Epilogue) -> SpmmSpec {
+        let mut s = SpmmSpec::new(64, 128, n, dtype, (32, 32), vec![]);
+        s.epilogue = epilogue;
+        s
+    }
+
+    #[test]
+    fn epilogue_kernel_only_when_needed_and_vectorized_when_rows_allow() {
+        let plain = library_gemm(&spec(96, Dtype::F32, Epilogue::NONE)).unwrap();
+        assert!(plain.epilogue.is_none());
+        let relu = Epilogue { bias: true, activation: Activation::Relu };
+        let f32k = library_gemm(&spec(96, Dtype::F32, relu)).unwrap().epilogue.unwrap();
+        assert_eq!(f32k.family, Family::Epilogue);
+        assert!(f32k.source.contains("#define VEC 4") && f32k.source.contains("fmaxf"));
+        let f16k = library_gemm(&spec(96, Dtype::F16, relu)).unwrap().epilogue.unwrap();
+        assert!(f16k.source.contains("#define VEC 8"));
+        // 100 columns of fp16: rows are not 16-byte multiples, one element per thread.
+        let odd = library_gemm(&spec(100, Dtype::F16, Epilogue { bias: true, activation: Activation::None }))
+            .unwrap()
+            .epilogue
+            .unwrap();
+        assert!(odd.source.contains("#define VEC 1") && !odd.source.contains("uint4"));
+        // The library adds into C itself: the kernel must not add the previous value again.
+        let mut acc = spec(96, Dtype::F32, relu);
+        acc.accumulate = true;
+        let g = library_gemm(&acc).unwrap();
+        assert!(g.accumulate && !g.epilogue.unwrap().source.contains("acc += prev"));
+    }
+
+    #[test]
+    fn empty_shapes_are_errors() {
+        let mut s = spec(96, Dtype::F32, Epilogue::NONE);
+        s.m = 0;
+        assert!(library_gemm(&s).is_err());
+    }
+}

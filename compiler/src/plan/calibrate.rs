@@ -1,0 +1,310 @@
+//! Calibration of the cost DB from GPU measurements (SparTA's profiling-fed cost model).
+//!
+//! The planner weighs block shapes and the dense fallback with [`CostModel`]; its bundled
+//! numbers start as analytic leads. Given measured run times of single-shape covers (one
+//! kernel multiplying `n_blocks` blocks of one shape against `m` rows) this module fits, per
+//! (shape, dtype), the effective rate and per-block overhead of the model's block term by
+//! least squares on relative error (the fitted rate absorbs the activation re-reads the
+//! analytic model charges to L2), and the dense rate per dtype from measured dense GEMMs.
+//! [`validate`] then predicts every measured case (mixed and planned covers included, which
+//! the fit never saw) so the report shows how far the model is from the GPU.
+
+use super::cost::{BlockEntry, CostDb, CostModel, DenseEntry};
+use super::cover::BlockShape;
+use super::hardware::NumberFormat;
+use crate::Error;
+
+/// One kernel of a measured case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Part {
+    pub shape: BlockShape,
+    /// Live blocks (elements for 1×1) the kernel multiplies.
+    pub n_blocks: usize,
+}
+
+/// One measured case: `m × k` activations times a `k × n` weight covered by `parts`
+/// (empty parts and `dense = true`: a dense GEMM).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub label: String,
+    pub dtype: String,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub dense: bool,
+    pub parts: Vec<Part>,
+    pub seconds: f64,
+}
+
+/// The fitted numbers of one (shape, dtype): what goes into the DB, and how well it fits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FitRow {
+    pub entry: BlockEntry,
+    pub samples: usize,
+    /// Largest |predicted − measured| / measured over the samples of this entry.
+    pub max_rel_err: f64,
+}
+
+fn format_of<'a>(model: &'a CostModel, dtype: &str) -> Result<&'a NumberFormat, Error> {
+    model.hw.by_dtype(dtype).ok_or_else(|| Error::Unsupported(format!("cost db fit: unknown dtype {dtype}")))
+}
+
+/// Predicted time of `s` under `model`.
+pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
+    let nf = format_of(model, &s.dtype)?;
+    if s.dense {
+        return Ok(model.dense_time(nf, s.m, s.k, s.n));
+    }
+    Ok(s.parts.iter().map(|p| model.sparse_time(nf, p.shape, p.n_blocks, s.m, s.k, s.n)).sum())
+}
+
+/// Fits every (shape, dtype) that has single-kernel samples, and the dense rate of every
+/// dtype with dense samples; returns the calibrated DB (a copy of `model.db` with those
+/// entries replaced) and the per-entry fit quality. Shapes need samples at two or more
+/// different `m · area` per block to separate rate from overhead; with one, the overhead
+/// stays at the DB default and only the rate is fitted.
+pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<(CostDb, Vec<FitRow>), Error> {
+    let mut db = model.db.clone();
+    db.source = source.to_string();
+    let mut rows = vec![];
+    // Dense: rate from the measured time minus the bytes and launch terms.
+    let mut dense_dtypes: Vec<&str> = samples.iter().filter(|s| s.dense).map(|s| s.dtype.as_str()).collect();
+    dense_dtypes.sort();
+    dense_dtypes.dedup();
+    for dt in dense_dtypes {
+        let nf = format_of(model, dt)?;
+        let bytes = nf.bits as f64 / 8.0;
+        let mut rates = vec![];
+        for s in samples.iter().filter(|s| s.dense && s.dtype == dt) {
+            let (m, k, n) = (s.m as f64, s.k as f64, s.n as f64);
+            let rest = (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12) + db.launch_us * 1e-6;
+            let compute = (s.seconds - rest).max(s.seconds * 0.05);
+            rates.push((2.0 * m * k * n / compute / 1e12, 2.0 * m * k * n));
+        }
+        // The largest GEMM measures the rate best (least launch and tail effect).
+        rates.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let tflops = rates.last().map(|r| r.0).unwrap_or(nf.tflops);
+        db.dense.retain(|d| d.dtype != dt);
+        db.dense.push(DenseEntry { dtype: dt.to_string(), tflops });
+    }
+    db.dense.sort_by(|a, b| a.dtype.cmp(&b.dtype));
+
+    // Blocks: t = fixed + nb·bytes_terms + nb·(2·m·area/rate + overhead), linear in
+    // (1/rate, overhead); least squares on relative residuals.
+    let mut keys: Vec<(String, BlockShape)> = samples
+        .iter()
+        .filter(|s| !s.dense && s.parts.len() == 1)
+        .map(|s| (s.dtype.clone(), s.parts[0].shape))
+        .collect();
+    keys.sort_by(|a, b| (a.0.as_str(), a.1.h, a.1.w).cmp(&(b.0.as_str(), b.1.h, b.1.w)));
+    keys.dedup();
+    for (dt, shape) in keys {
+        let nf = format_of(model, &dt)?;
+        let bytes = nf.bits as f64 / 8.0;
+        let area = shape.area() as f64;
+        // Rows: [flops, blocks, activation elements / 1024] · [1/rate, overhead, per-k] ≈ y,
+        // each divided by the measured time (relative residuals).
+        let mut eqs: Vec<([f64; 3], f64)> = vec![];
+        for s in samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == dt && s.parts[0].shape == shape) {
+            let nb = s.parts[0].n_blocks as f64;
+            let m = s.m as f64;
+            let fixed = model.suboperator_fixed(nf, s.m, s.n);
+            // With an entry, the model drops its L2 term: the fitted rate absorbs it.
+            let moved = nb * area * bytes / (db.dram_tb_s * 1e12);
+            let y = s.seconds - fixed - moved;
+            let t = s.seconds;
+            eqs.push(([nb * 2.0 * m * area / t, nb / t, (s.m * s.k) as f64 / 1024.0 / t], y / t));
+        }
+        let [inv_rate, overhead, per_k] = nonneg_least_squares(&eqs);
+        let tflops = if inv_rate > 0.0 { 1.0 / inv_rate / 1e12 } else { nf.tflops };
+        let entry = BlockEntry {
+            block: [shape.h, shape.w],
+            dtype: dt.clone(),
+            tflops,
+            overhead_ns: Some(overhead * 1e9),
+            activation_ns_per_k: Some(per_k * 1e9),
+        };
+        db.blocks.retain(|e| !(e.block == entry.block && e.dtype == entry.dtype));
+        db.blocks.push(entry.clone());
+        rows.push(FitRow { entry, samples: eqs.len(), max_rel_err: 0.0 });
+    }
+    db.blocks.sort_by(|a, b| (a.dtype.as_str(), a.block).cmp(&(b.dtype.as_str(), b.block)));
+    let fitted = CostModel::new(model.hw.clone(), db.clone())?;
+    for row in &mut rows {
+        let shape = BlockShape::new(row.entry.block[0], row.entry.block[1]);
+        for s in samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == row.entry.dtype && s.parts[0].shape == shape) {
+            let e = (predict(&fitted, s)? - s.seconds).abs() / s.seconds;
+            row.max_rel_err = row.max_rel_err.max(e);
+        }
+    }
+    Ok((db, rows))
+}
+
+/// Least squares `A·x ≈ y` with `x ≥ 0` over three unknowns: the best of the
+/// unconstrained solutions on every subset of the unknowns (the others held at 0) that
+/// comes out non-negative. Exact for three unknowns; columns the samples cannot tell apart
+/// make a subset singular, and it is skipped.
+fn nonneg_least_squares(eqs: &[([f64; 3], f64)]) -> [f64; 3] {
+    let mut best = ([0.0; 3], f64::INFINITY);
+    for subset in 1u32..8 {
+        let cols: Vec<usize> = (0..3).filter(|c| subset & (1 << c) != 0).collect();
+        let Some(sol) = solve_normal(eqs, &cols) else { continue };
+        // Round-off around an exact zero is not a negative weight.
+        let scale = sol.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        if sol.iter().any(|v| *v < -1e-9 * scale) {
+            continue;
+        }
+        let sol: Vec<f64> = sol.iter().map(|v| v.max(0.0)).collect();
+        let mut x = [0.0; 3];
+        for (c, v) in cols.iter().zip(&sol) {
+            x[*c] = *v;
+        }
+        let resid: f64 = eqs.iter().map(|(a, y)| (a[0] * x[0] + a[1] * x[1] + a[2] * x[2] - y).powi(2)).sum();
+        if resid < best.1 * (1.0 - 1e-9) {
+            best = (x, resid);
+        }
+    }
+    best.0
+}
+
+/// Normal equations on the columns `cols`, by Gaussian elimination with partial pivoting;
+/// `None` when singular.
+fn solve_normal(eqs: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
+    let n = cols.len();
+    // Columns differ by many orders of magnitude (flops vs block counts): scale each to
+    // unit norm first, and the solution back after.
+    let norms: Vec<f64> = cols.iter().map(|&c| eqs.iter().map(|(a, _)| a[c] * a[c]).sum::<f64>().sqrt()).collect();
+    if norms.iter().any(|v| *v == 0.0) {
+        return None;
+    }
+    let mut m = vec![vec![0.0f64; n + 1]; n];
+    for (a, y) in eqs {
+        for i in 0..n {
+            for j in 0..n {
+                m[i][j] += a[cols[i]] / norms[i] * a[cols[j]] / norms[j];
+            }
+            m[i][n] += a[cols[i]] / norms[i] * y;
+        }
+    }
+    let scale = (0..n).map(|i| m[i][i]).fold(0.0f64, f64::max);
+    for col in 0..n {
+        let piv = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+        if m[piv][col].abs() <= 1e-12 * scale {
+            return None;
+        }
+        m.swap(col, piv);
+        for r in 0..n {
+            if r != col {
+                let f = m[r][col] / m[col][col];
+                for c in col..=n {
+                    m[r][c] -= f * m[col][c];
+                }
+            }
+        }
+    }
+    Some((0..n).map(|i| m[i][n] / m[i][i] / norms[i]).collect())
+}
+
+/// Predicted vs measured for every sample: `(label, predicted s, measured s)`.
+pub fn validate(model: &CostModel, samples: &[Sample]) -> Result<Vec<(String, f64, f64)>, Error> {
+    samples.iter().map(|s| Ok((s.label.clone(), predict(model, s)?, s.seconds))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Samples generated from a known DB must give that DB back.
+    #[test]
+    fn fit_recovers_the_rates_that_generated_the_samples() {
+        let base = CostModel::sm_90();
+        let mut truth_db = base.db.clone();
+        truth_db.blocks = vec![
+            BlockEntry {
+                block: [32, 32],
+                dtype: "f32".into(),
+                tflops: 31.0,
+                overhead_ns: Some(4.0),
+                activation_ns_per_k: Some(0.0),
+            },
+            BlockEntry {
+                block: [1, 1],
+                dtype: "f32".into(),
+                tflops: 2.5,
+                overhead_ns: Some(0.05),
+                activation_ns_per_k: Some(30.0),
+            },
+        ];
+        truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0 }];
+        let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
+        let mut samples = vec![];
+        for (size, nb32, nb1) in [(1024, 102, 52_429), (1024, 10, 10_486), (4096, 1638, 838_861), (4096, 164, 167_772)] {
+            for (shape, nb) in [(BlockShape::new(32, 32), nb32), (BlockShape::new(1, 1), nb1)] {
+                let mut s = Sample {
+                    label: format!("{size} {shape:?}"),
+                    dtype: "f32".into(),
+                    m: size,
+                    k: size,
+                    n: size,
+                    dense: false,
+                    parts: vec![Part { shape, n_blocks: nb }],
+                    seconds: 0.0,
+                };
+                s.seconds = predict(&truth, &s).unwrap();
+                samples.push(s);
+            }
+        }
+        let mut dense = Sample {
+            label: "dense".into(),
+            dtype: "f16".into(),
+            m: 4096,
+            k: 4096,
+            n: 4096,
+            dense: true,
+            parts: vec![],
+            seconds: 0.0,
+        };
+        dense.seconds = predict(&truth, &dense).unwrap();
+        samples.push(dense);
+        let (db, rows) = fit(&base, &samples, "test").unwrap();
+        let get = |b: [usize; 2]| db.blocks.iter().find(|e| e.block == b && e.dtype == "f32").unwrap();
+        assert!((get([32, 32]).tflops - 31.0).abs() < 0.01, "{:?}", get([32, 32]));
+        assert!((get([32, 32]).overhead_ns.unwrap() - 4.0).abs() < 0.01);
+        assert!((get([1, 1]).tflops - 2.5).abs() < 0.001);
+        assert!((get([1, 1]).activation_ns_per_k.unwrap() - 30.0).abs() < 0.01, "{:?}", get([1, 1]));
+        assert!(get([32, 32]).activation_ns_per_k.unwrap().abs() < 0.01);
+        let f16 = db.dense.iter().find(|d| d.dtype == "f16").unwrap();
+        assert!((f16.tflops - 700.0).abs() < 0.5, "{f16:?}");
+        assert!(rows.iter().all(|r| r.max_rel_err < 1e-6 && r.samples == 4), "{rows:?}");
+        // A mixed case (two parts) is predicted as the sum of its parts.
+        let mixed = Sample { parts: vec![samples[0].parts[0].clone(), samples[1].parts[0].clone()], ..samples[0].clone() };
+        let fitted = CostModel::new(base.hw.clone(), db).unwrap();
+        let sum = predict(&fitted, &samples[0]).unwrap() + predict(&fitted, &samples[1]).unwrap();
+        assert!((predict(&fitted, &mixed).unwrap() - sum).abs() < 1e-12);
+    }
+
+    #[test]
+    fn nonneg_fit_clamps_and_bad_dtypes_are_errors() {
+        // y = 2·a0 exactly, with a third column that would take a negative weight if free.
+        let eqs: Vec<([f64; 3], f64)> =
+            (1..6).map(|i| ([i as f64, 1.0, (i * i) as f64], 2.0 * i as f64 - 0.1 * (i * i) as f64)).collect();
+        let x = nonneg_least_squares(&eqs);
+        assert!(x.iter().all(|v| *v >= 0.0), "{x:?}");
+        assert_eq!(x[2], 0.0);
+        let exact: Vec<([f64; 3], f64)> = (1..6).map(|i| ([i as f64, 1.0, 0.0], 3.0 * i as f64 + 0.5)).collect();
+        let x = nonneg_least_squares(&exact);
+        assert!((x[0] - 3.0).abs() < 1e-9 && (x[1] - 0.5).abs() < 1e-9, "{x:?}");
+        let base = CostModel::sm_90();
+        let s = Sample {
+            label: "x".into(),
+            dtype: "f7".into(),
+            m: 1024,
+            k: 1024,
+            n: 1024,
+            dense: false,
+            parts: vec![Part { shape: BlockShape::new(32, 32), n_blocks: 102 }],
+            seconds: 20e-6,
+        };
+        assert!(fit(&base, &[s], "bad").unwrap_err().to_string().contains("f7"));
+    }
+}

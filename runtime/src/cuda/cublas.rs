@@ -1,0 +1,102 @@
+//! The dense fallback on cuBLAS: `C = A·W (+ C)` in row-major storage, fp32 math.
+//!
+//! cuBLAS is column-major; a row-major `M × N` matrix is its `N × M` transpose, so the call
+//! computes `Cᵀ = Wᵀ·Aᵀ` (right orientation) or `Cᵀ = Bᵀ·Wᵀ` (left) with no copies. fp32
+//! runs with `CUBLAS_COMPUTE_32F` and the default math mode, i.e. true fp32 (no TF32), the
+//! same as our kernels and the torch peer with TF32 off.
+
+use super::{CudaDevice, CudaError};
+use cudarc::cublas::{result, sys, CudaBlas};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+use spartac::codegen::{Dtype, LibraryGemm, Orientation};
+use std::sync::Arc;
+
+/// Whether libcublas can be opened.
+pub fn cublas_present() -> Result<(), CudaError> {
+    // SAFETY: only tries to open the shared library.
+    if unsafe { sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::NoLibrary("cuBLAS (libcublas.so) not on the library path; set LD_LIBRARY_PATH, e.g. /usr/local/cuda/lib64".into()))
+    }
+}
+
+/// A cuBLAS handle bound to the device's stream.
+pub struct Blas {
+    handle: CudaBlas,
+    stream: Arc<CudaStream>,
+}
+
+impl Blas {
+    pub fn new(dev: &CudaDevice) -> Result<Arc<Blas>, CudaError> {
+        cublas_present()?;
+        let handle = CudaBlas::new(dev.stream().clone()).map_err(|e| CudaError::NoLibrary(format!("cublasCreate: {e}")))?;
+        Ok(Arc::new(Blas { handle, stream: dev.stream().clone() }))
+    }
+
+    /// Runs `g`: `c = a·w` (right) or `c = w·a` (left, `a` is then the dense `K × N` input),
+    /// adding into `c` when `g.accumulate`. Element type `T` must be the storage of `g.dtype`
+    /// (f32, or u16 bits for f16/bf16).
+    pub fn gemm<T: DeviceRepr>(
+        &self,
+        g: &LibraryGemm,
+        a: &CudaSlice<T>,
+        w: &CudaSlice<T>,
+        c: &mut CudaSlice<T>,
+    ) -> Result<(), CudaError> {
+        let (m, k, n) = (g.m as i32, g.k as i32, g.n as i32);
+        let need = [(a.len(), g.m * g.k, "A"), (w.len(), g.k * g.n, "W"), (c.len(), g.m * g.n, "C")];
+        let need = match g.orientation {
+            Orientation::Right => need,
+            Orientation::Left => [(a.len(), g.k * g.n, "B"), (w.len(), g.m * g.k, "W"), (c.len(), g.m * g.n, "C")],
+        };
+        for (have, want, what) in need {
+            if have < want {
+                return Err(CudaError::Kernel("cublas gemm".into(), format!("{what} holds {have} elements, needs {want}")));
+            }
+        }
+        let ty = match g.dtype {
+            Dtype::F32 => sys::cudaDataType::CUDA_R_32F,
+            Dtype::F16 => sys::cudaDataType::CUDA_R_16F,
+            Dtype::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+        };
+        let (alpha, beta) = (1.0f32, if g.accumulate { 1.0f32 } else { 0.0f32 });
+        let stream = &self.stream;
+        let (a_ptr, _ra) = a.device_ptr(stream);
+        let (w_ptr, _rw) = w.device_ptr(stream);
+        let (c_ptr, _rc) = c.device_ptr_mut(stream);
+        // Column-major view: Cᵀ (N × M, ld N) = X (N × K, ld N) · Y (K × M, ld K).
+        let (x, y) = match g.orientation {
+            Orientation::Right => (w_ptr, a_ptr),
+            Orientation::Left => (a_ptr, w_ptr),
+        };
+        let op = sys::cublasOperation_t::CUBLAS_OP_N;
+        // SAFETY: the pointers are live device buffers of at least the sizes checked above,
+        // the handle is bound to the stream that owns them, and alpha/beta are f32 as
+        // CUBLAS_COMPUTE_32F requires.
+        unsafe {
+            result::gemm_ex(
+                *self.handle.handle(),
+                op,
+                op,
+                n,
+                m,
+                k,
+                (&alpha) as *const f32 as *const _,
+                x as *const _,
+                ty,
+                n,
+                y as *const _,
+                ty,
+                k,
+                (&beta) as *const f32 as *const _,
+                c_ptr as *mut _,
+                ty,
+                n,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| CudaError::Kernel("cublas gemm".into(), e.to_string()))
+    }
+}
