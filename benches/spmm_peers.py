@@ -8,6 +8,12 @@ Timing: triton.testing.do_bench (CUDA events, L2 flushed before each run, median
 method as the spartac side. C = A @ W with A dense M×K, W sparse K×N; the sparse peers take
 the transposed form C^T = W^T @ A^T (sparse on the left, as cuSPARSE SpMM and bsr_dense_mm
 want), with W^T and A^T prepared outside the timed region.
+int8 cases (dtype i8): the dump holds the quantized operands A_q, W_q (integers); the peer
+is cuBLAS int8 through `torch._int_mm(A_q, W_q)` (int8 x int8 -> int32, no dequantization,
+needs M > 16 and K, N multiples of 8), timed with W_q row-major (as stored) and column-major
+(cuBLAS's int8 layout, the copy made outside the timing); the cuBLAS column shows the faster.
+There is no int8 cuSPARSE or Triton BSR peer in torch. The int8 floor uses the larger of the
+measured int8 rate and 2x the fp16 rate.
 """
 import json
 import os
@@ -47,6 +53,18 @@ for name, dt in DT.items():
     b = torch.randn(8192, 8192, device=dev, dtype=dt)
     ceil[f"cublas_{name}_TFLOPs"] = 2 * 8192**3 / bench(lambda: a @ b) / 1e9
     del a, b
+if any(e["dtype"] == "i8" for e in ours):
+    # Both layouts of the second operand: row-major (NN, as W is stored) and column-major
+    # (TN, cuBLAS's own int8 layout: b = bt.t() with bt contiguous).
+    a = torch.randint(-127, 128, (8192, 8192), device=dev, dtype=torch.int8)
+    b = torch.randint(-127, 128, (8192, 8192), device=dev, dtype=torch.int8)
+    bt = b.t().contiguous().t()
+    ceil["cublas_i8_nn_TFLOPs"] = 2 * 8192**3 / bench(lambda: torch._int_mm(a, b)) / 1e9
+    ceil["cublas_i8_tn_TFLOPs"] = 2 * 8192**3 / bench(lambda: torch._int_mm(a, bt)) / 1e9
+    # The int8 floor's rate: the faster cuBLAS layout, or 2x the fp16 rate (int8 tensor-core
+    # peak is twice fp16's on Hopper), whichever is higher.
+    ceil["cublas_i8_TFLOPs"] = max(ceil["cublas_i8_nn_TFLOPs"], ceil["cublas_i8_tn_TFLOPs"], 2 * ceil["cublas_f16_TFLOPs"])
+    del a, b, bt
 print("ceilings", ceil, flush=True)
 
 A_cache = {}
@@ -55,7 +73,7 @@ for e in ours:
     key = (e["w_file"], e["dtype"])
     if key in peers:
         continue
-    dt = DT[e["dtype"]]
+    dt = DT.get(e["dtype"], torch.int8)
     if e["a_file"] not in A_cache:
         A_cache.clear()
         A_cache[e["a_file"]] = torch.from_numpy(np.load(os.path.join(dump, e["a_file"]))).to(dev, dt)
@@ -63,6 +81,18 @@ for e in ours:
     W = torch.from_numpy(np.load(os.path.join(dump, e["w_file"]))).to(dev, dt)
     res = {"nnz": int((W != 0).sum())}
     ref = A.float() @ W.float()
+    if e["dtype"] == "i8":
+        Wcm = W.t().contiguous().t()  # the same W, column-major (prepared outside the timing)
+        res["cublas_nn_ms"] = bench(lambda: torch._int_mm(A, W))
+        res["cublas_tn_ms"] = bench(lambda: torch._int_mm(A, Wcm))
+        res["cublas_ms"] = min(res["cublas_nn_ms"], res["cublas_tn_ms"])
+        res["cublas_err"] = max(rel_err(torch._int_mm(A, W), ref), rel_err(torch._int_mm(A, Wcm), ref))
+        del Wcm
+        del W, ref
+        torch.cuda.empty_cache()
+        peers[key] = res
+        print(e["size"], e["dtype"], e["pattern"], {k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()}, flush=True)
+        continue
     res["cublas_ms"] = bench(lambda: A @ W)
     res["cublas_err"] = rel_err(A @ W, ref)
     dense = "@0" in e["pattern"] and e["pattern"].endswith("@0")
@@ -109,9 +139,10 @@ for e in ours:
     p = peers[(e["w_file"], e["dtype"])]
     ms = e["ms"]
     m = k = n = e["size"]
-    es = 4 if e["dtype"] == "f32" else 2
+    es = {"f32": 4, "i8": 1}.get(e["dtype"], 2)
+    out_es = 2 if e["dtype"] == "i8" else es  # int8 writes fp16
     useful = 2.0 * m * e["nnz"]
-    bytes_min = (m * k + e["nnz"] + m * n) * es
+    bytes_min = (m * k + e["nnz"]) * es + m * n * out_es
     floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
     ratio = lambda name: None if p.get(name) is None else p[name] / ms
     kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
@@ -126,6 +157,12 @@ for e in ours:
 header = (
     f"Ceilings measured in this run: HBM copy {ceil['hbm_GBps']:.0f} GB/s; cuBLAS dense 8192³ "
     + ", ".join(f"{d} {ceil[f'cublas_{d}_TFLOPs']:.0f} TFLOP/s" for d in DT)
+    + (
+        f"; int8 (`torch._int_mm`) W row-major {ceil['cublas_i8_nn_TFLOPs']:.0f}, column-major "
+        f"{ceil['cublas_i8_tn_TFLOPs']:.0f} TOP/s, int8 floor rate {ceil['cublas_i8_TFLOPs']:.0f} TOP/s"
+        if "cublas_i8_TFLOPs" in ceil
+        else ""
+    )
     + ". Floor = max(useful flops / cuBLAS rate of the dtype, (A + nnz(W) + C) bytes / HBM rate).\n\n"
 )
 open(table_path, "w").write(header + "\n".join(lines) + "\n")

@@ -77,6 +77,14 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
                 assert!(ptx.ptx.contains("mma.sync.aligned.m16n8k16"), "{}: no tensor-core mma in PTX", kernel.name);
                 assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
             }
+            if kernel.family == spartac::codegen::Family::BlockInt8 {
+                assert!(
+                    ptx.ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"),
+                    "{}: no int8 tensor-core mma in PTX",
+                    kernel.name
+                );
+                assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
+            }
             if !matches!(kernel.family, spartac::codegen::Family::Fine | spartac::codegen::Family::Epilogue) {
                 assert!(ptx.ptx.contains("cp.async"), "{}: no cp.async in PTX", kernel.name);
             }
@@ -93,7 +101,9 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
             ));
         }
     }
-    assert_eq!(seen_families.len(), 5, "families compiled: {seen_families:?}");
+    for family in ["block_simt", "block_mma", "fine", "dense", "block_int8", "epilogue"] {
+        assert!(seen_families.contains(family), "family {family} not compiled: {seen_families:?}");
+    }
     insta::assert_snapshot!("ptxas_stats", table);
 }
 
@@ -126,4 +136,8 @@ fn rendered_kernels_snapshot() {
     assert_eq!(k.mode, Mode::Unrolled);
     assert!(k.values_embedded);
     insta::assert_snapshot!("fine_unrolled_values", k.source);
+    let mut spec = SpmmSpec::new(64, 64, 64, Dtype::I8, (32, 32), vec![(1, 0), (0, 1)]);
+    spec.mode = Mode::Unrolled;
+    spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };
+    insta::assert_snapshot!("block_int8_unrolled_bias_relu", specialize(&spec).unwrap().source);
 }

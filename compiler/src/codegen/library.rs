@@ -35,6 +35,10 @@ pub fn library_gemm(spec: &SpmmSpec) -> Result<LibraryGemm, CodegenError> {
     if [m, k, n].iter().any(|&d| d > i32::MAX as usize) {
         return Err(CodegenError::Spec(format!("matmul {m}x{k}x{n} exceeds the library's 32-bit dimensions")));
     }
+    if spec.dtype == Dtype::I8 {
+        // cuBLAS int8 GEMMs give int32; the dequantizing epilogue for that is not built.
+        return Err(CodegenError::Spec("the int8 dense fallback on cuBLAS is not built; use the int8 dense kernel".into()));
+    }
     let needs_epilogue = spec.epilogue.bias || spec.epilogue.activation != Activation::None;
     let epilogue = if needs_epilogue { Some(epilogue_kernel(spec)?) } else { None };
     Ok(LibraryGemm { m, k, n, dtype: spec.dtype, orientation: spec.orientation, accumulate: spec.accumulate, epilogue })

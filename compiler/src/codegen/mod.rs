@@ -12,8 +12,10 @@
 pub mod from_plan;
 mod library;
 pub mod loopnest;
+pub mod quant;
 mod render;
 mod spmm;
+mod spmm_int8;
 
 pub use library::{library_gemm, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
@@ -30,13 +32,16 @@ pub enum CodegenError {
     Template { template: String, message: String },
 }
 
-/// Element type of the operands (accumulation is always fp32).
+/// Element type of the operands. Float types accumulate in fp32 and write their own type;
+/// `I8` (symmetric int8 operands, see [`quant`]) accumulates in int32, dequantizes in the
+/// epilogue and writes fp16 ([`Dtype::output`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     F32,
     F16,
     Bf16,
+    I8,
 }
 
 impl Dtype {
@@ -44,6 +49,16 @@ impl Dtype {
         match self {
             Dtype::F32 => 4,
             Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::I8 => 1,
+        }
+    }
+    /// Element type of the output (and of the bias): the operand type, except int8, whose
+    /// dequantized result is written as fp16 (half the bytes of fp32; the int32 sum is exact,
+    /// so fp16 rounding is the only error).
+    pub fn output(self) -> Dtype {
+        match self {
+            Dtype::I8 => Dtype::F16,
+            d => d,
         }
     }
     pub fn name(self) -> &'static str {
@@ -51,6 +66,7 @@ impl Dtype {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
             Dtype::Bf16 => "bf16",
+            Dtype::I8 => "i8",
         }
     }
 }
@@ -62,7 +78,8 @@ impl std::str::FromStr for Dtype {
             "f32" | "fp32" => Ok(Dtype::F32),
             "f16" | "fp16" => Ok(Dtype::F16),
             "bf16" => Ok(Dtype::Bf16),
-            other => Err(format!("unknown dtype {other:?} (choose f32, f16 or bf16)")),
+            "i8" | "int8" => Ok(Dtype::I8),
+            other => Err(format!("unknown dtype {other:?} (choose f32, f16, bf16 or i8)")),
         }
     }
 }

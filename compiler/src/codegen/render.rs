@@ -13,6 +13,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_block_mma.cu.tera", include_str!("../../../templates/spmm_block_mma.cu.tera")),
     ("spmm_fine.cu.tera", include_str!("../../../templates/spmm_fine.cu.tera")),
     ("epilogue_rows.cu.tera", include_str!("../../../templates/epilogue_rows.cu.tera")),
+    ("spmm_block_int8.cu.tera", include_str!("../../../templates/spmm_block_int8.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.
@@ -63,6 +64,44 @@ pub struct BlockCtx {
     pub values: Vec<String>,
     pub value_bits: usize,
     /// mma: n8 tiles per warp.
+    pub n_tiles: usize,
+    pub epilogue: EpilogueCtx,
+}
+
+/// Context of the int8 block-sparse (and dense) template. Sizes of the int8 operands are
+/// in bytes (= elements).
+#[derive(Clone, Debug, Serialize)]
+pub struct Int8Ctx {
+    pub kernel_name: String,
+    /// Element type of the output and the bias (`f16`).
+    pub dtype: String,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub bh: usize,
+    pub bw: usize,
+    /// Rows of C per CTA (32 per warp).
+    pub bm: usize,
+    pub threads: usize,
+    pub warps: usize,
+    pub stages: usize,
+    /// Shared-memory strides: bytes per A row, bytes per W column (the block is packed n-major).
+    pub a_ld: usize,
+    pub w_ld: usize,
+    /// 16-byte copies per A tile / W block, per A row and per W column.
+    pub a_chunks: usize,
+    pub w_chunks: usize,
+    pub a_row_chunks: usize,
+    pub w_col_chunks: usize,
+    pub dense: bool,
+    pub k_blocks: usize,
+    pub unrolled: bool,
+    pub tables_in_constant: bool,
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+    /// Always empty (int8 weights are read from device memory); `tables.cuh` reads it.
+    pub values: Vec<String>,
+    /// n8 tiles per warp.
     pub n_tiles: usize,
     pub epilogue: EpilogueCtx,
 }

@@ -18,6 +18,9 @@ pub enum Family {
     Dense,
     /// Bias and activation in place, after a library GEMM (see `codegen::library_gemm`).
     Epilogue,
+    /// int8 block-sparse, or dense with every block present, on tensor cores (ldmatrix +
+    /// mma.sync m16n8k32 s8, int32 accumulate, dequantizing epilogue, fp16 output).
+    BlockInt8,
 }
 
 impl Family {
@@ -28,6 +31,7 @@ impl Family {
             Family::Fine => "fine",
             Family::Dense => "dense",
             Family::Epilogue => "epilogue",
+            Family::BlockInt8 => "block_int8",
         }
     }
 }
@@ -45,6 +49,13 @@ pub struct Launch {
 /// `(const T* A, const T* W, const int* ptr, const int* idx, const T* bias, T* C)`;
 /// `W` is the weight packed by [`Kernel::pack_weight`]; in unrolled mode `ptr`/`idx` (and `W`
 /// when the values are embedded) are ignored and may be null.
+///
+/// The int8 family ([`Family::BlockInt8`], dtype [`Dtype::I8`]) extends it additively:
+/// `(const int8* A_q, const int8* W_q, const int* ptr, const int* idx, const f16* bias,
+/// f16* C, const float* scale_w, float scale_a)`, with `A_q` row-major, `W_q` packed by
+/// [`Kernel::pack_weight_i8`], `scale_w` one dequantization scale per output column and
+/// `scale_a` the activation's (see [`super::quant`]): `C = epilogue(scale_a · scale_w[col] ·
+/// Σ A_q·W_q)`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Kernel {
     pub name: String,
@@ -72,8 +83,19 @@ pub struct Kernel {
 impl Kernel {
     /// Packs a row-major `K × N` weight into the order the kernel reads it: block kernels
     /// store each live block row-major, blocks in `idx` order; the fine kernel one value per
-    /// entry in `idx` order; dense: the same as block kernels with every block live.
+    /// entry in `idx` order; dense: the same as block kernels with every block live; the
+    /// int8 family each live block column-major (n-major, the block's k contiguous), blocks
+    /// in `idx` order.
     pub fn pack_weight(&self, w: &[f32]) -> Vec<f32> {
+        self.pack(w)
+    }
+
+    /// [`Kernel::pack_weight`] on quantized values (the int8 family's `W_q` argument).
+    pub fn pack_weight_i8(&self, w: &[i8]) -> Vec<i8> {
+        self.pack(w)
+    }
+
+    fn pack<T: Copy>(&self, w: &[T]) -> Vec<T> {
         let (_, k, n) = self.spec_shape;
         assert_eq!(w.len(), k * n, "weight has the wrong size");
         match self.family {
@@ -87,6 +109,21 @@ impl Kernel {
                         for e in self.ptr[s]..self.ptr[s + 1] {
                             let row = c * self.chunk + self.idx[e as usize] as usize;
                             out.push(w[row * n + col]);
+                        }
+                    }
+                }
+                out
+            }
+            Family::BlockInt8 => {
+                let (bh, bw) = self.block;
+                let mut out = Vec::with_capacity(self.idx.len() * bh * bw);
+                for j in 0..self.ptr.len() - 1 {
+                    for e in self.ptr[j]..self.ptr[j + 1] {
+                        let kb = self.idx[e as usize] as usize;
+                        for c in 0..bw {
+                            for r in 0..bh {
+                                out.push(w[(kb * bh + r) * n + j * bw + c]);
+                            }
                         }
                     }
                 }
@@ -121,7 +158,7 @@ impl Kernel {
     }
 }
 
-fn spec_err(msg: String) -> CodegenError {
+pub(super) fn spec_err(msg: String) -> CodegenError {
     CodegenError::Spec(msg)
 }
 
@@ -155,15 +192,21 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
             return Err(spec_err(format!("block ({r}, {c}) is listed twice")));
         }
     }
+    let dense = spec.blocks.len() == kbs * nbs;
+    if spec.dtype == Dtype::I8 {
+        if (bh, bw) == (1, 1) {
+            return Err(spec_err("int8 fine-grained kernel not built (int8 runs on block kernels only)".into()));
+        }
+        return super::spmm_int8::block_int8(spec, &live, dense);
+    }
     if (bh, bw) == (1, 1) {
         return fine(spec, &live);
     }
-    let dense = spec.blocks.len() == kbs * nbs;
     block(spec, &live, dense)
 }
 
 /// Resolves `Auto` against the budget.
-fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
+pub(super) fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
     match spec.mode {
         Mode::Auto if words <= spec.code_budget => Mode::Unrolled,
         Mode::Auto => Mode::IndexStream,
@@ -207,6 +250,8 @@ fn value_bits(dtype: Dtype, packed: &[f32]) -> Vec<String> {
             Dtype::F32 => format!("0x{:08x}u", v.to_bits()),
             Dtype::F16 => format!("0x{:04x}u", half::f16::from_f32(*v).to_bits()),
             Dtype::Bf16 => format!("0x{:04x}u", half::bf16::from_f32(*v).to_bits()),
+            // Not reached: the int8 family refuses embedded values (see `spmm_int8`).
+            Dtype::I8 => format!("0x{:02x}u", (*v as i8) as u8),
         })
         .collect()
 }

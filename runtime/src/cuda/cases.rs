@@ -21,6 +21,9 @@ pub enum Cover {
     /// Whatever the execution planner chooses (`plan` → `codegen::from_plan`): the
     /// compiler's own path from a pruned weight to kernels.
     Planned,
+    /// The block cover of this shape in two launches, even k-block rows then odd ones,
+    /// the second accumulating into the first's output (the accumulate path on its own).
+    KSplit(usize, usize),
 }
 
 impl Cover {
@@ -29,8 +32,10 @@ impl Cover {
             Cover::Block(h, w) => format!("block{h}x{w}"),
             Cover::Fine => "fine".into(),
             Cover::Mixed(h, w) => format!("mixed{h}x{w}+fine"),
-            Cover::Dense(..) => "dense".into(),
+            Cover::Dense(32, 32) => "dense".into(),
+            Cover::Dense(h, w) => format!("dense{h}x{w}"),
             Cover::Planned => "planned".into(),
+            Cover::KSplit(h, w) => format!("ksplit{h}x{w}"),
         }
     }
 }
@@ -94,7 +99,8 @@ impl Case {
     /// Whether `spec` (one of this case's specs) runs on the library: a dense sub-operator
     /// of a case that sends those to cuBLAS.
     pub fn uses_library(&self, spec: &SpmmSpec) -> bool {
-        self.cublas_dense && spec.blocks.len() * spec.block.0 * spec.block.1 == spec.k * spec.n
+        // int8 stays on our kernel: cuBLAS's int8 path needs a dequantizing epilogue not built.
+        self.cublas_dense && spec.dtype != Dtype::I8 && spec.blocks.len() * spec.block.0 * spec.block.1 == spec.k * spec.n
     }
 
     pub fn label(&self) -> String {
@@ -171,6 +177,19 @@ impl Case {
                     .collect()
             }
             Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, k, n, (bh, bw)))],
+            Cover::KSplit(bh, bw) => {
+                let (even, odd): (Vec<_>, Vec<_>) =
+                    SpmmSpec::blocks_of_mask(&mask, k, n, (bh, bw)).into_iter().partition(|(r, _)| r % 2 == 0);
+                let part = |parity: usize| -> Vec<f32> {
+                    w.iter().enumerate().map(|(i, v)| if (i / n / bh) % 2 == parity { *v } else { 0.0 }).collect()
+                };
+                part_weights = Some(vec![part(0), part(1)]);
+                let mut first = spec((bh, bw), even);
+                first.epilogue = Epilogue::NONE;
+                let mut second = spec((bh, bw), odd);
+                second.accumulate = true;
+                vec![first, second]
+            }
             Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, k, n, (1, 1)))],
             Cover::Dense(bh, bw) => {
                 let all = (0..k / bh).flat_map(|r| (0..n / bw).map(move |c| (r, c))).collect();
@@ -234,6 +253,8 @@ pub fn round_to(dtype: Dtype, x: f32) -> f32 {
         Dtype::F32 => x,
         Dtype::F16 => half::f16::from_f32(x).to_f32(),
         Dtype::Bf16 => half::bf16::from_f32(x).to_f32(),
+        // int8 cases keep float weights here; the runner quantizes them (per column).
+        Dtype::I8 => x,
     }
 }
 
@@ -296,6 +317,16 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((256, 512, 512), F32, Pattern::Block { bh: 64, bw: 64, sparsity: 0.5 }, Planned),
         Case::new((200, 512, 256), F32, u(0.95), Planned),
         Case::new((256, 1024, 1024), F16, mixed, Planned),
+        // int8 on tensor cores (m16n8k32, int32 accumulate, dequantizing epilogue, fp16 out)
+        Case::new((256, 512, 512), I8, b(0.5), Block(32, 32)),
+        Case::new((1024, 1024, 1024), I8, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream),
+        Case::new((512, 512, 512), I8, b(0.9), Block(32, 32)).with_mode(Mode::Unrolled).with_epilogue(true, Relu),
+        Case::new((300, 512, 512), I8, b(0.9), Block(32, 32)).with_epilogue(true, Gelu).with_tile(64, 3),
+        Case::new((100, 256, 256), I8, Pattern::Block { bh: 64, bw: 64, sparsity: 0.75 }, Block(64, 64))
+            .with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
+        Case::new((256, 512, 384), I8, u(0.0), Dense(32, 32)).with_epilogue(true, None),
+        Case::new((200, 512, 512), I8, b(0.8), KSplit(32, 32)).with_epilogue(true, Relu),
+        Case::new((256, 512, 512), I8, b(0.9), Planned),
     ]
 }
 
@@ -304,6 +335,9 @@ pub fn correctness_cases() -> Vec<Case> {
 /// under the mixed cover and both single-shape covers, and the dense kernel.
 pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     let mkn = (size, size, size);
+    if dtype == Dtype::I8 {
+        return bench_cases_int8(mkn);
+    }
     let mut out = vec![];
     for s in [0.5, 0.9, 0.95, 0.99] {
         out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine));
@@ -328,6 +362,21 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     };
     for &(rows, stages) in variants {
         out.push(goal.clone().with_tile(rows, stages));
+    }
+    out
+}
+
+/// The int8 benchmark cases (block kernels only: there is no int8 fine kernel): 32×32
+/// blocks at 50/90/95/99%, 64×64 at 90%, dense, and tile variants of the 90% case.
+fn bench_cases_int8(mkn: (usize, usize, usize)) -> Vec<Case> {
+    let block =
+        |b: usize, s: f64| Case::new(mkn, Dtype::I8, Pattern::Block { bh: b, bw: b, sparsity: s }, Cover::Block(b, b));
+    let mut out: Vec<Case> = [0.5, 0.9, 0.95, 0.99].iter().map(|s| block(32, *s)).collect();
+    out.push(block(64, 0.9));
+    out.push(Case::new(mkn, Dtype::I8, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)));
+    out.push(Case::new(mkn, Dtype::I8, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(64, 64)));
+    for (rows, stages) in [(64, 4), (256, 3), (128, 6)] {
+        out.push(block(32, 0.9).with_tile(rows, stages));
     }
     out
 }

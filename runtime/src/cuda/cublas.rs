@@ -59,6 +59,7 @@ impl Blas {
             Dtype::F32 => sys::cudaDataType::CUDA_R_32F,
             Dtype::F16 => sys::cudaDataType::CUDA_R_16F,
             Dtype::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+            Dtype::I8 => return Err(CudaError::Kernel("cublas gemm".into(), "int8 is not routed to cuBLAS".into())),
         };
         let (alpha, beta) = (1.0f32, if g.accumulate { 1.0f32 } else { 0.0f32 });
         let stream = &self.stream;

@@ -10,6 +10,7 @@ pub mod cases;
 pub mod cublas;
 mod nvrtc;
 pub mod spmm;
+pub mod spmm_int8;
 
 pub use nvrtc::{compile_ptx, nvrtc_version, preload_nvrtc, Ptx};
 

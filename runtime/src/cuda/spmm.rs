@@ -107,6 +107,7 @@ pub fn run_case(
             |x| half::bf16::from_bits(x).to_f32(),
             0x7fc0,
         ),
+        Dtype::I8 => super::spmm_int8::run_case_int8(dev, case, seed, check, timing, dump),
     }
 }
 
@@ -297,7 +298,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
 }
 
 /// Writes `v` as an f32 `.npy` unless the file exists (inputs shared by several cases).
-fn dump_npy(path: &Path, shape: Vec<usize>, v: &[f32]) -> Result<(), CudaError> {
+pub(super) fn dump_npy(path: &Path, shape: Vec<usize>, v: &[f32]) -> Result<(), CudaError> {
     use spartac::ir::{Data, Tensor};
     if path.exists() {
         return Ok(());
