@@ -2,7 +2,7 @@
 //! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
 //! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
 
-use spartac::codegen::{Activation, Dtype, Epilogue, Mode, SpmmSpec, Tile};
+use spartac::codegen::{Activation, Dtype, Epilogue, Mode, Orientation, SpmmSpec, Tile};
 use spartac::rng::SplitMix64;
 use spartac::tesa::patterns::Pattern;
 
@@ -21,6 +21,10 @@ pub enum Cover {
     /// Whatever the execution planner chooses (`plan` → `codegen::from_plan`): the
     /// compiler's own path from a pruned weight to kernels.
     Planned,
+    /// The live blocks of this shape in two block-kernel launches, alternate blocks of
+    /// each block column, the second accumulating: the accumulate path of the block
+    /// kernels without the fine-grained kernel.
+    Split(usize, usize),
 }
 
 impl Cover {
@@ -31,6 +35,7 @@ impl Cover {
             Cover::Mixed(h, w) => format!("mixed{h}x{w}+fine"),
             Cover::Dense(..) => "dense".into(),
             Cover::Planned => "planned".into(),
+            Cover::Split(h, w) => format!("split{h}x{w}"),
         }
     }
 }
@@ -49,6 +54,9 @@ pub struct Case {
     pub values_literal: bool,
     /// Tile override for the block kernel.
     pub tile: Option<Tile>,
+    /// Where the sparse weight sits: `Right` (`C = A·W`, W `K × N`) or `Left`
+    /// (`C = W·B`, W `M × K`, the dense operand B `K × N`).
+    pub orientation: Orientation,
 }
 
 impl Case {
@@ -64,6 +72,25 @@ impl Case {
             mode: Mode::Auto,
             values_literal: false,
             tile: None,
+            orientation: Orientation::Right,
+        }
+    }
+    pub fn with_orientation(mut self, orientation: Orientation) -> Case {
+        self.orientation = orientation;
+        self
+    }
+    /// Shape of the sparse weight: `K × N` (right) or `M × K` (left).
+    pub fn weight_shape(&self) -> (usize, usize) {
+        match self.orientation {
+            Orientation::Right => (self.k, self.n),
+            Orientation::Left => (self.m, self.k),
+        }
+    }
+    /// Shape of the dense operand: A `M × K` (right) or B `K × N` (left).
+    pub fn dense_shape(&self) -> (usize, usize) {
+        match self.orientation {
+            Orientation::Right => (self.m, self.k),
+            Orientation::Left => (self.k, self.n),
         }
     }
     pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
@@ -91,7 +118,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -106,7 +133,8 @@ impl Case {
                 Mode::Auto => "",
             },
             if self.values_literal { " +values" } else { "" },
-            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default()
+            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default(),
+            if self.orientation == Orientation::Left { " left" } else { "" }
         )
     }
 
@@ -114,7 +142,9 @@ impl Case {
     /// dtype, zero where pruned) and the kernel specs covering it, in launch order.
     pub fn problem(&self, seed: u64) -> Problem {
         let (m, k, n) = (self.m, self.k, self.n);
-        let mask = self.pattern.mask(k, n, seed);
+        // The weight is `rows × cols`: `K × N` on the right, `M × K` on the left.
+        let (rows, cols) = self.weight_shape();
+        let mask = self.pattern.mask(rows, cols, seed);
         let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
         let w: Vec<f32> = mask
             .iter()
@@ -129,6 +159,7 @@ impl Case {
             .collect();
         let spec = |block: (usize, usize), blocks: Vec<(usize, usize)>| {
             let mut s = SpmmSpec::new(m, k, n, self.dtype, block, blocks);
+            s.orientation = self.orientation;
             s.mode = self.mode;
             s.epilogue = self.epilogue;
             if self.values_literal {
@@ -142,8 +173,9 @@ impl Case {
         let mut part_weights = None;
         let specs = match self.cover {
             Cover::Planned => {
-                let kernels = spartac::codegen::from_plan::plan_single_weight(m, k, n, &w, self.dtype)
-                    .unwrap_or_else(|e| panic!("planning {}: {e}", self.label()));
+                let kernels =
+                    spartac::codegen::from_plan::plan_single_weight_oriented(m, k, n, &w, self.dtype, self.orientation)
+                        .unwrap_or_else(|e| panic!("planning {}: {e}", self.label()));
                 part_weights = Some(kernels.iter().map(|pk| pk.weight.clone()).collect());
                 kernels
                     .into_iter()
@@ -155,13 +187,23 @@ impl Case {
                     })
                     .collect()
             }
-            Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, k, n, (bh, bw)))],
-            Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, k, n, (1, 1)))],
+            Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, rows, cols, (bh, bw)))],
+            Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, rows, cols, (1, 1)))],
+            Cover::Split(bh, bw) => {
+                let blocks = SpmmSpec::blocks_of_mask(&mask, rows, cols, (bh, bw));
+                let (first, second): (Vec<_>, Vec<_>) = blocks.iter().partition(|(r, _)| r % 2 == 0);
+                let mut a = spec((bh, bw), first);
+                a.epilogue = Epilogue::NONE;
+                let mut b = spec((bh, bw), second);
+                b.accumulate = true;
+                vec![a, b]
+            }
             Cover::Dense(bh, bw) => {
-                let all = (0..k / bh).flat_map(|r| (0..n / bw).map(move |c| (r, c))).collect();
+                let all = (0..rows / bh).flat_map(|r| (0..cols / bw).map(move |c| (r, c))).collect();
                 vec![spec((bh, bw), all)]
             }
             Cover::Mixed(bh, bw) => {
+                let (k, n) = (rows, cols);
                 let nbw = n / bw;
                 let mut kept = vec![0usize; (k / bh) * nbw];
                 for r in 0..k {
@@ -205,7 +247,8 @@ impl Case {
 
 pub struct Problem {
     pub mask: Vec<bool>,
-    /// Row-major `K × N`, zeros where pruned, exactly representable in the dtype.
+    /// Row-major `K × N` (left orientation: `M × K`), zeros where pruned, exactly
+    /// representable in the dtype.
     pub w: Vec<f32>,
     pub specs: Vec<SpmmSpec>,
     /// Per spec, the part of `w` it multiplies with (planned covers, whose parts may
@@ -227,6 +270,7 @@ pub fn correctness_cases() -> Vec<Case> {
     use Activation::*;
     use Cover::*;
     use Dtype::*;
+    use Orientation::Left;
     let b = |s: f64| Pattern::Block { bh: 32, bw: 32, sparsity: s };
     let u = |s: f64| Pattern::Unstructured { sparsity: s };
     let mixed = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
@@ -254,6 +298,28 @@ pub fn correctness_cases() -> Vec<Case> {
         // tile overrides (rows per CTA, pipeline stages), ragged M
         Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_tile(64, 2),
         Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3),
+        // left orientation (C = W·B, W sparse M × K): transposed block kernels; N ragged
+        // against the tile rows; the split cover exercises accumulate
+        Case::new((256, 512, 384), F32, b(0.8), Block(32, 32)).with_orientation(Left),
+        Case::new((128, 256, 200), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_epilogue(true, Relu)
+            .with_orientation(Left),
+        Case::new((1024, 1024, 1000), F32, b(0.9), Block(32, 32))
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(true, Gelu)
+            .with_orientation(Left),
+        Case::new((64, 128, 96), F32, b(0.5), Block(32, 32)).with_values().with_orientation(Left),
+        Case::new((256, 512, 264), F16, b(0.9), Block(32, 32)).with_epilogue(true, Gelu).with_orientation(Left),
+        Case::new((96, 256, 136), F16, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_epilogue(true, Relu)
+            .with_orientation(Left),
+        Case::new((64, 128, 96), F16, b(0.5), Block(32, 32)).with_values().with_orientation(Left),
+        Case::new((512, 1024, 512), Bf16, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_orientation(Left),
+        Case::new((512, 512, 512), F32, u(0.0), Dense(32, 32)).with_epilogue(true, Relu).with_orientation(Left),
+        Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)).with_orientation(Left),
+        Case::new((256, 512, 392), F32, b(0.8), Split(32, 32)).with_epilogue(true, Relu).with_orientation(Left),
+        Case::new((256, 512, 392), F16, b(0.8), Split(32, 32)).with_epilogue(true, None).with_orientation(Left),
+        Case::new((200, 512, 512), F32, b(0.8), Split(32, 32)).with_epilogue(true, Relu),
         // fine-grained
         Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
@@ -309,5 +375,7 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     for &(rows, stages) in variants {
         out.push(goal.clone().with_tile(rows, stages));
     }
+    // The same matmul with the sparse weight on the left (C = W·B).
+    out.push(goal.with_orientation(Orientation::Left));
     out
 }
