@@ -14,6 +14,9 @@ needs M > 16 and K, N multiples of 8), timed with W_q row-major (as stored) and 
 (cuBLAS's int8 layout, the copy made outside the timing); the cuBLAS column shows the faster.
 There is no int8 cuSPARSE or Triton BSR peer in torch. The int8 floor uses the larger of the
 measured int8 rate and 2x the fp16 rate.
+Left-orientation cases (entry "orientation": "left": C = W @ B, W sparse M×K, `a_file`
+holding B K×N) are timed in their own form: cuBLAS W @ B, cuSPARSE W_csr @ B, Triton
+bsr_dense_mm(W_bsr, B).
 """
 import json
 import os
@@ -73,6 +76,7 @@ for e in ours:
     key = (e["w_file"], e["dtype"])
     if key in peers:
         continue
+    left = e.get("orientation") == "left"
     dt = DT.get(e["dtype"], torch.int8)
     if e["a_file"] not in A_cache:
         A_cache.clear()
@@ -80,6 +84,36 @@ for e in ours:
     A = A_cache[e["a_file"]]
     W = torch.from_numpy(np.load(os.path.join(dump, e["w_file"]))).to(dev, dt)
     res = {"nnz": int((W != 0).sum())}
+    dense = "@0" in e["pattern"] and e["pattern"].endswith("@0")
+    if left:
+        # C = W @ B: the sparse operand is already on the left; A holds B.
+        B = A
+        ref = W.float() @ B.float()
+        res["cublas_ms"] = bench(lambda: W @ B)
+        res["cublas_err"] = rel_err(W @ B, ref)
+        if not dense:
+            try:
+                Wcsr = W.to_sparse_csr()
+                res["cusparse_ms"] = bench(lambda: Wcsr @ B)
+                res["cusparse_err"] = rel_err(Wcsr @ B, ref)
+                del Wcsr
+            except Exception as ex:
+                res["cusparse_error"] = str(ex).splitlines()[0]
+            if e["pattern"].startswith(("block32x32", "mixed32x32")):
+                try:
+                    from torch.sparse._triton_ops import bsr_dense_mm
+
+                    Wbsr = W.to_sparse_bsr((32, 32))
+                    res["triton_ms"] = bench(lambda: bsr_dense_mm(Wbsr, B))
+                    res["triton_err"] = rel_err(bsr_dense_mm(Wbsr, B), ref)
+                    del Wbsr
+                except Exception as ex:
+                    res["triton_error"] = str(ex).splitlines()[0]
+        del W, ref
+        torch.cuda.empty_cache()
+        peers[key] = res
+        print(e["size"], e["dtype"], e["pattern"], "left", {k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()}, flush=True)
+        continue
     ref = A.float() @ W.float()
     if e["dtype"] == "i8":
         Wcm = W.t().contiguous().t()  # the same W, column-major (prepared outside the timing)
@@ -95,7 +129,6 @@ for e in ours:
         continue
     res["cublas_ms"] = bench(lambda: A @ W)
     res["cublas_err"] = rel_err(A @ W, ref)
-    dense = "@0" in e["pattern"] and e["pattern"].endswith("@0")
     if not dense:
         At = A.t().contiguous()
         Wt = W.t().contiguous()
@@ -146,6 +179,8 @@ for e in ours:
     floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
     ratio = lambda name: None if p.get(name) is None else p[name] / ms
     kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
+    if e.get("orientation") == "left":
+        kinds += ", left (C = W·B)"
     if " tile" in e["label"]:
         kinds += ", " + e["label"].rsplit(" ", 1)[-1]
     lines.append(

@@ -125,6 +125,8 @@ struct BenchEntry {
     dtype: String,
     pattern: String,
     cover: String,
+    /// `right` (C = A·W) or `left` (C = W·B; `a_file` then holds B).
+    orientation: String,
     a_file: String,
     w_file: String,
     ok: bool,
@@ -153,8 +155,11 @@ fn bench(
                     continue;
                 }
                 let id = format!("s{size}_{}_{i:02}", dtype.name());
-                let a_file = format!("A_{size}_{}.npy", dtype.name());
-                let w_file = format!("W_{size}_{}_{}.npy", dtype.name(), case.pattern.label().replace(['@', '+'], "_"));
+                let left = case.orientation == spartac::codegen::Orientation::Left;
+                let side = if left { "_left" } else { "" };
+                let a_file = format!("{}_{size}_{}.npy", if left { "B" } else { "A" }, dtype.name());
+                let w_file =
+                    format!("W_{size}_{}_{}{side}.npy", dtype.name(), case.pattern.label().replace(['@', '+'], "_"));
                 let d = dump.as_deref().map(|dir| (dir, a_file.as_str(), w_file.as_str()));
                 let r =
                     run_case(dev, case, seed, Check::Rows(64), Some((10, reps)), d).with_context(|| case.label())?;
@@ -173,6 +178,7 @@ fn bench(
                     dtype: dtype.name().into(),
                     pattern: case.pattern.label(),
                     cover: case.cover.label(),
+                    orientation: if left { "left" } else { "right" }.into(),
                     a_file,
                     w_file,
                     ok,

@@ -141,3 +141,25 @@ fn rendered_kernels_snapshot() {
     spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };
     insta::assert_snapshot!("block_int8_unrolled_bias_relu", specialize(&spec).unwrap().source);
 }
+
+/// The left orientation (C = W·B) of each block family, as snapshots of the exact source.
+#[test]
+fn rendered_left_kernels_snapshot() {
+    use spartac::codegen::{Activation, Epilogue, Orientation};
+    let mut spec = SpmmSpec::new(64, 96, 64, Dtype::F32, (32, 32), vec![(0, 0), (1, 1), (0, 2)]);
+    spec.orientation = Orientation::Left;
+    spec.mode = Mode::IndexStream;
+    spec.epilogue = Epilogue { bias: true, activation: Activation::Relu };
+    insta::assert_snapshot!("block_simt_left_stream_bias_relu", specialize(&spec).unwrap().source);
+    let mut spec = SpmmSpec::new(64, 64, 64, Dtype::F16, (32, 32), vec![(1, 0), (0, 1)]);
+    spec.orientation = Orientation::Left;
+    spec.mode = Mode::Unrolled;
+    spec.accumulate = true;
+    insta::assert_snapshot!("block_mma_left_unrolled_accumulate", specialize(&spec).unwrap().source);
+    let all = (0..2).flat_map(|r| (0..2).map(move |c| (r, c))).collect();
+    let mut spec = SpmmSpec::new(64, 64, 32, Dtype::Bf16, (32, 32), all);
+    spec.orientation = Orientation::Left;
+    let k = specialize(&spec).unwrap();
+    assert_eq!(k.family, spartac::codegen::Family::Dense);
+    insta::assert_snapshot!("dense_left_bf16", k.source);
+}

@@ -38,12 +38,16 @@ fn err(msg: String) -> CodegenError {
     CodegenError::Spec(msg)
 }
 
-/// Whether the block family of `dtype` takes `(bh, bw)` blocks on a `k × n` weight.
-fn block_fits(dtype: Dtype, (bh, bw): (usize, usize), k: usize, n: usize) -> bool {
+/// Whether the block family of `dtype` takes `(bh, bw)` blocks on a `k × n` weight
+/// (`left`: an `m × k` weight on the left, which the kernels run as `Wᵀ`, so the limit on
+/// the block width applies to its height).
+fn block_fits(dtype: Dtype, (bh, bw): (usize, usize), k: usize, n: usize, left: bool) -> bool {
+    let limit = if left { bh } else { bw };
     let family = match dtype {
-        Dtype::F32 => bh % 4 == 0 && bw % 4 == 0 && bw <= 128,
-        Dtype::F16 | Dtype::Bf16 => bh % 16 == 0 && bw % 16 == 0 && bw <= 64,
-        Dtype::I8 => super::spmm_int8::int8_block_fits((bh, bw)),
+        Dtype::F32 => bh % 4 == 0 && bw % 4 == 0 && limit <= 128,
+        Dtype::F16 | Dtype::Bf16 => bh % 16 == 0 && bw % 16 == 0 && limit <= 64,
+        // The int8 kernel has the right orientation only.
+        Dtype::I8 => !left && super::spmm_int8::int8_block_fits((bh, bw)),
     };
     family && k % bh == 0 && n % bw == 0
 }
@@ -86,8 +90,9 @@ pub fn activation_format(graph: &crate::ir::Graph, op: &OperatorPlan) -> Activat
 }
 
 /// The kernels of one planned operator. `weight` is its logical `rows × cols` weight
-/// (row-major, as the plan sees it: transposed for Gemm with `transB`). The activation is
-/// taken as float: see [`kernels_for_operator_with`] for int8 activations.
+/// (row-major, as the plan sees it: transposed for Gemm with `transB`). A weight on the
+/// left (`Y = W·X`, W `rows × cols` = `M × K`, X `K × op.m`) gives left-orientation specs.
+/// The activation is taken as float: see [`kernels_for_operator_with`] for int8 activations.
 pub fn kernels_for_operator(op: &OperatorPlan, weight: &[f32]) -> Result<Vec<PlannedKernel>, CodegenError> {
     kernels_for_operator_with(op, weight, ActivationFormat::Float)
 }
@@ -99,13 +104,11 @@ pub fn kernels_for_operator_with(
     weight: &[f32],
     activation: ActivationFormat,
 ) -> Result<Vec<PlannedKernel>, CodegenError> {
-    let (k, n) = (op.rows, op.cols);
-    if weight.len() != k * n {
-        return Err(err(format!("{}: weight holds {} elements, the plan says {k}x{n}", op.node, weight.len())));
+    let (rows, cols) = (op.rows, op.cols);
+    if weight.len() != rows * cols {
+        return Err(err(format!("{}: weight holds {} elements, the plan says {rows}x{cols}", op.node, weight.len())));
     }
-    if op.orientation != crate::plan::suboperator::Orientation::WeightRight {
-        return Err(err(format!("{}: the left orientation has no kernel yet", op.node)));
-    }
+    let left = op.orientation == crate::plan::suboperator::Orientation::WeightLeft;
     let epilogue = epilogue_of(op)?;
     let count = op.suboperators.len();
     let mut out = Vec::with_capacity(count);
@@ -117,9 +120,13 @@ pub fn kernels_for_operator_with(
                 op.node
             )));
         }
-        let (block, blocks) = kernel_blocks(sub, dtype, k, n);
-        let mut spec = SpmmSpec::new(op.m, k, n, dtype, block, blocks);
-        spec.orientation = Orientation::Right;
+        let (block, blocks) = kernel_blocks(sub, dtype, rows, cols, left);
+        let mut spec = if left {
+            SpmmSpec::new(rows, cols, op.m, dtype, block, blocks)
+        } else {
+            SpmmSpec::new(op.m, rows, cols, dtype, block, blocks)
+        };
+        spec.orientation = if left { Orientation::Left } else { Orientation::Right };
         spec.mode = Mode::Auto;
         let weight = match sub.kind {
             SubOpKind::Dense => weight.to_vec(),
@@ -160,16 +167,31 @@ pub fn plan_single_weight(
     w: &[f32],
     dtype: Dtype,
 ) -> Result<Vec<PlannedKernel>, CodegenError> {
+    plan_single_weight_oriented(m, k, n, w, dtype, Orientation::Right)
+}
+
+/// [`plan_single_weight`] for either side: `Right` plans `MatMul(X, W)` with `W` `k × n`;
+/// `Left` plans `MatMul(W, X)` with `W` `m × k` (row-major in `w`) and `X` `k × n`.
+pub fn plan_single_weight_oriented(
+    m: usize,
+    k: usize,
+    n: usize,
+    w: &[f32],
+    dtype: Dtype,
+    orientation: Orientation,
+) -> Result<Vec<PlannedKernel>, CodegenError> {
     use crate::ir::{Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueKind};
     use crate::tesa::{ElemAttr, Format, Tesa};
-    if w.len() != k * n {
-        return Err(err(format!("weight holds {} elements, not {k}x{n}", w.len())));
+    let left = orientation == Orientation::Left;
+    let ((w_rows, w_cols), x_shape) = if left { ((m, k), vec![k, n]) } else { ((k, n), vec![m, k]) };
+    if w.len() != w_rows * w_cols {
+        return Err(err(format!("weight holds {} elements, not {w_rows}x{w_cols}", w.len())));
     }
     let mut g = Graph { name: "single_weight".into(), ..Default::default() };
     g.opsets.insert(String::new(), 17);
-    let x = g.add_value("x".into(), ValueFact::new(DType::F32, vec![m, k]), ValueKind::Input);
+    let x = g.add_value("x".into(), ValueFact::new(DType::F32, x_shape), ValueKind::Input);
     g.inputs.push(x);
-    let wt = Tensor::from_vec(vec![k, n], w.to_vec());
+    let wt = Tensor::from_vec(vec![w_rows, w_cols], w.to_vec());
     let wid = g.add_value("w".into(), ValueFact::of(&wt), ValueKind::Initializer);
     let mut tesa = Tesa::from_zeros(&wt);
     match dtype {
@@ -191,7 +213,7 @@ pub fn plan_single_weight(
         domain: String::new(),
         opset: 17,
         attrs: Attrs::new(),
-        inputs: vec![Some(x), Some(wid)],
+        inputs: if left { vec![Some(wid), Some(x)] } else { vec![Some(x), Some(wid)] },
         outputs: vec![y],
     });
     g.outputs.push(y);
@@ -200,8 +222,16 @@ pub fn plan_single_weight(
     kernels_for_operator_with(op, w, activation_format(&g, op))
 }
 
-/// Block shape and live blocks a kernel family takes for one sub-operator.
-fn kernel_blocks(sub: &SubOperator, dtype: Dtype, k: usize, n: usize) -> ((usize, usize), Vec<(usize, usize)>) {
+/// Block shape and live blocks a kernel family takes for one sub-operator of a `k × n`
+/// weight (`left`: the weight is on the left).
+fn kernel_blocks(
+    sub: &SubOperator,
+    dtype: Dtype,
+    k: usize,
+    n: usize,
+    left: bool,
+) -> ((usize, usize), Vec<(usize, usize)>) {
+    let block_fits = |dtype, block, k, n| block_fits(dtype, block, k, n, left);
     let fine = |owned: &[u32]| -> ((usize, usize), Vec<(usize, usize)>) {
         let blocks = owned.iter().map(|&i| (i as usize / n, i as usize % n)).collect();
         ((1, 1), blocks)
@@ -344,5 +374,43 @@ mod tests {
         };
         let e = kernels_for_operator(&op, &w).unwrap_err().to_string();
         assert!(e.contains("weight-only int8"), "{e}");
+    }
+
+    /// `MatMul(W, X)` with W the initializer plans left-orientation specs over W (`m × k`),
+    /// with N = the columns of X, and the block parts specialize into left kernels.
+    #[test]
+    fn weight_on_the_left_gives_left_specs() {
+        let (m, k, n) = (256, 512, 384);
+        for (dtype, pattern) in [
+            (Dtype::F32, Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 }),
+            (Dtype::F16, Pattern::Block { bh: 32, bw: 32, sparsity: 0.8 }),
+        ] {
+            let mask = pattern.mask(m, k, 3);
+            let mut rng = SplitMix64::new(9);
+            let w: Vec<f32> = mask.iter().map(|p| if *p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
+            let kernels = plan_single_weight_oriented(m, k, n, &w, dtype, Orientation::Left).unwrap();
+            assert!(!kernels.is_empty());
+            let mut sum = vec![0.0f32; w.len()];
+            let mut block_parts = 0;
+            for pk in &kernels {
+                assert_eq!(pk.spec.orientation, Orientation::Left);
+                assert_eq!((pk.spec.m, pk.spec.k, pk.spec.n), (m, k, n));
+                let (bh, bw) = pk.spec.block;
+                let live: std::collections::BTreeSet<(usize, usize)> = pk.spec.blocks.iter().copied().collect();
+                for (e, v) in pk.weight.iter().enumerate() {
+                    sum[e] += v;
+                    if *v != 0.0 {
+                        assert!(live.contains(&(e / k / bh, (e % k) / bw)), "element {e} outside its blocks");
+                    }
+                }
+                if pk.spec.block != (1, 1) {
+                    let kernel = super::super::specialize(&pk.spec).unwrap();
+                    assert_eq!(kernel.orientation, Orientation::Left);
+                    block_parts += 1;
+                }
+            }
+            assert_eq!(sum, w);
+            assert!(block_parts > 0, "{}: no block part planned", pattern.label());
+        }
     }
 }

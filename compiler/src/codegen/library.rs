@@ -67,6 +67,8 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         spec_shape: (m, spec.k, n),
         dtype: spec.dtype,
         block: (1, 1),
+        // Elementwise over C: the same for either side the weight sat on.
+        orientation: spec.orientation,
         ptr: vec![],
         idx: vec![],
         chunk: 0,

@@ -89,7 +89,10 @@ impl std::str::FromStr for Dtype {
 pub enum Orientation {
     /// `C[M,N] = A[M,K] · W[K,N]`, W sparse: ONNX MatMul with a pruned weight.
     Right,
-    /// `C[M,N] = W[M,K] · B[K,N]`, W sparse (not generated yet: specialize rejects it).
+    /// `C[M,N] = W[M,K] · B[K,N]`, W sparse: ONNX MatMul with the pruned weight first.
+    /// The spec's `block`, `blocks` and `values` then describe W as `M × K`, the dense
+    /// operand (the kernel's `A` argument) is B, row-major `K × N`, and the bias is per
+    /// column of C (length N), as in the right orientation.
     Left,
 }
 

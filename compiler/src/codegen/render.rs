@@ -66,6 +66,14 @@ pub struct BlockCtx {
     /// mma: n8 tiles per warp.
     pub n_tiles: usize,
     pub epilogue: EpilogueCtx,
+    /// The transposed form of a left-orientation matmul: A' tiles come from rows of B
+    /// (k-major in shared memory, `a_ld` = BM + pad) and C' is stored transposed.
+    pub left: bool,
+    /// Left, tensor cores: row stride (fp32 words) of the staged `C'ᵀ` tile, its 16-byte
+    /// output chunks (8 elements) in all and per row.
+    pub cs_ld: usize,
+    pub c_chunks: usize,
+    pub c_row_chunks: usize,
 }
 
 /// Context of the int8 block-sparse (and dense) template. Sizes of the int8 operands are

@@ -67,6 +67,10 @@ pub struct Kernel {
     pub spec_shape: (usize, usize, usize),
     pub dtype: Dtype,
     pub block: (usize, usize),
+    /// Where the sparse weight sits. Left-orientation block kernels run on the transposed
+    /// problem `Cᵀ = Bᵀ·Wᵀ`: their `ptr`/`idx` are the tables of `Wᵀ` (one run per block
+    /// row of W, block columns of W as the k-blocks), in blocks of `Wᵀ`.
+    pub orientation: Orientation,
     /// Block kernels: start of each block column's run in `idx` (`N/bw + 1`).
     /// Fine kernel: start of each (k-chunk, column) run (`chunks × N + 1`).
     pub ptr: Vec<i32>,
@@ -81,11 +85,12 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// Packs a row-major `K × N` weight into the order the kernel reads it: block kernels
-    /// store each live block row-major, blocks in `idx` order; the fine kernel one value per
-    /// entry in `idx` order; dense: the same as block kernels with every block live; the
-    /// int8 family each live block column-major (n-major, the block's k contiguous), blocks
-    /// in `idx` order.
+    /// Packs a row-major `K × N` weight (left orientation: `M × K`) into the order the
+    /// kernel reads it: block kernels store each live block row-major, blocks in `idx`
+    /// order; the fine kernel one value per entry in `idx` order; dense: the same as block
+    /// kernels with every block live; the int8 family each live block column-major
+    /// (n-major, the block's k contiguous), blocks in `idx` order. Left-orientation block
+    /// kernels read the blocks of `Wᵀ` (`K × M`), each stored row-major.
     pub fn pack_weight(&self, w: &[f32]) -> Vec<f32> {
         self.pack(w)
     }
@@ -95,7 +100,18 @@ impl Kernel {
         self.pack(w)
     }
 
-    fn pack<T: Copy>(&self, w: &[T]) -> Vec<T> {
+    fn pack<T: Copy + Default>(&self, w: &[T]) -> Vec<T> {
+        if self.orientation == Orientation::Left && self.family != Family::Fine {
+            let (m, k, _) = self.spec_shape;
+            assert_eq!(w.len(), m * k, "weight has the wrong size");
+            let mut wt = vec![T::default(); k * m];
+            for r in 0..m {
+                for c in 0..k {
+                    wt[c * m + r] = w[r * k + c];
+                }
+            }
+            return pack_blocks(&self.ptr, &self.idx, (self.block.1, self.block.0), m, &wt);
+        }
         let (_, k, n) = self.spec_shape;
         assert_eq!(w.len(), k * n, "weight has the wrong size");
         match self.family {
@@ -129,33 +145,38 @@ impl Kernel {
                 }
                 out
             }
-            _ => {
-                let (bh, bw) = self.block;
-                let mut out = Vec::with_capacity(self.idx.len() * bh * bw);
-                for j in 0..self.ptr.len() - 1 {
-                    for e in self.ptr[j]..self.ptr[j + 1] {
-                        let kb = self.idx[e as usize] as usize;
-                        for r in 0..bh {
-                            for c in 0..bw {
-                                out.push(w[(kb * bh + r) * n + j * bw + c]);
-                            }
-                        }
-                    }
-                }
-                out
-            }
+            _ => pack_blocks(&self.ptr, &self.idx, self.block, n, w),
         }
     }
 
     /// Multiply-adds the kernel executes (live blocks or entries only) times 2.
     pub fn flops(&self) -> f64 {
-        let (m, _, _) = self.spec_shape;
+        let (m, _, n) = self.spec_shape;
+        // The dense operand's other dimension: rows of A, or columns of B (left).
+        let m = if self.orientation == Orientation::Left { n } else { m };
         match self.family {
             Family::Epilogue => 0.0,
             Family::Fine => 2.0 * m as f64 * self.idx.len() as f64,
             _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
         }
     }
+}
+
+/// The live `(bh, bw)` blocks of a row-major weight with `n` columns, row-major each, in
+/// the order of the block-column tables `ptr`/`idx`.
+fn pack_blocks<T: Copy>(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: usize, w: &[T]) -> Vec<T> {
+    let mut out = Vec::with_capacity(idx.len() * bh * bw);
+    for j in 0..ptr.len() - 1 {
+        for e in ptr[j]..ptr[j + 1] {
+            let kb = idx[e as usize] as usize;
+            for r in 0..bh {
+                for c in 0..bw {
+                    out.push(w[(kb * bh + r) * n + j * bw + c]);
+                }
+            }
+        }
+    }
+    out
 }
 
 pub(super) fn spec_err(msg: String) -> CodegenError {
@@ -170,9 +191,10 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         return Err(spec_err(format!("empty matmul {m}x{k}x{n}")));
     }
     if spec.orientation == Orientation::Left {
-        return Err(spec_err(
-            "the left orientation (sparse W · dense B) has no kernel yet; transpose the operands".into(),
-        ));
+        if spec.dtype == Dtype::I8 {
+            return Err(spec_err("the int8 kernel has the right orientation only (C = A·W)".into()));
+        }
+        return specialize_left(spec);
     }
     if bh == 0 || bw == 0 || k % bh != 0 || n % bw != 0 {
         return Err(spec_err(format!("block {bh}x{bw} does not tile the {k}x{n} weight")));
@@ -202,7 +224,7 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if (bh, bw) == (1, 1) {
         return fine(spec, &live);
     }
-    block(spec, &live, dense)
+    block(spec, &live, dense, false)
 }
 
 /// Resolves `Auto` against the budget.
@@ -256,7 +278,80 @@ fn value_bits(dtype: Dtype, packed: &[f32]) -> Vec<String> {
         .collect()
 }
 
-fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenError> {
+/// The left orientation, `C[M,N] = W[M,K]·B[K,N]` with W sparse (blocks `(bh, bw)` over
+/// `M × K`, values row-major `M × K`).
+///
+/// Block and dense kernels run the transposed problem `Cᵀ[N,M] = Bᵀ[N,K]·Wᵀ[K,M]`, which
+/// is the right orientation with `A' = Bᵀ`, `W' = Wᵀ` (blocks `(bw, bh)`) and `C' = Cᵀ`, so
+/// the tables, the block walk, the pipeline and the math stay those of the right kernels.
+/// Only two things change, in `{% if left %}` branches of the templates: the `A'` tile is
+/// copied from rows of B (contiguous along the output's columns, kept k-major in shared
+/// memory: fp32 reads it as float4 along the rows of `C'`, the tensor-core kernel takes
+/// its fragments by `ldmatrix.trans`), and `C'` is stored transposed (fp32: each thread's
+/// rows of `C'` are contiguous, so its stores are float4 along the rows of C; tensor cores:
+/// through shared memory, 16-byte stores along the rows of C). This was chosen over
+/// direct left kernels (W blocks as the MMA A operand) because it reuses the block tables,
+/// `pack_weight`'s block order and every tile heuristic unchanged, and the transposed
+/// loads and stores cost the same bytes. The bias stays per column of C (rows of `C'`).
+/// Needs `N` to be a multiple of 8 (16-byte rows of B).
+fn specialize_left(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (bh, bw) = spec.block;
+    if bh == 0 || bw == 0 || m % bh != 0 || k % bw != 0 {
+        return Err(spec_err(format!("block {bh}x{bw} does not tile the {m}x{k} weight (left orientation)")));
+    }
+    if let Some(v) = &spec.values {
+        if v.len() != m * k {
+            return Err(spec_err(format!("values hold {} elements, the weight {m}x{k} has {}", v.len(), m * k)));
+        }
+    }
+    if (bh, bw) == (1, 1) {
+        return Err(spec_err("the fine-grained kernel has no left orientation in this build".into()));
+    }
+    if n % 8 != 0 {
+        return Err(spec_err(format!("left-orientation block kernels need N a multiple of 8, got {n}")));
+    }
+    let (mbs, kbs) = (m / bh, k / bw);
+    // Wᵀ: block (c, r) for W's block (r, c); its grid is kbs × mbs.
+    let mut live = vec![false; kbs * mbs];
+    for &(r, c) in &spec.blocks {
+        if r >= mbs || c >= kbs {
+            return Err(spec_err(format!("block ({r}, {c}) lies outside the {mbs}x{kbs} block grid")));
+        }
+        if std::mem::replace(&mut live[c * mbs + r], true) {
+            return Err(spec_err(format!("block ({r}, {c}) is listed twice")));
+        }
+    }
+    let transposed = SpmmSpec {
+        m: n,
+        k,
+        n: m,
+        block: (bw, bh),
+        orientation: Orientation::Right,
+        blocks: spec.blocks.iter().map(|&(r, c)| (c, r)).collect(),
+        values: spec.values.as_ref().map(|v| {
+            let mut t = vec![0.0f32; k * m];
+            for r in 0..m {
+                for c in 0..k {
+                    t[c * m + r] = v[r * k + c];
+                }
+            }
+            t
+        }),
+        ..spec.clone()
+    };
+    let dense = spec.blocks.len() == kbs * mbs;
+    let mut kernel = block(&transposed, &live, dense, true)
+        .map_err(|e| spec_err(format!("left orientation, on the transposed weight: {e}")))?;
+    kernel.spec_shape = (m, k, n);
+    kernel.block = (bh, bw);
+    kernel.orientation = Orientation::Left;
+    Ok(kernel)
+}
+
+/// Block and dense kernels of the right orientation; `left`: the same problem is the
+/// transpose of a left-orientation one (see [`specialize_left`]).
+fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (bh, bw) = spec.block;
     let (kbs, nbs) = (k / bh, n / bw);
@@ -289,7 +384,8 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         threads = 32 * warps;
         bm = 32 * warps;
         (tm, threads_n, threads_m) = (0, 0, 0);
-        (a_ld, w_ld) = (bh + 8, bw + 8);
+        // Left: the A' tile is k-major (BH rows of BM), as it comes from rows of B.
+        (a_ld, w_ld) = (if left { bm + 8 } else { bh + 8 }, bw + 8);
     } else {
         if bh % 4 != 0 || bw % 4 != 0 || bw > 128 {
             return Err(spec_err(format!(
@@ -314,7 +410,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
             None => 1,
         };
         bm = threads_m * tm;
-        (a_ld, w_ld) = (bh + 4, bw);
+        (a_ld, w_ld) = (if left { bm + 4 } else { bh + 4 }, bw);
     }
     let stages = match spec.tile {
         Some(t) if (2..=8).contains(&t.stages) => t.stages,
@@ -324,7 +420,13 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         None => 3,
     };
     let esize = spec.dtype.bytes();
-    let smem = stages * (bm * a_ld + bh * w_ld) * esize;
+    let a_tile = if left { bh * a_ld } else { bm * a_ld };
+    let mut smem = stages * (a_tile + bh * w_ld) * esize;
+    // Left tensor-core kernels stage C'ᵀ (bw × bm fp32, rows padded by 4) for the store.
+    let cs_ld = bm + 4;
+    if left && mma {
+        smem = smem.max(bw * cs_ld * 4);
+    }
     if smem > 227 * 1024 {
         return Err(spec_err(format!("block {bh}x{bw} needs {smem} bytes of shared memory per CTA (at most 232448)")));
     }
@@ -367,6 +469,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         spec_shape: (m, k, n),
         dtype: spec.dtype,
         block: (bh, bw),
+        orientation: Orientation::Right,
         ptr,
         idx,
         chunk: 0,
@@ -381,12 +484,13 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
     };
     let unrolled = mode == Mode::Unrolled;
     kernel.name = format!(
-        "spmm_{}_{}_{}x{}_{}",
+        "spmm_{}_{}_{}x{}_{}{}",
         family.name(),
         spec.dtype.name(),
-        bh,
-        bw,
-        if unrolled { "unrolled" } else { "stream" }
+        if left { bw } else { bh },
+        if left { bh } else { bw },
+        if unrolled { "unrolled" } else { "stream" },
+        if left { "_left" } else { "" }
     );
     let ctx = BlockCtx {
         kernel_name: kernel.name.clone(),
@@ -407,7 +511,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         w_ld,
         a_chunks: bm * bh * esize / 16,
         w_chunks: bh * bw * esize / 16,
-        a_row_chunks: bh * esize / 16,
+        a_row_chunks: if left { bm } else { bh } * esize / 16,
         w_row_chunks: bw * esize / 16,
         dense,
         k_blocks: kbs,
@@ -419,6 +523,10 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenE
         value_bits: if esize == 4 { 32 } else { 16 },
         n_tiles: bw / 8,
         epilogue: epilogue_ctx(spec),
+        left,
+        cs_ld,
+        c_chunks: bw * bm / 8,
+        c_row_chunks: bm / 8,
     };
     kernel.source = render(if mma { "spmm_block_mma.cu.tera" } else { "spmm_block_simt.cu.tera" }, &ctx)?;
     Ok(kernel)
@@ -489,6 +597,7 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         spec_shape: (m, k, n),
         dtype: spec.dtype,
         block: (1, 1),
+        orientation: Orientation::Right,
         ptr,
         idx,
         chunk,
@@ -574,6 +683,58 @@ mod tests {
         assert_eq!(specialize(&s).unwrap().family, Family::Fine);
     }
 
+    /// The left orientation's tables and packed weight, read the way the kernels read them
+    /// (a CTA per block row of W, its live block columns as k-blocks, each packed block
+    /// `Wᵀ`-row-major), give `W·B`.
+    #[test]
+    fn left_tables_and_packed_weight_compute_w_times_b() {
+        let (m, k, n) = (64, 96, 16);
+        for (dtype, block, blocks) in [
+            (Dtype::F32, (32, 32), vec![(0, 1), (1, 0), (1, 2)]),
+            (Dtype::F16, (16, 32), vec![(3, 2), (0, 0), (2, 1), (1, 1)]),
+            (Dtype::F32, (32, 16), (0..2).flat_map(|r| (0..6).map(move |c| (r, c))).collect()),
+        ] {
+            let (bh, bw) = block;
+            let mut s = SpmmSpec::new(m, k, n, dtype, block, blocks.clone());
+            s.orientation = Orientation::Left;
+            let kern = specialize(&s).unwrap();
+            assert_eq!(kern.orientation, Orientation::Left);
+            assert!(kern.name.ends_with("_left"), "{}", kern.name);
+            assert!(kern.source.contains("Left orientation"));
+            assert_eq!(kern.launch.grid.0 as usize, m / bh);
+            let w: Vec<f32> = (0..m * k)
+                .map(|i| if blocks.contains(&(i / k / bh, (i % k) / bw)) { (i % 7) as f32 - 3.0 } else { 0.0 })
+                .collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 - 2.0).collect();
+            let packed = kern.pack_weight(&w);
+            assert_eq!(packed.len(), blocks.len() * bh * bw);
+            let mut got = vec![0.0f32; m * n];
+            for jb in 0..kern.ptr.len() - 1 {
+                for e in kern.ptr[jb] as usize..kern.ptr[jb + 1] as usize {
+                    let kb = kern.idx[e] as usize;
+                    for r in 0..bw {
+                        for c in 0..bh {
+                            let v = packed[e * bh * bw + r * bh + c];
+                            for i in 0..n {
+                                got[(jb * bh + c) * n + i] += v * b[(kb * bw + r) * n + i];
+                            }
+                        }
+                    }
+                }
+            }
+            let mut want = vec![0.0f32; m * n];
+            for r in 0..m {
+                for kk in 0..k {
+                    for i in 0..n {
+                        want[r * n + i] += w[r * k + kk] * b[kk * n + i];
+                    }
+                }
+            }
+            assert_eq!(got, want, "{block:?}");
+            assert_eq!(kern.flops(), 2.0 * n as f64 * (blocks.len() * bh * bw) as f64);
+        }
+    }
+
     #[test]
     fn bad_specs_are_errors_not_panics() {
         let cases: Vec<(SpmmSpec, &str)> = vec![
@@ -582,11 +743,27 @@ mod tests {
             ({ SpmmSpec::new(64, 60, 96, Dtype::F32, (32, 32), vec![]) }, "does not tile"),
             (
                 {
-                    let mut s = spec(vec![]);
+                    let mut s = SpmmSpec::new(64, 64, 12, Dtype::F32, (32, 32), vec![]);
+                    s.orientation = Orientation::Left;
+                    s
+                },
+                "multiple of 8",
+            ),
+            (
+                {
+                    let mut s = SpmmSpec::new(64, 96, 64, Dtype::F16, (128, 16), vec![]);
                     s.orientation = Orientation::Left;
                     s
                 },
                 "left orientation",
+            ),
+            (
+                {
+                    let mut s = SpmmSpec::new(64, 96, 64, Dtype::F32, (32, 32), vec![(0, 3)]);
+                    s.orientation = Orientation::Left;
+                    s
+                },
+                "outside",
             ),
             (
                 {

@@ -89,6 +89,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         spec_shape: (m, k, n),
         dtype: Dtype::I8,
         block: (bh, bw),
+        orientation: super::Orientation::Right,
         ptr,
         idx,
         chunk: 0,

@@ -2,7 +2,7 @@
 //! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
 //! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
 
-use spartac::codegen::{Activation, Dtype, Epilogue, Mode, SpmmSpec, Tile};
+use spartac::codegen::{Activation, Dtype, Epilogue, Mode, Orientation, SpmmSpec, Tile};
 use spartac::rng::SplitMix64;
 use spartac::tesa::patterns::Pattern;
 
@@ -21,9 +21,10 @@ pub enum Cover {
     /// Whatever the execution planner chooses (`plan` → `codegen::from_plan`): the
     /// compiler's own path from a pruned weight to kernels.
     Planned,
-    /// The block cover of this shape in two launches, even k-block rows then odd ones,
-    /// the second accumulating into the first's output (the accumulate path on its own).
-    KSplit(usize, usize),
+    /// The live blocks of this shape in two block-kernel launches, even block rows of the
+    /// weight then odd ones, the second accumulating into the first's output: the
+    /// accumulate path of the block kernels on its own, without the fine-grained kernel.
+    Split(usize, usize),
 }
 
 impl Cover {
@@ -35,7 +36,7 @@ impl Cover {
             Cover::Dense(32, 32) => "dense".into(),
             Cover::Dense(h, w) => format!("dense{h}x{w}"),
             Cover::Planned => "planned".into(),
-            Cover::KSplit(h, w) => format!("ksplit{h}x{w}"),
+            Cover::Split(h, w) => format!("split{h}x{w}"),
         }
     }
 }
@@ -57,6 +58,9 @@ pub struct Case {
     /// Run dense sub-operators on cuBLAS (plus our epilogue kernel) instead of our own
     /// dense kernel: the planner's fallback.
     pub cublas_dense: bool,
+    /// Where the sparse weight sits: `Right` (`C = A·W`, W `K × N`) or `Left`
+    /// (`C = W·B`, W `M × K`, the dense operand B `K × N`).
+    pub orientation: Orientation,
 }
 
 impl Case {
@@ -73,6 +77,25 @@ impl Case {
             values_literal: false,
             tile: None,
             cublas_dense: cover == Cover::Planned,
+            orientation: Orientation::Right,
+        }
+    }
+    pub fn with_orientation(mut self, orientation: Orientation) -> Case {
+        self.orientation = orientation;
+        self
+    }
+    /// Shape of the sparse weight: `K × N` (right) or `M × K` (left).
+    pub fn weight_shape(&self) -> (usize, usize) {
+        match self.orientation {
+            Orientation::Right => (self.k, self.n),
+            Orientation::Left => (self.m, self.k),
+        }
+    }
+    /// Shape of the dense operand: A `M × K` (right) or B `K × N` (left).
+    pub fn dense_shape(&self) -> (usize, usize) {
+        match self.orientation {
+            Orientation::Right => (self.m, self.k),
+            Orientation::Left => (self.k, self.n),
         }
     }
     pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
@@ -100,7 +123,8 @@ impl Case {
     /// of a case that sends those to cuBLAS.
     pub fn uses_library(&self, spec: &SpmmSpec) -> bool {
         // int8 stays on our kernel: cuBLAS's int8 path needs a dequantizing epilogue not built.
-        self.cublas_dense && spec.dtype != Dtype::I8 && spec.blocks.len() * spec.block.0 * spec.block.1 == spec.k * spec.n
+        let weight = if spec.orientation == Orientation::Left { spec.m * spec.k } else { spec.k * spec.n };
+        self.cublas_dense && spec.dtype != Dtype::I8 && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
     }
 
     pub fn label(&self) -> String {
@@ -111,7 +135,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -127,7 +151,8 @@ impl Case {
             },
             if self.values_literal { " +values" } else { "" },
             self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default(),
-            if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" }
+            if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" },
+            if self.orientation == Orientation::Left { " left" } else { "" }
         )
     }
 
@@ -135,7 +160,9 @@ impl Case {
     /// dtype, zero where pruned) and the kernel specs covering it, in launch order.
     pub fn problem(&self, seed: u64) -> Problem {
         let (m, k, n) = (self.m, self.k, self.n);
-        let mask = self.pattern.mask(k, n, seed);
+        // The weight is `rows × cols`: `K × N` on the right, `M × K` on the left.
+        let (rows, cols) = self.weight_shape();
+        let mask = self.pattern.mask(rows, cols, seed);
         let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
         let w: Vec<f32> = mask
             .iter()
@@ -150,6 +177,7 @@ impl Case {
             .collect();
         let spec = |block: (usize, usize), blocks: Vec<(usize, usize)>| {
             let mut s = SpmmSpec::new(m, k, n, self.dtype, block, blocks);
+            s.orientation = self.orientation;
             s.mode = self.mode;
             s.epilogue = self.epilogue;
             if self.values_literal {
@@ -163,8 +191,9 @@ impl Case {
         let mut part_weights = None;
         let specs = match self.cover {
             Cover::Planned => {
-                let kernels = spartac::codegen::from_plan::plan_single_weight(m, k, n, &w, self.dtype)
-                    .unwrap_or_else(|e| panic!("planning {}: {e}", self.label()));
+                let kernels =
+                    spartac::codegen::from_plan::plan_single_weight_oriented(m, k, n, &w, self.dtype, self.orientation)
+                        .unwrap_or_else(|e| panic!("planning {}: {e}", self.label()));
                 part_weights = Some(kernels.iter().map(|pk| pk.weight.clone()).collect());
                 kernels
                     .into_iter()
@@ -176,12 +205,13 @@ impl Case {
                     })
                     .collect()
             }
-            Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, k, n, (bh, bw)))],
-            Cover::KSplit(bh, bw) => {
+            Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, rows, cols, (bh, bw)))],
+            Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, rows, cols, (1, 1)))],
+            Cover::Split(bh, bw) => {
                 let (even, odd): (Vec<_>, Vec<_>) =
-                    SpmmSpec::blocks_of_mask(&mask, k, n, (bh, bw)).into_iter().partition(|(r, _)| r % 2 == 0);
+                    SpmmSpec::blocks_of_mask(&mask, rows, cols, (bh, bw)).into_iter().partition(|(r, _)| r % 2 == 0);
                 let part = |parity: usize| -> Vec<f32> {
-                    w.iter().enumerate().map(|(i, v)| if (i / n / bh) % 2 == parity { *v } else { 0.0 }).collect()
+                    w.iter().enumerate().map(|(i, v)| if (i / cols / bh) % 2 == parity { *v } else { 0.0 }).collect()
                 };
                 part_weights = Some(vec![part(0), part(1)]);
                 let mut first = spec((bh, bw), even);
@@ -190,12 +220,12 @@ impl Case {
                 second.accumulate = true;
                 vec![first, second]
             }
-            Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, k, n, (1, 1)))],
             Cover::Dense(bh, bw) => {
-                let all = (0..k / bh).flat_map(|r| (0..n / bw).map(move |c| (r, c))).collect();
+                let all = (0..rows / bh).flat_map(|r| (0..cols / bw).map(move |c| (r, c))).collect();
                 vec![spec((bh, bw), all)]
             }
             Cover::Mixed(bh, bw) => {
+                let (k, n) = (rows, cols);
                 let nbw = n / bw;
                 let mut kept = vec![0usize; (k / bh) * nbw];
                 for r in 0..k {
@@ -239,7 +269,8 @@ impl Case {
 
 pub struct Problem {
     pub mask: Vec<bool>,
-    /// Row-major `K × N`, zeros where pruned, exactly representable in the dtype.
+    /// Row-major `K × N` (left orientation: `M × K`), zeros where pruned, exactly
+    /// representable in the dtype.
     pub w: Vec<f32>,
     pub specs: Vec<SpmmSpec>,
     /// Per spec, the part of `w` it multiplies with (planned covers, whose parts may
@@ -263,6 +294,7 @@ pub fn correctness_cases() -> Vec<Case> {
     use Activation::*;
     use Cover::*;
     use Dtype::*;
+    use Orientation::Left;
     let b = |s: f64| Pattern::Block { bh: 32, bw: 32, sparsity: s };
     let u = |s: f64| Pattern::Unstructured { sparsity: s };
     let mixed = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
@@ -290,6 +322,28 @@ pub fn correctness_cases() -> Vec<Case> {
         // tile overrides (rows per CTA, pipeline stages), ragged M
         Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_tile(64, 2),
         Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3),
+        // left orientation (C = W·B, W sparse M × K): transposed block kernels; N ragged
+        // against the tile rows; the split cover exercises accumulate
+        Case::new((256, 512, 384), F32, b(0.8), Block(32, 32)).with_orientation(Left),
+        Case::new((128, 256, 200), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_epilogue(true, Relu)
+            .with_orientation(Left),
+        Case::new((1024, 1024, 1000), F32, b(0.9), Block(32, 32))
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(true, Gelu)
+            .with_orientation(Left),
+        Case::new((64, 128, 96), F32, b(0.5), Block(32, 32)).with_values().with_orientation(Left),
+        Case::new((256, 512, 264), F16, b(0.9), Block(32, 32)).with_epilogue(true, Gelu).with_orientation(Left),
+        Case::new((96, 256, 136), F16, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_epilogue(true, Relu)
+            .with_orientation(Left),
+        Case::new((64, 128, 96), F16, b(0.5), Block(32, 32)).with_values().with_orientation(Left),
+        Case::new((512, 1024, 512), Bf16, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_orientation(Left),
+        Case::new((512, 512, 512), F32, u(0.0), Dense(32, 32)).with_epilogue(true, Relu).with_orientation(Left),
+        Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)).with_orientation(Left),
+        Case::new((256, 512, 392), F32, b(0.8), Split(32, 32)).with_epilogue(true, Relu).with_orientation(Left),
+        Case::new((256, 512, 392), F16, b(0.8), Split(32, 32)).with_epilogue(true, None).with_orientation(Left),
+        Case::new((200, 512, 512), F32, b(0.8), Split(32, 32)).with_epilogue(true, Relu),
         // fine-grained
         Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
@@ -325,7 +379,7 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((100, 256, 256), I8, Pattern::Block { bh: 64, bw: 64, sparsity: 0.75 }, Block(64, 64))
             .with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
         Case::new((256, 512, 384), I8, u(0.0), Dense(32, 32)).with_epilogue(true, None),
-        Case::new((200, 512, 512), I8, b(0.8), KSplit(32, 32)).with_epilogue(true, Relu),
+        Case::new((200, 512, 512), I8, b(0.8), Split(32, 32)).with_epilogue(true, Relu),
         Case::new((256, 512, 512), I8, b(0.9), Planned),
     ]
 }
@@ -363,6 +417,8 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     for &(rows, stages) in variants {
         out.push(goal.clone().with_tile(rows, stages));
     }
+    // The same matmul with the sparse weight on the left (C = W·B).
+    out.push(goal.with_orientation(Orientation::Left));
     out
 }
 

@@ -4,7 +4,7 @@
 use super::cases::{round_to, Case, Problem};
 use super::{median, CudaDevice, CudaError, DriverContext};
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode};
+use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode, Orientation};
 use spartac::rng::SplitMix64;
 use std::path::Path;
 
@@ -124,13 +124,17 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     poison: T,
 ) -> Result<CaseReport, CudaError> {
     let (m, k, n) = (case.m, case.k, case.n);
+    let left = case.orientation == Orientation::Left;
     let Problem { w, specs, mask, part_weights } = case.problem(seed);
     let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa);
-    let a: Vec<f32> = (0..m * k).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
+    // The dense operand: A (`M × K`), or B (`K × N`) when the weight is on the left.
+    let (a_rows, a_cols) = case.dense_shape();
+    let (w_rows, w_cols) = case.weight_shape();
+    let a: Vec<f32> = (0..a_rows * a_cols).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
     let bias: Vec<f32> = (0..n).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
     if let Some((dir, a_name, w_name)) = dump {
-        dump_npy(&dir.join(a_name), vec![m, k], &a)?;
-        dump_npy(&dir.join(w_name), vec![k, n], &w)?;
+        dump_npy(&dir.join(a_name), vec![a_rows, a_cols], &a)?;
+        dump_npy(&dir.join(w_name), vec![w_rows, w_cols], &w)?;
     }
     let enc_all = |v: &[f32]| v.iter().map(|x| enc(*x)).collect::<Vec<T>>();
     let a_dev = dev.upload(&enc_all(&a))?;
@@ -199,12 +203,13 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         Check::All => (0..m).collect(),
         Check::Rows(r) => (0..r.min(m)).map(|i| i * m / r.min(m)).collect(),
     };
-    let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; k];
+    // Nonzeros per weight row: (column, value).
+    let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; w_rows];
     let mut nnz = 0;
-    for r in 0..k {
-        for c in 0..n {
-            if !mask[r * n + c] {
-                nz[r].push((c, w[r * n + c] as f64));
+    for r in 0..w_rows {
+        for c in 0..w_cols {
+            if !mask[r * w_cols + c] {
+                nz[r].push((c, w[r * w_cols + c] as f64));
                 nnz += 1;
             }
         }
@@ -214,10 +219,19 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     let epilogue = specs.last().map(|s| s.epilogue).unwrap_or(spartac::codegen::Epilogue::NONE);
     for &r in &rows {
         let mut acc = vec![0.0f64; n];
-        for kk in 0..k {
-            let av = a[r * k + kk] as f64;
-            for &(c, v) in &nz[kk] {
-                acc[c] += av * v;
+        if left {
+            // C[r, :] = Σ_kk W[r, kk] · B[kk, :]
+            for &(kk, v) in &nz[r] {
+                for (c, x) in acc.iter_mut().enumerate() {
+                    *x += v * a[kk * n + c] as f64;
+                }
+            }
+        } else {
+            for kk in 0..k {
+                let av = a[r * k + kk] as f64;
+                for &(c, v) in &nz[kk] {
+                    acc[c] += av * v;
+                }
             }
         }
         for c in 0..n {
