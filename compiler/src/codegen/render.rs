@@ -65,6 +65,10 @@ pub struct BlockCtx {
     pub value_bits: usize,
     /// mma: n8 tiles per warp.
     pub n_tiles: usize,
+    /// fp32, right orientation: every live block is uniform; `block_values` holds one
+    /// literal per block (table order) and the kernel loads no W.
+    pub folded: bool,
+    pub block_values: Vec<String>,
     pub epilogue: EpilogueCtx,
     /// The transposed form of a left-orientation matmul: A' tiles come from rows of B
     /// (k-major in shared memory, `a_ld` = BM + pad) and C' is stored transposed.

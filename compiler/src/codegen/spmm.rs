@@ -453,9 +453,21 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
     for j in 0..nbs {
         ptr[j + 1] += ptr[j];
     }
-    let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
+    // Folding: when the values are known and every live block is uniform (one value
+    // repeated, e.g. binarized or HPEC-style weights), the fp32 kernel needs one literal per
+    // block instead of the block, and a row sum of the A tile instead of the block product.
+    let block_values = match (&spec.values, family, left) {
+        (Some(v), Family::BlockSimt, false) => uniform_block_values(&ptr, &idx, (bh, bw), n, v),
+        _ => None,
+    };
+    let value_words = match (&spec.values, &block_values) {
+        (_, Some(bv)) => bv.len(),
+        (Some(_), None) => idx.len() * bh * bw * esize / 4,
+        (None, None) => 0,
+    };
     let literal_words = if dense { 0 } else { ptr.len() + idx.len() } + value_words;
     let mode = if dense && spec.values.is_none() { Mode::IndexStream } else { resolve_mode(spec, literal_words) };
+    let folded = block_values.is_some() && mode == Mode::Unrolled;
     let mut kernel = Kernel {
         name: String::new(),
         family,
@@ -479,19 +491,25 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         values_embedded: mode == Mode::Unrolled && spec.values.is_some(),
     };
     let values = match (&spec.values, kernel.values_embedded) {
+        (Some(_), true) if folded => vec![],
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
         _ => vec![],
     };
     let unrolled = mode == Mode::Unrolled;
     kernel.name = format!(
-        "spmm_{}_{}_{}x{}_{}{}",
+        "spmm_{}_{}_{}x{}_{}{}{}",
         family.name(),
         spec.dtype.name(),
         if left { bw } else { bh },
         if left { bh } else { bw },
         if unrolled { "unrolled" } else { "stream" },
-        if left { "_left" } else { "" }
+        if left { "_left" } else { "" },
+        if folded { "_folded" } else { "" }
     );
+    if folded {
+        // No W tiles in shared memory.
+        kernel.launch.smem_bytes = (stages * a_tile * esize) as u32;
+    }
     let ctx = BlockCtx {
         kernel_name: kernel.name.clone(),
         dtype: spec.dtype.name().to_string(),
@@ -516,7 +534,12 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         dense,
         k_blocks: kbs,
         unrolled,
-        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
+        tables_in_constant: kernel.ptr.len() + kernel.idx.len() + if folded { kernel.idx.len() } else { 0 } <= 16384,
+        folded,
+        block_values: match (&block_values, folded) {
+            (Some(bv), true) => bv.iter().map(|x| float_literal(*x)).collect(),
+            _ => vec![],
+        },
         ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
         idx: if unrolled { kernel.idx.clone() } else { vec![] },
         values,
@@ -530,6 +553,24 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
     };
     kernel.source = render(if mma { "spmm_block_mma.cu.tera" } else { "spmm_block_simt.cu.tera" }, &ctx)?;
     Ok(kernel)
+}
+
+/// The value of every live block in table order when each is uniform (all `bh × bw`
+/// elements bitwise equal), `None` as soon as one is not.
+fn uniform_block_values(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: usize, w: &[f32]) -> Option<Vec<f32>> {
+    let mut out = Vec::with_capacity(idx.len());
+    for j in 0..ptr.len() - 1 {
+        for e in ptr[j]..ptr[j + 1] {
+            let kb = idx[e as usize] as usize;
+            let first = w[kb * bh * n + j * bw];
+            let uniform = first.is_finite() && (0..bh).all(|r| (0..bw).all(|c| w[(kb * bh + r) * n + j * bw + c].to_bits() == first.to_bits()));
+            if !uniform {
+                return None;
+            }
+            out.push(first);
+        }
+    }
+    Some(out)
 }
 
 fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
@@ -733,6 +774,39 @@ mod tests {
             assert_eq!(got, want, "{block:?}");
             assert_eq!(kern.flops(), 2.0 * n as f64 * (blocks.len() * bh * bw) as f64);
         }
+    }
+
+    #[test]
+    fn uniform_blocks_fold_to_one_literal_each() {
+        let blocks = vec![(0, 0), (1, 1), (0, 2), (3, 2)];
+        let mut s = SpmmSpec::new(64, 128, 96, Dtype::F32, (32, 32), blocks.clone());
+        let mut w = vec![0.0f32; 128 * 96];
+        for (i, &(r, c)) in blocks.iter().enumerate() {
+            for rr in 0..32 {
+                for cc in 0..32 {
+                    w[(r * 32 + rr) * 96 + c * 32 + cc] = 0.0625 * (i + 1) as f32;
+                }
+            }
+        }
+        s.values = Some(w.clone());
+        let k = specialize(&s).unwrap();
+        assert!(k.name.ends_with("_folded") && k.values_embedded, "{}", k.name);
+        assert!(k.source.contains("BLOCK_VAL") && !k.source.contains("W_LIT[]"));
+        // Block column order: (0,0); (1,1); (0,2), (3,2).
+        assert!(k.source.contains("6.25e-2f,1.25e-1f,1.875e-1f,2.5e-1f,"), "{}", k.source);
+        // One element off breaks the block's uniformity: the general kernel, values embedded.
+        w[(3 * 32 + 5) * 96 + 2 * 32 + 7] = 1.0;
+        s.values = Some(w.clone());
+        let k = specialize(&s).unwrap();
+        assert!(!k.name.contains("folded") && k.source.contains("W_LIT[]") && !k.source.contains("BLOCK_VAL"));
+        // fp16 (tensor cores) and index-stream kernels do not fold.
+        w[(3 * 32 + 5) * 96 + 2 * 32 + 7] = 0.25;
+        s.values = Some(w);
+        s.mode = Mode::IndexStream;
+        assert!(!specialize(&s).unwrap().name.contains("folded"));
+        s.mode = Mode::Auto;
+        s.dtype = Dtype::F16;
+        assert!(!specialize(&s).unwrap().name.contains("folded"));
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct Case {
     /// Where the sparse weight sits: `Right` (`C = A·W`, W `K × N`) or `Left`
     /// (`C = W·B`, W `M × K`, the dense operand B `K × N`).
     pub orientation: Orientation,
+    /// Every kept weight element takes this value (binarized / HPEC-style weights), which
+    /// lets the fp32 block kernel fold its blocks when the values are embedded.
+    pub uniform: Option<f32>,
 }
 
 impl Case {
@@ -78,7 +81,12 @@ impl Case {
             tile: None,
             cublas_dense: cover == Cover::Planned,
             orientation: Orientation::Right,
+            uniform: None,
         }
+    }
+    pub fn with_uniform(mut self, v: f32) -> Case {
+        self.uniform = Some(v);
+        self
     }
     pub fn with_orientation(mut self, orientation: Orientation) -> Case {
         self.orientation = orientation;
@@ -135,7 +143,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -152,7 +160,8 @@ impl Case {
             if self.values_literal { " +values" } else { "" },
             self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default(),
             if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" },
-            if self.orientation == Orientation::Left { " left" } else { "" }
+            if self.orientation == Orientation::Left { " left" } else { "" },
+            self.uniform.map(|v| format!(" uniform{v}")).unwrap_or_default()
         )
     }
 
@@ -171,7 +180,7 @@ impl Case {
                 if *pruned {
                     0.0
                 } else {
-                    round_to(self.dtype, v)
+                    round_to(self.dtype, self.uniform.unwrap_or(v))
                 }
             })
             .collect();
@@ -301,6 +310,11 @@ pub fn correctness_cases() -> Vec<Case> {
     vec![
         // fp32 block-sparse (SIMT)
         Case::new((64, 128, 96), F32, b(0.5), Block(32, 32)).with_values(),
+        // uniform blocks, values embedded: the folded kernel (row sums, one literal per block)
+        Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_uniform(0.0625).with_values().with_epilogue(true, Relu),
+        Case::new((256, 256, 256), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.7 }, Block(16, 16))
+            .with_uniform(-1.5)
+            .with_values(),
         Case::new((200, 256, 256), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
             .with_epilogue(true, Relu),
         Case::new((1024, 1024, 1024), F32, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream),
@@ -407,6 +421,12 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     }
     out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)));
     out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)).with_cublas());
+    if dtype == Dtype::F32 {
+        // Uniform weights (one value, as in the HPEC networks): folded vs the general kernel.
+        let goal = Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 };
+        out.push(Case::new(mkn, dtype, goal.clone(), Cover::Block(32, 32)).with_uniform(0.0625).with_values());
+        out.push(Case::new(mkn, dtype, goal, Cover::Block(32, 32)).with_uniform(0.0625));
+    }
     // Tile variants of the goal case (32×32 blocks at 90%).
     let goal = Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 }, Cover::Block(32, 32));
     let variants: &[(usize, usize)] = if dtype == Dtype::F32 {
