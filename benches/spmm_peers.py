@@ -4,6 +4,8 @@
 writes the combined table.
 
 usage: spmm_peers.py ours.json DUMP_DIR peers.json table.md
+Entries with "orientation": "left" are C = W @ B (W sparse M×K, a_file holds B); cuSPARSE
+then runs W_csr @ B directly.
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before each run, median), the same
 method as the spartac side. C = A @ W with A dense M×K, W sparse K×N; the sparse peers take
 the transposed form C^T = W^T @ A^T (sparse on the left, as cuSPARSE SpMM and bsr_dense_mm
@@ -62,6 +64,24 @@ for e in ours:
     A = A_cache[e["a_file"]]
     W = torch.from_numpy(np.load(os.path.join(dump, e["w_file"]))).to(dev, dt)
     res = {"nnz": int((W != 0).sum())}
+    if e.get("orientation") == "left":
+        # C = W @ B, W sparse M×K on the left: cuSPARSE CSR SpMM takes it as it is.
+        B = A
+        ref = W.float() @ B.float()
+        res["cublas_ms"] = bench(lambda: W @ B)
+        res["cublas_err"] = rel_err(W @ B, ref)
+        try:
+            Wcsr = W.to_sparse_csr()
+            res["cusparse_ms"] = bench(lambda: Wcsr @ B)
+            res["cusparse_err"] = rel_err(Wcsr @ B, ref)
+            del Wcsr
+        except Exception as ex:  # report, do not hide
+            res["cusparse_error"] = str(ex).splitlines()[0]
+        del W, ref
+        torch.cuda.empty_cache()
+        peers[key] = res
+        print(e["size"], e["dtype"], "left", e["pattern"], {k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()}, flush=True)
+        continue
     ref = A.float() @ W.float()
     res["cublas_ms"] = bench(lambda: A @ W)
     res["cublas_err"] = rel_err(A @ W, ref)
@@ -115,6 +135,8 @@ for e in ours:
     floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
     ratio = lambda name: None if p.get(name) is None else p[name] / ms
     kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
+    if e.get("orientation") == "left":
+        kinds += ", left W·B"
     if " tile" in e["label"]:
         kinds += ", " + e["label"].rsplit(" ", 1)[-1]
     lines.append(

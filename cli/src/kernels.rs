@@ -117,6 +117,8 @@ struct BenchEntry {
     cover: String,
     a_file: String,
     w_file: String,
+    /// `right` (`A · W`; `a_file` is A) or `left` (`W · B`; `a_file` is B).
+    orientation: String,
     ok: bool,
     #[serde(flatten)]
     report: CaseReport,
@@ -143,8 +145,14 @@ fn bench(
                     continue;
                 }
                 let id = format!("s{size}_{}_{i:02}", dtype.name());
-                let a_file = format!("A_{size}_{}.npy", dtype.name());
-                let w_file = format!("W_{size}_{}_{}.npy", dtype.name(), case.pattern.label().replace(['@', '+'], "_"));
+                let left = case.orientation == spartac::codegen::Orientation::Left;
+                let a_file = format!("{}_{size}_{}.npy", if left { "B" } else { "A" }, dtype.name());
+                let w_file = format!(
+                    "W_{size}_{}_{}{}.npy",
+                    dtype.name(),
+                    if left { "left_" } else { "" },
+                    case.pattern.label().replace(['@', '+'], "_")
+                );
                 let d = dump.as_deref().map(|dir| (dir, a_file.as_str(), w_file.as_str()));
                 let r =
                     run_case(dev, case, seed, Check::Rows(64), Some((10, reps)), d).with_context(|| case.label())?;
@@ -165,6 +173,7 @@ fn bench(
                     cover: case.cover.label(),
                     a_file,
                     w_file,
+                    orientation: if left { "left" } else { "right" }.into(),
                     ok,
                     report: r,
                 });

@@ -85,7 +85,7 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
             ));
         }
     }
-    assert_eq!(seen_families.len(), 4, "families compiled: {seen_families:?}");
+    assert_eq!(seen_families.len(), 5, "families compiled: {seen_families:?}");
     insta::assert_snapshot!("ptxas_stats", table);
 }
 
@@ -118,4 +118,12 @@ fn rendered_kernels_snapshot() {
     assert_eq!(k.mode, Mode::Unrolled);
     assert!(k.values_embedded);
     insta::assert_snapshot!("fine_unrolled_values", k.source);
+    // Left orientation: W[32,16] · B[16,24], W element-sparse, index stream, bias + relu.
+    let mut spec = SpmmSpec::new(32, 16, 24, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (31, 0), (2, 9)]);
+    spec.orientation = spartac::codegen::Orientation::Left;
+    spec.mode = Mode::IndexStream;
+    spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };
+    let k = specialize(&spec).unwrap();
+    assert_eq!(k.family, spartac::codegen::Family::FineLeft);
+    insta::assert_snapshot!("fine_left_stream_bias_relu", k.source);
 }

@@ -70,7 +70,8 @@ impl std::str::FromStr for Dtype {
 pub enum Orientation {
     /// `C[M,N] = A[M,K] · W[K,N]`, W sparse: ONNX MatMul with a pruned weight.
     Right,
-    /// `C[M,N] = W[M,K] · B[K,N]`, W sparse (not generated yet: specialize rejects it).
+    /// `C[M,N] = W[M,K] · B[K,N]`, W sparse; `blocks`/`values` describe W (`M × K`). Generated
+    /// for element-sparse W (block 1×1, the fine kernel); other block shapes are rejected.
     Left,
 }
 
@@ -125,7 +126,8 @@ pub enum Mode {
 }
 
 /// A tile choice that overrides the heuristic (for tuning): rows of C per CTA and the depth
-/// of the cp.async pipeline. Block kernels only.
+/// of the cp.async pipeline. The fine kernels read it as dense rows per CTA (32, 64, 128) and
+/// sparse columns per CTA / 32 (`stages`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,

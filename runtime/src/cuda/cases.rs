@@ -2,7 +2,7 @@
 //! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
 //! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
 
-use spartac::codegen::{Activation, Dtype, Epilogue, Mode, SpmmSpec, Tile};
+use spartac::codegen::{Activation, Dtype, Epilogue, Mode, Orientation, SpmmSpec, Tile};
 use spartac::rng::SplitMix64;
 use spartac::tesa::patterns::Pattern;
 
@@ -47,8 +47,10 @@ pub struct Case {
     pub mode: Mode,
     /// Embed the weight values in the source.
     pub values_literal: bool,
-    /// Tile override for the block kernel.
+    /// Tile override for the block kernel (and for the fine kernel of a `Cover::Fine`).
     pub tile: Option<Tile>,
+    /// Where the sparse weight sits: `Right` = `A[M,K] · W[K,N]`, `Left` = `W[M,K] · B[K,N]`.
+    pub orientation: Orientation,
 }
 
 impl Case {
@@ -64,6 +66,18 @@ impl Case {
             mode: Mode::Auto,
             values_literal: false,
             tile: None,
+            orientation: Orientation::Right,
+        }
+    }
+    pub fn with_orientation(mut self, orientation: Orientation) -> Case {
+        self.orientation = orientation;
+        self
+    }
+    /// Rows and columns of the weight: `K × N` (right) or `M × K` (left).
+    pub fn weight_shape(&self) -> (usize, usize) {
+        match self.orientation {
+            Orientation::Right => (self.k, self.n),
+            Orientation::Left => (self.m, self.k),
         }
     }
     pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
@@ -91,11 +105,12 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}",
+            "{}x{}x{} {} {}{} {}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
             self.dtype.name(),
+            if self.orientation == Orientation::Left { "left " } else { "" },
             self.pattern.label(),
             self.cover.label(),
             if self.epilogue.bias { " +bias" } else { "" },
@@ -113,7 +128,10 @@ impl Case {
     /// The mask (seeded by `seed`), the weight values (fresh from `seed`, rounded to the
     /// dtype, zero where pruned) and the kernel specs covering it, in launch order.
     pub fn problem(&self, seed: u64) -> Problem {
-        let (m, k, n) = (self.m, self.k, self.n);
+        let m = self.m;
+        // The weight's own rows and columns (K × N on the right, M × K on the left); the
+        // covers below work on it whatever its orientation.
+        let (k, n) = self.weight_shape();
         let mask = self.pattern.mask(k, n, seed);
         let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
         let w: Vec<f32> = mask
@@ -128,13 +146,14 @@ impl Case {
             })
             .collect();
         let spec = |block: (usize, usize), blocks: Vec<(usize, usize)>| {
-            let mut s = SpmmSpec::new(m, k, n, self.dtype, block, blocks);
+            let mut s = SpmmSpec::new(self.m, self.k, self.n, self.dtype, block, blocks);
+            s.orientation = self.orientation;
             s.mode = self.mode;
             s.epilogue = self.epilogue;
             if self.values_literal {
                 s.values = Some(w.clone());
             }
-            if block != (1, 1) {
+            if block != (1, 1) || self.cover == Cover::Fine {
                 s.tile = self.tile;
             }
             s
@@ -205,7 +224,8 @@ impl Case {
 
 pub struct Problem {
     pub mask: Vec<bool>,
-    /// Row-major `K × N`, zeros where pruned, exactly representable in the dtype.
+    /// The weight row-major (`K × N` right, `M × K` left), zeros where pruned, exactly
+    /// representable in the dtype.
     pub w: Vec<f32>,
     pub specs: Vec<SpmmSpec>,
     /// Per spec, the part of `w` it multiplies with (planned covers, whose parts may
@@ -260,6 +280,27 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu),
         Case::new((128, 512, 256), F32, u(0.5), Fine),
         Case::new((256, 512, 512), F16, u(0.95), Fine).with_epilogue(true, None),
+        // fine-grained: ragged rows, columns and chunks, K not a multiple of 4 (scalar staging),
+        // every rows-per-lane tiling, bf16
+        Case::new((130, 260, 70), F32, u(0.8), Fine),
+        Case::new((77, 258, 50), F32, u(0.9), Fine).with_epilogue(true, Relu),
+        Case::new((300, 512, 512), F32, u(0.95), Fine).with_tile(128, 4),
+        Case::new((300, 512, 512), F16, u(0.95), Fine).with_tile(32, 16).with_epilogue(true, Gelu),
+        Case::new((128, 256, 192), Bf16, u(0.9), Fine).with_tile(64, 2),
+        // fine-grained, left orientation (C = W · B)
+        Case::new((1024, 1024, 1024), F32, u(0.95), Fine).with_orientation(Orientation::Left),
+        Case::new((96, 64, 80), F32, u(0.9), Fine)
+            .with_orientation(Orientation::Left)
+            .with_values()
+            .with_epilogue(true, Relu),
+        Case::new((200, 1536, 300), F32, u(0.99), Fine)
+            .with_orientation(Orientation::Left)
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(true, Gelu),
+        Case::new((256, 512, 512), F16, u(0.95), Fine).with_orientation(Orientation::Left).with_epilogue(true, None),
+        Case::new((130, 100, 66), F32, u(0.8), Fine).with_orientation(Orientation::Left),
+        Case::new((300, 512, 520), F32, u(0.5), Fine).with_orientation(Orientation::Left).with_tile(128, 4),
+        Case::new((64, 256, 96), Bf16, u(0.9), Fine).with_orientation(Orientation::Left).with_tile(32, 2),
         // dense fallback
         Case::new((512, 512, 512), F32, u(0.0), Dense(32, 32)).with_epilogue(true, Relu),
         Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)),
@@ -308,6 +349,15 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     };
     for &(rows, stages) in variants {
         out.push(goal.clone().with_tile(rows, stages));
+    }
+    // Fine kernel: tile variants (rows per CTA, columns per CTA / 32) of the unstructured goal
+    // cases, and the left orientation (W · B) with the same patterns.
+    for s in [0.95, 0.99] {
+        let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine);
+        for (rows, cols32) in [(32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (64, 8), (128, 2), (128, 4)] {
+            out.push(fine.clone().with_tile(rows, cols32));
+        }
+        out.push(fine.with_orientation(Orientation::Left));
     }
     out
 }

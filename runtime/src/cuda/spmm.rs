@@ -4,7 +4,7 @@
 use super::cases::{round_to, Case, Problem};
 use super::{median, CudaDevice, CudaError, DriverContext};
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use spartac::codegen::{specialize, Dtype, Kernel, Mode};
+use spartac::codegen::{specialize, Dtype, Kernel, Mode, Orientation};
 use spartac::rng::SplitMix64;
 use std::path::Path;
 
@@ -113,13 +113,19 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     poison: T,
 ) -> Result<CaseReport, CudaError> {
     let (m, k, n) = (case.m, case.k, case.n);
+    let left = case.orientation == Orientation::Left;
     let Problem { w, specs, mask, part_weights } = case.problem(seed);
     let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa);
-    let a: Vec<f32> = (0..m * k).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
+    // The dense operand: A[M,K] on the right, B[K,N] on the left (the kernel's first argument).
+    let dense_shape = if left { vec![k, n] } else { vec![m, k] };
+    let a: Vec<f32> = (0..dense_shape[0] * dense_shape[1])
+        .map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32))
+        .collect();
     let bias: Vec<f32> = (0..n).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
+    let (wr, wc) = case.weight_shape();
     if let Some((dir, a_name, w_name)) = dump {
-        dump_npy(&dir.join(a_name), vec![m, k], &a)?;
-        dump_npy(&dir.join(w_name), vec![k, n], &w)?;
+        dump_npy(&dir.join(a_name), dense_shape.clone(), &a)?;
+        dump_npy(&dir.join(w_name), vec![wr, wc], &w)?;
     }
     let enc_all = |v: &[f32]| v.iter().map(|x| enc(*x)).collect::<Vec<T>>();
     let a_dev = dev.upload(&enc_all(&a))?;
@@ -166,12 +172,13 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         Check::All => (0..m).collect(),
         Check::Rows(r) => (0..r.min(m)).map(|i| i * m / r.min(m)).collect(),
     };
-    let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; k];
+    // Nonzeros of each weight row (K rows on the right, M rows on the left).
+    let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; wr];
     let mut nnz = 0;
-    for r in 0..k {
-        for c in 0..n {
-            if !mask[r * n + c] {
-                nz[r].push((c, w[r * n + c] as f64));
+    for r in 0..wr {
+        for c in 0..wc {
+            if !mask[r * wc + c] {
+                nz[r].push((c, w[r * wc + c] as f64));
                 nnz += 1;
             }
         }
@@ -181,10 +188,19 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     let epilogue = specs.last().map(|s| s.epilogue).unwrap_or(spartac::codegen::Epilogue::NONE);
     for &r in &rows {
         let mut acc = vec![0.0f64; n];
-        for kk in 0..k {
-            let av = a[r * k + kk] as f64;
-            for &(c, v) in &nz[kk] {
-                acc[c] += av * v;
+        if left {
+            // C[r,:] = Σ_k W[r,k] · B[k,:]
+            for &(kk, v) in &nz[r] {
+                for (c, out) in acc.iter_mut().enumerate() {
+                    *out += v * a[kk * n + c] as f64;
+                }
+            }
+        } else {
+            for kk in 0..k {
+                let av = a[r * k + kk] as f64;
+                for &(c, v) in &nz[kk] {
+                    acc[c] += av * v;
+                }
             }
         }
         for c in 0..n {
