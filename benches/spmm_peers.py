@@ -4,6 +4,8 @@
 writes the combined table.
 
 usage: spmm_peers.py ours.json DUMP_DIR peers.json table.md
+Entries with "orientation": "left" are C = W @ B (W sparse M×K, a_file holds B); cuSPARSE
+then runs W_csr @ B directly.
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before each run, median), the same
 method as the spartac side. C = A @ W with A dense M×K, W sparse K×N; the sparse peers take
 the transposed form C^T = W^T @ A^T (sparse on the left, as cuSPARSE SpMM and bsr_dense_mm

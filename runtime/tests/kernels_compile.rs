@@ -101,7 +101,7 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
             ));
         }
     }
-    for family in ["block_simt", "block_mma", "fine", "dense", "block_int8", "epilogue"] {
+    for family in ["block_simt", "block_mma", "fine", "dense", "block_int8", "epilogue", "fine_left"] {
         assert!(seen_families.contains(family), "family {family} not compiled: {seen_families:?}");
     }
     insta::assert_snapshot!("ptxas_stats", table);
@@ -136,6 +136,14 @@ fn rendered_kernels_snapshot() {
     assert_eq!(k.mode, Mode::Unrolled);
     assert!(k.values_embedded);
     insta::assert_snapshot!("fine_unrolled_values", k.source);
+    // Left orientation: W[32,16] · B[16,24], W element-sparse, index stream, bias + relu.
+    let mut spec = SpmmSpec::new(32, 16, 24, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (31, 0), (2, 9)]);
+    spec.orientation = spartac::codegen::Orientation::Left;
+    spec.mode = Mode::IndexStream;
+    spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };
+    let k = specialize(&spec).unwrap();
+    assert_eq!(k.family, spartac::codegen::Family::FineLeft);
+    insta::assert_snapshot!("fine_left_stream_bias_relu", k.source);
     let mut spec = SpmmSpec::new(64, 64, 64, Dtype::I8, (32, 32), vec![(1, 0), (0, 1)]);
     spec.mode = Mode::Unrolled;
     spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };

@@ -147,7 +147,8 @@ pub enum Mode {
 }
 
 /// A tile choice that overrides the heuristic (for tuning): rows of C per CTA and the depth
-/// of the cp.async pipeline. Block kernels only.
+/// of the cp.async pipeline. The fine kernels read it as dense rows per CTA (32, 64, 128) and
+/// sparse columns per CTA / 32 (`stages`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,

@@ -118,24 +118,42 @@ pub struct Int8Ctx {
     pub epilogue: EpilogueCtx,
 }
 
-/// Context of the fine-grained template.
+/// Context of the fine-grained template (both orientations). The kernel works in one frame:
+/// dense rows `fr` × `k` times sparse columns `fc` (right: `fr = m`, `fc = n`; left: `fr = n`,
+/// `fc = m`, the weight transposed).
 #[derive(Clone, Debug, Serialize)]
 pub struct FineCtx {
     pub kernel_name: String,
     pub dtype: String,
+    /// Left orientation (`C = W · B`).
+    pub left: bool,
     pub m: usize,
     pub k: usize,
     pub n: usize,
+    pub fr: usize,
+    pub fc: usize,
+    /// Dense rows per lane (1, 2 or 4) and per CTA (`32 × rpl`).
+    pub rpl: usize,
     pub bm: usize,
-    /// Columns per CTA.
+    /// Sparse columns per CTA, and per warp.
     pub nc: usize,
+    pub cpw: usize,
     pub threads: usize,
     pub warps: usize,
     pub chunk: usize,
     pub chunks: usize,
+    /// Row stride (floats) of the dense tile in shared memory.
     pub a_ld: usize,
+    /// Four-element loads per thread per chunk.
+    pub lpt: usize,
+    /// Entries of the largest tile range (rounded out to groups of four).
+    pub emax: usize,
+    /// Shared words of the dense tile (and of the C tile staged over it), and of the entry values.
+    pub region_words: usize,
+    pub w_words: usize,
+    /// Vector (4-element) loads of the dense operand: its rows are a multiple of 4 long.
+    pub vec: bool,
     pub unrolled: bool,
-    pub tables_in_constant: bool,
     pub ptr: Vec<i32>,
     pub idx: Vec<i32>,
     pub values: Vec<String>,

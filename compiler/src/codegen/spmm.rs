@@ -14,6 +14,8 @@ pub enum Family {
     BlockMma,
     /// Element-wise sparse weight (block 1×1): chunked CSC, A tile transposed in shared memory.
     Fine,
+    /// Element-wise sparse weight on the left (`C = W · B`): chunked CSR of W, B rows in shared memory.
+    FineLeft,
     /// Every block present: the block kernels without tables.
     Dense,
     /// Bias and activation in place, after a library GEMM (see `codegen::library_gemm`).
@@ -29,6 +31,7 @@ impl Family {
             Family::BlockSimt => "block_simt",
             Family::BlockMma => "block_mma",
             Family::Fine => "fine",
+            Family::FineLeft => "fine_left",
             Family::Dense => "dense",
             Family::Epilogue => "epilogue",
             Family::BlockInt8 => "block_int8",
@@ -72,9 +75,11 @@ pub struct Kernel {
     /// row of W, block columns of W as the k-blocks), in blocks of `Wᵀ`.
     pub orientation: Orientation,
     /// Block kernels: start of each block column's run in `idx` (`N/bw + 1`).
-    /// Fine kernel: start of each (k-chunk, column) run (`chunks × N + 1`).
+    /// Fine kernel: start of each (k-chunk, column) run (`chunks × N + 1`); left: each
+    /// (k-chunk, row of W) run (`chunks × M + 1`).
     pub ptr: Vec<i32>,
-    /// Block kernels: block row of each live block. Fine kernel: row inside its chunk.
+    /// Block kernels: block row of each live block. Fine kernels: k inside its chunk, padded
+    /// with zeros to a multiple of 4.
     pub idx: Vec<i32>,
     /// Fine kernel: the k-chunk width.
     pub chunk: usize,
@@ -101,7 +106,7 @@ impl Kernel {
     }
 
     fn pack<T: Copy + Default>(&self, w: &[T]) -> Vec<T> {
-        if self.orientation == Orientation::Left && self.family != Family::Fine {
+        if self.orientation == Orientation::Left && !matches!(self.family, Family::Fine | Family::FineLeft) {
             let (m, k, _) = self.spec_shape;
             assert_eq!(w.len(), m * k, "weight has the wrong size");
             let mut wt = vec![T::default(); k * m];
@@ -113,7 +118,9 @@ impl Kernel {
             return pack_blocks(&self.ptr, &self.idx, (self.block.1, self.block.0), m, &wt);
         }
         let (_, k, n) = self.spec_shape;
-        assert_eq!(w.len(), k * n, "weight has the wrong size");
+        if self.family != Family::FineLeft {
+            assert_eq!(w.len(), k * n, "weight has the wrong size");
+        }
         match self.family {
             Family::Epilogue => vec![],
             Family::Fine => {
@@ -128,6 +135,24 @@ impl Kernel {
                         }
                     }
                 }
+                out.resize(self.idx.len(), T::default());
+                out
+            }
+            Family::FineLeft => {
+                // The weight is W row-major M × K; entries in (chunk, row of W) order.
+                let (m, k, _) = self.spec_shape;
+                assert_eq!(w.len(), m * k, "weight has the wrong size");
+                let chunks = k.div_ceil(self.chunk);
+                let mut out = Vec::with_capacity(self.idx.len());
+                for c in 0..chunks {
+                    for r in 0..m {
+                        let s = c * m + r;
+                        for e in self.ptr[s]..self.ptr[s + 1] {
+                            out.push(w[r * k + c * self.chunk + self.idx[e as usize] as usize]);
+                        }
+                    }
+                }
+                out.resize(self.idx.len(), T::default());
                 out
             }
             Family::BlockInt8 => {
@@ -156,7 +181,8 @@ impl Kernel {
         let m = if self.orientation == Orientation::Left { n } else { m };
         match self.family {
             Family::Epilogue => 0.0,
-            Family::Fine => 2.0 * m as f64 * self.idx.len() as f64,
+            Family::Fine => 2.0 * m as f64 * self.live_instances as f64,
+            Family::FineLeft => 2.0 * self.spec_shape.2 as f64 * self.live_instances as f64,
             _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
         }
     }
@@ -189,6 +215,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let (bh, bw) = spec.block;
     if m == 0 || k == 0 || n == 0 {
         return Err(spec_err(format!("empty matmul {m}x{k}x{n}")));
+    }
+    if spec.orientation == Orientation::Left && spec.block == (1, 1) {
+        return fine_left(spec);
     }
     if spec.orientation == Orientation::Left {
         if spec.dtype == Dtype::I8 {
@@ -573,66 +602,213 @@ fn uniform_block_values(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: u
     Some(out)
 }
 
-fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
-    let (m, k, n) = (spec.m, spec.k, spec.n);
-    let chunk = k.min(512);
-    let chunks = k.div_ceil(chunk);
-    let (bm, threads) = (32usize, 512usize);
-    let warps = threads / 32;
-    let nnz = live.iter().filter(|l| **l).count();
-    // Columns per CTA: fewest bytes (A re-read once per column group, the entries once per
-    // row tile) among the tilings that still give every SM two CTAs; the most CTAs otherwise.
-    let row_tiles = m.div_ceil(bm);
-    let mut best: Option<(f64, usize)> = None;
-    let mut nc = warps;
-    while nc <= n.next_power_of_two().clamp(warps, 256) {
-        let ctas = row_tiles * n.div_ceil(nc);
-        let bytes = (m * k * spec.dtype.bytes()) as f64 * n.div_ceil(nc) as f64 + (nnz * 8 * row_tiles) as f64;
-        let penalty = if ctas >= 264 { 1.0 } else { 264.0 / ctas as f64 };
-        let score = bytes * penalty;
-        if best.is_none_or(|(s, _)| score < s) {
-            best = Some((score, nc));
-        }
-        nc *= 2;
+/// Threads per CTA of the fine-grained kernels (16 warps: enough to hide shared-memory latency
+/// with one CTA per SM).
+const FINE_THREADS: usize = 512;
+
+/// A tiling of the fine-grained kernel in its frame (dense rows × sparse columns).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FineTiling {
+    /// Dense rows per lane: 1, 2 or 4 (rows per CTA = 32 × rpl).
+    rpl: usize,
+    /// Sparse columns per CTA.
+    nc: usize,
+    /// Depth of a k-chunk.
+    chunk: usize,
+}
+
+impl FineTiling {
+    fn bm(&self) -> usize {
+        32 * self.rpl
     }
-    let nc = best.map(|b| b.1).unwrap_or(warps);
+    /// Deepest chunk whose dense tile the threads hold in 8 four-element registers each (4 in
+    /// the left kernel when the accumulators take more than 16 registers: it spilled under the
+    /// 128 registers of 512 threads; on the right, 4 was slower at 4096³, see spmm_notes.md).
+    fn max_chunk(rpl: usize, nc: usize, left: bool) -> usize {
+        let loads = if left && nc / (FINE_THREADS / 32) * rpl > 16 { 4 } else { 8 };
+        loads * 4 * FINE_THREADS / (32 * rpl)
+    }
+    /// Shallowest chunk: one four-element load per thread.
+    fn min_chunk(rpl: usize) -> usize {
+        4 * FINE_THREADS / (32 * rpl)
+    }
+    fn with_chunk_for(rpl: usize, nc: usize, k: usize, left: bool) -> FineTiling {
+        let chunk = k.next_power_of_two().clamp(Self::min_chunk(rpl), Self::max_chunk(rpl, nc, left));
+        FineTiling { rpl, nc, chunk }
+    }
+}
+
+/// Estimated time (seconds, H100/H200-class GPU) of a fine tiling: bytes from L2 (the dense
+/// operand once per column tile, the entries once per row tile) at ~6 TB/s, plus shared-memory
+/// cycles (rpl + 0.5 wavefronts per warp and entry, ~6 per warp and column segment) spread over
+/// the CTAs that run at once, one CTA per SM. Only used to rank tilings.
+fn fine_estimate(fr: usize, fc: usize, k: usize, nnz: usize, esize: usize, t: FineTiling) -> f64 {
+    const SMS: f64 = 132.0;
+    let row_tiles = fr.div_ceil(t.bm()) as f64;
+    let col_tiles = fc.div_ceil(t.nc) as f64;
+    let chunks = k.div_ceil(t.chunk) as f64;
+    let ctas = row_tiles * col_tiles;
+    let l2 = row_tiles * t.bm() as f64 * k as f64 * esize as f64 * col_tiles + nnz as f64 * (4 + esize) as f64 * row_tiles;
+    let mio = nnz as f64 * row_tiles * (t.rpl as f64 + 0.5) + chunks * col_tiles * t.nc as f64 * row_tiles * 6.0;
+    let waves = (ctas / SMS).ceil();
+    l2 / 6e12 + mio / ctas * waves / 1.8e9
+}
+
+/// Chooses the fine tiling: the override (`Tile { rows: 32 × rpl, stages: nc / 32 }`) or the
+/// cheapest by [`fine_estimate`] among the tilings whose accumulators fit (rpl × nc ≤ 512).
+fn fine_tiling(spec: &SpmmSpec, left: bool, fr: usize, fc: usize, nnz: usize) -> Result<FineTiling, CodegenError> {
+    let k = spec.k;
+    if let Some(t) = spec.tile {
+        let (rpl, nc) = (t.rows / 32, 32 * t.stages);
+        if t.rows % 32 != 0 || ![1, 2, 4].contains(&rpl) || !(1..=16).contains(&t.stages) || rpl * nc > 512 {
+            return Err(spec_err(format!(
+                "fine tiles hold 32, 64 or 128 rows and 32 × (1 to 16) columns, at most 512 × 32 elements, not {} rows × {} columns",
+                t.rows, nc
+            )));
+        }
+        return Ok(FineTiling::with_chunk_for(rpl, nc, k, left));
+    }
+    let mut best: Option<(f64, FineTiling)> = None;
+    for rpl in [1, 2, 4] {
+        if rpl > 1 && 32 * rpl > 2 * fr.next_power_of_two() {
+            continue;
+        }
+        let mut nc = 32;
+        while nc * rpl <= 512 && nc <= fc.next_power_of_two().max(32) {
+            let t = FineTiling::with_chunk_for(rpl, nc, k, left);
+            let est = fine_estimate(fr, fc, k, nnz, spec.dtype.bytes(), t);
+            if best.is_none_or(|(b, _)| est < b) {
+                best = Some((est, t));
+            }
+            nc *= 2;
+        }
+    }
+    Ok(best.map(|b| b.1).unwrap_or(FineTiling::with_chunk_for(1, 32, k, left)))
+}
+
+/// Chunked CSC of the sparse operand in the kernel's frame: `live(row, col)` over K × `fc`.
+/// Returns `(ptr, idx, live, dead)`; `idx` is padded with zeros to a nonzero multiple of 4 (the
+/// kernel copies whole groups of four entries).
+fn fine_tables(
+    k: usize,
+    fc: usize,
+    fr: usize,
+    t: FineTiling,
+    live: &dyn Fn(usize, usize) -> bool,
+) -> Result<(Vec<i32>, Vec<i32>, usize, usize), CodegenError> {
+    let chunk = t.chunk;
+    let chunks = k.div_ceil(chunk);
     let nest = LoopNest::new(vec![
         Level::new("k_chunk", chunks, chunk),
-        Level::new("n", n, 1),
+        Level::new("n", fc, 1),
         Level::new("k", chunk, 1),
-        Level::new("m", m, bm),
+        Level::new("m", fr, t.bm()),
     ]);
     let d = nest.dismantle(nest.level("k")?, |p| match p {
         [_] | [_, _] => true,
         [c, col, kk] => {
             let row = c * chunk + kk;
-            row < k && live[row * n + col]
+            row < k && live(row, *col)
         }
         _ => false,
     })?;
-    let mut ptr = vec![0i32; chunks * n + 1];
-    let mut idx = Vec::with_capacity(d.instances.len());
+    let mut ptr = vec![0i32; chunks * fc + 1];
+    let mut idx = Vec::with_capacity(d.instances.len() + 3);
     for inst in &d.instances {
-        ptr[inst[0] * n + inst[1] + 1] += 1;
+        ptr[inst[0] * fc + inst[1] + 1] += 1;
         idx.push(inst[2] as i32);
     }
-    for s in 0..chunks * n {
+    for s in 0..chunks * fc {
         ptr[s + 1] += ptr[s];
     }
-    let value_words = spec.values.as_ref().map(|_| idx.len() * spec.dtype.bytes() / 4).unwrap_or(0);
+    idx.resize(idx.len().next_multiple_of(4).max(4), 0);
+    Ok((ptr, idx, d.instances.len(), d.dead_instances()))
+}
+
+fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+    let n = spec.n;
+    fine_kernel(spec, false, &|row, col| live[row * n + col])
+}
+
+/// The left orientation, `C[M,N] = W[M,K] · B[K,N]` with W element-sparse: the fine kernel in
+/// the transposed frame (dense rows = the N columns of B and C, sparse columns = the M rows of
+/// W). `spec.blocks` are `(m, k)` coordinates of W's nonzeros and `spec.values` is W row-major
+/// `M × K`; the bias, as in the right orientation, is indexed by the output column.
+fn fine_left(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
+    let (m, k) = (spec.m, spec.k);
+    if let Some(v) = &spec.values {
+        if v.len() != m * k {
+            return Err(spec_err(format!("values hold {} elements, the weight {m}x{k} has {}", v.len(), m * k)));
+        }
+    }
+    let mut live = vec![false; m * k];
+    for &(r, c) in &spec.blocks {
+        if r >= m || c >= k {
+            return Err(spec_err(format!("element ({r}, {c}) lies outside the {m}x{k} weight")));
+        }
+        if std::mem::replace(&mut live[r * k + c], true) {
+            return Err(spec_err(format!("element ({r}, {c}) is listed twice")));
+        }
+    }
+    fine_kernel(spec, true, &|row, col| live[col * k + row])
+}
+
+/// The fine-grained kernel in its frame: `live(k_row, sparse_col)`.
+fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool) -> Result<Kernel, CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (fr, fc) = if left { (n, m) } else { (m, n) };
+    let esize = spec.dtype.bytes();
+    let mut t = fine_tiling(spec, left, fr, fc, spec.blocks.len())?;
+    let warps = FINE_THREADS / 32;
+    let bm = t.bm();
+    let a_ld = if left { bm } else { bm + t.rpl };
+    // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
+    let (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem) = loop {
+        let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, live)?;
+        let chunks = k.div_ceil(t.chunk);
+        let mut emax = 4;
+        for c in 0..chunks {
+            for c0 in (0..fc).step_by(t.nc) {
+                let lo = ptr[c * fc + c0] & !3;
+                let hi = (ptr[c * fc + (c0 + t.nc).min(fc)] + 3) & !3;
+                emax = emax.max((hi - lo) as usize);
+            }
+        }
+        let c_tile = if left { 0 } else { bm * (t.nc + 1) };
+        let region_words = (t.chunk * a_ld).max(c_tile).next_multiple_of(4);
+        let w_words = (emax * esize).div_ceil(4).next_multiple_of(4);
+        let smem = 4 * (region_words + emax + w_words + t.nc + 1);
+        if smem <= 227 * 1024 {
+            break (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem);
+        }
+        if t.chunk <= FineTiling::min_chunk(t.rpl) {
+            return Err(spec_err(format!(
+                "the fine kernel's tile ({bm} rows x {} columns) needs {smem} bytes of shared memory (at most 232448)",
+                t.nc
+            )));
+        }
+        t.chunk /= 2;
+    };
+    let chunk = t.chunk;
+    let chunks = k.div_ceil(chunk);
+    let value_words = spec.values.as_ref().map(|_| idx.len() * esize / 4).unwrap_or(0);
     let literal_words = ptr.len() + idx.len() + value_words;
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
-    let a_ld = bm + 1;
-    let smem = (chunk * a_ld + bm * (nc + 1)) * 4;
+    let family = if left { Family::FineLeft } else { Family::Fine };
     let mut kernel = Kernel {
-        name: format!("spmm_fine_{}_{}", spec.dtype.name(), if unrolled { "unrolled" } else { "stream" }),
-        family: Family::Fine,
+        name: format!(
+            "spmm_{}_{}_{}",
+            family.name(),
+            spec.dtype.name(),
+            if unrolled { "unrolled" } else { "stream" }
+        ),
+        family,
         mode,
         source: String::new(),
         launch: Launch {
-            grid: (n.div_ceil(nc) as u32, row_tiles as u32, 1),
-            block: (threads as u32, 1, 1),
+            grid: (fc.div_ceil(t.nc) as u32, fr.div_ceil(bm) as u32, 1),
+            block: (FINE_THREADS as u32, 1, 1),
             smem_bytes: smem as u32,
         },
         spec_shape: (m, k, n),
@@ -642,8 +818,8 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         ptr,
         idx,
         chunk,
-        live_instances: d.instances.len(),
-        dead_instances: d.dead_instances(),
+        live_instances: live_n,
+        dead_instances: dead_n,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
     };
@@ -654,22 +830,31 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let ctx = FineCtx {
         kernel_name: kernel.name.clone(),
         dtype: spec.dtype.name().to_string(),
+        left,
         m,
         k,
         n,
+        fr,
+        fc,
+        rpl: t.rpl,
         bm,
-        nc,
-        threads,
+        nc: t.nc,
+        cpw: t.nc / warps,
+        threads: FINE_THREADS,
         warps,
         chunk,
         chunks,
         a_ld,
+        lpt: bm * chunk / (4 * FINE_THREADS),
+        emax,
+        region_words,
+        w_words,
+        vec: if left { n % 4 == 0 } else { k % 4 == 0 },
         unrolled,
-        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
         ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
         idx: if unrolled { kernel.idx.clone() } else { vec![] },
         values,
-        value_bits: if spec.dtype.bytes() == 4 { 32 } else { 16 },
+        value_bits: if esize == 4 { 32 } else { 16 },
         epilogue: epilogue_ctx(spec),
     };
     kernel.source = render("spmm_fine.cu.tera", &ctx)?;
@@ -810,6 +995,41 @@ mod tests {
     }
 
     #[test]
+    fn fine_left_tables_are_rows_of_w_and_pack_weight_follows_them() {
+        let mut s = SpmmSpec::new(4, 8, 12, Dtype::F32, (1, 1), vec![(2, 7), (0, 3), (2, 1), (3, 0)]);
+        s.orientation = Orientation::Left;
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.family, Family::FineLeft);
+        assert_eq!(k.ptr, vec![0, 1, 1, 3, 4]);
+        // Rows of W in order, k inside the chunk; padded to a group of four.
+        assert_eq!(k.idx, vec![3, 1, 7, 0]);
+        let w: Vec<f32> = (0..4 * 8).map(|i| i as f32).collect();
+        assert_eq!(k.pack_weight(&w), vec![3.0, 17.0, 23.0, 24.0]);
+        assert_eq!(k.flops(), 2.0 * 12.0 * 4.0);
+        assert!(k.source.contains("C[4,12] = epilogue(W[4,8] · B[8,12])"));
+        let mut s3 = s.clone();
+        s3.blocks.pop();
+        let k3 = specialize(&s3).unwrap();
+        assert_eq!((k3.idx.len(), k3.live_instances), (4, 3));
+        assert_eq!(k3.pack_weight(&w), vec![3.0, 17.0, 23.0, 0.0]);
+    }
+
+    #[test]
+    fn fine_tiling_follows_the_override_and_shrinks_chunks_to_fit() {
+        let mut s = SpmmSpec::new(300, 512, 512, Dtype::F32, (1, 1), (0..512).map(|i| (i, i)).collect());
+        s.tile = Some(Tile { rows: 128, stages: 4 });
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.launch.grid, (4, 3, 1));
+        assert!(k.source.contains("#define RPL 4") && k.source.contains("#define NC 128"));
+        // Every element live: the entries of a 256-column tile do not fit one 256-deep chunk.
+        let all: Vec<(usize, usize)> = (0..512).flat_map(|r| (0..512).map(move |c| (r, c))).collect();
+        let mut d = SpmmSpec::new(64, 512, 512, Dtype::F32, (1, 1), all);
+        d.tile = Some(Tile { rows: 64, stages: 8 });
+        let k = specialize(&d).unwrap();
+        assert!(k.launch.smem_bytes <= 227 * 1024 && k.chunk < 256, "chunk {} smem {}", k.chunk, k.launch.smem_bytes);
+    }
+
+    #[test]
     fn bad_specs_are_errors_not_panics() {
         let cases: Vec<(SpmmSpec, &str)> = vec![
             ({ spec(vec![(2, 0)]) }, "outside"),
@@ -856,6 +1076,22 @@ mod tests {
                 "values hold",
             ),
             ({ SpmmSpec::new(0, 64, 96, Dtype::F32, (32, 32), vec![]) }, "empty"),
+            (
+                {
+                    let mut s = SpmmSpec::new(64, 64, 96, Dtype::F32, (1, 1), vec![]);
+                    s.tile = Some(Tile { rows: 48, stages: 2 });
+                    s
+                },
+                "fine tiles",
+            ),
+            (
+                {
+                    let mut s = SpmmSpec::new(8, 16, 96, Dtype::F32, (1, 1), vec![(8, 0)]);
+                    s.orientation = Orientation::Left;
+                    s
+                },
+                "outside the 8x16 weight",
+            ),
         ];
         for (s, want) in cases {
             let e = match specialize(&s) {

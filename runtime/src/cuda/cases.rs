@@ -53,7 +53,7 @@ pub struct Case {
     pub mode: Mode,
     /// Embed the weight values in the source.
     pub values_literal: bool,
-    /// Tile override for the block kernel.
+    /// Tile override for the block kernel (and for the fine kernel of a `Cover::Fine`).
     pub tile: Option<Tile>,
     /// Run dense sub-operators on cuBLAS (plus our epilogue kernel) instead of our own
     /// dense kernel: the planner's fallback.
@@ -192,7 +192,7 @@ impl Case {
             if self.values_literal {
                 s.values = Some(w.clone());
             }
-            if block != (1, 1) {
+            if block != (1, 1) || self.cover == Cover::Fine {
                 s.tile = self.tile;
             }
             s
@@ -364,6 +364,27 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu),
         Case::new((128, 512, 256), F32, u(0.5), Fine),
         Case::new((256, 512, 512), F16, u(0.95), Fine).with_epilogue(true, None),
+        // fine-grained: ragged rows, columns and chunks, K not a multiple of 4 (scalar staging),
+        // every rows-per-lane tiling, bf16
+        Case::new((130, 260, 70), F32, u(0.8), Fine),
+        Case::new((77, 258, 50), F32, u(0.9), Fine).with_epilogue(true, Relu),
+        Case::new((300, 512, 512), F32, u(0.95), Fine).with_tile(128, 4),
+        Case::new((300, 512, 512), F16, u(0.95), Fine).with_tile(32, 16).with_epilogue(true, Gelu),
+        Case::new((128, 256, 192), Bf16, u(0.9), Fine).with_tile(64, 2),
+        // fine-grained, left orientation (C = W · B)
+        Case::new((1024, 1024, 1024), F32, u(0.95), Fine).with_orientation(Orientation::Left),
+        Case::new((96, 64, 80), F32, u(0.9), Fine)
+            .with_orientation(Orientation::Left)
+            .with_values()
+            .with_epilogue(true, Relu),
+        Case::new((200, 1536, 300), F32, u(0.99), Fine)
+            .with_orientation(Orientation::Left)
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(true, Gelu),
+        Case::new((256, 512, 512), F16, u(0.95), Fine).with_orientation(Orientation::Left).with_epilogue(true, None),
+        Case::new((130, 100, 66), F32, u(0.8), Fine).with_orientation(Orientation::Left),
+        Case::new((300, 512, 520), F32, u(0.5), Fine).with_orientation(Orientation::Left).with_tile(128, 4),
+        Case::new((64, 256, 96), Bf16, u(0.9), Fine).with_orientation(Orientation::Left).with_tile(32, 2),
         // dense fallback: our kernel, and cuBLAS + our epilogue kernel
         Case::new((512, 512, 512), F32, u(0.0), Dense(32, 32)).with_epilogue(true, Relu),
         Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)),
@@ -439,6 +460,15 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     }
     // The same matmul with the sparse weight on the left (C = W·B).
     out.push(goal.with_orientation(Orientation::Left));
+    // Fine kernel: tile variants (rows per CTA, columns per CTA / 32) of the unstructured goal
+    // cases, and the left orientation (W · B) with the same patterns.
+    for s in [0.95, 0.99] {
+        let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine);
+        for (rows, cols32) in [(32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (64, 8), (128, 2), (128, 4)] {
+            out.push(fine.clone().with_tile(rows, cols32));
+        }
+        out.push(fine.with_orientation(Orientation::Left));
+    }
     out
 }
 
