@@ -13,9 +13,11 @@ pub mod from_plan;
 pub mod loopnest;
 mod render;
 mod spmm;
+mod spmm_wgmma;
 
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::{specialize, Family, Kernel, Launch};
+pub use spmm_wgmma::CoreLayout;
 
 use serde::Serialize;
 
@@ -132,6 +134,17 @@ pub struct Tile {
     pub stages: usize,
 }
 
+/// Which tensor-core path an fp16/bf16 block kernel takes (fp32 and fine kernels ignore it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Engine {
+    /// The specializer's choice: wgmma where the block shape supports it, mma.sync otherwise.
+    Auto,
+    /// Warp-level `mma.sync` m16n8k16 (any tensor-core GPU).
+    MmaSync,
+    /// Warpgroup-level `wgmma.mma_async` from shared memory (Hopper, sm_90a only).
+    Wgmma,
+}
+
 /// One sparse × dense matmul to specialize. Plain data, so that the plan's sub-operators
 /// (block shape, dtype, orientation, epilogue, nonzero block coordinates, values, mode)
 /// map onto it one field each.
@@ -158,6 +171,8 @@ pub struct SpmmSpec {
     pub code_budget: usize,
     /// Tile override; `None` lets the specializer choose.
     pub tile: Option<Tile>,
+    /// Tensor-core path of fp16/bf16 block kernels.
+    pub engine: Engine,
 }
 
 impl SpmmSpec {
@@ -177,6 +192,7 @@ impl SpmmSpec {
             mode: Mode::Auto,
             code_budget: 16384,
             tile: None,
+            engine: Engine::Auto,
         }
     }
 

@@ -16,6 +16,9 @@ pub enum Family {
     Fine,
     /// Every block present: the block kernels without tables.
     Dense,
+    /// fp16/bf16 block-sparse on Hopper tensor cores (wgmma from shared memory, persistent grid);
+    /// W blocks packed transposed. See `spmm_wgmma.rs`.
+    BlockWgmma,
 }
 
 impl Family {
@@ -25,6 +28,7 @@ impl Family {
             Family::BlockMma => "block_mma",
             Family::Fine => "fine",
             Family::Dense => "dense",
+            Family::BlockWgmma => "block_wgmma",
         }
     }
 }
@@ -88,6 +92,7 @@ impl Kernel {
                 }
                 out
             }
+            Family::BlockWgmma => super::spmm_wgmma::pack_transposed(self, w),
             _ => {
                 let (bh, bw) = self.block;
                 let mut out = Vec::with_capacity(self.idx.len() * bh * bw);
@@ -116,7 +121,7 @@ impl Kernel {
     }
 }
 
-fn spec_err(msg: String) -> CodegenError {
+pub(super) fn spec_err(msg: String) -> CodegenError {
     CodegenError::Spec(msg)
 }
 
@@ -154,11 +159,14 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         return fine(spec, &live);
     }
     let dense = spec.blocks.len() == kbs * nbs;
+    if let Some(kernel) = super::spmm_wgmma::try_specialize(spec, &live, dense)? {
+        return Ok(kernel);
+    }
     block(spec, &live, dense)
 }
 
 /// Resolves `Auto` against the budget.
-fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
+pub(super) fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
     match spec.mode {
         Mode::Auto if words <= spec.code_budget => Mode::Unrolled,
         Mode::Auto => Mode::IndexStream,
@@ -166,7 +174,7 @@ fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
     }
 }
 
-fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
+pub(super) fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
     use super::Activation::*;
     let (act, lo, hi) = match spec.epilogue.activation {
         None => ("none", 0.0, 0.0),
@@ -195,7 +203,7 @@ fn float_literal(x: f32) -> String {
 }
 
 /// Raw bits of the packed values in the kernel's dtype, as hex literals.
-fn value_bits(dtype: Dtype, packed: &[f32]) -> Vec<String> {
+pub(super) fn value_bits(dtype: Dtype, packed: &[f32]) -> Vec<String> {
     packed
         .iter()
         .map(|v| match dtype {
@@ -519,7 +527,7 @@ mod tests {
         assert_eq!(specialize(&spec(all)).unwrap().family, Family::Dense);
         let mut s = spec(vec![(0, 0)]);
         s.dtype = Dtype::F16;
-        assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockWgmma);
         s.block = (1, 1);
         assert_eq!(specialize(&s).unwrap().family, Family::Fine);
     }

@@ -2,7 +2,7 @@
 //! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
 //! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
 
-use spartac::codegen::{Activation, Dtype, Epilogue, Mode, SpmmSpec, Tile};
+use spartac::codegen::{Activation, Dtype, Engine, Epilogue, Mode, SpmmSpec, Tile};
 use spartac::rng::SplitMix64;
 use spartac::tesa::patterns::Pattern;
 
@@ -49,6 +49,8 @@ pub struct Case {
     pub values_literal: bool,
     /// Tile override for the block kernel.
     pub tile: Option<Tile>,
+    /// Tensor-core path of fp16/bf16 block kernels.
+    pub engine: Engine,
 }
 
 impl Case {
@@ -64,7 +66,12 @@ impl Case {
             mode: Mode::Auto,
             values_literal: false,
             tile: None,
+            engine: Engine::Auto,
         }
+    }
+    pub fn with_engine(mut self, engine: Engine) -> Case {
+        self.engine = engine;
+        self
     }
     pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
         self.tile = Some(Tile { rows, stages });
@@ -91,7 +98,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -106,7 +113,12 @@ impl Case {
                 Mode::Auto => "",
             },
             if self.values_literal { " +values" } else { "" },
-            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default()
+            self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default(),
+            match self.engine {
+                Engine::Auto => "",
+                Engine::MmaSync => " mmasync",
+                Engine::Wgmma => " wgmma",
+            }
         )
     }
 
@@ -136,6 +148,7 @@ impl Case {
             }
             if block != (1, 1) {
                 s.tile = self.tile;
+                s.engine = self.engine;
             }
             s
         };
@@ -227,6 +240,7 @@ pub fn correctness_cases() -> Vec<Case> {
     use Activation::*;
     use Cover::*;
     use Dtype::*;
+    use Engine::*;
     let b = |s: f64| Pattern::Block { bh: 32, bw: 32, sparsity: s };
     let u = |s: f64| Pattern::Unstructured { sparsity: s };
     let mixed = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
@@ -254,6 +268,22 @@ pub fn correctness_cases() -> Vec<Case> {
         // tile overrides (rows per CTA, pipeline stages), ragged M
         Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_tile(64, 2),
         Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3),
+        // Hopper wgmma (the fp16/bf16 block cases above take it through the auto engine) and
+        // mma.sync forced, side by side: ragged M, every epilogue, both modes, bf16, 16..64 blocks
+        Case::new((1024, 1024, 1024), F16, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_engine(MmaSync),
+        Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3).with_engine(MmaSync),
+        Case::new((777, 1024, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 5).with_engine(Wgmma),
+        Case::new((4099, 512, 256), F16, b(0.8), Block(32, 32)).with_mode(Mode::IndexStream).with_epilogue(true, Relu),
+        Case::new((333, 512, 512), Bf16, b(0.7), Block(32, 32)).with_tile(128, 4).with_epilogue(true, Gelu),
+        Case::new((64, 256, 256), Bf16, b(0.5), Block(32, 32)).with_tile(64, 8).with_values(),
+        Case::new((200, 512, 384), F16, Pattern::Block { bh: 64, bw: 64, sparsity: 0.6 }, Block(64, 64))
+            .with_tile(192, 4)
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(false, Clip { lo: -1.0, hi: 0.25 }),
+        Case::new((130, 256, 384), F16, Pattern::Block { bh: 32, bw: 16, sparsity: 0.6 }, Block(32, 16))
+            .with_epilogue(true, None),
+        Case::new((256, 512, 512), F16, u(0.0), Dense(32, 32)).with_engine(Wgmma),
+        Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu),
         // fine-grained
         Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
@@ -308,6 +338,13 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     };
     for &(rows, stages) in variants {
         out.push(goal.clone().with_tile(rows, stages));
+    }
+    if dtype != Dtype::F32 {
+        // The two tensor-core paths on the goal case, and the wgmma kernel's tiles.
+        out.push(goal.clone().with_engine(Engine::MmaSync));
+        for (rows, stages) in [(128, 6), (128, 8), (192, 5), (256, 4), (256, 6)] {
+            out.push(goal.clone().with_tile(rows, stages).with_engine(Engine::Wgmma));
+        }
     }
     out
 }

@@ -1,0 +1,307 @@
+//! The Hopper block-sparse family: `wgmma.mma_async` from shared memory on a persistent grid.
+//!
+//! Each work item is (row tile of `bm` rows, block column of `bw` columns); CTA `b` takes items
+//! `b, b + grid, ...` in row-tile-major order, and its cp.async pipeline streams the live
+//! k-blocks of all its items as one sequence, so the pipeline fills once per CTA, not once per
+//! item. A tiles and W blocks sit in shared memory in the no-swizzle K-major layout that the
+//! wgmma matrix descriptors read ([`CoreLayout`]); W blocks are packed transposed (`[n][k]`)
+//! so that B is K-major like A.
+
+use super::loopnest::{Level, LoopNest};
+use super::render::{render, WgmmaCtx};
+use super::spmm::{epilogue_ctx, resolve_mode, spec_err, value_bits, Family, Kernel, Launch};
+use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
+
+/// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
+/// fewer leave SMs idle; correctness does not depend on it.
+const TARGET_SMS: usize = 132;
+/// Shared memory of one SM and the per-CTA reserve (bytes), Hopper.
+const SMEM_PER_SM: usize = 233_472;
+const SMEM_PER_CTA_MAX: usize = 232_448;
+const SMEM_RESERVED_PER_CTA: usize = 1024;
+
+/// The no-swizzle K-major shared-memory layout of a wgmma operand tile with `k_chunks`
+/// 16-byte chunks (8 half elements) per row: rows are grouped by 8 into core matrices of
+/// 8 rows × 16 bytes stored as 128 contiguous bytes; the core matrices of one row group
+/// follow each other along K (`lbo` = 128 bytes apart), row groups are `sbo` bytes apart.
+/// The wgmma descriptor takes LBO as the K-direction stride and SBO as the M/N-direction one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoreLayout {
+    pub k_chunks: usize,
+}
+
+impl CoreLayout {
+    pub fn lbo(self) -> usize {
+        128
+    }
+    pub fn sbo(self) -> usize {
+        128 * self.k_chunks
+    }
+    /// Byte offset of the 16-byte chunk `q` (elements `8q..8q+8` along K) of row `row`.
+    pub fn offset(self, row: usize, q: usize) -> usize {
+        (row / 8) * self.sbo() + q * self.lbo() + (row % 8) * 16
+    }
+    /// Descriptor bits other than the start address: LBO (bits 16-29) and SBO (bits 32-45)
+    /// in 16-byte units; base offset 0 and swizzle mode 0 (none).
+    pub fn descriptor_const(self) -> u64 {
+        (((self.lbo() >> 4) as u64) << 16) | (((self.sbo() >> 4) as u64) << 32)
+    }
+    /// Byte offset of `(row, k)` as the tensor core reads it from a descriptor: core matrix
+    /// `(row / 8, k / 8)` at `start + (row / 8) · SBO + (k / 8) · LBO`, its rows 16 bytes apart.
+    pub fn descriptor_offset(desc: u64, row: usize, k: usize, elem_bytes: usize) -> usize {
+        let lbo = ((desc >> 16) & 0x3fff) as usize * 16;
+        let sbo = ((desc >> 32) & 0x3fff) as usize * 16;
+        (row / 8) * sbo + (k / 8) * lbo + (row % 8) * 16 + (k % 8) * elem_bytes
+    }
+}
+
+/// Whether the wgmma kernel takes `(bh, bw)`: K-steps of 16, wgmma N a multiple of 8 up to 64
+/// (one block column per instruction, 32 accumulators per thread at most).
+fn supports(bh: usize, bw: usize) -> bool {
+    bh % 16 == 0 && (16..=64).contains(&bh) && bw % 8 == 0 && (8..=64).contains(&bw)
+}
+
+/// The wgmma kernel for `spec` if its engine and block shape select it; `None` hands the spec
+/// to the mma.sync / SIMT kernels.
+pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Option<Kernel>, CodegenError> {
+    let (bh, bw) = spec.block;
+    let tensor = spec.dtype != Dtype::F32;
+    match spec.engine {
+        Engine::MmaSync => return Ok(None),
+        Engine::Auto if !tensor || dense || !supports(bh, bw) || spec.orientation != Orientation::Right => {
+            return Ok(None)
+        }
+        Engine::Wgmma if !tensor => {
+            return Err(spec_err(format!("wgmma kernels take f16 or bf16, not {}", spec.dtype.name())))
+        }
+        Engine::Wgmma if !supports(bh, bw) => {
+            return Err(spec_err(format!(
+                "wgmma kernels need bh in 16..=64 and bw in 8..=64 (multiples of 16 and 8), got {bh}x{bw}"
+            )))
+        }
+        _ => {}
+    }
+    block_wgmma(spec, live).map(Some)
+}
+
+/// Packs each live block of a row-major `K × N` weight transposed (`[n][k]`), blocks in
+/// table order: the K-major B operand of wgmma.
+pub(super) fn pack_transposed(kernel: &Kernel, w: &[f32]) -> Vec<f32> {
+    let (_, _, n) = kernel.spec_shape;
+    let (bh, bw) = kernel.block;
+    let mut out = Vec::with_capacity(kernel.idx.len() * bh * bw);
+    for j in 0..kernel.ptr.len() - 1 {
+        for e in kernel.ptr[j]..kernel.ptr[j + 1] {
+            let kb = kernel.idx[e as usize] as usize;
+            for c in 0..bw {
+                for r in 0..bh {
+                    out.push(w[(kb * bh + r) * n + j * bw + c]);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (bh, bw) = spec.block;
+    let (kbs, nbs) = (k / bh, n / bw);
+    // Rows per item: (warpgroups, m64 tiles per warpgroup).
+    let rows = match spec.tile {
+        Some(t) => t.rows,
+        None if m >= 2048 => 256,
+        None if m > 64 => 128,
+        None => 64,
+    };
+    let (warpgroups, m_tiles) = match rows {
+        64 => (1, 1),
+        128 => (2, 1),
+        192 => (3, 1),
+        256 => (2, 2),
+        r => return Err(spec_err(format!("wgmma tiles hold 64, 128, 192 or 256 rows, not {r}"))),
+    };
+    let stages = match spec.tile {
+        Some(t) if (3..=8).contains(&t.stages) => t.stages,
+        Some(t) => return Err(spec_err(format!("wgmma pipelines have 3 to 8 stages, not {}", t.stages))),
+        None if rows >= 256 => 4,
+        None => 6,
+    };
+    let layout = CoreLayout { k_chunks: bh / 8 };
+    let esize = spec.dtype.bytes();
+    let bm = rows;
+    let threads = 128 * warpgroups;
+    let a_stage_bytes = bm * bh * esize;
+    let stage_bytes = a_stage_bytes + bh * bw * esize;
+    let smem = stages * stage_bytes;
+    if smem > SMEM_PER_CTA_MAX {
+        return Err(spec_err(format!("{stages} stages of {stage_bytes} bytes exceed the shared memory of a CTA")));
+    }
+    let acc_regs = bw / 2;
+    // Registers a thread needs: the accumulators plus ~64 for addresses and the epilogue.
+    let regs = (m_tiles * acc_regs + 64).next_multiple_of(8);
+    let min_ctas = (SMEM_PER_SM / (smem + SMEM_RESERVED_PER_CTA)).min(2048 / threads).min(65536 / (threads * regs)).clamp(1, 8);
+
+    let nest = LoopNest::new(vec![
+        Level::new("n_block", nbs, bw),
+        Level::new("k_block", kbs, bh),
+        Level::new("m", m, bm),
+        Level::new("k", bh, 1),
+    ]);
+    let d = nest.dismantle(nest.level("k_block")?, |p| match p {
+        [_] => true,
+        [j, kb] => live[kb * nbs + j],
+        _ => false,
+    })?;
+    let mut ptr = vec![0i32; nbs + 1];
+    let mut idx = Vec::with_capacity(d.instances.len());
+    for inst in &d.instances {
+        ptr[inst[0] + 1] += 1;
+        idx.push(inst[1] as i32);
+    }
+    for j in 0..nbs {
+        ptr[j + 1] += ptr[j];
+    }
+    let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
+    let literal_words = ptr.len() + idx.len() + value_words;
+    let mode = resolve_mode(spec, literal_words);
+    let unrolled = mode == Mode::Unrolled;
+    let items = m.div_ceil(bm) * nbs;
+    let grid = items.min(TARGET_SMS * min_ctas);
+    let mut kernel = Kernel {
+        name: format!(
+            "spmm_block_wgmma_{}_{}x{}_{}",
+            spec.dtype.name(),
+            bh,
+            bw,
+            if unrolled { "unrolled" } else { "stream" }
+        ),
+        family: Family::BlockWgmma,
+        mode,
+        source: String::new(),
+        launch: Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 },
+        spec_shape: (m, k, n),
+        dtype: spec.dtype,
+        block: (bh, bw),
+        ptr,
+        idx,
+        chunk: 0,
+        live_instances: d.instances.len(),
+        dead_instances: d.dead_instances(),
+        literal_words: if unrolled { literal_words } else { 0 },
+        values_embedded: unrolled && spec.values.is_some(),
+    };
+    let values = match (&spec.values, kernel.values_embedded) {
+        (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
+        _ => vec![],
+    };
+    let ctx = WgmmaCtx {
+        kernel_name: kernel.name.clone(),
+        dtype: spec.dtype.name().to_string(),
+        m,
+        k,
+        n,
+        bh,
+        bw,
+        bm,
+        warpgroups,
+        m_tiles,
+        threads,
+        min_ctas,
+        stages,
+        n_blocks: nbs,
+        items,
+        k_chunks: layout.k_chunks,
+        lbo: layout.lbo(),
+        sbo: layout.sbo(),
+        desc_const: format!("0x{:016x}", layout.descriptor_const()),
+        a_stage_bytes,
+        stage_bytes,
+        m64_bytes: 64 * bh * esize,
+        acc_regs,
+        operand_a: acc_regs,
+        operand_b: acc_regs + 1,
+        operand_one: acc_regs + 2,
+        unrolled,
+        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
+        ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
+        idx: if unrolled { kernel.idx.clone() } else { vec![] },
+        values,
+        value_bits: 16,
+        epilogue: epilogue_ctx(spec),
+    };
+    kernel.source = render("spmm_block_wgmma.cu.tera", &ctx)?;
+    Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::{specialize, Tile};
+
+    #[test]
+    fn core_layout_is_a_bijection_that_the_descriptor_reads_back() {
+        for k_chunks in [2, 4, 6, 8] {
+            let l = CoreLayout { k_chunks };
+            let rows = 128;
+            let mut seen = vec![false; rows * k_chunks];
+            for r in 0..rows {
+                for q in 0..k_chunks {
+                    let off = l.offset(r, q);
+                    assert_eq!(off % 16, 0);
+                    assert!(!std::mem::replace(&mut seen[off / 16], true), "chunk ({r}, {q}) overlaps");
+                    // The tensor core finds element (r, 8q + e) where the copy put it.
+                    for e in 0..8 {
+                        assert_eq!(CoreLayout::descriptor_offset(l.descriptor_const(), r, 8 * q + e, 2), off + 2 * e);
+                    }
+                }
+            }
+            assert!(seen.iter().all(|s| *s));
+            // A k16 step starts 2 · LBO further; a 64-row slice is 8 row groups further.
+            assert_eq!(l.offset(0, 2), 2 * l.lbo());
+            assert_eq!(l.offset(64, 0), 64 * 8 * k_chunks * 2);
+            // A core matrix is 128 contiguous bytes: conflict-free for the tensor core's reads.
+            assert_eq!(l.offset(7, 0) - l.offset(0, 0), 112);
+        }
+        assert_eq!(CoreLayout { k_chunks: 4 }.descriptor_const(), (8u64 << 16) | (32u64 << 32));
+    }
+
+    fn f16_spec(blocks: Vec<(usize, usize)>) -> SpmmSpec {
+        SpmmSpec::new(100, 128, 96, Dtype::F16, (32, 32), blocks)
+    }
+
+    #[test]
+    fn auto_engine_picks_wgmma_for_half_blocks_and_mma_sync_otherwise() {
+        let k = specialize(&f16_spec(vec![(1, 2), (0, 0)])).unwrap();
+        assert_eq!(k.family, Family::BlockWgmma);
+        assert!(k.source.contains("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16"));
+        // 100 rows → one 128-row tile (2 warpgroups) × 3 block columns = 3 items.
+        assert_eq!((k.launch.grid, k.launch.block), ((3, 1, 1), (256, 1, 1)));
+        let mut s = f16_spec(vec![(1, 2)]);
+        s.engine = Engine::MmaSync;
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
+        s.engine = Engine::Auto;
+        s.block = (16, 16);
+        s.blocks = vec![(0, 0)];
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockWgmma);
+        s.dtype = Dtype::F32;
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockSimt);
+        s.engine = Engine::Wgmma;
+        assert!(specialize(&s).unwrap_err().to_string().contains("f16 or bf16"));
+        s.dtype = Dtype::Bf16;
+        s.tile = Some(Tile { rows: 96, stages: 4 });
+        assert!(specialize(&s).unwrap_err().to_string().contains("96"));
+    }
+
+    #[test]
+    fn weight_is_packed_transposed_per_block() {
+        let k = specialize(&f16_spec(vec![(1, 2), (0, 0), (1, 0)])).unwrap();
+        assert_eq!(k.ptr, vec![0, 2, 2, 3]);
+        let w: Vec<f32> = (0..128 * 96).map(|i| i as f32).collect();
+        let p = k.pack_weight(&w);
+        assert_eq!(p.len(), 3 * 1024);
+        // Block (0, 0): element [n = 1][k = 0] is W[0][1]; block (1, 0) second, [n = 0][k = 1] = W[33][0].
+        assert_eq!(p[32], w[1]);
+        assert_eq!(p[1024 + 1], w[33 * 96]);
+    }
+}
