@@ -137,7 +137,8 @@ pub struct Tile {
 /// Which tensor-core path an fp16/bf16 block kernel takes (fp32 and fine kernels ignore it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Engine {
-    /// The specializer's choice: wgmma where the block shape supports it, mma.sync otherwise.
+    /// The specializer's choice: mma.sync for now (wgmma only ties it, run 7b in
+    /// benches/results/spmm_notes.md).
     Auto,
     /// Warp-level `mma.sync` m16n8k16 (any tensor-core GPU).
     MmaSync,

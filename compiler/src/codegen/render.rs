@@ -150,6 +150,8 @@ pub struct WgmmaCtx {
     /// Core-matrix strides of the shared-memory layout (bytes) and the descriptor's constant bits.
     pub lbo: usize,
     pub sbo: usize,
+    /// Bytes per tile row = the swizzle width.
+    pub row_bytes: usize,
     pub desc_const: String,
     pub a_stage_bytes: usize,
     pub stage_bytes: usize,

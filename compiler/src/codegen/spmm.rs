@@ -527,7 +527,7 @@ mod tests {
         assert_eq!(specialize(&spec(all)).unwrap().family, Family::Dense);
         let mut s = spec(vec![(0, 0)]);
         s.dtype = Dtype::F16;
-        assert_eq!(specialize(&s).unwrap().family, Family::BlockWgmma);
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
         s.block = (1, 1);
         assert_eq!(specialize(&s).unwrap().family, Family::Fine);
     }

@@ -268,22 +268,27 @@ pub fn correctness_cases() -> Vec<Case> {
         // tile overrides (rows per CTA, pipeline stages), ragged M
         Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_tile(64, 2),
         Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3),
-        // Hopper wgmma (the fp16/bf16 block cases above take it through the auto engine) and
-        // mma.sync forced, side by side: ragged M, every epilogue, both modes, bf16, 16..64 blocks
+        // Hopper wgmma (asked for; auto takes mma.sync) and mma.sync forced: ragged M, every
+        // epilogue, both modes, bf16, 16..64-row and 16..64-column blocks
         Case::new((1024, 1024, 1024), F16, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_engine(MmaSync),
         Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3).with_engine(MmaSync),
         Case::new((777, 1024, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 5).with_engine(Wgmma),
-        Case::new((4099, 512, 256), F16, b(0.8), Block(32, 32)).with_mode(Mode::IndexStream).with_epilogue(true, Relu),
-        Case::new((333, 512, 512), Bf16, b(0.7), Block(32, 32)).with_tile(128, 4).with_epilogue(true, Gelu),
-        Case::new((64, 256, 256), Bf16, b(0.5), Block(32, 32)).with_tile(64, 8).with_values(),
+        Case::new((4099, 512, 256), F16, b(0.8), Block(32, 32)).with_mode(Mode::IndexStream).with_epilogue(true, Relu).with_engine(Wgmma),
+        Case::new((333, 512, 512), Bf16, b(0.7), Block(32, 32)).with_tile(128, 4).with_epilogue(true, Gelu).with_engine(Wgmma),
+        Case::new((64, 256, 256), Bf16, b(0.5), Block(32, 32)).with_tile(64, 8).with_values().with_engine(Wgmma),
         Case::new((200, 512, 384), F16, Pattern::Block { bh: 64, bw: 64, sparsity: 0.6 }, Block(64, 64))
             .with_tile(192, 4)
             .with_mode(Mode::IndexStream)
-            .with_epilogue(false, Clip { lo: -1.0, hi: 0.25 }),
+            .with_epilogue(false, Clip { lo: -1.0, hi: 0.25 })
+            .with_engine(Wgmma),
         Case::new((130, 256, 384), F16, Pattern::Block { bh: 32, bw: 16, sparsity: 0.6 }, Block(32, 16))
-            .with_epilogue(true, None),
+            .with_epilogue(true, None)
+            .with_engine(Wgmma),
+        Case::new((100, 256, 256), Bf16, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_mode(Mode::Unrolled)
+            .with_engine(Wgmma),
         Case::new((256, 512, 512), F16, u(0.0), Dense(32, 32)).with_engine(Wgmma),
-        Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu),
+        Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu).with_engine(Wgmma),
         // fine-grained
         Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
@@ -340,9 +345,10 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         out.push(goal.clone().with_tile(rows, stages));
     }
     if dtype != Dtype::F32 {
-        // The two tensor-core paths on the goal case, and the wgmma kernel's tiles.
+        // Both tensor-core paths on the goal case, and the wgmma kernel's tiles (auto = mma.sync).
         out.push(goal.clone().with_engine(Engine::MmaSync));
-        for (rows, stages) in [(128, 6), (128, 8), (192, 5), (256, 4), (256, 6)] {
+        out.push(goal.clone().with_engine(Engine::Wgmma));
+        for (rows, stages) in [(128, 8), (192, 5), (256, 4), (256, 6)] {
             out.push(goal.clone().with_tile(rows, stages).with_engine(Engine::Wgmma));
         }
     }
