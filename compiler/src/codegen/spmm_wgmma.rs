@@ -88,7 +88,7 @@ impl CoreLayout {
 /// wide), wgmma N a multiple of 8 up to 64
 /// (one block column per instruction, 32 accumulators per thread at most).
 fn supports(bh: usize, bw: usize) -> bool {
-    [16, 32, 64].contains(&bh) && bw % 8 == 0 && (8..=64).contains(&bw)
+    [16, 32, 64].contains(&bh) && bw.is_multiple_of(8) && (8..=64).contains(&bw)
 }
 
 /// The wgmma kernel for `spec` if its engine and block shape select it; `None` hands the spec
