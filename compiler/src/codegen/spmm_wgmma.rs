@@ -10,7 +10,7 @@
 use super::loopnest::{Level, LoopNest};
 use super::render::{render, WgmmaCtx};
 use super::spmm::{epilogue_ctx, resolve_mode, spec_err, value_bits, Family, Kernel, Launch};
-use super::{CodegenError, Dtype, Engine, Mode, SpmmSpec};
+use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
 
 /// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
 /// fewer leave SMs idle; correctness does not depend on it.
@@ -95,7 +95,7 @@ fn supports(bh: usize, bw: usize) -> bool {
 /// to the mma.sync / SIMT kernels.
 pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Option<Kernel>, CodegenError> {
     let (bh, bw) = spec.block;
-    let tensor = spec.dtype != Dtype::F32;
+    let tensor = matches!(spec.dtype, Dtype::F16 | Dtype::Bf16);
     let _ = dense; // the dense kernel stays on mma.sync unless wgmma is asked for
     match spec.engine {
         Engine::MmaSync => return Ok(None),
@@ -104,6 +104,9 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
         Engine::Auto => return Ok(None),
         Engine::Wgmma if !tensor => {
             return Err(spec_err(format!("wgmma kernels take f16 or bf16, not {}", spec.dtype.name())))
+        }
+        Engine::Wgmma if spec.orientation != Orientation::Right => {
+            return Err(spec_err("wgmma kernels take the right orientation (A · W, W sparse) only".into()))
         }
         Engine::Wgmma if !supports(bh, bw) => {
             return Err(spec_err(format!(
