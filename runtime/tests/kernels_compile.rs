@@ -85,6 +85,12 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
                 );
                 assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
             }
+            if kernel.family == spartac::codegen::Family::BlockWgmma {
+                let op = format!("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{1}.{1}", kernel.block.1, spec.dtype.name());
+                assert!(ptx.ptx.contains(&op), "{}: no {op} in PTX", kernel.name);
+                assert!(ptx.ptx.contains("fence.proxy.async.shared::cta"), "{}: no proxy fence in PTX", kernel.name);
+                assert!(!ptx.ptx.contains("mma.sync"), "{}: mma.sync in a wgmma kernel", kernel.name);
+            }
             if !matches!(kernel.family, spartac::codegen::Family::Fine | spartac::codegen::Family::Epilogue) {
                 assert!(ptx.ptx.contains("cp.async"), "{}: no cp.async in PTX", kernel.name);
             }
@@ -101,7 +107,7 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
             ));
         }
     }
-    for family in ["block_simt", "block_mma", "fine", "dense", "block_int8", "epilogue", "fine_left"] {
+    for family in ["block_simt", "block_mma", "fine", "dense", "block_int8", "epilogue", "fine_left", "block_wgmma"] {
         assert!(seen_families.contains(family), "family {family} not compiled: {seen_families:?}");
     }
     insta::assert_snapshot!("ptxas_stats", table);
@@ -128,7 +134,10 @@ fn rendered_kernels_snapshot() {
     insta::assert_snapshot!("block_simt_stream_bias_relu", specialize(&spec).unwrap().source);
     let mut spec = SpmmSpec::new(64, 64, 64, Dtype::F16, (32, 32), vec![(1, 0), (0, 1)]);
     spec.mode = Mode::Unrolled;
+    spec.engine = spartac::codegen::Engine::MmaSync;
     insta::assert_snapshot!("block_mma_unrolled", specialize(&spec).unwrap().source);
+    spec.engine = spartac::codegen::Engine::Wgmma;
+    insta::assert_snapshot!("block_wgmma_unrolled", specialize(&spec).unwrap().source);
     let mut spec = SpmmSpec::new(32, 16, 16, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (15, 0), (2, 9)]);
     spec.values = Some((0..16 * 16).map(|i| i as f32 * 0.5).collect());
     spec.mode = Mode::Auto;

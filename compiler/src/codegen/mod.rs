@@ -16,10 +16,12 @@ pub mod quant;
 mod render;
 mod spmm;
 mod spmm_int8;
+mod spmm_wgmma;
 
 pub use library::{library_gemm, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::{specialize, Family, Kernel, Launch};
+pub use spmm_wgmma::CoreLayout;
 
 use serde::Serialize;
 
@@ -155,6 +157,18 @@ pub struct Tile {
     pub stages: usize,
 }
 
+/// Which tensor-core path an fp16/bf16 block kernel takes (fp32 and fine kernels ignore it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Engine {
+    /// The specializer's choice: mma.sync for now (wgmma only ties it, run 7b in
+    /// benches/results/spmm_notes.md).
+    Auto,
+    /// Warp-level `mma.sync` m16n8k16 (any tensor-core GPU).
+    MmaSync,
+    /// Warpgroup-level `wgmma.mma_async` from shared memory (Hopper, sm_90a only).
+    Wgmma,
+}
+
 /// One sparse × dense matmul to specialize. Plain data, so that the plan's sub-operators
 /// (block shape, dtype, orientation, epilogue, nonzero block coordinates, values, mode)
 /// map onto it one field each.
@@ -181,6 +195,8 @@ pub struct SpmmSpec {
     pub code_budget: usize,
     /// Tile override; `None` lets the specializer choose.
     pub tile: Option<Tile>,
+    /// Tensor-core path of fp16/bf16 block kernels.
+    pub engine: Engine,
 }
 
 impl SpmmSpec {
@@ -200,6 +216,7 @@ impl SpmmSpec {
             mode: Mode::Auto,
             code_budget: 16384,
             tile: None,
+            engine: Engine::Auto,
         }
     }
 

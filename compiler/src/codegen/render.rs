@@ -14,6 +14,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_fine.cu.tera", include_str!("../../../templates/spmm_fine.cu.tera")),
     ("epilogue_rows.cu.tera", include_str!("../../../templates/epilogue_rows.cu.tera")),
     ("spmm_block_int8.cu.tera", include_str!("../../../templates/spmm_block_int8.cu.tera")),
+    ("spmm_block_wgmma.cu.tera", include_str!("../../../templates/spmm_block_wgmma.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.
@@ -203,4 +204,53 @@ pub fn render<C: Serialize>(template: &str, ctx: &C) -> Result<String, CodegenEr
     let fail = |message: String| CodegenError::Template { template: template.to_string(), message };
     let context = tera::Context::from_serialize(ctx).map_err(|e| fail(error_chain(&e)))?;
     engine()?.render(template, &context).map_err(|e| fail(error_chain(&e)))
+}
+
+/// Context of the wgmma block-sparse template (Hopper, persistent grid).
+#[derive(Clone, Debug, Serialize)]
+pub struct WgmmaCtx {
+    pub kernel_name: String,
+    pub dtype: String,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub bh: usize,
+    pub bw: usize,
+    /// Rows of C per work item (= 64 × warpgroups × m_tiles).
+    pub bm: usize,
+    pub warpgroups: usize,
+    /// m64 tiles per warpgroup.
+    pub m_tiles: usize,
+    pub threads: usize,
+    /// CTAs per SM the launch bounds promise (caps registers).
+    pub min_ctas: usize,
+    pub stages: usize,
+    /// Block columns; work items = row tiles × block columns.
+    pub n_blocks: usize,
+    pub items: usize,
+    /// 16-byte chunks per row of a k-block (bh / 8).
+    pub k_chunks: usize,
+    /// Core-matrix strides of the shared-memory layout (bytes) and the descriptor's constant bits.
+    pub lbo: usize,
+    pub sbo: usize,
+    /// Bytes per tile row = the swizzle width.
+    pub row_bytes: usize,
+    pub desc_const: String,
+    pub a_stage_bytes: usize,
+    pub stage_bytes: usize,
+    /// Bytes of one 64-row slice of the A stage.
+    pub m64_bytes: usize,
+    /// fp32 accumulator registers per thread per m64 tile (bw / 2).
+    pub acc_regs: usize,
+    /// Operand numbers of the wgmma inline asm after the accumulators.
+    pub operand_a: usize,
+    pub operand_b: usize,
+    pub operand_one: usize,
+    pub unrolled: bool,
+    pub tables_in_constant: bool,
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+    pub values: Vec<String>,
+    pub value_bits: usize,
+    pub epilogue: EpilogueCtx,
 }

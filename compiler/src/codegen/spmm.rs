@@ -23,6 +23,9 @@ pub enum Family {
     /// int8 block-sparse, or dense with every block present, on tensor cores (ldmatrix +
     /// mma.sync m16n8k32 s8, int32 accumulate, dequantizing epilogue, fp16 output).
     BlockInt8,
+    /// fp16/bf16 block-sparse on Hopper tensor cores (wgmma from shared memory, persistent grid);
+    /// W blocks packed transposed. See `spmm_wgmma.rs`.
+    BlockWgmma,
 }
 
 impl Family {
@@ -35,6 +38,7 @@ impl Family {
             Family::Dense => "dense",
             Family::Epilogue => "epilogue",
             Family::BlockInt8 => "block_int8",
+            Family::BlockWgmma => "block_wgmma",
         }
     }
 }
@@ -155,7 +159,9 @@ impl Kernel {
                 out.resize(self.idx.len(), T::default());
                 out
             }
-            Family::BlockInt8 => {
+            // Each live block column-major (n-major, the block's k contiguous): the int8
+            // B fragments via plain ldmatrix, and wgmma's K-major B operand.
+            Family::BlockInt8 | Family::BlockWgmma => {
                 let (bh, bw) = self.block;
                 let mut out = Vec::with_capacity(self.idx.len() * bh * bw);
                 for j in 0..self.ptr.len() - 1 {
@@ -253,6 +259,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if (bh, bw) == (1, 1) {
         return fine(spec, &live);
     }
+    if let Some(kernel) = super::spmm_wgmma::try_specialize(spec, &live, dense)? {
+        return Ok(kernel);
+    }
     block(spec, &live, dense, false)
 }
 
@@ -294,7 +303,7 @@ fn float_literal(x: f32) -> String {
 }
 
 /// Raw bits of the packed values in the kernel's dtype, as hex literals.
-fn value_bits(dtype: Dtype, packed: &[f32]) -> Vec<String> {
+pub(super) fn value_bits(dtype: Dtype, packed: &[f32]) -> Vec<String> {
     packed
         .iter()
         .map(|v| match dtype {

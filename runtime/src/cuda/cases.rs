@@ -2,7 +2,7 @@
 //! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
 //! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
 
-use spartac::codegen::{Activation, Dtype, Epilogue, Mode, Orientation, SpmmSpec, Tile};
+use spartac::codegen::{Activation, Dtype, Engine, Epilogue, Mode, Orientation, SpmmSpec, Tile};
 use spartac::rng::SplitMix64;
 use spartac::tesa::patterns::Pattern;
 
@@ -64,6 +64,8 @@ pub struct Case {
     /// Every kept weight element takes this value (binarized / HPEC-style weights), which
     /// lets the fp32 block kernel fold its blocks when the values are embedded.
     pub uniform: Option<f32>,
+    /// Tensor-core path of fp16/bf16 block kernels.
+    pub engine: Engine,
 }
 
 impl Case {
@@ -82,6 +84,7 @@ impl Case {
             cublas_dense: cover == Cover::Planned,
             orientation: Orientation::Right,
             uniform: None,
+            engine: Engine::Auto,
         }
     }
     pub fn with_uniform(mut self, v: f32) -> Case {
@@ -105,6 +108,10 @@ impl Case {
             Orientation::Right => (self.m, self.k),
             Orientation::Left => (self.k, self.n),
         }
+    }
+    pub fn with_engine(mut self, engine: Engine) -> Case {
+        self.engine = engine;
+        self
     }
     pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
         self.tile = Some(Tile { rows, stages });
@@ -143,7 +150,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -161,7 +168,12 @@ impl Case {
             self.tile.map(|t| format!(" tile{}s{}", t.rows, t.stages)).unwrap_or_default(),
             if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" },
             if self.orientation == Orientation::Left { " left" } else { "" },
-            self.uniform.map(|v| format!(" uniform{v}")).unwrap_or_default()
+            self.uniform.map(|v| format!(" uniform{v}")).unwrap_or_default(),
+            match self.engine {
+                Engine::Auto => "",
+                Engine::MmaSync => " mmasync",
+                Engine::Wgmma => " wgmma",
+            }
         )
     }
 
@@ -194,6 +206,7 @@ impl Case {
             }
             if block != (1, 1) || self.cover == Cover::Fine {
                 s.tile = self.tile;
+                s.engine = self.engine;
             }
             s
         };
@@ -304,6 +317,7 @@ pub fn correctness_cases() -> Vec<Case> {
     use Cover::*;
     use Dtype::*;
     use Orientation::Left;
+    use Engine::*;
     let b = |s: f64| Pattern::Block { bh: 32, bw: 32, sparsity: s };
     let u = |s: f64| Pattern::Unstructured { sparsity: s };
     let mixed = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
@@ -358,6 +372,27 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((256, 512, 392), F32, b(0.8), Split(32, 32)).with_epilogue(true, Relu).with_orientation(Left),
         Case::new((256, 512, 392), F16, b(0.8), Split(32, 32)).with_epilogue(true, None).with_orientation(Left),
         Case::new((200, 512, 512), F32, b(0.8), Split(32, 32)).with_epilogue(true, Relu),
+        // Hopper wgmma (asked for; auto takes mma.sync) and mma.sync forced: ragged M, every
+        // epilogue, both modes, bf16, 16..64-row and 16..64-column blocks
+        Case::new((1024, 1024, 1024), F16, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_engine(MmaSync),
+        Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3).with_engine(MmaSync),
+        Case::new((777, 1024, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 5).with_engine(Wgmma),
+        Case::new((4099, 512, 256), F16, b(0.8), Block(32, 32)).with_mode(Mode::IndexStream).with_epilogue(true, Relu).with_engine(Wgmma),
+        Case::new((333, 512, 512), Bf16, b(0.7), Block(32, 32)).with_tile(128, 4).with_epilogue(true, Gelu).with_engine(Wgmma),
+        Case::new((64, 256, 256), Bf16, b(0.5), Block(32, 32)).with_tile(64, 8).with_values().with_engine(Wgmma),
+        Case::new((200, 512, 384), F16, Pattern::Block { bh: 64, bw: 64, sparsity: 0.6 }, Block(64, 64))
+            .with_tile(192, 4)
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(false, Clip { lo: -1.0, hi: 0.25 })
+            .with_engine(Wgmma),
+        Case::new((130, 256, 384), F16, Pattern::Block { bh: 32, bw: 16, sparsity: 0.6 }, Block(32, 16))
+            .with_epilogue(true, None)
+            .with_engine(Wgmma),
+        Case::new((100, 256, 256), Bf16, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
+            .with_mode(Mode::Unrolled)
+            .with_engine(Wgmma),
+        Case::new((256, 512, 512), F16, u(0.0), Dense(32, 32)).with_engine(Wgmma),
+        Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu).with_engine(Wgmma),
         // fine-grained
         Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
@@ -457,6 +492,14 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     };
     for &(rows, stages) in variants {
         out.push(goal.clone().with_tile(rows, stages));
+    }
+    if dtype != Dtype::F32 {
+        // Both tensor-core paths on the goal case, and the wgmma kernel's tiles (auto = mma.sync).
+        out.push(goal.clone().with_engine(Engine::MmaSync));
+        out.push(goal.clone().with_engine(Engine::Wgmma));
+        for (rows, stages) in [(128, 8), (192, 5), (256, 4), (256, 6)] {
+            out.push(goal.clone().with_tile(rows, stages).with_engine(Engine::Wgmma));
+        }
     }
     // The same matmul with the sparse weight on the left (C = W·B).
     out.push(goal.with_orientation(Orientation::Left));

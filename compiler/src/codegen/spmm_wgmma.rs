@@ -1,0 +1,333 @@
+//! The Hopper block-sparse family: `wgmma.mma_async` from shared memory on a persistent grid.
+//!
+//! Each work item is (row tile of `bm` rows, block column of `bw` columns); CTA `b` takes items
+//! `b, b + grid, ...` in row-tile-major order, and its cp.async pipeline streams the live
+//! k-blocks of all its items as one sequence, so the pipeline fills once per CTA, not once per
+//! item. A tiles and W blocks sit in shared memory in the no-swizzle K-major layout that the
+//! wgmma matrix descriptors read ([`CoreLayout`]); W blocks are packed transposed (`[n][k]`)
+//! so that B is K-major like A.
+
+use super::loopnest::{Level, LoopNest};
+use super::render::{render, WgmmaCtx};
+use super::spmm::{epilogue_ctx, resolve_mode, spec_err, value_bits, Family, Kernel, Launch};
+use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
+
+/// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
+/// fewer leave SMs idle; correctness does not depend on it.
+const TARGET_SMS: usize = 132;
+/// Shared memory of one SM and the per-CTA reserve (bytes), Hopper.
+const SMEM_PER_SM: usize = 233_472;
+const SMEM_PER_CTA_MAX: usize = 232_448;
+const SMEM_RESERVED_PER_CTA: usize = 1024;
+
+/// The swizzled K-major shared-memory layout of a wgmma operand tile whose rows hold
+/// `k_chunks` 16-byte chunks (8 half elements each; 2, 4 or 8 chunks = a 32, 64 or 128-byte
+/// row): the swizzle width equals the row, so an 8-row group is one swizzle atom of
+/// `8 · row` bytes (SBO apart), and inside it chunk `q` of row `r` sits at chunk
+/// `q XOR (address bits 7.. of the row start)`, as the hardware's 32/64/128-byte swizzle modes
+/// expect. (Run 7a used the no-swizzle layout: correct, but its 512-byte row-group stride put
+/// every row group of a core-matrix column in the same banks.) Tiles must start 1024-byte aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoreLayout {
+    pub k_chunks: usize,
+}
+
+impl CoreLayout {
+    /// Bytes per row = swizzle width.
+    pub fn row_bytes(self) -> usize {
+        16 * self.k_chunks
+    }
+    /// Unused by K-major swizzled operands whose K step fits one atom; 16 bytes by convention.
+    pub fn lbo(self) -> usize {
+        16
+    }
+    /// Stride between 8-row groups (one swizzle atom).
+    pub fn sbo(self) -> usize {
+        8 * self.row_bytes()
+    }
+    /// Descriptor layout type (bits 62-63): 1 = 128-byte, 2 = 64-byte, 3 = 32-byte swizzle.
+    pub fn swizzle_mode(self) -> u64 {
+        match self.row_bytes() {
+            128 => 1,
+            64 => 2,
+            32 => 3,
+            b => panic!("no swizzle mode for {b}-byte rows"),
+        }
+    }
+    fn xor_of_row(self, row: usize) -> usize {
+        (((row % 8) * self.row_bytes()) >> 7) & (self.k_chunks - 1)
+    }
+    /// Byte offset of the 16-byte chunk `q` (elements `8q..8q+8` along K) of row `row`.
+    pub fn offset(self, row: usize, q: usize) -> usize {
+        (row / 8) * self.sbo() + (row % 8) * self.row_bytes() + 16 * (q ^ self.xor_of_row(row))
+    }
+    /// Descriptor bits other than the start address: LBO (bits 16-29) and SBO (bits 32-45)
+    /// in 16-byte units, base offset 0, the swizzle mode.
+    pub fn descriptor_const(self) -> u64 {
+        (((self.lbo() >> 4) as u64) << 16) | (((self.sbo() >> 4) as u64) << 32) | (self.swizzle_mode() << 62)
+    }
+    /// Byte offset (from a 1024-aligned tile start) where the tensor core reads element
+    /// `(row, k)` of the operand whose descriptor start is `start` bytes into the tile: the
+    /// unswizzled address `start + (row / 8) · SBO + (row % 8) · width + 2k`, then address bits
+    /// 4.. XORed with bits 7.. (as many bits as the width has 16-byte chunks, log2).
+    pub fn descriptor_offset(desc: u64, start: usize, row: usize, k: usize, elem_bytes: usize) -> usize {
+        let sbo = ((desc >> 32) & 0x3fff) as usize * 16;
+        let width = match desc >> 62 {
+            1 => 128,
+            2 => 64,
+            3 => 32,
+            _ => panic!("no-swizzle descriptors are not used"),
+        };
+        let mask = width / 16 - 1;
+        let a = start + (row / 8) * sbo + (row % 8) * width + k * elem_bytes;
+        a ^ (((a >> 7) & mask) << 4)
+    }
+}
+
+/// Whether the wgmma kernel takes `(bh, bw)`: rows of 32, 64 or 128 bytes (one swizzle atom
+/// wide), wgmma N a multiple of 8 up to 64
+/// (one block column per instruction, 32 accumulators per thread at most).
+fn supports(bh: usize, bw: usize) -> bool {
+    [16, 32, 64].contains(&bh) && bw.is_multiple_of(8) && (8..=64).contains(&bw)
+}
+
+/// The wgmma kernel for `spec` if its engine and block shape select it; `None` hands the spec
+/// to the mma.sync / SIMT kernels.
+pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Option<Kernel>, CodegenError> {
+    let (bh, bw) = spec.block;
+    let tensor = matches!(spec.dtype, Dtype::F16 | Dtype::Bf16);
+    let _ = dense; // the dense kernel stays on mma.sync unless wgmma is asked for
+    match spec.engine {
+        Engine::MmaSync => return Ok(None),
+        // Run 7b: with the swizzled layout wgmma ties mma.sync at 4096³ 90% (0.129 vs 0.128 ms)
+        // and loses at 99% (0.042 vs 0.034): auto keeps mma.sync until wgmma measures faster.
+        Engine::Auto => return Ok(None),
+        Engine::Wgmma if !tensor => {
+            return Err(spec_err(format!("wgmma kernels take f16 or bf16, not {}", spec.dtype.name())))
+        }
+        Engine::Wgmma if spec.orientation != Orientation::Right => {
+            return Err(spec_err("wgmma kernels take the right orientation (A · W, W sparse) only".into()))
+        }
+        Engine::Wgmma if !supports(bh, bw) => {
+            return Err(spec_err(format!(
+                "wgmma kernels need bh 16, 32 or 64 and bw in 8..=64 (a multiple of 8), got {bh}x{bw}"
+            )))
+        }
+        _ => {}
+    }
+    block_wgmma(spec, live).map(Some)
+}
+
+fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (bh, bw) = spec.block;
+    let (kbs, nbs) = (k / bh, n / bw);
+    // Rows per item: (warpgroups, m64 tiles per warpgroup).
+    let rows = match spec.tile {
+        Some(t) => t.rows,
+        // 128 rows, 6 stages: the fastest tile of run 7b (0.129 ms; 256 rows 0.138-0.143).
+        None if m > 64 => 128,
+        None => 64,
+    };
+    let (warpgroups, m_tiles) = match rows {
+        64 => (1, 1),
+        128 => (2, 1),
+        192 => (3, 1),
+        256 => (2, 2),
+        r => return Err(spec_err(format!("wgmma tiles hold 64, 128, 192 or 256 rows, not {r}"))),
+    };
+    let stages = match spec.tile {
+        Some(t) if (3..=8).contains(&t.stages) => t.stages,
+        Some(t) => return Err(spec_err(format!("wgmma pipelines have 3 to 8 stages, not {}", t.stages))),
+        None => 6,
+    };
+    let layout = CoreLayout { k_chunks: bh / 8 };
+    let esize = spec.dtype.bytes();
+    let bm = rows;
+    let threads = 128 * warpgroups;
+    let a_stage_bytes = bm * bh * esize;
+    let stage_bytes = a_stage_bytes + bh * bw * esize;
+    // + 1024: the kernel aligns the ring to the 1024-byte swizzle period.
+    let smem = stages * stage_bytes + 1024;
+    if smem > SMEM_PER_CTA_MAX {
+        return Err(spec_err(format!("{stages} stages of {stage_bytes} bytes exceed the shared memory of a CTA")));
+    }
+    let acc_regs = bw / 2;
+    // Registers a thread needs: the accumulators plus ~64 for addresses and the epilogue.
+    let regs = (m_tiles * acc_regs + 64).next_multiple_of(8);
+    let min_ctas = (SMEM_PER_SM / (smem + SMEM_RESERVED_PER_CTA)).min(2048 / threads).min(65536 / (threads * regs)).clamp(1, 8);
+
+    let nest = LoopNest::new(vec![
+        Level::new("n_block", nbs, bw),
+        Level::new("k_block", kbs, bh),
+        Level::new("m", m, bm),
+        Level::new("k", bh, 1),
+    ]);
+    let d = nest.dismantle(nest.level("k_block")?, |p| match p {
+        [_] => true,
+        [j, kb] => live[kb * nbs + j],
+        _ => false,
+    })?;
+    let mut ptr = vec![0i32; nbs + 1];
+    let mut idx = Vec::with_capacity(d.instances.len());
+    for inst in &d.instances {
+        ptr[inst[0] + 1] += 1;
+        idx.push(inst[1] as i32);
+    }
+    for j in 0..nbs {
+        ptr[j + 1] += ptr[j];
+    }
+    let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
+    let literal_words = ptr.len() + idx.len() + value_words;
+    let mode = resolve_mode(spec, literal_words);
+    let unrolled = mode == Mode::Unrolled;
+    let items = m.div_ceil(bm) * nbs;
+    let grid = items.min(TARGET_SMS * min_ctas);
+    let mut kernel = Kernel {
+        name: format!(
+            "spmm_block_wgmma_{}_{}x{}_{}",
+            spec.dtype.name(),
+            bh,
+            bw,
+            if unrolled { "unrolled" } else { "stream" }
+        ),
+        family: Family::BlockWgmma,
+        mode,
+        source: String::new(),
+        launch: Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 },
+        spec_shape: (m, k, n),
+        dtype: spec.dtype,
+        block: (bh, bw),
+        orientation: super::Orientation::Right,
+        ptr,
+        idx,
+        chunk: 0,
+        live_instances: d.instances.len(),
+        dead_instances: d.dead_instances(),
+        literal_words: if unrolled { literal_words } else { 0 },
+        values_embedded: unrolled && spec.values.is_some(),
+    };
+    let values = match (&spec.values, kernel.values_embedded) {
+        (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
+        _ => vec![],
+    };
+    let ctx = WgmmaCtx {
+        kernel_name: kernel.name.clone(),
+        dtype: spec.dtype.name().to_string(),
+        m,
+        k,
+        n,
+        bh,
+        bw,
+        bm,
+        warpgroups,
+        m_tiles,
+        threads,
+        min_ctas,
+        stages,
+        n_blocks: nbs,
+        items,
+        k_chunks: layout.k_chunks,
+        lbo: layout.lbo(),
+        sbo: layout.sbo(),
+        row_bytes: layout.row_bytes(),
+        desc_const: format!("0x{:016x}", layout.descriptor_const()),
+        a_stage_bytes,
+        stage_bytes,
+        m64_bytes: 64 * bh * esize,
+        acc_regs,
+        operand_a: acc_regs,
+        operand_b: acc_regs + 1,
+        operand_one: acc_regs + 2,
+        unrolled,
+        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
+        ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
+        idx: if unrolled { kernel.idx.clone() } else { vec![] },
+        values,
+        value_bits: 16,
+        epilogue: epilogue_ctx(spec),
+    };
+    kernel.source = render("spmm_block_wgmma.cu.tera", &ctx)?;
+    Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::{specialize, Tile};
+
+    #[test]
+    fn core_layout_is_a_bijection_that_the_descriptor_reads_back() {
+        for k_chunks in [2, 4, 8] {
+            let l = CoreLayout { k_chunks };
+            let desc = l.descriptor_const();
+            let rows = 128;
+            let mut seen = vec![false; rows * k_chunks];
+            for r in 0..rows {
+                for q in 0..k_chunks {
+                    let off = l.offset(r, q);
+                    assert_eq!(off % 16, 0);
+                    assert!(!std::mem::replace(&mut seen[off / 16], true), "chunk ({r}, {q}) overlaps");
+                    // The tensor core finds element (r, 8q + e) where the copy put it, from the
+                    // tile start and from the k16 steps (start advanced by 32 bytes each).
+                    for e in 0..8 {
+                        let k = 8 * q + e;
+                        assert_eq!(CoreLayout::descriptor_offset(desc, 0, r, k, 2), off + 2 * e);
+                        let step = k / 16;
+                        assert_eq!(CoreLayout::descriptor_offset(desc, 32 * step, r, k % 16, 2), off + 2 * e);
+                    }
+                }
+            }
+            assert!(seen.iter().all(|s| *s));
+            // The 8 rows of a core-matrix column (chunk 0) fall in 8 distinct 16-byte bank
+            // groups: no bank conflict when the tensor core reads them together.
+            let banks: std::collections::BTreeSet<usize> = (0..8).map(|r| l.offset(r, 0) % 128).collect();
+            assert_eq!(banks.len(), 8, "{k_chunks} chunks per row");
+        }
+        assert_eq!(CoreLayout { k_chunks: 4 }.descriptor_const(), (1u64 << 16) | (32u64 << 32) | (2u64 << 62));
+    }
+
+    fn f16_spec(blocks: Vec<(usize, usize)>) -> SpmmSpec {
+        SpmmSpec::new(100, 128, 96, Dtype::F16, (32, 32), blocks)
+    }
+
+    #[test]
+    fn wgmma_is_taken_when_asked_for_and_auto_stays_on_mma_sync() {
+        let mut s = f16_spec(vec![(1, 2), (0, 0)]);
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
+        s.engine = Engine::Wgmma;
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.family, Family::BlockWgmma);
+        assert!(k.source.contains("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16"));
+        // 100 rows → one 128-row tile (2 warpgroups) × 3 block columns = 3 items.
+        assert_eq!((k.launch.grid, k.launch.block), ((3, 1, 1), (256, 1, 1)));
+        s.block = (16, 16);
+        s.blocks = vec![(0, 0)];
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockWgmma);
+        let mut odd = SpmmSpec::new(96, 96, 96, Dtype::F16, (48, 16), vec![(0, 0)]);
+        odd.engine = Engine::Wgmma;
+        assert!(specialize(&odd).unwrap_err().to_string().contains("bh 16, 32 or 64"));
+        s.dtype = Dtype::F32;
+        assert!(specialize(&s).unwrap_err().to_string().contains("f16 or bf16"));
+        s.engine = Engine::Auto;
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockSimt);
+        s.dtype = Dtype::Bf16;
+        s.engine = Engine::Wgmma;
+        s.tile = Some(Tile { rows: 96, stages: 4 });
+        assert!(specialize(&s).unwrap_err().to_string().contains("96"));
+    }
+
+    #[test]
+    fn weight_is_packed_transposed_per_block() {
+        let mut s = f16_spec(vec![(1, 2), (0, 0), (1, 0)]);
+        s.engine = Engine::Wgmma;
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.ptr, vec![0, 2, 2, 3]);
+        let w: Vec<f32> = (0..128 * 96).map(|i| i as f32).collect();
+        let p = k.pack_weight(&w);
+        assert_eq!(p.len(), 3 * 1024);
+        // Block (0, 0): element [n = 1][k = 0] is W[0][1]; block (1, 0) second, [n = 0][k = 1] = W[33][0].
+        assert_eq!(p[32], w[1]);
+        assert_eq!(p[1024 + 1], w[33 * 96]);
+    }
+}
