@@ -44,6 +44,11 @@ enum CostdbCommand {
         /// Write the fit and validation tables (Markdown) here too.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Fit only the dense (library) rates and the bandwidth; keep the base DB's block
+        /// entries. Use it when only a few block shapes were measured: fitted shapes next to
+        /// analytic ones bias the cover toward the unmeasured shapes.
+        #[arg(long)]
+        dense_only: bool,
     },
 }
 
@@ -82,6 +87,12 @@ fn cover_shape(cover: &str) -> Option<BlockShape> {
 /// (our own generated dense kernel, failed or untimed cases).
 fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
     let (Some(ms), true) = (rec.ms, rec.ok) else { return Ok(None) };
+    // The DB describes what `specialize` picks by default: leave out tile overrides, forced
+    // tensor-core engines and folded (uniform-valued) weights, which are experiments.
+    let words: Vec<&str> = rec.label.split_whitespace().collect();
+    if words.iter().any(|w| w.starts_with("tile") || w.starts_with("uniform") || *w == "wgmma" || *w == "mmasync") {
+        return Ok(None);
+    }
     let dims = rec.label.split_whitespace().next().unwrap_or("");
     let d: Vec<usize> = dims.split('x').filter_map(|x| x.parse().ok()).collect();
     let [m, k, n] = d[..] else { bail!("case {:?}: no MxKxN at the start of its label", rec.label) };
@@ -107,7 +118,7 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
 }
 
 pub fn run(args: CostdbArgs) -> Result<()> {
-    let CostdbCommand::Fit { bench, peers, base, out, report } = args.command;
+    let CostdbCommand::Fit { bench, peers, base, out, report, dense_only } = args.command;
     let mut db = match &base {
         Some(p) => CostDb::parse(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)?,
         None => CostModel::sm_90().db,
@@ -139,7 +150,11 @@ pub fn run(args: CostdbArgs) -> Result<()> {
     }
     let before = CostModel::new(HardwareProfile::sm_90(), db.clone())?;
     let sources: Vec<String> = bench.iter().map(|p| p.display().to_string()).collect();
-    let (fitted, rows) = fit(&before, &samples, &format!("fitted by `spartac costdb fit` to {}", sources.join(", ")))?;
+    let (mut fitted, mut rows) = fit(&before, &samples, &format!("fitted by `spartac costdb fit` to {}", sources.join(", ")))?;
+    if dense_only {
+        fitted.blocks = before.db.blocks.clone();
+        rows.clear();
+    }
     let after = CostModel::new(HardwareProfile::sm_90(), fitted.clone())?;
 
     let mut md = String::new();

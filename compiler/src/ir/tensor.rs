@@ -536,6 +536,11 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// [`numel`] for shapes that come from user data: `None` when the count overflows.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
 /// Row-major strides of a shape, in elements.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];

@@ -3,7 +3,7 @@
 
 use super::{distinct_axes, int_list, known_values, tensor};
 use crate::bail_op;
-use crate::ir::{numel, Tensor, ValueFact};
+use crate::ir::{checked_numel, numel, Tensor, ValueFact};
 use crate::ops::{optional, required, FamilyRegistrar, InferInput, NodeCtx, OpResult};
 
 pub(super) fn register(reg: &mut FamilyRegistrar) {
@@ -68,8 +68,11 @@ fn reshape_plan(ctx: &NodeCtx, in_shape: &[usize], values: &[Option<&Tensor>]) -
         });
     }
     let total = numel(in_shape);
+    // The target comes from the model's data: its element count may not even fit a usize.
+    let Some(known) = checked_numel(&out) else {
+        bail_op!("shape {target:?} has more elements than can be addressed");
+    };
     if let Some(i) = inferred {
-        let known = numel(&out);
         if known == 0 || total % known != 0 {
             bail_op!("cannot infer the -1 of shape {target:?} for an input of shape {in_shape:?}");
         }
