@@ -57,7 +57,7 @@ fn bench_network(name: &str, network: &hpec::Network, images: &hpec::Images, run
 fn crossover(layer: &hpec::LayerMatrix, bias: f32, density: f64) -> (f64, f64) {
     let neurons = layer.n_neurons();
     let step = (1.0 / density).round().max(1.0) as usize;
-    let pixels: Vec<u32> = (0..neurons as u32).filter(|p| *p as usize % step == 0).collect();
+    let pixels: Vec<u32> = (0..neurons as u32).filter(|p| (*p as usize).is_multiple_of(step)).collect();
     let values = vec![1.0f32; pixels.len()];
     let make = || ImageBlock::new(neurons, (0..32).collect(), |_| (&pixels[..], &values[..]));
     let repeats = 200;

@@ -49,7 +49,7 @@ fn block_fits(dtype: Dtype, (bh, bw): (usize, usize), k: usize, n: usize, left: 
         // The int8 kernel has the right orientation only.
         Dtype::I8 => !left && super::spmm_int8::int8_block_fits((bh, bw)),
     };
-    family && k % bh == 0 && n % bw == 0
+    family && k.is_multiple_of(bh) && n.is_multiple_of(bw)
 }
 
 fn epilogue_of(op: &OperatorPlan) -> Result<Epilogue, CodegenError> {

@@ -289,7 +289,7 @@ impl Data {
     /// Decodes little-endian bytes; `None` when the byte count does not fit the type.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<Data> {
         let size = dtype.size_bytes();
-        if bytes.len() % size != 0 {
+        if !bytes.len().is_multiple_of(size) {
             return None;
         }
         fn decode<T: Element>(bytes: &[u8]) -> Vec<T> {

@@ -174,7 +174,7 @@ fn solve_normal(eqs: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
     // Columns differ by many orders of magnitude (flops vs block counts): scale each to
     // unit norm first, and the solution back after.
     let norms: Vec<f64> = cols.iter().map(|&c| eqs.iter().map(|(a, _)| a[c] * a[c]).sum::<f64>().sqrt()).collect();
-    if norms.iter().any(|v| *v == 0.0) {
+    if norms.contains(&0.0) {
         return None;
     }
     let mut m = vec![vec![0.0f64; n + 1]; n];
@@ -193,11 +193,12 @@ fn solve_normal(eqs: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
             return None;
         }
         m.swap(col, piv);
-        for r in 0..n {
+        let pivot_row = m[col].clone();
+        for (r, row) in m.iter_mut().enumerate() {
             if r != col {
-                let f = m[r][col] / m[col][col];
-                for c in col..=n {
-                    m[r][c] -= f * m[col][c];
+                let f = row[col] / pivot_row[col];
+                for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                    *x -= f * p;
                 }
             }
         }

@@ -68,7 +68,7 @@ struct Part<T> {
 /// cuBLAS) followed by the generated epilogue kernel when there is one.
 enum Stage<T> {
     Generated(Part<T>),
-    Library { gemm: LibraryGemm, blas: std::sync::Arc<super::cublas::Blas>, w: CudaSlice<T>, epilogue: Option<Part<T>> },
+    Library { gemm: Box<LibraryGemm>, blas: std::sync::Arc<super::cublas::Blas>, w: CudaSlice<T>, epilogue: Option<Part<T>> },
 }
 
 /// Runs `case` once with inputs drawn from `seed` on a poisoned output, checks it, then
@@ -165,7 +165,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             let gemm = library_gemm(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
             let epilogue = gemm.epilogue.clone().map(|k| compile(k, part_w)).transpose()?;
             let w_dev = dev.upload(&enc_all(part_w))?;
-            parts.push(Stage::Library { gemm, blas: dev.blas()?, w: w_dev, epilogue });
+            parts.push(Stage::Library { gemm: Box::new(gemm), blas: dev.blas()?, w: w_dev, epilogue });
         } else {
             let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
             parts.push(Stage::Generated(compile(kernel, part_w)?));

@@ -31,7 +31,7 @@ fn mix64(mut z: u64) -> u64 {
 
 /// The bucket-hashing permutation, or `None` when `k` does not divide N (no hashing then).
 pub fn bucket_permutation(neurons: usize, buckets: usize) -> Option<Vec<u32>> {
-    if buckets < 2 || neurons % buckets != 0 || buckets >= neurons {
+    if buckets < 2 || !neurons.is_multiple_of(buckets) || buckets >= neurons {
         return None;
     }
     let per_bucket = neurons / buckets;

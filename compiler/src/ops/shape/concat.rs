@@ -88,7 +88,7 @@ fn split_plan(ctx: &NodeCtx, shape: &[usize], values: &[Option<&Tensor>]) -> OpR
             }
             let parts = parts as usize;
             let each = dim.div_ceil(parts);
-            if num_outputs.is_none() && dim % parts != 0 {
+            if num_outputs.is_none() && !dim.is_multiple_of(parts) {
                 bail_op!("dim {dim} of axis {axis} does not split evenly into {parts} outputs; give split sizes");
             }
             if each * (parts - 1) > dim {

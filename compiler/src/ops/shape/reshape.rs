@@ -73,7 +73,7 @@ fn reshape_plan(ctx: &NodeCtx, in_shape: &[usize], values: &[Option<&Tensor>]) -
         bail_op!("shape {target:?} has more elements than can be addressed");
     };
     if let Some(i) = inferred {
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             bail_op!("cannot infer the -1 of shape {target:?} for an input of shape {in_shape:?}");
         }
         out[i] = total / known;
