@@ -180,6 +180,22 @@ pub fn plan_single_weight_oriented(
     dtype: Dtype,
     orientation: Orientation,
 ) -> Result<Vec<PlannedKernel>, CodegenError> {
+    let g = single_weight_graph(m, k, n, w, dtype, orientation)?;
+    let plan = crate::plan::plan(&g, &crate::plan::PlanOptions::default()).map_err(|e| err(e.to_string()))?;
+    let op = plan.operators.first().ok_or_else(|| err("the planner found no operator".into()))?;
+    kernels_for_operator_with(op, w, activation_format(&g, op))
+}
+
+/// The one-MatMul graph [`plan_single_weight_oriented`] plans: input `x`, initializer `w`
+/// pruned where zero and marked with `dtype`'s width and format (int8: the activation too).
+fn single_weight_graph(
+    m: usize,
+    k: usize,
+    n: usize,
+    w: &[f32],
+    dtype: Dtype,
+    orientation: Orientation,
+) -> Result<crate::ir::Graph, CodegenError> {
     use crate::ir::{Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueKind};
     use crate::tesa::{ElemAttr, Format, Tesa};
     let left = orientation == Orientation::Left;
@@ -217,9 +233,7 @@ pub fn plan_single_weight_oriented(
         outputs: vec![y],
     });
     g.outputs.push(y);
-    let plan = crate::plan::plan(&g, &crate::plan::PlanOptions::default()).map_err(|e| err(e.to_string()))?;
-    let op = plan.operators.first().ok_or_else(|| err("the planner found no operator".into()))?;
-    kernels_for_operator_with(op, w, activation_format(&g, op))
+    Ok(g)
 }
 
 /// Block shape and live blocks a kernel family takes for one sub-operator of a `k × n`
@@ -344,30 +358,9 @@ mod tests {
         assert_eq!(sum, w);
         // The same plan with a float activation: no kernel takes an int8 weight alone.
         let op = {
-            use crate::ir::{Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueKind};
-            use crate::tesa::{ElemAttr, Format, Tesa};
-            let mut g = Graph { name: "t".into(), ..Default::default() };
-            g.opsets.insert(String::new(), 17);
-            let x = g.add_value("x".into(), ValueFact::new(DType::F32, vec![512, 256]), ValueKind::Input);
-            g.inputs.push(x);
-            let wt = Tensor::from_vec(vec![256, 256], w.clone());
-            let wid = g.add_value("w".into(), ValueFact::of(&wt), ValueKind::Initializer);
-            let mut tesa = Tesa::from_zeros(&wt);
-            tesa.set_uniform(ElemAttr::new(8, Format::Int));
-            g.values[wid.index()].tesa = Some(tesa);
-            g.initializers.insert(wid, Initializer::Dense(wt));
-            let y =
-                g.add_value("y".into(), ValueFact::new(DType::F32, vec![512, 256]), ValueKind::NodeOutput(NodeId(0)));
-            g.nodes.push(Node {
-                name: "mm".into(),
-                op_type: "MatMul".into(),
-                domain: String::new(),
-                opset: 17,
-                attrs: Attrs::new(),
-                inputs: vec![Some(x), Some(wid)],
-                outputs: vec![y],
-            });
-            g.outputs.push(y);
+            let mut g = single_weight_graph(512, 256, 256, &w, Dtype::I8, Orientation::Right).unwrap();
+            let x = g.inputs[0];
+            g.values[x.index()].tesa = None;
             let plan = crate::plan::plan(&g, &crate::plan::PlanOptions::default()).unwrap();
             assert_eq!(activation_format(&g, &plan.operators[0]), ActivationFormat::Float);
             plan.operators[0].clone()

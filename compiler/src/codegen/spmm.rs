@@ -469,28 +469,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         return Err(spec_err(format!("block {bh}x{bw} needs {smem} bytes of shared memory per CTA (at most 232448)")));
     }
 
-    // Loop nest: block columns, then the k-blocks of each; rows and the k inside a block stay loops.
-    let nest = LoopNest::new(vec![
-        Level::new("n_block", nbs, bw),
-        Level::new("k_block", kbs, bh),
-        Level::new("m", m, bm),
-        Level::new("k", bh, 1),
-    ]);
-    let d = nest.dismantle(nest.level("k_block")?, |p| match p {
-        // Column blocks always live: their output must be written even when empty.
-        [_] => true,
-        [j, kb] => live[kb * nbs + j],
-        _ => false,
-    })?;
-    let mut ptr = vec![0i32; nbs + 1];
-    let mut idx = Vec::with_capacity(d.instances.len());
-    for inst in &d.instances {
-        ptr[inst[0] + 1] += 1;
-        idx.push(inst[1] as i32);
-    }
-    for j in 0..nbs {
-        ptr[j + 1] += ptr[j];
-    }
+    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
     // Folding: when the values are known and every live block is uniform (one value
     // repeated, e.g. binarized or HPEC-style weights), the fp32 kernel needs one literal per
     // block instead of the block, and a row sum of the A tile instead of the block product.
@@ -523,8 +502,8 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         ptr,
         idx,
         chunk: 0,
-        live_instances: d.instances.len(),
-        dead_instances: d.dead_instances(),
+        live_instances,
+        dead_instances,
         literal_words: if mode == Mode::Unrolled { literal_words } else { 0 },
         values_embedded: mode == Mode::Unrolled && spec.values.is_some(),
     };
@@ -591,6 +570,47 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
     };
     kernel.source = render(if mma { "spmm_block_mma.cu.tera" } else { "spmm_block_simt.cu.tera" }, &ctx)?;
     Ok(kernel)
+}
+
+/// The block-column tables of a block kernel: the loop nest (block columns, their k-blocks,
+/// then rows and the k inside a block as loops) dismantled at the k-block level against the
+/// live blocks; `ptr[j]..ptr[j + 1]` are block column `j`'s live k-blocks in `idx`.
+pub(super) struct BlockTables {
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+    pub live_instances: usize,
+    pub dead_instances: usize,
+}
+
+pub(super) fn block_tables(
+    m: usize,
+    (kbs, nbs): (usize, usize),
+    (bh, bw): (usize, usize),
+    bm: usize,
+    live: &[bool],
+) -> Result<BlockTables, CodegenError> {
+    let nest = LoopNest::new(vec![
+        Level::new("n_block", nbs, bw),
+        Level::new("k_block", kbs, bh),
+        Level::new("m", m, bm),
+        Level::new("k", bh, 1),
+    ]);
+    let d = nest.dismantle(nest.level("k_block")?, |p| match p {
+        // Column blocks always live: their output must be written even when empty.
+        [_] => true,
+        [j, kb] => live[kb * nbs + j],
+        _ => false,
+    })?;
+    let mut ptr = vec![0i32; nbs + 1];
+    let mut idx = Vec::with_capacity(d.instances.len());
+    for inst in &d.instances {
+        ptr[inst[0] + 1] += 1;
+        idx.push(inst[1] as i32);
+    }
+    for j in 0..nbs {
+        ptr[j + 1] += ptr[j];
+    }
+    Ok(BlockTables { ptr, idx, live_instances: d.instances.len(), dead_instances: d.dead_instances() })
 }
 
 /// The value of every live block in table order when each is uniform (all `bh × bw`

@@ -3,9 +3,8 @@
 //! kernels (block columns, then the live k-blocks of each); the W blocks are packed
 //! column-major ([`Kernel::pack_weight_i8`]) because ldmatrix cannot transpose int8.
 
-use super::loopnest::{Level, LoopNest};
 use super::render::{render, Int8Ctx};
-use super::spmm::{epilogue_ctx, resolve_mode, spec_err, Family, Kernel, Launch};
+use super::spmm::{block_tables, epilogue_ctx, resolve_mode, spec_err, BlockTables, Family, Kernel, Launch};
 use super::{CodegenError, Dtype, Mode, SpmmSpec};
 
 /// Block shapes the int8 kernel takes: `bh` a multiple of 32 (one m16n8k32 step), `bw` a
@@ -44,27 +43,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
     if smem > 227 * 1024 {
         return Err(spec_err(format!("block {bh}x{bw} needs {smem} bytes of shared memory per CTA (at most 232448)")));
     }
-    let nest = LoopNest::new(vec![
-        Level::new("n_block", nbs, bw),
-        Level::new("k_block", kbs, bh),
-        Level::new("m", m, bm),
-        Level::new("k", bh, 1),
-    ]);
-    let d = nest.dismantle(nest.level("k_block")?, |p| match p {
-        // Column blocks always live: their output must be written even when empty.
-        [_] => true,
-        [j, kb] => live[kb * nbs + j],
-        _ => false,
-    })?;
-    let mut ptr = vec![0i32; nbs + 1];
-    let mut idx = Vec::with_capacity(d.instances.len());
-    for inst in &d.instances {
-        ptr[inst[0] + 1] += 1;
-        idx.push(inst[1] as i32);
-    }
-    for j in 0..nbs {
-        ptr[j + 1] += ptr[j];
-    }
+    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
     let literal_words = if dense { 0 } else { ptr.len() + idx.len() };
     let mode = if dense { Mode::IndexStream } else { resolve_mode(spec, literal_words) };
     let unrolled = mode == Mode::Unrolled;
@@ -93,8 +72,8 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         ptr,
         idx,
         chunk: 0,
-        live_instances: d.instances.len(),
-        dead_instances: d.dead_instances(),
+        live_instances,
+        dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: false,
     };

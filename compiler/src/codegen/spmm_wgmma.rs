@@ -7,9 +7,8 @@
 //! wgmma matrix descriptors read ([`CoreLayout`]); W blocks are packed transposed (`[n][k]`)
 //! so that B is K-major like A.
 
-use super::loopnest::{Level, LoopNest};
 use super::render::{render, WgmmaCtx};
-use super::spmm::{epilogue_ctx, resolve_mode, spec_err, value_bits, Family, Kernel, Launch};
+use super::spmm::{block_tables, epilogue_ctx, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel, Launch};
 use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
 
 /// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
@@ -157,26 +156,7 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let regs = (m_tiles * acc_regs + 64).next_multiple_of(8);
     let min_ctas = (SMEM_PER_SM / (smem + SMEM_RESERVED_PER_CTA)).min(2048 / threads).min(65536 / (threads * regs)).clamp(1, 8);
 
-    let nest = LoopNest::new(vec![
-        Level::new("n_block", nbs, bw),
-        Level::new("k_block", kbs, bh),
-        Level::new("m", m, bm),
-        Level::new("k", bh, 1),
-    ]);
-    let d = nest.dismantle(nest.level("k_block")?, |p| match p {
-        [_] => true,
-        [j, kb] => live[kb * nbs + j],
-        _ => false,
-    })?;
-    let mut ptr = vec![0i32; nbs + 1];
-    let mut idx = Vec::with_capacity(d.instances.len());
-    for inst in &d.instances {
-        ptr[inst[0] + 1] += 1;
-        idx.push(inst[1] as i32);
-    }
-    for j in 0..nbs {
-        ptr[j + 1] += ptr[j];
-    }
+    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
     let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
     let literal_words = ptr.len() + idx.len() + value_words;
     let mode = resolve_mode(spec, literal_words);
@@ -202,8 +182,8 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         ptr,
         idx,
         chunk: 0,
-        live_instances: d.instances.len(),
-        dead_instances: d.dead_instances(),
+        live_instances,
+        dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
     };

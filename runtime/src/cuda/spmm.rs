@@ -142,20 +142,10 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     let mut c_dev = dev.upload(&vec![poison; m * n])?;
     let mut parts: Vec<Stage<T>> = vec![];
     let compile = |kernel: Kernel, w: &[f32]| -> Result<Part<T>, CudaError> {
-        let func = dev.function(&kernel.name, &kernel.source, &kernel.name)?;
-        if kernel.launch.smem_bytes > 48 * 1024 {
-            func.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                kernel.launch.smem_bytes as i32,
-            )
-            .ctx("cuFuncSetAttribute")?;
-        }
+        let func = load_function(dev, &kernel)?;
         let packed = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(w) };
-        let tables = kernel.mode == Mode::IndexStream;
-        let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
         let w_dev = dev.upload(&enc_all(if packed.is_empty() { &[0.0] } else { &packed }))?;
-        let ptr = dev.upload(&nonempty(&kernel.ptr))?;
-        let idx = dev.upload(&nonempty(&kernel.idx))?;
+        let (ptr, idx) = upload_tables(dev, &kernel)?;
         Ok(Part { kernel, func, w: w_dev, ptr, idx })
     };
     for (i, spec) in specs.iter().enumerate() {
@@ -199,10 +189,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     let out: Vec<f32> = dev.download(&c_dev)?.into_iter().map(dec).collect();
 
     // Reference on the checked rows: f64 over the weight's nonzeros.
-    let rows: Vec<usize> = match check {
-        Check::All => (0..m).collect(),
-        Check::Rows(r) => (0..r.min(m)).map(|i| i * m / r.min(m)).collect(),
-    };
+    let rows = check.rows(m);
     // Nonzeros per weight row: (column, value).
     let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; w_rows];
     let mut nnz = 0;
@@ -214,8 +201,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             }
         }
     }
-    let (mut diff2, mut ref2, mut max_diff, mut max_ref) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-    let mut all_written = true;
+    let mut err = ErrorStats::default();
     let epilogue = specs.last().map(|s| s.epilogue).unwrap_or(spartac::codegen::Epilogue::NONE);
     for &r in &rows {
         let mut acc = vec![0.0f64; n];
@@ -235,41 +221,11 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             }
         }
         for c in 0..n {
-            let want = epilogue.apply(acc[c], bias[c] as f64);
-            let got = out[r * n + c] as f64;
-            if !got.is_finite() {
-                all_written = false;
-                continue;
-            }
-            let d = got - want;
-            diff2 += d * d;
-            ref2 += want * want;
-            max_diff = max_diff.max(d.abs());
-            max_ref = max_ref.max(want.abs());
+            err.observe(out[r * n + c] as f64, epilogue.apply(acc[c], bias[c] as f64));
         }
     }
-    let rel_norm_err = if ref2 > 0.0 { (diff2 / ref2).sqrt() } else { diff2.sqrt() };
-    let max_err = if max_ref > 0.0 { max_diff / max_ref } else { max_diff };
-
-    let (mut ms, mut ms_min) = (None, None);
-    if let Some((warmup, reps)) = timing {
-        let mut flush = dev.zeros::<u8>(256 << 20)?;
-        let times = dev.time_ms(warmup, reps, Some(&mut flush), |_| launch_all(&mut c_dev))?;
-        ms = Some(median(&times));
-        ms_min = times.iter().copied().reduce(f64::min);
-    }
-    let info = |p: &Part<T>| KernelInfo {
-        name: p.kernel.name.clone(),
-        family: p.kernel.family.name().into(),
-        mode: format!("{:?}", p.kernel.mode),
-        registers: p.func.num_regs().unwrap_or(-1),
-        local_bytes: p.func.local_size_bytes().unwrap_or(-1),
-        smem_bytes: p.kernel.launch.smem_bytes,
-        grid: p.kernel.launch.grid,
-        live_instances: p.kernel.live_instances,
-        dead_instances: p.kernel.dead_instances,
-        block: p.kernel.block,
-    };
+    let (ms, ms_min) = time_launches(dev, timing, || launch_all(&mut c_dev))?;
+    let info = |p: &Part<T>| KernelInfo::of(&p.kernel, &p.func);
     let mut kernels = vec![];
     let mut flops = 0.0;
     for stage in &parts {
@@ -296,6 +252,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             }
         }
     }
+    let (rel_norm_err, max_err, all_written) = err.finish();
     Ok(CaseReport {
         label: case.label(),
         seed,
@@ -309,6 +266,99 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         flops,
         nnz,
     })
+}
+
+impl Check {
+    /// The output rows to check among `m`.
+    pub(super) fn rows(self, m: usize) -> Vec<usize> {
+        match self {
+            Check::All => (0..m).collect(),
+            Check::Rows(r) => (0..r.min(m)).map(|i| i * m / r.min(m)).collect(),
+        }
+    }
+}
+
+impl KernelInfo {
+    pub(super) fn of(kernel: &Kernel, func: &CudaFunction) -> KernelInfo {
+        KernelInfo {
+            name: kernel.name.clone(),
+            family: kernel.family.name().into(),
+            mode: format!("{:?}", kernel.mode),
+            registers: func.num_regs().unwrap_or(-1),
+            local_bytes: func.local_size_bytes().unwrap_or(-1),
+            smem_bytes: kernel.launch.smem_bytes,
+            grid: kernel.launch.grid,
+            live_instances: kernel.live_instances,
+            dead_instances: kernel.dead_instances,
+            block: kernel.block,
+        }
+    }
+}
+
+/// Output against reference: relative-norm and max errors, and whether every checked
+/// element was overwritten (poison gone) and finite.
+#[derive(Default)]
+pub(super) struct ErrorStats {
+    diff2: f64,
+    ref2: f64,
+    max_diff: f64,
+    max_ref: f64,
+    unwritten: bool,
+}
+
+impl ErrorStats {
+    pub(super) fn observe(&mut self, got: f64, want: f64) {
+        if !got.is_finite() {
+            self.unwritten = true;
+            return;
+        }
+        let d = got - want;
+        self.diff2 += d * d;
+        self.ref2 += want * want;
+        self.max_diff = self.max_diff.max(d.abs());
+        self.max_ref = self.max_ref.max(want.abs());
+    }
+
+    /// `(‖out − ref‖ / ‖ref‖, max |out − ref| / max |ref|, all written)`.
+    pub(super) fn finish(&self) -> (f64, f64, bool) {
+        let rel = if self.ref2 > 0.0 { (self.diff2 / self.ref2).sqrt() } else { self.diff2.sqrt() };
+        let max = if self.max_ref > 0.0 { self.max_diff / self.max_ref } else { self.max_diff };
+        (rel, max, !self.unwritten)
+    }
+}
+
+/// The kernel's function, with the dynamic shared-memory limit raised when it needs more
+/// than the default 48 KB.
+pub(super) fn load_function(dev: &CudaDevice, kernel: &Kernel) -> Result<CudaFunction, CudaError> {
+    let func = dev.function(&kernel.name, &kernel.source, &kernel.name)?;
+    if kernel.launch.smem_bytes > 48 * 1024 {
+        func.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            kernel.launch.smem_bytes as i32,
+        )
+        .ctx("cuFuncSetAttribute")?;
+    }
+    Ok(func)
+}
+
+/// The kernel's `ptr`/`idx` tables on the device (one placeholder word when it embeds them).
+pub(super) fn upload_tables(dev: &CudaDevice, kernel: &Kernel) -> Result<(CudaSlice<i32>, CudaSlice<i32>), CudaError> {
+    let tables = kernel.mode == Mode::IndexStream;
+    let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
+    Ok((dev.upload(&nonempty(&kernel.ptr))?, dev.upload(&nonempty(&kernel.idx))?))
+}
+
+/// Median and minimum milliseconds of `launch` over `timing = (warm-up, runs)`, the L2
+/// flushed before each timed run; `(None, None)` without timing.
+pub(super) fn time_launches(
+    dev: &CudaDevice,
+    timing: Option<(usize, usize)>,
+    mut launch: impl FnMut() -> Result<(), CudaError>,
+) -> Result<(Option<f64>, Option<f64>), CudaError> {
+    let Some((warmup, reps)) = timing else { return Ok((None, None)) };
+    let mut flush = dev.zeros::<u8>(256 << 20)?;
+    let times = dev.time_ms(warmup, reps, Some(&mut flush), |_| launch())?;
+    Ok((Some(median(&times)), times.iter().copied().reduce(f64::min)))
 }
 
 /// Writes `v` as an f32 `.npy` unless the file exists (inputs shared by several cases).

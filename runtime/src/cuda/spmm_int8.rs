@@ -5,8 +5,8 @@
 //! both sides, so the only error left is the fp16 rounding of the output.
 
 use super::cases::{round_to, Case, Problem};
-use super::spmm::{dump_npy, CaseReport, Check, KernelInfo};
-use super::{median, CudaDevice, CudaError, DriverContext};
+use super::spmm::{dump_npy, load_function, time_launches, upload_tables, CaseReport, Check, ErrorStats, KernelInfo};
+use super::{CudaDevice, CudaError, DriverContext};
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use spartac::codegen::quant::{quantize_per_column, quantize_per_tensor, quantize_with_column_scales};
 use spartac::codegen::{specialize, Dtype, Epilogue, Kernel};
@@ -56,25 +56,15 @@ pub fn run_case_int8(
             return Err(CudaError::Kernel(case.label(), format!("spec {i} is {}, not i8", spec.dtype.name())));
         }
         let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
-        let func = dev.function(&kernel.name, &kernel.source, &kernel.name)?;
-        if kernel.launch.smem_bytes > 48 * 1024 {
-            func.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                kernel.launch.smem_bytes as i32,
-            )
-            .ctx("cuFuncSetAttribute")?;
-        }
+        let func = load_function(dev, &kernel)?;
         // Parts of one weight share the scales of the whole weight.
         let part_q = match &part_weights {
             Some(p) => quantize_with_column_scales(&p[i], n, &scale_w),
             None => w_q.clone(),
         };
         let packed = kernel.pack_weight_i8(&part_q);
-        let tables = kernel.mode == spartac::codegen::Mode::IndexStream;
-        let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
         let w_dev = dev.upload(if packed.is_empty() { &[0i8][..] } else { &packed })?;
-        let ptr = dev.upload(&nonempty(&kernel.ptr))?;
-        let idx = dev.upload(&nonempty(&kernel.idx))?;
+        let (ptr, idx) = upload_tables(dev, &kernel)?;
         parts.push(Part { kernel, func, w: w_dev, ptr, idx });
     }
     let launch_all = |c: &mut CudaSlice<u16>| -> Result<(), CudaError> {
@@ -94,10 +84,7 @@ pub fn run_case_int8(
     let out: Vec<f32> = dev.download(&c_dev)?.into_iter().map(|x| half::f16::from_bits(x).to_f32()).collect();
 
     // Reference: exact integer sums over the weight's nonzeros, then dequant + epilogue in f64.
-    let rows: Vec<usize> = match check {
-        Check::All => (0..m).collect(),
-        Check::Rows(r) => (0..r.min(m)).map(|i| i * m / r.min(m)).collect(),
-    };
+    let rows = check.rows(m);
     let mut nz: Vec<Vec<(usize, i64)>> = vec![vec![]; k];
     let mut nnz = 0;
     for r in 0..k {
@@ -109,8 +96,7 @@ pub fn run_case_int8(
         }
     }
     let epilogue = specs.last().map(|s| s.epilogue).unwrap_or(Epilogue::NONE);
-    let (mut diff2, mut ref2, mut max_diff, mut max_ref) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-    let mut all_written = true;
+    let mut err = ErrorStats::default();
     for &r in &rows {
         let mut acc = vec![0i64; n];
         for kk in 0..k {
@@ -121,44 +107,12 @@ pub fn run_case_int8(
         }
         for c in 0..n {
             let x = scale_a as f64 * scale_w[c] as f64 * acc[c] as f64;
-            let want = epilogue.apply(x, bias[c] as f64);
-            let got = out[r * n + c] as f64;
-            if !got.is_finite() {
-                all_written = false;
-                continue;
-            }
-            let d = got - want;
-            diff2 += d * d;
-            ref2 += want * want;
-            max_diff = max_diff.max(d.abs());
-            max_ref = max_ref.max(want.abs());
+            err.observe(out[r * n + c] as f64, epilogue.apply(x, bias[c] as f64));
         }
     }
-    let rel_norm_err = if ref2 > 0.0 { (diff2 / ref2).sqrt() } else { diff2.sqrt() };
-    let max_err = if max_ref > 0.0 { max_diff / max_ref } else { max_diff };
-
-    let (mut ms, mut ms_min) = (None, None);
-    if let Some((warmup, reps)) = timing {
-        let mut flush = dev.zeros::<u8>(256 << 20)?;
-        let times = dev.time_ms(warmup, reps, Some(&mut flush), |_| launch_all(&mut c_dev))?;
-        ms = Some(median(&times));
-        ms_min = times.iter().copied().reduce(f64::min);
-    }
-    let kernels = parts
-        .iter()
-        .map(|p| KernelInfo {
-            name: p.kernel.name.clone(),
-            family: p.kernel.family.name().into(),
-            mode: format!("{:?}", p.kernel.mode),
-            registers: p.func.num_regs().unwrap_or(-1),
-            local_bytes: p.func.local_size_bytes().unwrap_or(-1),
-            smem_bytes: p.kernel.launch.smem_bytes,
-            grid: p.kernel.launch.grid,
-            live_instances: p.kernel.live_instances,
-            dead_instances: p.kernel.dead_instances,
-            block: p.kernel.block,
-        })
-        .collect();
+    let (rel_norm_err, max_err, all_written) = err.finish();
+    let (ms, ms_min) = time_launches(dev, timing, || launch_all(&mut c_dev))?;
+    let kernels = parts.iter().map(|p| KernelInfo::of(&p.kernel, &p.func)).collect();
     Ok(CaseReport {
         label: case.label(),
         seed,
