@@ -96,7 +96,7 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
             }
             let (regs, st, ld) = ptxas(&format!("k{i}_{j}"), &ptx.ptx, dir.path());
             assert!(regs <= 255);
-            assert_eq!((st, ld), (0, 0), "{} spills: {st} B stored, {ld} B loaded", kernel.name);
+            assert_eq!((st, ld), (0, 0), "{} ({}) spills: {st} B stored, {ld} B loaded", kernel.name, case.label());
             seen_families.insert(kernel.family.name());
             table.push_str(&format!(
                 "{} | {} | {:?} | {} | {regs} | {st}/{ld}\n",

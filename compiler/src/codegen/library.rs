@@ -72,6 +72,7 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         ptr: vec![],
         idx: vec![],
         chunk: 0,
+        chunk_ld: 1,
         live_instances: 0,
         dead_instances: 0,
         literal_words: 0,

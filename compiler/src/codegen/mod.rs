@@ -149,12 +149,23 @@ pub enum Mode {
 }
 
 /// A tile choice that overrides the heuristic (for tuning): rows of C per CTA and the depth
-/// of the cp.async pipeline. The fine kernels read it as dense rows per CTA (32, 64, 128) and
-/// sparse columns per CTA / 32 (`stages`).
+/// of the cp.async pipeline. The fine kernels read it as dense rows per CTA (32, 64, 128),
+/// sparse columns per CTA / 32 (`stages`), CTAs resident per SM (`per_sm`: 1, or 2 with
+/// registers capped at 64 per thread) and the split of K over a thread-block cluster (`split`:
+/// 1, 2 or 4 CTAs, each summing a share of the k-chunks, reduced through distributed shared
+/// memory). 0 = the specializer's choice. Block kernels ignore `per_sm` and `split`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,
     pub stages: usize,
+    pub per_sm: usize,
+    pub split: usize,
+}
+
+impl Tile {
+    pub fn new(rows: usize, stages: usize) -> Tile {
+        Tile { rows, stages, per_sm: 0, split: 0 }
+    }
 }
 
 /// Which tensor-core path an fp16/bf16 block kernel takes (fp32 and fine kernels ignore it).

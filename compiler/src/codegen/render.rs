@@ -147,6 +147,10 @@ pub struct FineCtx {
     pub a_ld: usize,
     /// Four-element loads per thread per chunk.
     pub lpt: usize,
+    /// `__launch_bounds__` minimum CTAs per SM.
+    pub min_blocks: usize,
+    /// CTAs of the cluster that split K (1 = no cluster).
+    pub split: usize,
     /// Entries of the largest tile range (rounded out to groups of four).
     pub emax: usize,
     /// Shared words of the dense tile (and of the C tile staged over it), and of the entry values.

@@ -82,11 +82,14 @@ pub struct Kernel {
     /// Fine kernel: start of each (k-chunk, column) run (`chunks × N + 1`); left: each
     /// (k-chunk, row of W) run (`chunks × M + 1`).
     pub ptr: Vec<i32>,
-    /// Block kernels: block row of each live block. Fine kernels: k inside its chunk, padded
-    /// with zeros to a multiple of 4.
+    /// Block kernels: block row of each live block. Fine kernels: the entry's offset in the
+    /// kernel's shared D tile, `k_in_chunk × chunk_ld`; every run is padded to a multiple of 4
+    /// entries with offsets of the tile's zero row (`k_in_chunk = chunk`), whose weight is 0.
     pub idx: Vec<i32>,
     /// Fine kernel: the k-chunk width.
     pub chunk: usize,
+    /// Fine kernel: the row stride of the D tile (`idx / chunk_ld` is k inside the chunk); 1 otherwise.
+    pub chunk_ld: usize,
     pub live_instances: usize,
     pub dead_instances: usize,
     pub literal_words: usize,
@@ -134,8 +137,8 @@ impl Kernel {
                     for col in 0..n {
                         let s = c * n + col;
                         for e in self.ptr[s]..self.ptr[s + 1] {
-                            let row = c * self.chunk + self.idx[e as usize] as usize;
-                            out.push(w[row * n + col]);
+                            let kk = self.idx[e as usize] as usize / self.chunk_ld;
+                            out.push(if kk < self.chunk { w[(c * self.chunk + kk) * n + col] } else { T::default() });
                         }
                     }
                 }
@@ -152,7 +155,8 @@ impl Kernel {
                     for r in 0..m {
                         let s = c * m + r;
                         for e in self.ptr[s]..self.ptr[s + 1] {
-                            out.push(w[r * k + c * self.chunk + self.idx[e as usize] as usize]);
+                            let kk = self.idx[e as usize] as usize / self.chunk_ld;
+                            out.push(if kk < self.chunk { w[r * k + c * self.chunk + kk] } else { T::default() });
                         }
                     }
                 }
@@ -177,6 +181,19 @@ impl Kernel {
                 out
             }
             _ => pack_blocks(&self.ptr, &self.idx, self.block, n, w),
+        }
+    }
+
+    /// The `idx` table as the kernel reads it: fine kernels take their entry offsets as 16-bit
+    /// halves, two per word (entry `2j` in the low half); the others take `idx` as it is.
+    pub fn device_idx(&self) -> Vec<i32> {
+        match self.family {
+            Family::Fine | Family::FineLeft => self
+                .idx
+                .chunks(2)
+                .map(|p| (p[0] as u32 | (p.get(1).copied().unwrap_or(0) as u32) << 16) as i32)
+                .collect(),
+            _ => self.idx.clone(),
         }
     }
 
@@ -502,6 +519,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         ptr,
         idx,
         chunk: 0,
+        chunk_ld: 1,
         live_instances,
         dead_instances,
         literal_words: if mode == Mode::Unrolled { literal_words } else { 0 },
@@ -644,26 +662,48 @@ struct FineTiling {
     nc: usize,
     /// Depth of a k-chunk.
     chunk: usize,
+    /// CTAs resident per SM: 1 (up to 128 registers per thread) or 2 (64, half the shared memory).
+    per_sm: usize,
+    /// CTAs of a cluster that split the k-chunks (1, 2 or 4).
+    split: usize,
 }
 
 impl FineTiling {
     fn bm(&self) -> usize {
         32 * self.rpl
     }
-    /// Deepest chunk whose dense tile the threads hold in 8 four-element registers each (4 in
-    /// the left kernel when the accumulators take more than 16 registers: it spilled under the
-    /// 128 registers of 512 threads; on the right, 4 was slower at 4096³, see spmm_notes.md).
-    fn max_chunk(rpl: usize, nc: usize, left: bool) -> usize {
-        let loads = if left && nc / (FINE_THREADS / 32) * rpl > 16 { 4 } else { 8 };
+    /// Deepest chunk whose dense tile the threads hold in 8 four-element registers each (4 when
+    /// the accumulators take more than 16 registers: those kernels spilled under the 128
+    /// registers of 512 threads).
+    /// Two CTAs per SM (64 registers) hold 2.
+    fn max_chunk(rpl: usize, nc: usize, per_sm: usize) -> usize {
+        let loads = match (per_sm, Self::accumulators(rpl, nc)) {
+            (2.., _) => 2,
+            (_, 17..) => 4,
+            _ => 8,
+        };
         loads * 4 * FINE_THREADS / (32 * rpl)
+    }
+    /// Accumulator registers per thread.
+    fn accumulators(rpl: usize, nc: usize) -> usize {
+        nc / (FINE_THREADS / 32) * rpl
+    }
+    /// Whether `per_sm` CTAs fit the registers: two need at most 8 accumulators per thread and
+    /// at most 2 rows per lane (4 spilled under 64 registers).
+    fn fits(rpl: usize, nc: usize, per_sm: usize) -> bool {
+        per_sm == 1 || (per_sm == 2 && rpl <= 2 && Self::accumulators(rpl, nc) <= 8)
+    }
+    /// Shared memory one CTA may take (the SM's 228 KB less 1 KB per CTA for the driver).
+    fn smem_limit(&self) -> usize {
+        (228 * 1024) / self.per_sm - 1024
     }
     /// Shallowest chunk: one four-element load per thread.
     fn min_chunk(rpl: usize) -> usize {
         4 * FINE_THREADS / (32 * rpl)
     }
-    fn with_chunk_for(rpl: usize, nc: usize, k: usize, left: bool) -> FineTiling {
-        let chunk = k.next_power_of_two().clamp(Self::min_chunk(rpl), Self::max_chunk(rpl, nc, left));
-        FineTiling { rpl, nc, chunk }
+    fn with_chunk_for(rpl: usize, nc: usize, k: usize, per_sm: usize, split: usize) -> FineTiling {
+        let chunk = k.next_power_of_two().clamp(Self::min_chunk(rpl), Self::max_chunk(rpl, nc, per_sm));
+        FineTiling { rpl, nc, chunk, per_sm, split }
     }
 }
 
@@ -676,53 +716,79 @@ fn fine_estimate(fr: usize, fc: usize, k: usize, nnz: usize, esize: usize, t: Fi
     let row_tiles = fr.div_ceil(t.bm()) as f64;
     let col_tiles = fc.div_ceil(t.nc) as f64;
     let chunks = k.div_ceil(t.chunk) as f64;
-    let ctas = row_tiles * col_tiles;
-    let l2 = row_tiles * t.bm() as f64 * k as f64 * esize as f64 * col_tiles + nnz as f64 * (4 + esize) as f64 * row_tiles;
-    let mio = nnz as f64 * row_tiles * (t.rpl as f64 + 0.5) + chunks * col_tiles * t.nc as f64 * row_tiles * 6.0;
-    let waves = (ctas / SMS).ceil();
-    l2 / 6e12 + mio / ctas * waves / 1.8e9
+    let ctas = row_tiles * col_tiles * t.split as f64;
+    // Runs are padded to groups of four: ~1.5 extra entries per nonempty (chunk, column) run.
+    let entries = nnz as f64 + 1.5 * (chunks * fc as f64).min(nnz as f64);
+    let l2 = row_tiles * t.bm() as f64 * k as f64 * esize as f64 * col_tiles + entries * (4 + esize) as f64 * row_tiles;
+    let mio = entries * row_tiles * (t.rpl as f64 + 0.5) + chunks * col_tiles * t.nc as f64 * row_tiles * 4.0;
+    // A split reads every partial tile once more through distributed shared memory.
+    let reduce = if t.split > 1 { row_tiles * col_tiles * (t.bm() * t.nc * t.split) as f64 / 32.0 } else { 0.0 };
+    let waves = (ctas / (SMS * t.per_sm as f64)).ceil();
+    l2 / 6e12 + (mio + reduce) / ctas * waves * t.per_sm as f64 / 1.8e9
 }
 
-/// Chooses the fine tiling: the override (`Tile { rows: 32 × rpl, stages: nc / 32 }`) or the
-/// cheapest by [`fine_estimate`] among the tilings whose accumulators fit (rpl × nc ≤ 512).
-fn fine_tiling(spec: &SpmmSpec, left: bool, fr: usize, fc: usize, nnz: usize) -> Result<FineTiling, CodegenError> {
+/// Chooses the fine tiling: the override (`Tile { rows: 32 × rpl, stages: nc / 32, .. }`) or
+/// the cheapest by [`fine_estimate`] among the one-row-per-lane tilings, each alone or split
+/// over a cluster of 2 or 4 CTAs when there are chunks enough.
+fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize) -> Result<FineTiling, CodegenError> {
     let k = spec.k;
     if let Some(t) = spec.tile {
-        let (rpl, nc) = (t.rows / 32, 32 * t.stages);
+        let (rpl, nc, per_sm) = (t.rows / 32, 32 * t.stages, t.per_sm.max(1));
         if t.rows % 32 != 0 || ![1, 2, 4].contains(&rpl) || !(1..=16).contains(&t.stages) || rpl * nc > 512 {
             return Err(spec_err(format!(
                 "fine tiles hold 32, 64 or 128 rows and 32 × (1 to 16) columns, at most 512 × 32 elements, not {} rows × {} columns",
                 t.rows, nc
             )));
         }
-        return Ok(FineTiling::with_chunk_for(rpl, nc, k, left));
+        if !FineTiling::fits(rpl, nc, per_sm) {
+            return Err(spec_err(format!(
+                "{per_sm} fine CTAs per SM need at most 64 rows and 4096 elements per tile (64 registers per thread), not {} rows × {nc} columns",
+                t.rows
+            )));
+        }
+        let split = t.split.max(1);
+        if ![1, 2, 4].contains(&split) {
+            return Err(spec_err(format!("a fine kernel splits K over 1, 2 or 4 CTAs, not {split}")));
+        }
+        return Ok(FineTiling::with_chunk_for(rpl, nc, k, per_sm, split));
     }
     let mut best: Option<(f64, FineTiling)> = None;
-    for rpl in [1, 2, 4] {
-        if rpl > 1 && 32 * rpl > 2 * fr.next_power_of_two() {
-            continue;
-        }
+    // One row per lane: on the H200 it was the fastest (or within 2%) of every swept tiling at
+    // 1024³ and 4096³, 95% and 99% (benches/results/run9/); the estimate ranks 2 and 4 rows per
+    // lane too high (their loads wait longer than its wavefront count says).
+    for rpl in [1] {
         let mut nc = 32;
         while nc * rpl <= 512 && nc <= fc.next_power_of_two().max(32) {
-            let t = FineTiling::with_chunk_for(rpl, nc, k, left);
-            let est = fine_estimate(fr, fc, k, nnz, spec.dtype.bytes(), t);
-            if best.is_none_or(|(b, _)| est < b) {
-                best = Some((est, t));
+            for split in [1, 2, 4] {
+                let t = FineTiling::with_chunk_for(rpl, nc, k, 1, split);
+                // A split only pays when the tiles alone leave SMs idle (at 128 tiles it lost:
+                // run9), and needs a chunk per CTA.
+                let tiles = fr.div_ceil(t.bm()) * fc.div_ceil(nc);
+                if split > 1 && (tiles >= 66 || k.div_ceil(t.chunk) < split) {
+                    break;
+                }
+                let est = fine_estimate(fr, fc, k, nnz, spec.dtype.bytes(), t);
+                if best.is_none_or(|(b, _)| est < b) {
+                    best = Some((est, t));
+                }
             }
             nc *= 2;
         }
     }
-    Ok(best.map(|b| b.1).unwrap_or(FineTiling::with_chunk_for(1, 32, k, left)))
+    Ok(best.map(|b| b.1).unwrap_or(FineTiling::with_chunk_for(1, 32, k, 1, 1)))
 }
 
 /// Chunked CSC of the sparse operand in the kernel's frame: `live(row, col)` over K × `fc`.
-/// Returns `(ptr, idx, live, dead)`; `idx` is padded with zeros to a nonzero multiple of 4 (the
-/// kernel copies whole groups of four entries).
+/// Returns `(ptr, idx, live, dead)`. Each entry's `idx` is its row's offset in the shared D
+/// tile (`k_in_chunk × ld`), and every (chunk, column) run is padded to a multiple of 4 entries
+/// that point at the tile's zero row (`k_in_chunk = chunk`): the kernel walks whole aligned
+/// groups of four, with no per-run head or tail loop and no index arithmetic beyond one add.
 fn fine_tables(
     k: usize,
     fc: usize,
     fr: usize,
     t: FineTiling,
+    ld: usize,
     live: &dyn Fn(usize, usize) -> bool,
 ) -> Result<(Vec<i32>, Vec<i32>, usize, usize), CodegenError> {
     let chunk = t.chunk;
@@ -741,16 +807,28 @@ fn fine_tables(
         }
         _ => false,
     })?;
+    let pad = (chunk * ld) as i32;
     let mut ptr = vec![0i32; chunks * fc + 1];
-    let mut idx = Vec::with_capacity(d.instances.len() + 3);
+    let mut idx = Vec::with_capacity(d.instances.len() * 5 / 4 + 4);
+    let mut run = 0;
     for inst in &d.instances {
-        ptr[inst[0] * fc + inst[1] + 1] += 1;
-        idx.push(inst[2] as i32);
+        let s = inst[0] * fc + inst[1];
+        // Close the runs before this one: pad the open run to a whole group.
+        while run < s {
+            idx.resize(idx.len().next_multiple_of(4), pad);
+            run += 1;
+            ptr[run] = idx.len() as i32;
+        }
+        idx.push((inst[2] * ld) as i32);
     }
-    for s in 0..chunks * fc {
-        ptr[s + 1] += ptr[s];
+    while run < chunks * fc {
+        idx.resize(idx.len().next_multiple_of(4), pad);
+        run += 1;
+        ptr[run] = idx.len() as i32;
     }
-    idx.resize(idx.len().next_multiple_of(4).max(4), 0);
+    if idx.is_empty() {
+        idx.resize(4, pad);
+    }
     Ok((ptr, idx, d.instances.len(), d.dead_instances()))
 }
 
@@ -787,41 +865,47 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (fr, fc) = if left { (n, m) } else { (m, n) };
     let esize = spec.dtype.bytes();
-    let mut t = fine_tiling(spec, left, fr, fc, spec.blocks.len())?;
+    let mut t = fine_tiling(spec, fr, fc, spec.blocks.len())?;
     let warps = FINE_THREADS / 32;
     let bm = t.bm();
     let a_ld = if left { bm } else { bm + t.rpl };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
     let (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem) = loop {
-        let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, live)?;
+        let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, a_ld, live)?;
         let chunks = k.div_ceil(t.chunk);
-        let mut emax = 4;
+        let mut emax = 8;
         for c in 0..chunks {
             for c0 in (0..fc).step_by(t.nc) {
                 let lo = ptr[c * fc + c0] & !3;
                 let hi = (ptr[c * fc + (c0 + t.nc).min(fc)] + 3) & !3;
-                emax = emax.max((hi - lo) as usize);
+                emax = emax.max(((hi - lo) as usize).next_multiple_of(8));
             }
         }
-        let c_tile = if left { 0 } else { bm * (t.nc + 1) };
-        let region_words = (t.chunk * a_ld).max(c_tile).next_multiple_of(4);
+        // The C tile staged for the coalesced store (right) or the cluster's reduction (left, split).
+        let c_tile = if !left { bm * (t.nc + 1) } else if t.split > 1 { bm * t.nc } else { 0 };
+        // The chunk's rows plus the zero row that padded entries read.
+        let region_words = ((t.chunk + 1) * a_ld).max(c_tile).next_multiple_of(4);
         let w_words = (emax * esize).div_ceil(4).next_multiple_of(4);
-        let smem = 4 * (region_words + emax + w_words + t.nc + 1);
-        if smem <= 227 * 1024 {
+        // Entry offsets are 16-bit (two per word).
+        let smem = 4 * (region_words + emax / 2 + w_words + t.nc + 1);
+        if smem <= t.smem_limit() {
             break (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem);
         }
         if t.chunk <= FineTiling::min_chunk(t.rpl) {
             return Err(spec_err(format!(
-                "the fine kernel's tile ({bm} rows x {} columns) needs {smem} bytes of shared memory (at most 232448)",
-                t.nc
+                "the fine kernel's tile ({bm} rows x {} columns) needs {smem} bytes of shared memory (at most {})",
+                t.nc,
+                t.smem_limit()
             )));
         }
         t.chunk /= 2;
     };
     let chunk = t.chunk;
     let chunks = k.div_ceil(chunk);
+    // Offsets inside a shared tile of at most 227 KB: always below 2^16.
+    debug_assert!((chunk + 1) * a_ld <= u16::MAX as usize);
     let value_words = spec.values.as_ref().map(|_| idx.len() * esize / 4).unwrap_or(0);
-    let literal_words = ptr.len() + idx.len() + value_words;
+    let literal_words = ptr.len() + idx.len() / 2 + value_words;
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
     let family = if left { Family::FineLeft } else { Family::Fine };
@@ -836,7 +920,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         mode,
         source: String::new(),
         launch: Launch {
-            grid: (fc.div_ceil(t.nc) as u32, fr.div_ceil(bm) as u32, 1),
+            grid: (fc.div_ceil(t.nc) as u32, fr.div_ceil(bm) as u32, t.split as u32),
             block: (FINE_THREADS as u32, 1, 1),
             smem_bytes: smem as u32,
         },
@@ -847,6 +931,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         ptr,
         idx,
         chunk,
+        chunk_ld: a_ld,
         live_instances: live_n,
         dead_instances: dead_n,
         literal_words: if unrolled { literal_words } else { 0 },
@@ -875,13 +960,15 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         chunks,
         a_ld,
         lpt: bm * chunk / (4 * FINE_THREADS),
+        min_blocks: t.per_sm,
+        split: t.split,
         emax,
         region_words,
         w_words,
         vec: if left { n % 4 == 0 } else { k % 4 == 0 },
         unrolled,
         ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
-        idx: if unrolled { kernel.idx.clone() } else { vec![] },
+        idx: if unrolled { kernel.device_idx() } else { vec![] },
         values,
         value_bits: if esize == 4 { 32 } else { 16 },
         epilogue: epilogue_ctx(spec),
@@ -1029,33 +1116,72 @@ mod tests {
         s.orientation = Orientation::Left;
         let k = specialize(&s).unwrap();
         assert_eq!(k.family, Family::FineLeft);
-        assert_eq!(k.ptr, vec![0, 1, 1, 3, 4]);
-        // Rows of W in order, k inside the chunk; padded to a group of four.
-        assert_eq!(k.idx, vec![3, 1, 7, 0]);
+        // Rows of W in order, each run padded to a group of four; entries are k inside the
+        // chunk times the tile's row stride, pads point at the zero row (k = chunk).
+        assert_eq!(k.ptr, vec![0, 4, 4, 8, 12]);
+        let (ld, pad) = (k.chunk_ld as i32, (k.chunk * k.chunk_ld) as i32);
+        assert_eq!(k.idx, vec![3 * ld, pad, pad, pad, ld, 7 * ld, pad, pad, 0, pad, pad, pad]);
         let w: Vec<f32> = (0..4 * 8).map(|i| i as f32).collect();
-        assert_eq!(k.pack_weight(&w), vec![3.0, 17.0, 23.0, 24.0]);
+        let z = 0.0;
+        assert_eq!(k.pack_weight(&w), vec![3.0, z, z, z, 17.0, 23.0, z, z, 24.0, z, z, z]);
         assert_eq!(k.flops(), 2.0 * 12.0 * 4.0);
         assert!(k.source.contains("C[4,12] = epilogue(W[4,8] · B[8,12])"));
         let mut s3 = s.clone();
         s3.blocks.pop();
         let k3 = specialize(&s3).unwrap();
-        assert_eq!((k3.idx.len(), k3.live_instances), (4, 3));
-        assert_eq!(k3.pack_weight(&w), vec![3.0, 17.0, 23.0, 0.0]);
+        assert_eq!((k3.idx.len(), k3.live_instances), (8, 3));
+        assert_eq!(k3.pack_weight(&w), vec![3.0, z, z, z, 17.0, 23.0, z, z]);
     }
 
     #[test]
     fn fine_tiling_follows_the_override_and_shrinks_chunks_to_fit() {
         let mut s = SpmmSpec::new(300, 512, 512, Dtype::F32, (1, 1), (0..512).map(|i| (i, i)).collect());
-        s.tile = Some(Tile { rows: 128, stages: 4 });
+        s.tile = Some(Tile::new(128, 4));
         let k = specialize(&s).unwrap();
         assert_eq!(k.launch.grid, (4, 3, 1));
         assert!(k.source.contains("#define RPL 4") && k.source.contains("#define NC 128"));
         // Every element live: the entries of a 256-column tile do not fit one 256-deep chunk.
         let all: Vec<(usize, usize)> = (0..512).flat_map(|r| (0..512).map(move |c| (r, c))).collect();
         let mut d = SpmmSpec::new(64, 512, 512, Dtype::F32, (1, 1), all);
-        d.tile = Some(Tile { rows: 64, stages: 8 });
+        d.tile = Some(Tile::new(64, 8));
         let k = specialize(&d).unwrap();
         assert!(k.launch.smem_bytes <= 227 * 1024 && k.chunk < 256, "chunk {} smem {}", k.chunk, k.launch.smem_bytes);
+    }
+
+    #[test]
+    fn fine_offsets_go_to_the_device_as_16_bit_pairs() {
+        let mut s = SpmmSpec::new(4, 8, 12, Dtype::F32, (1, 1), vec![(2, 7), (0, 3), (2, 1), (3, 0)]);
+        s.orientation = Orientation::Left;
+        let k = specialize(&s).unwrap();
+        let d = k.device_idx();
+        assert_eq!(d.len() * 2, k.idx.len());
+        for (j, w) in d.iter().enumerate() {
+            assert_eq!((*w as u32 & 0xffff, *w as u32 >> 16), (k.idx[2 * j] as u32, k.idx[2 * j + 1] as u32));
+        }
+        // Block kernels take their table as it is.
+        let b = specialize(&spec(vec![(1, 2), (0, 0)])).unwrap();
+        assert_eq!(b.device_idx(), b.idx);
+    }
+
+    #[test]
+    fn fine_k_split_makes_a_cluster_and_bad_tiles_are_errors() {
+        let pattern: Vec<(usize, usize)> = (0..1000).map(|i| (i % 700, (i * 7) % 300)).collect();
+        let mut s = SpmmSpec::new(200, 700, 300, Dtype::F32, (1, 1), pattern);
+        s.blocks.sort();
+        s.blocks.dedup();
+        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2 });
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.launch.grid, (3, 4, 2));
+        assert!(k.source.contains("__cluster_dims__(1, 1, 2)") && k.source.contains("barrier.cluster.arrive.release"));
+        for (tile, needle) in [
+            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3 }, "1, 2 or 4 CTAs"),
+            (Tile { rows: 128, stages: 1, per_sm: 2, split: 1 }, "2 fine CTAs per SM"),
+            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1 }, "2 fine CTAs per SM"),
+        ] {
+            s.tile = Some(tile);
+            let e = specialize(&s).unwrap_err().to_string();
+            assert!(e.contains(needle), "{tile:?}: {e}");
+        }
     }
 
     #[test]
@@ -1091,7 +1217,7 @@ mod tests {
             (
                 {
                     let mut s = spec(vec![]);
-                    s.tile = Some(Tile { rows: 100, stages: 3 });
+                    s.tile = Some(Tile::new(100, 3));
                     s
                 },
                 "tiles",
@@ -1108,7 +1234,7 @@ mod tests {
             (
                 {
                     let mut s = SpmmSpec::new(64, 64, 96, Dtype::F32, (1, 1), vec![]);
-                    s.tile = Some(Tile { rows: 48, stages: 2 });
+                    s.tile = Some(Tile::new(48, 2));
                     s
                 },
                 "fine tiles",

@@ -72,6 +72,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         ptr,
         idx,
         chunk: 0,
+        chunk_ld: 1,
         live_instances,
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },

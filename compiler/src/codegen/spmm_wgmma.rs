@@ -182,6 +182,7 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         ptr,
         idx,
         chunk: 0,
+        chunk_ld: 1,
         live_instances,
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
@@ -293,7 +294,7 @@ mod tests {
         assert_eq!(specialize(&s).unwrap().family, Family::BlockSimt);
         s.dtype = Dtype::Bf16;
         s.engine = Engine::Wgmma;
-        s.tile = Some(Tile { rows: 96, stages: 4 });
+        s.tile = Some(Tile::new(96, 4));
         assert!(specialize(&s).unwrap_err().to_string().contains("96"));
     }
 

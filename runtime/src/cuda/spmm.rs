@@ -345,7 +345,7 @@ pub(super) fn load_function(dev: &CudaDevice, kernel: &Kernel) -> Result<CudaFun
 pub(super) fn upload_tables(dev: &CudaDevice, kernel: &Kernel) -> Result<(CudaSlice<i32>, CudaSlice<i32>), CudaError> {
     let tables = kernel.mode == Mode::IndexStream;
     let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
-    Ok((dev.upload(&nonempty(&kernel.ptr))?, dev.upload(&nonempty(&kernel.idx))?))
+    Ok((dev.upload(&nonempty(&kernel.ptr))?, dev.upload(&nonempty(&kernel.device_idx()))?))
 }
 
 /// Median and minimum milliseconds of `launch` over `timing = (warm-up, runs)`, the L2
