@@ -10,6 +10,8 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("epilogue.cuh", include_str!("../../../templates/epilogue.cuh")),
     ("tables.cuh", include_str!("../../../templates/tables.cuh")),
     ("spmm_block_simt.cu.tera", include_str!("../../../templates/spmm_block_simt.cu.tera")),
+    ("block_simt_rowsum.cuh", include_str!("../../../templates/block_simt_rowsum.cuh")),
+    ("block_simt_general.cuh", include_str!("../../../templates/block_simt_general.cuh")),
     ("spmm_block_mma.cu.tera", include_str!("../../../templates/spmm_block_mma.cu.tera")),
     ("spmm_fine.cu.tera", include_str!("../../../templates/spmm_fine.cu.tera")),
     ("epilogue_rows.cu.tera", include_str!("../../../templates/epilogue_rows.cu.tera")),
@@ -69,6 +71,8 @@ pub struct BlockCtx {
     /// fp32, right orientation: every live block is uniform; `block_values` holds one
     /// literal per block (table order) and the kernel loads no W.
     pub folded: bool,
+    /// Some live blocks are uniform (values known): those fold, the others stay general.
+    pub part_folded: bool,
     pub block_values: Vec<String>,
     pub epilogue: EpilogueCtx,
     /// The transposed form of a left-orientation matmul: A' tiles come from rows of B

@@ -487,21 +487,29 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
     }
 
     let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
-    // Folding: when the values are known and every live block is uniform (one value
-    // repeated, e.g. binarized or HPEC-style weights), the fp32 kernel needs one literal per
-    // block instead of the block, and a row sum of the A tile instead of the block product.
+    // Folding: when the values are known, a uniform block (one value repeated, e.g. binarized
+    // or HPEC-style weights) needs one literal instead of the block, and a row sum of the A
+    // tile instead of the block product (fp32 kernel). When every live block is uniform the
+    // W tiles go entirely (unrolled kernels); when some are, those blocks skip their W tile and
+    // take the row sum (either mode).
     let block_values = match (&spec.values, family, left) {
         (Some(v), Family::BlockSimt, false) => uniform_block_values(&ptr, &idx, (bh, bw), n, v),
-        _ => None,
+        _ => vec![],
     };
-    let value_words = match (&spec.values, &block_values) {
-        (_, Some(bv)) => bv.len(),
-        (Some(_), None) => idx.len() * bh * bw * esize / 4,
-        (None, None) => 0,
+    let uniform_blocks = block_values.iter().filter(|v| v.is_some()).count();
+    let all_uniform = uniform_blocks > 0 && uniform_blocks == block_values.len();
+    let w_words = spec.values.as_ref().map_or(0, |_| idx.len() * bh * bw * esize / 4);
+    let value_words = match (all_uniform, uniform_blocks) {
+        (true, _) => block_values.len(),
+        (false, 0) => w_words,
+        (false, _) => block_values.len() + w_words,
     };
     let literal_words = if dense { 0 } else { ptr.len() + idx.len() } + value_words;
     let mode = if dense && spec.values.is_none() { Mode::IndexStream } else { resolve_mode(spec, literal_words) };
-    let folded = block_values.is_some() && mode == Mode::Unrolled;
+    let folded = all_uniform && mode == Mode::Unrolled;
+    // Partial folding embeds one literal per block even when the tables and W stream from
+    // device memory (W too large to embed): the uniform blocks' W tiles are then not read.
+    let part_folded = !all_uniform && uniform_blocks > 0 && block_values.len() <= spec.code_budget;
     let mut kernel = Kernel {
         name: String::new(),
         family,
@@ -539,7 +547,13 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         if left { bh } else { bw },
         if unrolled { "unrolled" } else { "stream" },
         if left { "_left" } else { "" },
-        if folded { "_folded" } else { "" }
+        if folded {
+            "_folded"
+        } else if part_folded {
+            "_partfolded"
+        } else {
+            ""
+        }
     );
     if folded {
         // No W tiles in shared memory.
@@ -569,11 +583,18 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         dense,
         k_blocks: kbs,
         unrolled,
-        tables_in_constant: kernel.ptr.len() + kernel.idx.len() + if folded { kernel.idx.len() } else { 0 } <= 16384,
+        tables_in_constant: kernel.ptr.len() + kernel.idx.len() + if folded || part_folded { kernel.idx.len() } else { 0 }
+            <= 16384,
         folded,
-        block_values: match (&block_values, folded) {
-            (Some(bv), true) => bv.iter().map(|x| float_literal(*x)).collect(),
-            _ => vec![],
+        part_folded,
+        // Folded: float literals. Partly folded: raw bits, NaN marking a general block (a
+        // uniform block's value is finite).
+        block_values: if folded {
+            block_values.iter().flatten().map(|x| float_literal(*x)).collect()
+        } else if part_folded {
+            block_values.iter().map(|x| x.map_or(0x7fff_ffff, f32::to_bits).to_string()).collect()
+        } else {
+            vec![]
         },
         ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
         idx: if unrolled { kernel.idx.clone() } else { vec![] },
@@ -631,22 +652,19 @@ pub(super) fn block_tables(
     Ok(BlockTables { ptr, idx, live_instances: d.instances.len(), dead_instances: d.dead_instances() })
 }
 
-/// The value of every live block in table order when each is uniform (all `bh × bw`
-/// elements bitwise equal), `None` as soon as one is not.
-fn uniform_block_values(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: usize, w: &[f32]) -> Option<Vec<f32>> {
+/// For every live block in table order, its value where it is uniform (all `bh × bw`
+/// elements bitwise equal and finite), `None` where it is not.
+fn uniform_block_values(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: usize, w: &[f32]) -> Vec<Option<f32>> {
     let mut out = Vec::with_capacity(idx.len());
     for j in 0..ptr.len() - 1 {
         for e in ptr[j]..ptr[j + 1] {
             let kb = idx[e as usize] as usize;
             let first = w[kb * bh * n + j * bw];
             let uniform = first.is_finite() && (0..bh).all(|r| (0..bw).all(|c| w[(kb * bh + r) * n + j * bw + c].to_bits() == first.to_bits()));
-            if !uniform {
-                return None;
-            }
-            out.push(first);
+            out.push(uniform.then_some(first));
         }
     }
-    Some(out)
+    out
 }
 
 /// Threads per CTA of the fine-grained kernels (16 warps: enough to hide shared-memory latency
@@ -1095,12 +1113,25 @@ mod tests {
         assert!(k.source.contains("BLOCK_VAL") && !k.source.contains("W_LIT[]"));
         // Block column order: (0,0); (1,1); (0,2), (3,2).
         assert!(k.source.contains("6.25e-2f,1.25e-1f,1.875e-1f,2.5e-1f,"), "{}", k.source);
-        // One element off breaks the block's uniformity: the general kernel, values embedded.
+        // One element off breaks that block's uniformity: the others still fold, it keeps its
+        // W tile (NaN marks it in the literal table).
         w[(3 * 32 + 5) * 96 + 2 * 32 + 7] = 1.0;
+        s.values = Some(w.clone());
+        let k = specialize(&s).unwrap();
+        assert!(k.name.ends_with("_partfolded") && k.source.contains("W_LIT[]"), "{}", k.name);
+        let bits = [0.0625f32, 0.125, 0.1875].map(|v| format!("{}u,", v.to_bits())).concat() + "2147483647u,";
+        assert!(k.source.contains(&bits), "{}", k.source);
+        // No uniform block left: the general kernel.
+        for (i, &(r, c)) in blocks.iter().enumerate() {
+            w[(r * 32 + i) * 96 + c * 32] = 2.0;
+        }
         s.values = Some(w.clone());
         let k = specialize(&s).unwrap();
         assert!(!k.name.contains("folded") && k.source.contains("W_LIT[]") && !k.source.contains("BLOCK_VAL"));
         // fp16 (tensor cores) and index-stream kernels do not fold.
+        for (i, &(r, c)) in blocks.iter().enumerate() {
+            w[(r * 32 + i) * 96 + c * 32] = 0.0625 * (i + 1) as f32;
+        }
         w[(3 * 32 + 5) * 96 + 2 * 32 + 7] = 0.25;
         s.values = Some(w);
         s.mode = Mode::IndexStream;

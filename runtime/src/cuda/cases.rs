@@ -64,6 +64,9 @@ pub struct Case {
     /// Every kept weight element takes this value (binarized / HPEC-style weights), which
     /// lets the fp32 block kernel fold its blocks when the values are embedded.
     pub uniform: Option<f32>,
+    /// With `uniform`: only the even 32-column groups of the weight take the value, the others
+    /// keep random values (a weight with some uniform blocks: the kernel folds just those).
+    pub uniform_half: bool,
     /// Tensor-core path of fp16/bf16 block kernels.
     pub engine: Engine,
 }
@@ -84,11 +87,18 @@ impl Case {
             cublas_dense: cover == Cover::Planned,
             orientation: Orientation::Right,
             uniform: None,
+            uniform_half: false,
             engine: Engine::Auto,
         }
     }
     pub fn with_uniform(mut self, v: f32) -> Case {
         self.uniform = Some(v);
+        self
+    }
+    /// [`Case::with_uniform`] on the even 32-column groups only.
+    pub fn with_uniform_half(mut self, v: f32) -> Case {
+        self.uniform = Some(v);
+        self.uniform_half = true;
         self
     }
     pub fn with_orientation(mut self, orientation: Orientation) -> Case {
@@ -180,7 +190,7 @@ impl Case {
                 .unwrap_or_default(),
             if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" },
             if self.orientation == Orientation::Left { " left" } else { "" },
-            self.uniform.map(|v| format!(" uniform{v}")).unwrap_or_default(),
+            self.uniform.map(|v| format!(" uniform{v}{}", if self.uniform_half { "/half" } else { "" })).unwrap_or_default(),
             match self.engine {
                 Engine::Auto => "",
                 Engine::MmaSync => " mmasync",
@@ -199,12 +209,14 @@ impl Case {
         let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
         let w: Vec<f32> = mask
             .iter()
-            .map(|pruned| {
+            .enumerate()
+            .map(|(i, pruned)| {
                 let v = rng.uniform(-1.0, 1.0) as f32;
+                let uniform = self.uniform.filter(|_| !self.uniform_half || (i % cols / 32) % 2 == 0);
                 if *pruned {
                     0.0
                 } else {
-                    round_to(self.dtype, self.uniform.unwrap_or(v))
+                    round_to(self.dtype, uniform.unwrap_or(v))
                 }
             })
             .collect();
@@ -341,6 +353,8 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((256, 256, 256), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.7 }, Block(16, 16))
             .with_uniform(-1.5)
             .with_values(),
+        // some blocks uniform: those fold, the others keep their W tiles
+        Case::new((300, 512, 512), F32, b(0.8), Block(32, 32)).with_uniform_half(0.375).with_values().with_epilogue(true, Gelu),
         Case::new((200, 256, 256), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
             .with_epilogue(true, Relu),
         Case::new((1024, 1024, 1024), F32, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream),
@@ -507,7 +521,9 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         // Uniform weights (one value, as in the HPEC networks): folded vs the general kernel.
         let goal = Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 };
         out.push(Case::new(mkn, dtype, goal.clone(), Cover::Block(32, 32)).with_uniform(0.0625).with_values());
-        out.push(Case::new(mkn, dtype, goal, Cover::Block(32, 32)).with_uniform(0.0625));
+        out.push(Case::new(mkn, dtype, goal.clone(), Cover::Block(32, 32)).with_uniform(0.0625));
+        // Half the block columns uniform: those blocks fold, the others stay general.
+        out.push(Case::new(mkn, dtype, goal, Cover::Block(32, 32)).with_uniform_half(0.0625).with_values());
     }
     // Tile variants of the goal case (32×32 blocks at 90%).
     let goal = Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 }, Cover::Block(32, 32));
