@@ -771,10 +771,16 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize) -> Result<Fine
         return Ok(FineTiling::with_chunk_for(rpl, nc, k, per_sm, split));
     }
     let mut best: Option<(f64, FineTiling)> = None;
-    // One row per lane: on the H200 it was the fastest (or within 2%) of every swept tiling at
-    // 1024³ and 4096³, 95% and 99% (benches/results/run9/); the estimate ranks 2 and 4 rows per
-    // lane too high (their loads wait longer than its wavefront count says).
-    for rpl in [1] {
+    // Sparse weights (under 25% kept) take one row per lane: on the H200 it was the fastest (or
+    // within 2%) of every swept tiling at 1024³ and 4096³, 95% and 99% (benches/results/run9/);
+    // the estimate ranks 2 and 4 rows per lane too high there. Denser ones amortize each
+    // entry over more rows: at 50%, one row per lane lost 1.4-1.5× (run 9).
+    let density = nnz as f64 / (k * fc).max(1) as f64;
+    let rpls: &[usize] = if density > 0.25 { &[1, 2, 4] } else { &[1] };
+    for &rpl in rpls {
+        if rpl > 1 && 32 * rpl > 2 * fr.next_power_of_two() {
+            continue;
+        }
         let mut nc = 32;
         while nc * rpl <= 512 && nc <= fc.next_power_of_two().max(32) {
             for split in [1, 2, 4] {
