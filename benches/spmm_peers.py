@@ -4,6 +4,8 @@
 writes the combined table.
 
 usage: spmm_peers.py ours.json DUMP_DIR peers.json table.md
+       spmm_peers.py --table-only ours.json peers.json table.md   (rewrite the table from a
+       finished run's files; needs neither a GPU nor torch)
 Entries with "orientation": "left" are C = W @ B (W sparse M×K, a_file holds B); cuSPARSE
 then runs W_csr @ B directly.
 Timing: triton.testing.do_bench (CUDA events, L2 flushed before each run, median), the same
@@ -23,6 +25,60 @@ bsr_dense_mm(W_bsr, B).
 import json
 import os
 import sys
+
+
+def write_table(ours, ceil, peers, table_path):
+    """The table: ratio = peer ms / our ms (> 1: we are faster)."""
+    lines = [
+        "| size | dtype | pattern | cover (our kernels) | ours ms | cuBLAS ms | x cuBLAS | cuSPARSE ms | x cuSPARSE | Triton BSR ms | x Triton | our TFLOP/s (executed) | floor ms | ours / floor | err |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def fmt(x, p=4):
+        return "-" if x is None else f"{x:.{p}f}"
+
+    for e in ours:
+        p = peers[(e["w_file"], e["dtype"])]
+        ms = e["ms"]
+        m = k = n = e["size"]
+        es = {"f32": 4, "i8": 1}.get(e["dtype"], 2)
+        out_es = 2 if e["dtype"] == "i8" else es  # int8 writes fp16
+        useful = 2.0 * m * e["nnz"]
+        bytes_min = (m * k + e["nnz"]) * es + m * n * out_es
+        floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
+        ratio = lambda name: None if p.get(name) is None else p[name] / ms
+        kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
+        # Every qualifier of the case label after "MxKxN dtype pattern cover" (tile, values,
+        # uniform, cublas, engine, epilogue), so rows that differ only in those stay apart.
+        for q in e["label"].split()[4:]:
+            kinds += ", " + ("left (C = W·B)" if q == "left" else q)
+        lines.append(
+            f"| {e['size']} | {e['dtype']} | {e['pattern']} | {e['cover']} ({kinds}) | {fmt(ms)} | {fmt(p.get('cublas_ms'))} | "
+            f"{fmt(ratio('cublas_ms'), 2)} | {fmt(p.get('cusparse_ms'))} | {fmt(ratio('cusparse_ms'), 2)} | "
+            f"{fmt(p.get('triton_ms'))} | {fmt(ratio('triton_ms'), 2)} | {e['flops'] / ms / 1e9:.1f} | {fmt(floor)} | "
+            f"{ms / floor:.1f} | {e['rel_norm_err']:.1e} |"
+        )
+    header = (
+        f"Ceilings measured in this run: HBM copy {ceil['hbm_GBps']:.0f} GB/s; cuBLAS dense 8192³ "
+        + ", ".join(f"{d} {ceil[f'cublas_{d}_TFLOPs']:.0f} TFLOP/s" for d in ("f32", "f16", "bf16"))
+        + (
+            f"; int8 (`torch._int_mm`) W row-major {ceil['cublas_i8_nn_TFLOPs']:.0f}, column-major "
+            f"{ceil['cublas_i8_tn_TFLOPs']:.0f} TOP/s, int8 floor rate {ceil['cublas_i8_TFLOPs']:.0f} TOP/s"
+            if "cublas_i8_TFLOPs" in ceil
+            else ""
+        )
+        + ". Floor = max(useful flops / cuBLAS rate of the dtype, (A + nnz(W) + C) bytes / HBM rate).\n\n"
+    )
+    open(table_path, "w").write(header + "\n".join(lines) + "\n")
+    print(header + "\n".join(lines))
+
+
+if sys.argv[1:2] == ["--table-only"]:
+    ours_path, peers_path, table_path = sys.argv[2:5]
+    saved = json.load(open(peers_path))
+    peers = {tuple(k.split("|", 1)): v for k, v in saved["peers"].items()}
+    write_table(json.load(open(ours_path)), saved["ceilings"], peers, table_path)
+    sys.exit(0)
 
 import numpy as np
 import torch
@@ -159,48 +215,4 @@ for e in ours:
 
 json.dump({"ceilings": ceil, "peers": {f"{k[0]}|{k[1]}": v for k, v in peers.items()}}, open(peers_path, "w"), indent=1)
 
-# The table: ratio = peer ms / our ms (> 1: we are faster).
-lines = [
-    "| size | dtype | pattern | cover (our kernels) | ours ms | cuBLAS ms | x cuBLAS | cuSPARSE ms | x cuSPARSE | Triton BSR ms | x Triton | our TFLOP/s (executed) | floor ms | ours / floor | err |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-]
-
-
-def fmt(x, p=4):
-    return "-" if x is None else f"{x:.{p}f}"
-
-
-for e in ours:
-    p = peers[(e["w_file"], e["dtype"])]
-    ms = e["ms"]
-    m = k = n = e["size"]
-    es = {"f32": 4, "i8": 1}.get(e["dtype"], 2)
-    out_es = 2 if e["dtype"] == "i8" else es  # int8 writes fp16
-    useful = 2.0 * m * e["nnz"]
-    bytes_min = (m * k + e["nnz"]) * es + m * n * out_es
-    floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
-    ratio = lambda name: None if p.get(name) is None else p[name] / ms
-    kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
-    if e.get("orientation") == "left":
-        kinds += ", left (C = W·B)"
-    if " tile" in e["label"]:
-        kinds += ", " + e["label"].rsplit(" ", 1)[-1]
-    lines.append(
-        f"| {e['size']} | {e['dtype']} | {e['pattern']} | {e['cover']} ({kinds}) | {fmt(ms)} | {fmt(p.get('cublas_ms'))} | "
-        f"{fmt(ratio('cublas_ms'), 2)} | {fmt(p.get('cusparse_ms'))} | {fmt(ratio('cusparse_ms'), 2)} | "
-        f"{fmt(p.get('triton_ms'))} | {fmt(ratio('triton_ms'), 2)} | {e['flops'] / ms / 1e9:.1f} | {fmt(floor)} | "
-        f"{ms / floor:.1f} | {e['rel_norm_err']:.1e} |"
-    )
-header = (
-    f"Ceilings measured in this run: HBM copy {ceil['hbm_GBps']:.0f} GB/s; cuBLAS dense 8192³ "
-    + ", ".join(f"{d} {ceil[f'cublas_{d}_TFLOPs']:.0f} TFLOP/s" for d in DT)
-    + (
-        f"; int8 (`torch._int_mm`) W row-major {ceil['cublas_i8_nn_TFLOPs']:.0f}, column-major "
-        f"{ceil['cublas_i8_tn_TFLOPs']:.0f} TOP/s, int8 floor rate {ceil['cublas_i8_TFLOPs']:.0f} TOP/s"
-        if "cublas_i8_TFLOPs" in ceil
-        else ""
-    )
-    + ". Floor = max(useful flops / cuBLAS rate of the dtype, (A + nnz(W) + C) bytes / HBM rate).\n\n"
-)
-open(table_path, "w").write(header + "\n".join(lines) + "\n")
-print(header + "\n".join(lines))
+write_table(ours, ceil, peers, table_path)
