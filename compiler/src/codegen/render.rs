@@ -30,14 +30,38 @@ pub struct EpilogueCtx {
     pub accumulate: bool,
 }
 
-/// Context of the block-sparse (and dense) templates.
+/// What every kernel template starts from: the kernel's name, its element type, the problem
+/// shape `C[m,n] = A[m,k] · W[k,n]` and the fused epilogue. Flattened into each context.
 #[derive(Clone, Debug, Serialize)]
-pub struct BlockCtx {
+pub struct KernelHead {
     pub kernel_name: String,
     pub dtype: String,
     pub m: usize,
     pub k: usize,
     pub n: usize,
+    pub epilogue: EpilogueCtx,
+}
+
+/// The sparsity pattern and values baked into the source: the index tables when unrolled
+/// (empty otherwise), in `__constant__` memory when they fit, and the embedded values as raw
+/// bits of `value_bits` each (empty when they stream). Flattened into each context.
+#[derive(Clone, Debug, Serialize)]
+pub struct Literals {
+    pub unrolled: bool,
+    pub tables_in_constant: bool,
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+    pub values: Vec<String>,
+    pub value_bits: usize,
+}
+
+/// Context of the block-sparse (and dense) templates.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockCtx {
+    #[serde(flatten)]
+    pub head: KernelHead,
+    #[serde(flatten)]
+    pub literals: Literals,
     pub bh: usize,
     pub bw: usize,
     /// Rows of C per CTA.
@@ -59,13 +83,6 @@ pub struct BlockCtx {
     pub w_row_chunks: usize,
     pub dense: bool,
     pub k_blocks: usize,
-    pub unrolled: bool,
-    pub tables_in_constant: bool,
-    pub ptr: Vec<i32>,
-    pub idx: Vec<i32>,
-    /// Packed weight as raw bits when embedded.
-    pub values: Vec<String>,
-    pub value_bits: usize,
     /// mma: n8 tiles per warp.
     pub n_tiles: usize,
     /// fp32, right orientation: every live block is uniform; `block_values` holds one
@@ -74,7 +91,6 @@ pub struct BlockCtx {
     /// Some live blocks are uniform (values known): those fold, the others stay general.
     pub part_folded: bool,
     pub block_values: Vec<String>,
-    pub epilogue: EpilogueCtx,
     /// The transposed form of a left-orientation matmul: A' tiles come from rows of B
     /// (k-major in shared memory, `a_ld` = BM + pad) and C' is stored transposed.
     pub left: bool,
@@ -89,12 +105,10 @@ pub struct BlockCtx {
 /// in bytes (= elements).
 #[derive(Clone, Debug, Serialize)]
 pub struct Int8Ctx {
-    pub kernel_name: String,
-    /// Element type of the output and the bias (`f16`).
-    pub dtype: String,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
+    #[serde(flatten)]
+    pub head: KernelHead,
+    #[serde(flatten)]
+    pub literals: Literals,
     pub bh: usize,
     pub bw: usize,
     /// Rows of C per CTA (32 per warp).
@@ -112,15 +126,8 @@ pub struct Int8Ctx {
     pub w_col_chunks: usize,
     pub dense: bool,
     pub k_blocks: usize,
-    pub unrolled: bool,
-    pub tables_in_constant: bool,
-    pub ptr: Vec<i32>,
-    pub idx: Vec<i32>,
-    /// Always empty (int8 weights are read from device memory); `tables.cuh` reads it.
-    pub values: Vec<String>,
     /// n8 tiles per warp.
     pub n_tiles: usize,
-    pub epilogue: EpilogueCtx,
 }
 
 /// Context of the fine-grained template (both orientations). The kernel works in one frame:
@@ -128,13 +135,12 @@ pub struct Int8Ctx {
 /// `fc = m`, the weight transposed).
 #[derive(Clone, Debug, Serialize)]
 pub struct FineCtx {
-    pub kernel_name: String,
-    pub dtype: String,
+    #[serde(flatten)]
+    pub head: KernelHead,
+    #[serde(flatten)]
+    pub literals: Literals,
     /// Left orientation (`C = W · B`).
     pub left: bool,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
     pub fr: usize,
     pub fc: usize,
     /// Dense rows per lane (1, 2 or 4) and per CTA (`32 × rpl`).
@@ -162,12 +168,6 @@ pub struct FineCtx {
     pub w_words: usize,
     /// Vector (4-element) loads of the dense operand: its rows are a multiple of 4 long.
     pub vec: bool,
-    pub unrolled: bool,
-    pub ptr: Vec<i32>,
-    pub idx: Vec<i32>,
-    pub values: Vec<String>,
-    pub value_bits: usize,
-    pub epilogue: EpilogueCtx,
 }
 
 /// Context of the standalone epilogue kernel (after a library GEMM).
@@ -217,11 +217,10 @@ pub fn render<C: Serialize>(template: &str, ctx: &C) -> Result<String, CodegenEr
 /// Context of the wgmma block-sparse template (Hopper, persistent grid).
 #[derive(Clone, Debug, Serialize)]
 pub struct WgmmaCtx {
-    pub kernel_name: String,
-    pub dtype: String,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
+    #[serde(flatten)]
+    pub head: KernelHead,
+    #[serde(flatten)]
+    pub literals: Literals,
     pub bh: usize,
     pub bw: usize,
     /// Rows of C per work item (= 64 × warpgroups × m_tiles).
@@ -254,11 +253,4 @@ pub struct WgmmaCtx {
     pub operand_a: usize,
     pub operand_b: usize,
     pub operand_one: usize,
-    pub unrolled: bool,
-    pub tables_in_constant: bool,
-    pub ptr: Vec<i32>,
-    pub idx: Vec<i32>,
-    pub values: Vec<String>,
-    pub value_bits: usize,
-    pub epilogue: EpilogueCtx,
 }

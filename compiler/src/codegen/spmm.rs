@@ -1,7 +1,7 @@
 //! Sparse × dense matmul: family choice, loop nest, dismantle, tables and rendering.
 
 use super::loopnest::{Level, LoopNest};
-use super::render::{render, BlockCtx, EpilogueCtx, FineCtx};
+use super::render::{render, BlockCtx, EpilogueCtx, FineCtx, KernelHead, Literals};
 use super::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
 use serde::Serialize;
 
@@ -291,6 +291,33 @@ pub(super) fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
     }
 }
 
+/// The head of a kernel's template context: name, element type, shape and epilogue of `spec`.
+pub(super) fn kernel_head(name: &str, dtype: Dtype, spec: &SpmmSpec) -> KernelHead {
+    KernelHead {
+        kernel_name: name.to_string(),
+        dtype: dtype.name().to_string(),
+        m: spec.m,
+        k: spec.k,
+        n: spec.n,
+        epilogue: epilogue_ctx(spec),
+    }
+}
+
+/// The literals of a kernel's template context: `kernel`'s tables when it is unrolled (`idx`
+/// as the kernel reads it), in `__constant__` memory when they and `extra_words` more fit in
+/// 16384 words, and the embedded `values`.
+pub(super) fn kernel_literals(kernel: &Kernel, idx: Vec<i32>, values: Vec<String>, value_bits: usize, extra_words: usize) -> Literals {
+    let unrolled = kernel.mode == Mode::Unrolled;
+    Literals {
+        unrolled,
+        tables_in_constant: kernel.ptr.len() + kernel.idx.len() + extra_words <= 16384,
+        ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
+        idx: if unrolled { idx } else { vec![] },
+        values,
+        value_bits,
+    }
+}
+
 pub(super) fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
     use super::Activation::*;
     let (act, lo, hi) = match spec.epilogue.activation {
@@ -560,11 +587,14 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         kernel.launch.smem_bytes = (stages * a_tile * esize) as u32;
     }
     let ctx = BlockCtx {
-        kernel_name: kernel.name.clone(),
-        dtype: spec.dtype.name().to_string(),
-        m,
-        k,
-        n,
+        head: kernel_head(&kernel.name, spec.dtype, spec),
+        literals: kernel_literals(
+            &kernel,
+            kernel.idx.clone(),
+            values,
+            if esize == 4 { 32 } else { 16 },
+            if folded || part_folded { kernel.idx.len() } else { 0 },
+        ),
         bh,
         bw,
         bm,
@@ -582,9 +612,6 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         w_row_chunks: bw * esize / 16,
         dense,
         k_blocks: kbs,
-        unrolled,
-        tables_in_constant: kernel.ptr.len() + kernel.idx.len() + if folded || part_folded { kernel.idx.len() } else { 0 }
-            <= 16384,
         folded,
         part_folded,
         // Folded: float literals. Partly folded: raw bits, NaN marking a general block (a
@@ -596,12 +623,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         } else {
             vec![]
         },
-        ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
-        idx: if unrolled { kernel.idx.clone() } else { vec![] },
-        values,
-        value_bits: if esize == 4 { 32 } else { 16 },
         n_tiles: bw / 8,
-        epilogue: epilogue_ctx(spec),
         left,
         cs_ld,
         c_chunks: bw * bm / 8,
@@ -966,12 +988,9 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         _ => vec![],
     };
     let ctx = FineCtx {
-        kernel_name: kernel.name.clone(),
-        dtype: spec.dtype.name().to_string(),
+        head: kernel_head(&kernel.name, spec.dtype, spec),
+        literals: kernel_literals(&kernel, kernel.device_idx(), values, if esize == 4 { 32 } else { 16 }, 0),
         left,
-        m,
-        k,
-        n,
         fr,
         fc,
         rpl: t.rpl,
@@ -990,12 +1009,6 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         region_words,
         w_words,
         vec: if left { n % 4 == 0 } else { k % 4 == 0 },
-        unrolled,
-        ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
-        idx: if unrolled { kernel.device_idx() } else { vec![] },
-        values,
-        value_bits: if esize == 4 { 32 } else { 16 },
-        epilogue: epilogue_ctx(spec),
     };
     kernel.source = render("spmm_fine.cu.tera", &ctx)?;
     Ok(kernel)

@@ -4,7 +4,7 @@
 //! column-major ([`Kernel::pack_weight_i8`]) because ldmatrix cannot transpose int8.
 
 use super::render::{render, Int8Ctx};
-use super::spmm::{block_tables, epilogue_ctx, resolve_mode, spec_err, BlockTables, Family, Kernel, Launch};
+use super::spmm::{block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, BlockTables, Family, Kernel, Launch};
 use super::{CodegenError, Dtype, Mode, SpmmSpec};
 
 /// Block shapes the int8 kernel takes: `bh` a multiple of 32 (one m16n8k32 step), `bw` a
@@ -79,11 +79,8 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         values_embedded: false,
     };
     let ctx = Int8Ctx {
-        kernel_name: kernel.name.clone(),
-        dtype: Dtype::I8.output().name().to_string(),
-        m,
-        k,
-        n,
+        head: kernel_head(&kernel.name, Dtype::I8.output(), spec),
+        literals: kernel_literals(&kernel, kernel.idx.clone(), vec![], 8, 0),
         bh,
         bw,
         bm,
@@ -98,13 +95,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         w_col_chunks: bh / 16,
         dense,
         k_blocks: kbs,
-        unrolled,
-        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
-        ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
-        idx: if unrolled { kernel.idx.clone() } else { vec![] },
-        values: vec![],
         n_tiles: bw / 8,
-        epilogue: epilogue_ctx(spec),
     };
     let source = render("spmm_block_int8.cu.tera", &ctx)?;
     Ok(Kernel { source, ..kernel })

@@ -8,7 +8,7 @@
 //! so that B is K-major like A.
 
 use super::render::{render, WgmmaCtx};
-use super::spmm::{block_tables, epilogue_ctx, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel, Launch};
+use super::spmm::{block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel, Launch};
 use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
 
 /// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
@@ -193,11 +193,8 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         _ => vec![],
     };
     let ctx = WgmmaCtx {
-        kernel_name: kernel.name.clone(),
-        dtype: spec.dtype.name().to_string(),
-        m,
-        k,
-        n,
+        head: kernel_head(&kernel.name, spec.dtype, spec),
+        literals: kernel_literals(&kernel, kernel.idx.clone(), values, 16, 0),
         bh,
         bw,
         bm,
@@ -220,13 +217,6 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         operand_a: acc_regs,
         operand_b: acc_regs + 1,
         operand_one: acc_regs + 2,
-        unrolled,
-        tables_in_constant: kernel.ptr.len() + kernel.idx.len() <= 16384,
-        ptr: if unrolled { kernel.ptr.clone() } else { vec![] },
-        idx: if unrolled { kernel.idx.clone() } else { vec![] },
-        values,
-        value_bits: 16,
-        epilogue: epilogue_ctx(spec),
     };
     kernel.source = render("spmm_block_wgmma.cu.tera", &ctx)?;
     Ok(kernel)
