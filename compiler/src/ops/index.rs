@@ -288,6 +288,9 @@ fn scatter(data: &Data, updates: &Data, starts: &[usize], run: usize, reduction:
         T::wrap(out)
     }
     let dtype = data.dtype();
+    // The max/min closures are generic over every element type, bool included, where `>`
+    // and `<` are the ONNX semantics (true > false) that clippy would rewrite per type.
+    #[allow(clippy::bool_comparison)]
     match reduction {
         Reduction::None => crate::with_data!(data, v => combine(v, updates, starts, run, |_, u| u)),
         Reduction::Max => {

@@ -111,6 +111,9 @@ impl Registry {
 }
 
 /// Helper a family file uses to add its ops under its family name.
+/// An op family: its name and the function that registers its ops.
+type FamilyEntry = (&'static str, fn(&mut FamilyRegistrar));
+
 pub struct FamilyRegistrar<'a> {
     registry: &'a mut Registry,
     family: &'static str,
@@ -128,7 +131,7 @@ pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let mut registry = Registry { ops: BTreeMap::new() };
-        let families: [(&'static str, fn(&mut FamilyRegistrar)); 11] = [
+        let families: [FamilyEntry; 11] = [
             ("activation", activation::register),
             ("arith", arith::register),
             ("constant", constant::register),
@@ -151,7 +154,7 @@ pub fn registry() -> &'static Registry {
 // ---- helpers shared by the families ----
 
 /// The required input at `index`.
-pub fn required<'a, T>(inputs: &'a [Option<T>], index: usize) -> OpResult<&'a T> {
+pub fn required<T>(inputs: &[Option<T>], index: usize) -> OpResult<&T> {
     match inputs.get(index) {
         Some(Some(t)) => Ok(t),
         _ => Err(OpError::new(format!("missing required input {index}"))),

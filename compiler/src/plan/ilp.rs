@@ -65,11 +65,14 @@ pub fn exact_cover(pruned: &[bool], rows: usize, cols: usize, shapes: &[(BlockSh
     Some(ExactCover { cost, blocks })
 }
 
+/// One instance of [`gap_benchmark`]: seed, side of the square weight, pattern.
+pub type GapInstance = (u64, usize, crate::tesa::patterns::Pattern);
+
 /// The benchmark set for greedy vs exact: block shapes 1×1, 1×4, 4×1, 4×4, 8×8 weighted
 /// `2 + area/2`, and 20 seeded instances `(seed, n, pattern)` of `n × n` weights
 /// (16 to 24) cycling unstructured, block and mixed patterns. The unit test and
 /// `plan_report` both use it.
-pub fn gap_benchmark() -> (Vec<(BlockShape, f64)>, Vec<(u64, usize, crate::tesa::patterns::Pattern)>) {
+pub fn gap_benchmark() -> (Vec<(BlockShape, f64)>, Vec<GapInstance>) {
     use crate::tesa::patterns::Pattern;
     let shapes = [(1, 1), (1, 4), (4, 1), (4, 4), (8, 8)]
         .iter()

@@ -163,6 +163,8 @@ pub fn scramble_backward(
             if !i.fact.dtype.is_float() {
                 continue;
             }
+            // `needed` is written inside the loop: an index, not an iterator over it.
+            #[allow(clippy::needless_range_loop)]
             for elem in 0..vals.len() {
                 if needed[slot][elem] || i.tesa.is_pruned(elem) {
                     continue;

@@ -76,7 +76,8 @@ impl ImageBlock {
     fn finish_column(next: &mut [f32], bias: f32, alive: &mut [bool]) -> bool {
         let mut any = false;
         for (value, lane_alive) in next.iter_mut().zip(alive.iter_mut()) {
-            let activated = (*value + bias).max(0.0).min(ACTIVATION_CAP);
+            // `clamp`, as the f64 reference does (a NaN stays NaN rather than becoming 0).
+            let activated = (*value + bias).clamp(0.0, ACTIVATION_CAP);
             *value = activated;
             let nonzero = activated != 0.0;
             *lane_alive |= nonzero;

@@ -357,7 +357,7 @@ fn matmul(ctx: &RuleCtx) -> OpResult<Proposal> {
     }
     let (m, n) = (a_shape[a_shape.len() - 2], b_shape[b_shape.len() - 1]);
     let y_numel = ctx.out_facts[0].numel();
-    let batch_n = if m * n == 0 { 0 } else { y_numel / (m * n) };
+    let batch_n = y_numel.checked_div(m * n).unwrap_or(0);
     let y_batch = crate::ir::broadcast_shapes(&a_shape[..a_shape.len() - 2], &b_shape[..b_shape.len() - 2])
         .ok_or_else(|| OpError::new("MatMul batch dims do not broadcast"))?;
     debug_assert_eq!(y_batch.iter().product::<usize>(), batch_n);
@@ -623,6 +623,8 @@ fn batch_norm(ctx: &RuleCtx) -> OpResult<Proposal> {
         let eps = ctx.node.attrs.float("epsilon", 1e-5)? as f64;
         let x = mask_of(ctx, 0);
         let mut fwd = y.clone();
+        // Four parameter vectors indexed by the same channel.
+        #[allow(clippy::needless_range_loop)]
         for ch in 0..c {
             let a = v[0][ch] / (v[3][ch] + eps).sqrt();
             let b = v[1][ch] - v[2][ch] * a;

@@ -72,7 +72,7 @@ pub(super) fn pool(ctx: &RuleCtx) -> OpResult<Proposal> {
     input(ctx, 0)?;
     let x_shape = &ctx.in_facts[0].unwrap().shape;
     let (taps, in_px, out_px) = crate::ops::pool_taps(&node_ctx(ctx), x_shape)?;
-    let planes = if in_px == 0 { 0 } else { ctx.in_facts[0].unwrap().numel() / in_px };
+    let planes = ctx.in_facts[0].unwrap().numel().checked_div(in_px).unwrap_or(0);
     let mut sources = Vec::with_capacity(planes * out_px);
     for plane in 0..planes {
         for t in &taps {
