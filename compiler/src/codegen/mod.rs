@@ -20,7 +20,7 @@ mod spmm_wgmma;
 
 pub use library::{library_gemm, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
-pub use spmm::{specialize, Family, Kernel, Launch};
+pub use spmm::{specialize, Family, FineTable, Kernel, Launch};
 pub use spmm_wgmma::CoreLayout;
 
 use serde::Serialize;

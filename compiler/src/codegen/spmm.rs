@@ -83,17 +83,36 @@ pub struct Kernel {
     /// (k-chunk, row of W) run (`chunks × M + 1`).
     pub ptr: Vec<i32>,
     /// Block kernels: block row of each live block. Fine kernels: the entry's offset in the
-    /// kernel's shared D tile, `k_in_chunk × chunk_ld`; every run is padded to a multiple of 4
-    /// entries with offsets of the tile's zero row (`k_in_chunk = chunk`), whose weight is 0.
+    /// kernel's shared D tile (see [`FineTable`]).
     pub idx: Vec<i32>,
-    /// Fine kernel: the k-chunk width.
-    pub chunk: usize,
-    /// Fine kernel: the row stride of the D tile (`idx / chunk_ld` is k inside the chunk); 1 otherwise.
-    pub chunk_ld: usize,
+    /// Fine kernels: how `idx` maps to k (`None` for the other families).
+    pub fine: Option<FineTable>,
     pub live_instances: usize,
     pub dead_instances: usize,
     pub literal_words: usize,
     pub values_embedded: bool,
+}
+
+/// How a fine kernel's entries address its shared D tile: an entry's `idx` is
+/// `k_in_chunk × ld`; every (chunk, column) run is padded to a multiple of 4 entries whose
+/// offset is the tile's zero row (`k_in_chunk = chunk`) and whose weight is 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FineTable {
+    /// Depth of a k-chunk.
+    pub chunk: usize,
+    /// Row stride (elements) of the D tile.
+    pub ld: usize,
+}
+
+impl FineTable {
+    /// The k inside its chunk of the entry with offset `idx`; `None` for a padding entry.
+    pub fn k_in_chunk(&self, idx: i32) -> Option<usize> {
+        Some(idx as usize / self.ld).filter(|&kk| kk < self.chunk)
+    }
+    /// The offset padding entries carry.
+    fn pad(&self) -> i32 {
+        (self.chunk * self.ld) as i32
+    }
 }
 
 impl Kernel {
@@ -130,34 +149,25 @@ impl Kernel {
         }
         match self.family {
             Family::Epilogue => vec![],
-            Family::Fine => {
-                let chunks = k.div_ceil(self.chunk);
-                let mut out = Vec::with_capacity(self.idx.len());
-                for c in 0..chunks {
-                    for col in 0..n {
-                        let s = c * n + col;
-                        for e in self.ptr[s]..self.ptr[s + 1] {
-                            let kk = self.idx[e as usize] as usize / self.chunk_ld;
-                            out.push(if kk < self.chunk { w[(c * self.chunk + kk) * n + col] } else { T::default() });
-                        }
-                    }
-                }
-                out.resize(self.idx.len(), T::default());
-                out
-            }
-            Family::FineLeft => {
-                // The weight is W row-major M × K; entries in (chunk, row of W) order.
+            Family::Fine | Family::FineLeft => {
+                // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
+                // left: row `col` of W (`M × K`, row-major).
+                let t = self.fine.expect("fine kernels carry their table layout");
                 let (m, k, _) = self.spec_shape;
-                assert_eq!(w.len(), m * k, "weight has the wrong size");
-                let chunks = k.div_ceil(self.chunk);
+                let left = self.family == Family::FineLeft;
+                if left {
+                    assert_eq!(w.len(), m * k, "weight has the wrong size");
+                }
+                let fc = if left { m } else { n };
+                let at = |row: usize, col: usize| if left { col * k + row } else { row * n + col };
                 let mut out = Vec::with_capacity(self.idx.len());
-                for c in 0..chunks {
-                    for r in 0..m {
-                        let s = c * m + r;
-                        for e in self.ptr[s]..self.ptr[s + 1] {
-                            let kk = self.idx[e as usize] as usize / self.chunk_ld;
-                            out.push(if kk < self.chunk { w[r * k + c * self.chunk + kk] } else { T::default() });
-                        }
+                for s in 0..self.ptr.len() - 1 {
+                    let (c, col) = (s / fc, s % fc);
+                    for e in self.ptr[s]..self.ptr[s + 1] {
+                        out.push(match t.k_in_chunk(self.idx[e as usize]) {
+                            Some(kk) => w[at(c * t.chunk + kk, col)],
+                            None => T::default(),
+                        });
                     }
                 }
                 out.resize(self.idx.len(), T::default());
@@ -553,8 +563,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         orientation: Orientation::Right,
         ptr,
         idx,
-        chunk: 0,
-        chunk_ld: 1,
+        fine: None,
         live_instances,
         dead_instances,
         literal_words: if mode == Mode::Unrolled { literal_words } else { 0 },
@@ -834,7 +843,7 @@ fn fine_tables(
     fc: usize,
     fr: usize,
     t: FineTiling,
-    ld: usize,
+    table: FineTable,
     live: &dyn Fn(usize, usize) -> bool,
 ) -> Result<(Vec<i32>, Vec<i32>, usize, usize), CodegenError> {
     let chunk = t.chunk;
@@ -853,27 +862,24 @@ fn fine_tables(
         }
         _ => false,
     })?;
-    let pad = (chunk * ld) as i32;
     let mut ptr = vec![0i32; chunks * fc + 1];
     let mut idx = Vec::with_capacity(d.instances.len() * 5 / 4 + 4);
     let mut run = 0;
-    for inst in &d.instances {
-        let s = inst[0] * fc + inst[1];
-        // Close the runs before this one: pad the open run to a whole group.
+    // Closes every run before run `s`, padding the open one to a whole group of four.
+    let mut close_until = |s: usize, idx: &mut Vec<i32>| {
         while run < s {
-            idx.resize(idx.len().next_multiple_of(4), pad);
+            idx.resize(idx.len().next_multiple_of(4), table.pad());
             run += 1;
             ptr[run] = idx.len() as i32;
         }
-        idx.push((inst[2] * ld) as i32);
+    };
+    for inst in &d.instances {
+        close_until(inst[0] * fc + inst[1], &mut idx);
+        idx.push((inst[2] * table.ld) as i32);
     }
-    while run < chunks * fc {
-        idx.resize(idx.len().next_multiple_of(4), pad);
-        run += 1;
-        ptr[run] = idx.len() as i32;
-    }
+    close_until(chunks * fc, &mut idx);
     if idx.is_empty() {
-        idx.resize(4, pad);
+        idx.resize(4, table.pad());
     }
     Ok((ptr, idx, d.instances.len(), d.dead_instances()))
 }
@@ -917,7 +923,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let a_ld = if left { bm } else { bm + t.rpl };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
     let (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem) = loop {
-        let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, a_ld, live)?;
+        let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, FineTable { chunk: t.chunk, ld: a_ld }, live)?;
         let chunks = k.div_ceil(t.chunk);
         let mut emax = 8;
         for c in 0..chunks {
@@ -976,8 +982,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         orientation: Orientation::Right,
         ptr,
         idx,
-        chunk,
-        chunk_ld: a_ld,
+        fine: Some(FineTable { chunk, ld: a_ld }),
         live_instances: live_n,
         dead_instances: dead_n,
         literal_words: if unrolled { literal_words } else { 0 },
@@ -1169,7 +1174,8 @@ mod tests {
         // Rows of W in order, each run padded to a group of four; entries are k inside the
         // chunk times the tile's row stride, pads point at the zero row (k = chunk).
         assert_eq!(k.ptr, vec![0, 4, 4, 8, 12]);
-        let (ld, pad) = (k.chunk_ld as i32, (k.chunk * k.chunk_ld) as i32);
+        let t = k.fine.unwrap();
+        let (ld, pad) = (t.ld as i32, (t.chunk * t.ld) as i32);
         assert_eq!(k.idx, vec![3 * ld, pad, pad, pad, ld, 7 * ld, pad, pad, 0, pad, pad, pad]);
         let w: Vec<f32> = (0..4 * 8).map(|i| i as f32).collect();
         let z = 0.0;
@@ -1195,7 +1201,20 @@ mod tests {
         let mut d = SpmmSpec::new(64, 512, 512, Dtype::F32, (1, 1), all);
         d.tile = Some(Tile::new(64, 8));
         let k = specialize(&d).unwrap();
-        assert!(k.launch.smem_bytes <= 227 * 1024 && k.chunk < 256, "chunk {} smem {}", k.chunk, k.launch.smem_bytes);
+        let chunk = k.fine.unwrap().chunk;
+        assert!(k.launch.smem_bytes <= 227 * 1024 && chunk < 256, "chunk {chunk} smem {}", k.launch.smem_bytes);
+    }
+
+    #[test]
+    fn fine_right_tables_are_columns_of_w_and_pack_weight_follows_them() {
+        // W is K × N = 8 × 3; column 0 empty, column 1 holds k = 2 and 7, column 2 holds k = 0.
+        let k = specialize(&SpmmSpec::new(4, 8, 3, Dtype::F32, (1, 1), vec![(2, 1), (7, 1), (0, 2)])).unwrap();
+        assert_eq!(k.family, Family::Fine);
+        assert_eq!(k.ptr, vec![0, 0, 4, 8]);
+        let t = k.fine.unwrap();
+        assert_eq!((t.k_in_chunk(k.idx[0]), t.k_in_chunk(k.idx[1]), t.k_in_chunk(k.idx[2])), (Some(2), Some(7), None));
+        let w: Vec<f32> = (0..8 * 3).map(|i| i as f32).collect();
+        assert_eq!(k.pack_weight(&w), vec![7.0, 22.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0]);
     }
 
     #[test]

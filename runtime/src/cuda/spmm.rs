@@ -341,7 +341,8 @@ pub(super) fn load_function(dev: &CudaDevice, kernel: &Kernel) -> Result<CudaFun
     Ok(func)
 }
 
-/// The kernel's `ptr`/`idx` tables on the device (one placeholder word when it embeds them).
+/// The kernel's `ptr`/`idx` tables on the device. A kernel that embeds them still takes the
+/// two pointer arguments: it gets a one-word buffer each, which it never reads.
 pub(super) fn upload_tables(dev: &CudaDevice, kernel: &Kernel) -> Result<(CudaSlice<i32>, CudaSlice<i32>), CudaError> {
     let tables = kernel.mode == Mode::IndexStream;
     let nonempty = |v: &[i32]| if tables && !v.is_empty() { v.to_vec() } else { vec![0] };
