@@ -143,6 +143,8 @@ pub struct FineCtx {
     pub left: bool,
     pub fr: usize,
     pub fc: usize,
+    /// Run positions per chunk in the tables: `fc` rounded up to whole tiles.
+    pub fct: usize,
     /// Dense rows per lane (1, 2 or 4) and per CTA (`32 × rpl`).
     pub rpl: usize,
     pub bm: usize,

@@ -96,15 +96,32 @@ pub struct Kernel {
 /// How a fine kernel's entries address its shared D tile: an entry's `idx` is
 /// `k_in_chunk × ld`; every (chunk, column) run is padded to a multiple of 4 entries whose
 /// offset is the tile's zero row (`k_in_chunk = chunk`) and whose weight is 0.
+/// Runs are in (chunk, position) order: the sparse columns are numbered tile by tile (`cols`
+/// per CTA, the last tile completed with empty runs) and, inside a tile, warp by warp, each
+/// warp owning every `warps`-th column, so the runs one warp walks in a chunk are contiguous.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct FineTable {
     /// Depth of a k-chunk.
     pub chunk: usize,
     /// Row stride (elements) of the D tile.
     pub ld: usize,
+    /// Sparse columns per CTA tile.
+    pub cols: usize,
+    /// Warps per CTA.
+    pub warps: usize,
 }
 
 impl FineTable {
+    /// Run positions per chunk for `fc` sparse columns (whole tiles).
+    pub fn positions(&self, fc: usize) -> usize {
+        fc.next_multiple_of(self.cols)
+    }
+    /// The sparse column at run position `pos` (it may lie past the last column: an empty run).
+    pub fn column(&self, pos: usize) -> usize {
+        let (tile, p) = (pos / self.cols, pos % self.cols);
+        let per_warp = self.cols / self.warps;
+        tile * self.cols + p / per_warp + (p % per_warp) * self.warps
+    }
     /// The k inside its chunk of the entry with offset `idx`; `None` for a padding entry.
     pub fn k_in_chunk(&self, idx: i32) -> Option<usize> {
         Some(idx as usize / self.ld).filter(|&kk| kk < self.chunk)
@@ -158,11 +175,11 @@ impl Kernel {
                 if left {
                     assert_eq!(w.len(), m * k, "weight has the wrong size");
                 }
-                let fc = if left { m } else { n };
+                let fct = t.positions(if left { m } else { n });
                 let at = |row: usize, col: usize| if left { col * k + row } else { row * n + col };
                 let mut out = Vec::with_capacity(self.idx.len());
                 for s in 0..self.ptr.len() - 1 {
-                    let (c, col) = (s / fc, s % fc);
+                    let (c, col) = (s / fct, t.column(s % fct));
                     for e in self.ptr[s]..self.ptr[s + 1] {
                         out.push(match t.k_in_chunk(self.idx[e as usize]) {
                             Some(kk) => w[at(c * t.chunk + kk, col)],
@@ -722,13 +739,13 @@ impl FineTiling {
         32 * self.rpl
     }
     /// Deepest chunk whose dense tile the threads hold in 8 four-element registers each (4 when
-    /// the accumulators take more than 16 registers: those kernels spilled under the 128
-    /// registers of 512 threads).
+    /// the accumulators and the two pipelined groups of D rows (8 × rpl) take more than 24
+    /// registers: those kernels spilled under the 128 registers of 512 threads).
     /// Two CTAs per SM (64 registers) hold 2.
     fn max_chunk(rpl: usize, nc: usize, per_sm: usize) -> usize {
-        let loads = match (per_sm, Self::accumulators(rpl, nc)) {
+        let loads = match (per_sm, Self::accumulators(rpl, nc) + 8 * rpl) {
             (2.., _) => 2,
-            (_, 17..) => 4,
+            (_, 25..) => 4,
             _ => 8,
         };
         loads * 4 * FINE_THREADS / (32 * rpl)
@@ -738,9 +755,9 @@ impl FineTiling {
         nc / (FINE_THREADS / 32) * rpl
     }
     /// Whether `per_sm` CTAs fit the registers: two need at most 8 accumulators per thread and
-    /// at most 2 rows per lane (4 spilled under 64 registers).
+    /// one row per lane (with the pipelined D rows, 2 spilled under 64 registers).
     fn fits(rpl: usize, nc: usize, per_sm: usize) -> bool {
-        per_sm == 1 || (per_sm == 2 && rpl <= 2 && Self::accumulators(rpl, nc) <= 8)
+        per_sm == 1 || (per_sm == 2 && rpl == 1 && Self::accumulators(rpl, nc) <= 8)
     }
     /// Shared memory one CTA may take (the SM's 228 KB less 1 KB per CTA for the driver).
     fn smem_limit(&self) -> usize {
@@ -791,7 +808,7 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize) -> Result<Fine
         }
         if !FineTiling::fits(rpl, nc, per_sm) {
             return Err(spec_err(format!(
-                "{per_sm} fine CTAs per SM need at most 64 rows and 4096 elements per tile (64 registers per thread), not {} rows × {nc} columns",
+                "{per_sm} fine CTAs per SM need 32 rows and at most 4096 elements per tile (64 registers per thread), not {} rows × {nc} columns",
                 t.rows
             )));
         }
@@ -878,10 +895,25 @@ fn fine_tables(
         idx.push((inst[2] * table.ld) as i32);
     }
     close_until(chunks * fc, &mut idx);
-    if idx.is_empty() {
-        idx.resize(4, table.pad());
+    // The runs in (chunk, position) order (see [`FineTable`]).
+    let fct = table.positions(fc);
+    let mut pos_ptr = Vec::with_capacity(chunks * fct + 1);
+    pos_ptr.push(0);
+    let mut pos_idx = Vec::with_capacity(idx.len());
+    for c in 0..chunks {
+        for pos in 0..fct {
+            let col = table.column(pos);
+            if col < fc {
+                let s = c * fc + col;
+                pos_idx.extend_from_slice(&idx[ptr[s] as usize..ptr[s + 1] as usize]);
+            }
+            pos_ptr.push(pos_idx.len() as i32);
+        }
     }
-    Ok((ptr, idx, d.instances.len(), d.dead_instances()))
+    if pos_idx.is_empty() {
+        pos_idx.resize(4, table.pad());
+    }
+    Ok((pos_ptr, pos_idx, d.instances.len(), d.dead_instances()))
 }
 
 fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
@@ -923,14 +955,17 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let a_ld = if left { bm } else { bm + t.rpl };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
     let (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem) = loop {
-        let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, FineTable { chunk: t.chunk, ld: a_ld }, live)?;
+        let table = FineTable { chunk: t.chunk, ld: a_ld, cols: t.nc, warps };
+        let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, table, live)?;
         let chunks = k.div_ceil(t.chunk);
+        let fct = table.positions(fc);
         let mut emax = 8;
         for c in 0..chunks {
-            for c0 in (0..fc).step_by(t.nc) {
-                let lo = ptr[c * fc + c0] & !3;
-                let hi = (ptr[c * fc + (c0 + t.nc).min(fc)] + 3) & !3;
-                emax = emax.max(((hi - lo) as usize).next_multiple_of(8));
+            for c0 in (0..fct).step_by(t.nc) {
+                let lo = ptr[c * fct + c0];
+                let hi = ptr[c * fct + c0 + t.nc];
+                // Two pad groups follow the entries: the warps' read-ahead lands on them.
+                emax = emax.max(((hi - lo) as usize + 8).next_multiple_of(8));
             }
         }
         // The C tile staged for the coalesced store (right) or the cluster's reduction (left, split).
@@ -982,7 +1017,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         orientation: Orientation::Right,
         ptr,
         idx,
-        fine: Some(FineTable { chunk, ld: a_ld }),
+        fine: Some(FineTable { chunk, ld: a_ld, cols: t.nc, warps }),
         live_instances: live_n,
         dead_instances: dead_n,
         literal_words: if unrolled { literal_words } else { 0 },
@@ -998,6 +1033,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         left,
         fr,
         fc,
+        fct: kernel.fine.map_or(fc, |t| t.positions(fc)),
         rpl: t.rpl,
         bm,
         nc: t.nc,
@@ -1171,10 +1207,15 @@ mod tests {
         s.orientation = Orientation::Left;
         let k = specialize(&s).unwrap();
         assert_eq!(k.family, Family::FineLeft);
-        // Rows of W in order, each run padded to a group of four; entries are k inside the
-        // chunk times the tile's row stride, pads point at the zero row (k = chunk).
-        assert_eq!(k.ptr, vec![0, 4, 4, 8, 12]);
+        // One 32-row tile of W over 16 warps: warp j owns rows j and j + 16, so the runs are in
+        // the order of rows 0, 16, 1, 17, 2, 18, 3, ... (rows past 3 empty); each run padded to a
+        // group of four; entries are k inside the chunk times the tile's row stride, pads point
+        // at the zero row (k = chunk).
         let t = k.fine.unwrap();
+        assert_eq!((0..8).map(|p| t.column(p)).collect::<Vec<_>>(), vec![0, 16, 1, 17, 2, 18, 3, 19]);
+        assert_eq!(k.ptr.len(), 33);
+        assert_eq!(k.ptr[..9], [0, 4, 4, 4, 4, 8, 8, 12, 12]);
+        assert!(k.ptr[9..].iter().all(|&p| p == 12));
         let (ld, pad) = (t.ld as i32, (t.chunk * t.ld) as i32);
         assert_eq!(k.idx, vec![3 * ld, pad, pad, pad, ld, 7 * ld, pad, pad, 0, pad, pad, pad]);
         let w: Vec<f32> = (0..4 * 8).map(|i| i as f32).collect();
@@ -1210,7 +1251,8 @@ mod tests {
         // W is K × N = 8 × 3; column 0 empty, column 1 holds k = 2 and 7, column 2 holds k = 0.
         let k = specialize(&SpmmSpec::new(4, 8, 3, Dtype::F32, (1, 1), vec![(2, 1), (7, 1), (0, 2)])).unwrap();
         assert_eq!(k.family, Family::Fine);
-        assert_eq!(k.ptr, vec![0, 0, 4, 8]);
+        // Run positions 0, 2, 4 hold columns 0, 1, 2 (warp j owns columns j and j + 16).
+        assert_eq!(k.ptr[..6], [0, 0, 0, 4, 4, 8]);
         let t = k.fine.unwrap();
         assert_eq!((t.k_in_chunk(k.idx[0]), t.k_in_chunk(k.idx[1]), t.k_in_chunk(k.idx[2])), (Some(2), Some(7), None));
         let w: Vec<f32> = (0..8 * 3).map(|i| i as f32).collect();
@@ -1244,7 +1286,7 @@ mod tests {
         assert!(k.source.contains("__cluster_dims__(1, 1, 2)") && k.source.contains("barrier.cluster.arrive.release"));
         for (tile, needle) in [
             (Tile { rows: 64, stages: 4, per_sm: 1, split: 3 }, "1, 2 or 4 CTAs"),
-            (Tile { rows: 128, stages: 1, per_sm: 2, split: 1 }, "2 fine CTAs per SM"),
+            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1 }, "2 fine CTAs per SM"),
             (Tile { rows: 32, stages: 16, per_sm: 2, split: 1 }, "2 fine CTAs per SM"),
         ] {
             s.tile = Some(tile);

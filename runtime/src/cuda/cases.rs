@@ -434,8 +434,8 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((128, 256, 192), Bf16, u(0.9), Fine).with_tile(64, 2),
         // fine-grained, two CTAs per SM (64 registers per thread)
         Case::new((333, 700, 520), F32, u(0.95), Fine).with_fine_tile(32, 4, 2, 1).with_epilogue(true, Relu),
-        Case::new((300, 512, 512), F16, u(0.9), Fine).with_fine_tile(64, 2, 2, 1),
-        Case::new((300, 512, 520), F32, u(0.95), Fine).with_fine_tile(64, 1, 2, 1).with_orientation(Orientation::Left),
+        Case::new((300, 512, 512), F16, u(0.9), Fine).with_fine_tile(32, 4, 2, 1),
+        Case::new((300, 512, 520), F32, u(0.95), Fine).with_fine_tile(32, 2, 2, 1).with_orientation(Orientation::Left),
         // fine-grained, K split over a cluster of 2 or 4 CTAs (one CTA may get no chunk: 3 chunks
         // over 4), reduced through distributed shared memory
         Case::new((200, 1000, 300), F32, u(0.95), Fine).with_fine_tile(64, 4, 1, 2).with_epilogue(true, Gelu),
