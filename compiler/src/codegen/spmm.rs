@@ -732,6 +732,11 @@ struct FineTiling {
     per_sm: usize,
     /// CTAs of a cluster that split the k-chunks (1, 2 or 4).
     split: usize,
+    /// The D tiles stream in by cp.async through a two-stage shared ring (no register
+    /// prefetch, so the chunk depth is bounded by shared memory only): fp32; left: B's rows
+    /// as they are (a multiple of 4 elements); right: A transposed one element per copy, the
+    /// tile's stride odd and a lane's rows `lane + 32 i`.
+    async_d: bool,
 }
 
 impl FineTiling {
@@ -767,9 +772,16 @@ impl FineTiling {
     fn min_chunk(rpl: usize) -> usize {
         4 * FINE_THREADS / (32 * rpl)
     }
-    fn with_chunk_for(rpl: usize, nc: usize, k: usize, per_sm: usize, split: usize) -> FineTiling {
-        let chunk = k.next_power_of_two().clamp(Self::min_chunk(rpl), Self::max_chunk(rpl, nc, per_sm));
-        FineTiling { rpl, nc, chunk, per_sm, split }
+    fn with_chunk_for(rpl: usize, nc: usize, k: usize, per_sm: usize, split: usize, async_d: bool) -> FineTiling {
+        // With the ring, shared memory bounds the depth: a stage of at most ~96 KB (two stages
+        // and the entries fit the SM; the caller halves it further until they do).
+        let max = if async_d {
+            (24 * 1024 / (32 * rpl + 1) + 1).next_power_of_two() / 2
+        } else {
+            Self::max_chunk(rpl, nc, per_sm)
+        };
+        let chunk = k.next_power_of_two().clamp(Self::min_chunk(rpl), max);
+        FineTiling { rpl, nc, chunk, per_sm, split, async_d }
     }
 }
 
@@ -796,7 +808,7 @@ fn fine_estimate(fr: usize, fc: usize, k: usize, nnz: usize, esize: usize, t: Fi
 /// Chooses the fine tiling: the override (`Tile { rows: 32 × rpl, stages: nc / 32, .. }`) or
 /// the cheapest by [`fine_estimate`] among the one-row-per-lane tilings, each alone or split
 /// over a cluster of 2 or 4 CTAs when there are chunks enough.
-fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize) -> Result<FineTiling, CodegenError> {
+fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, async_d: bool) -> Result<FineTiling, CodegenError> {
     let k = spec.k;
     if let Some(t) = spec.tile {
         let (rpl, nc, per_sm) = (t.rows / 32, 32 * t.stages, t.per_sm.max(1));
@@ -816,14 +828,32 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize) -> Result<Fine
         if ![1, 2, 4].contains(&split) {
             return Err(spec_err(format!("a fine kernel splits K over 1, 2 or 4 CTAs, not {split}")));
         }
-        return Ok(FineTiling::with_chunk_for(rpl, nc, k, per_sm, split));
+        return Ok(FineTiling::with_chunk_for(rpl, nc, k, per_sm, split, async_d));
     }
     let mut best: Option<(f64, FineTiling)> = None;
-    // Sparse weights (under 25% kept) take one row per lane: on the H200 it was the fastest (or
-    // within 2%) of every swept tiling at 1024³ and 4096³, 95% and 99% (benches/results/run9/);
-    // the estimate ranks 2 and 4 rows per lane too high there. Denser ones amortize each
+    // Sparse weights (under 25% kept) take one row per lane when the D tile is prefetched in
+    // registers: on the H200 it was the fastest (or within 2%) of every swept tiling at 1024³
+    // and 4096³, 95% and 99% (benches/results/run9/); the estimate ranks 2 and 4 rows per lane
+    // too high there (their chunks are 128-256 deep under the register cap). Denser ones amortize each
     // entry over more rows: at 50%, one row per lane lost 1.4-1.5× (run 9).
     let density = nnz as f64 / (k * fc).max(1) as f64;
+    // With the D ring (no register cap on the chunk) the left and right sweeps of session 5
+    // (benches/results/run10-fine/p5, p6: 1024³ and 4096³, 95% and 99%) set the tile of
+    // sparse weights: from 2% kept, two rows per lane and 256 columns (each entry's broadcasts
+    // serve 64 rows), K split over 2 CTAs when the tiles leave SMs idle; under 2%, one row per
+    // lane and 512 columns (fewer, longer runs), 256 when 512 leaves SMs idle.
+    if async_d && density <= 0.25 && fr >= 256 && fc >= 256 {
+        let (rpl, mut nc) = if density >= 0.02 { (2, 256) } else { (1, 512) };
+        let tiles = |rpl: usize, nc: usize| fr.div_ceil(32 * rpl) * fc.div_ceil(nc);
+        if rpl == 1 && tiles(rpl, nc) < 66 {
+            nc = 256;
+        }
+        let mut t = FineTiling::with_chunk_for(rpl, nc, k, 1, 1, async_d);
+        if tiles(rpl, nc) < 66 && k.div_ceil(t.chunk) >= 2 {
+            t.split = 2;
+        }
+        return Ok(t);
+    }
     let rpls: &[usize] = if density > 0.25 { &[1, 2, 4] } else { &[1] };
     for &rpl in rpls {
         if rpl > 1 && 32 * rpl > 2 * fr.next_power_of_two() {
@@ -832,7 +862,7 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize) -> Result<Fine
         let mut nc = 32;
         while nc * rpl <= 512 && nc <= fc.next_power_of_two().max(32) {
             for split in [1, 2, 4] {
-                let t = FineTiling::with_chunk_for(rpl, nc, k, 1, split);
+                let t = FineTiling::with_chunk_for(rpl, nc, k, 1, split, async_d);
                 // A split only pays when the tiles alone leave SMs idle (at 128 tiles it lost:
                 // run9), and needs a chunk per CTA.
                 let tiles = fr.div_ceil(t.bm()) * fc.div_ceil(nc);
@@ -847,7 +877,7 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize) -> Result<Fine
             nc *= 2;
         }
     }
-    Ok(best.map(|b| b.1).unwrap_or(FineTiling::with_chunk_for(1, 32, k, 1, 1)))
+    Ok(best.map(|b| b.1).unwrap_or(FineTiling::with_chunk_for(1, 32, k, 1, 1, async_d)))
 }
 
 /// Chunked CSC of the sparse operand in the kernel's frame: `live(row, col)` over K × `fc`.
@@ -949,10 +979,20 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (fr, fc) = if left { (n, m) } else { (m, n) };
     let esize = spec.dtype.bytes();
-    let mut t = fine_tiling(spec, fr, fc, spec.blocks.len())?;
+    // fp32 D tiles stream in by cp.async (left: B's rows as they are, 16 bytes at a time).
+    let async_d = spec.dtype == Dtype::F32 && (!left || n % 4 == 0);
+    let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), async_d)?;
     let warps = FINE_THREADS / 32;
     let bm = t.bm();
-    let a_ld = if left { bm } else { bm + t.rpl };
+    // Right: the transposed tile's stride is odd for the ring's one-element copies (each lane's
+    // rows 32 apart), else bm + rpl for the register stores (a lane's rpl rows adjacent).
+    let a_ld = if left {
+        bm
+    } else if t.async_d {
+        bm + 1
+    } else {
+        bm + t.rpl
+    };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
     let (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem) = loop {
         let table = FineTable { chunk: t.chunk, ld: a_ld, cols: t.nc, warps };
@@ -971,7 +1011,8 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         // The C tile staged for the coalesced store (right) or the cluster's reduction (left, split).
         let c_tile = if !left { bm * (t.nc + 1) } else if t.split > 1 { bm * t.nc } else { 0 };
         // The chunk's rows plus the zero row that padded entries read.
-        let region_words = ((t.chunk + 1) * a_ld).max(c_tile).next_multiple_of(4);
+        let stage_words = ((t.chunk + 1) * a_ld).next_multiple_of(4);
+        let region_words = (if t.async_d { 2 * stage_words } else { stage_words }).max(c_tile).next_multiple_of(4);
         let w_words = (emax * esize).div_ceil(4).next_multiple_of(4);
         // Entry offsets are 16-bit (two per word).
         let smem = 4 * (region_words + emax / 2 + w_words + t.nc + 1);
@@ -1044,6 +1085,9 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         chunks,
         a_ld,
         lpt: bm * chunk / (4 * FINE_THREADS),
+        async_d: t.async_d,
+        lane_major: t.async_d && !left,
+        stage_words: ((chunk + 1) * a_ld).next_multiple_of(4),
         min_blocks: t.per_sm,
         split: t.split,
         emax,

@@ -558,7 +558,15 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         for (rows, cols32) in [(32, 8), (64, 8)] {
             out.push(fine.clone().with_fine_tile(rows, cols32, 1, 2));
         }
-        out.push(fine.with_orientation(Orientation::Left));
+        let left = fine.with_orientation(Orientation::Left);
+        // Left tilings: fp32 D tiles stream in by cp.async (no register cap on the chunk).
+        for (rows, cols32) in [(32, 16), (64, 4), (64, 8), (128, 2), (128, 4)] {
+            out.push(left.clone().with_tile(rows, cols32));
+        }
+        for (rows, cols32) in [(64, 8), (128, 4)] {
+            out.push(left.clone().with_fine_tile(rows, cols32, 1, 2));
+        }
+        out.push(left);
     }
     out
 }
