@@ -1339,6 +1339,45 @@ mod tests {
         }
     }
 
+    /// fp32 fine kernels stage D through the cp.async ring; sparse ones take the tile measured
+    /// in session 5 (64 × 256 from 2% kept, split over 2 CTAs when the tiles leave SMs idle;
+    /// 32 × 512 under 2%); fp16 keeps the register prefetch and one row per lane.
+    #[test]
+    fn fine_ring_and_its_sparse_tiles() {
+        // Every column holds `per_col` entries spread over K (a deterministic scatter).
+        let pattern = |k: usize, n: usize, per_col: usize| -> Vec<(usize, usize)> {
+            let mut b: Vec<(usize, usize)> =
+                (0..n).flat_map(|c| (0..per_col).map(move |j| ((c * 7 + j * (k / per_col)) % k, c))).collect();
+            b.sort();
+            b.dedup();
+            b
+        };
+        let tile = |s: &SpmmSpec| {
+            let k = specialize(s).unwrap();
+            let src = &k.source;
+            let def = |name: &str| -> usize {
+                let at = src.find(&format!("#define {name} ")).unwrap() + name.len() + 9;
+                src[at..].split_whitespace().next().unwrap().parse().unwrap()
+            };
+            (def("BM"), def("NC"), k.launch.grid.2, src.contains("#define STAGE_WORDS"), src.contains("#define LANE_ROW0 lane"))
+        };
+        // 5% kept at 1024³: 16 × 4 tiles of 64 × 256 leave SMs idle, so K splits over 2.
+        let s = SpmmSpec::new(1024, 1024, 1024, Dtype::F32, (1, 1), pattern(1024, 1024, 51));
+        assert_eq!(tile(&s), (64, 256, 2, true, true));
+        // The left orientation streams B's rows as they are (a lane's rows adjacent).
+        let mut l = s.clone();
+        l.orientation = Orientation::Left;
+        assert_eq!(tile(&l), (64, 256, 2, true, false));
+        // 1% kept at 2048³: 32 × 512, 64 × 4 tiles, no split.
+        let s = SpmmSpec::new(2048, 2048, 2048, Dtype::F32, (1, 1), pattern(2048, 2048, 20));
+        assert_eq!(tile(&s), (32, 512, 1, true, true));
+        // fp16: the register prefetch, one row per lane.
+        let mut h = SpmmSpec::new(1024, 1024, 1024, Dtype::F16, (1, 1), pattern(1024, 1024, 51));
+        h.block = (1, 1);
+        let (bm, _, _, ring, _) = tile(&h);
+        assert_eq!((bm, ring), (32, false));
+    }
+
     #[test]
     fn bad_specs_are_errors_not_panics() {
         let cases: Vec<(SpmmSpec, &str)> = vec![

@@ -552,19 +552,19 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         for (rows, cols32) in [(32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (64, 8), (128, 2), (128, 4)] {
             out.push(fine.clone().with_tile(rows, cols32));
         }
-        // Two CTAs per SM (64 registers per thread), and K split over a cluster of 2: both lost
-        // to the default at these sizes (run 9), kept to watch.
+        // Two CTAs per SM (64 registers per thread), and K split over a cluster of 2 or 4 (with
+        // the fp32 ring, 64 × 256 split over 2 is the 1024³ default; the others are watched).
         out.push(fine.clone().with_fine_tile(32, 4, 2, 1));
-        for (rows, cols32) in [(32, 8), (64, 8)] {
-            out.push(fine.clone().with_fine_tile(rows, cols32, 1, 2));
+        for (rows, cols32, split) in [(32, 8, 2), (64, 8, 2), (64, 4, 2), (64, 8, 4), (32, 16, 2)] {
+            out.push(fine.clone().with_fine_tile(rows, cols32, 1, split));
         }
         let left = fine.with_orientation(Orientation::Left);
         // Left tilings: fp32 D tiles stream in by cp.async (no register cap on the chunk).
         for (rows, cols32) in [(32, 16), (64, 4), (64, 8), (128, 2), (128, 4)] {
             out.push(left.clone().with_tile(rows, cols32));
         }
-        for (rows, cols32) in [(64, 8), (128, 4)] {
-            out.push(left.clone().with_fine_tile(rows, cols32, 1, 2));
+        for (rows, cols32, split) in [(64, 8, 2), (128, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 4), (32, 16, 2)] {
+            out.push(left.clone().with_fine_tile(rows, cols32, 1, split));
         }
         out.push(left);
     }
