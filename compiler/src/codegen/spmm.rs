@@ -808,8 +808,16 @@ fn fine_estimate(fr: usize, fc: usize, k: usize, nnz: usize, esize: usize, t: Fi
 /// Chooses the fine tiling: the override (`Tile { rows: 32 × rpl, stages: nc / 32, .. }`) or
 /// the cheapest by [`fine_estimate`] among the one-row-per-lane tilings, each alone or split
 /// over a cluster of 2 or 4 CTAs when there are chunks enough.
-fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, async_d: bool) -> Result<FineTiling, CodegenError> {
+fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, ring_ok: bool) -> Result<FineTiling, CodegenError> {
     let k = spec.k;
+    let density = nnz as f64 / (k * fc).max(1) as f64;
+    let big = fr >= 256 && fc >= 256;
+    let tiles = |rpl: usize, nc: usize| fr.div_ceil(32 * rpl) * fc.div_ceil(nc);
+    // D tiles go through the cp.async ring when it can copy them, except for very sparse
+    // weights whose 32 × 512 tiles would leave SMs idle: one row per lane gains nothing from
+    // the ring there and keeps the register prefetch's overlap (1024³ 99%: 0.0174 ms with the
+    // prefetch in run 10, 0.0184 with the ring in run 11).
+    let async_d = ring_ok && !(density < 0.02 && big && tiles(1, 512) < 66);
     if let Some(t) = spec.tile {
         let (rpl, nc, per_sm) = (t.rows / 32, 32 * t.stages, t.per_sm.max(1));
         if t.rows % 32 != 0 || ![1, 2, 4].contains(&rpl) || !(1..=16).contains(&t.stages) || rpl * nc > 512 {
@@ -836,18 +844,14 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, async_d: bool)
     // and 4096³, 95% and 99% (benches/results/run9/); the estimate ranks 2 and 4 rows per lane
     // too high there (their chunks are 128-256 deep under the register cap). Denser ones amortize each
     // entry over more rows: at 50%, one row per lane lost 1.4-1.5× (run 9).
-    let density = nnz as f64 / (k * fc).max(1) as f64;
     // With the D ring (no register cap on the chunk) the left and right sweeps of session 5
     // (benches/results/run10-fine/p5, p6: 1024³ and 4096³, 95% and 99%) set the tile of
     // sparse weights: from 2% kept, two rows per lane and 256 columns (each entry's broadcasts
     // serve 64 rows), K split over 2 CTAs when the tiles leave SMs idle; under 2%, one row per
-    // lane and 512 columns (fewer, longer runs), 256 when 512 leaves SMs idle.
-    if async_d && density <= 0.25 && fr >= 256 && fc >= 256 {
-        let (rpl, mut nc) = if density >= 0.02 { (2, 256) } else { (1, 512) };
-        let tiles = |rpl: usize, nc: usize| fr.div_ceil(32 * rpl) * fc.div_ceil(nc);
-        if rpl == 1 && tiles(rpl, nc) < 66 {
-            nc = 256;
-        }
+    // lane and 512 columns (fewer, longer runs; the grids where that leaves SMs idle keep the
+    // register prefetch, above).
+    if async_d && density <= 0.25 && big {
+        let (rpl, nc) = if density >= 0.02 { (2, 256) } else { (1, 512) };
         let mut t = FineTiling::with_chunk_for(rpl, nc, k, 1, 1, async_d);
         if tiles(rpl, nc) < 66 && k.div_ceil(t.chunk) >= 2 {
             t.split = 2;
@@ -979,14 +983,9 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (fr, fc) = if left { (n, m) } else { (m, n) };
     let esize = spec.dtype.bytes();
-    // fp32 D tiles stream in by cp.async (left: B's rows as they are, 16 bytes at a time),
-    // except very sparse weights whose 32 × 512 tiles would leave SMs idle: one row per lane
-    // gains nothing from the ring there and keeps the register prefetch's overlap (1024³ 99%:
-    // 0.0174 ms with the prefetch in run 10, 0.0184 with the ring in run 11).
-    let density = spec.blocks.len() as f64 / (k * fc).max(1) as f64;
-    let small_sparse = density < 0.02 && fr >= 256 && fc >= 256 && fr.div_ceil(32) * fc.div_ceil(512) < 66;
-    let async_d = spec.dtype == Dtype::F32 && (!left || n % 4 == 0) && !small_sparse;
-    let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), async_d)?;
+    // The ring copies D as it is: fp32 only (left: B's rows 16 bytes at a time).
+    let ring_ok = spec.dtype == Dtype::F32 && (!left || n % 4 == 0);
+    let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), ring_ok)?;
     let warps = FINE_THREADS / 32;
     let bm = t.bm();
     // Right: the transposed tile's stride is odd for the ring's one-element copies (each lane's
