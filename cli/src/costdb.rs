@@ -124,8 +124,9 @@ pub fn run(args: CostdbArgs) -> Result<()> {
         None => CostModel::sm_90().db,
     };
     if let Some(p) = &peers {
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-            .with_context(|| format!("{}: not JSON", p.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+                .with_context(|| format!("{}: not JSON", p.display()))?;
         let hbm = v.pointer("/ceilings/hbm_GBps").and_then(|x| x.as_f64());
         match hbm {
             Some(gbps) if gbps > 0.0 => db.dram_tb_s = gbps / 1000.0,
@@ -136,8 +137,8 @@ pub fn run(args: CostdbArgs) -> Result<()> {
     let mut skipped = 0;
     for p in &bench {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let recs: Vec<CaseRec> =
-            serde_json::from_str(&text).with_context(|| format!("{}: not `spartac kernels bench --json` output", p.display()))?;
+        let recs: Vec<CaseRec> = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not `spartac kernels bench --json` output", p.display()))?;
         for r in &recs {
             match sample(r)? {
                 Some(s) => samples.push(s),
@@ -146,11 +147,15 @@ pub fn run(args: CostdbArgs) -> Result<()> {
         }
     }
     if samples.is_empty() {
-        bail!("no usable timed cases in {}", bench.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        bail!(
+            "no usable timed cases in {}",
+            bench.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
     }
     let before = CostModel::new(HardwareProfile::sm_90(), db.clone())?;
     let sources: Vec<String> = bench.iter().map(|p| p.display().to_string()).collect();
-    let (mut fitted, mut rows) = fit(&before, &samples, &format!("fitted by `spartac costdb fit` to {}", sources.join(", ")))?;
+    let (mut fitted, mut rows) =
+        fit(&before, &samples, &format!("fitted by `spartac costdb fit` to {}", sources.join(", ")))?;
     if dense_only {
         fitted.blocks = before.db.blocks.clone();
         rows.clear();

@@ -37,7 +37,9 @@ pub fn library_gemm(spec: &SpmmSpec) -> Result<LibraryGemm, CodegenError> {
     }
     if spec.dtype == Dtype::I8 {
         // cuBLAS int8 GEMMs give int32; the dequantizing epilogue for that is not built.
-        return Err(CodegenError::Spec("the int8 dense fallback on cuBLAS is not built; use the int8 dense kernel".into()));
+        return Err(CodegenError::Spec(
+            "the int8 dense fallback on cuBLAS is not built; use the int8 dense kernel".into(),
+        ));
     }
     let needs_epilogue = spec.epilogue.bias || spec.epilogue.activation != Activation::None;
     let epilogue = if needs_epilogue { Some(epilogue_kernel(spec)?) } else { None };
@@ -57,7 +59,8 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     // The library already added the previous output (beta = 1).
     ep.accumulate = false;
     let name = format!("epilogue_rows_{}", spec.dtype.name());
-    let ctx = EpiRowsCtx { kernel_name: name.clone(), dtype: spec.dtype.name().into(), m, n, vec, threads, epilogue: ep };
+    let ctx =
+        EpiRowsCtx { kernel_name: name.clone(), dtype: spec.dtype.name().into(), m, n, vec, threads, epilogue: ep };
     Ok(Kernel {
         name,
         family: Family::Epilogue,

@@ -4,7 +4,9 @@
 //! column-major ([`Kernel::pack_weight_i8`]) because ldmatrix cannot transpose int8.
 
 use super::render::{render, Int8Ctx};
-use super::spmm::{block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, BlockTables, Family, Kernel, Launch};
+use super::spmm::{
+    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, BlockTables, Family, Kernel, Launch,
+};
 use super::{CodegenError, Dtype, Mode, SpmmSpec};
 
 /// Block shapes the int8 kernel takes: `bh` a multiple of 32 (one m16n8k32 step), `bw` a

@@ -8,7 +8,9 @@
 //! so that B is K-major like A.
 
 use super::render::{render, WgmmaCtx};
-use super::spmm::{block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel, Launch};
+use super::spmm::{
+    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel, Launch,
+};
 use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
 
 /// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
@@ -154,7 +156,8 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let acc_regs = bw / 2;
     // Registers a thread needs: the accumulators plus ~64 for addresses and the epilogue.
     let regs = (m_tiles * acc_regs + 64).next_multiple_of(8);
-    let min_ctas = (SMEM_PER_SM / (smem + SMEM_RESERVED_PER_CTA)).min(2048 / threads).min(65536 / (threads * regs)).clamp(1, 8);
+    let min_ctas =
+        (SMEM_PER_SM / (smem + SMEM_RESERVED_PER_CTA)).min(2048 / threads).min(65536 / (threads * regs)).clamp(1, 8);
 
     let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
     let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);

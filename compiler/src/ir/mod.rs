@@ -10,7 +10,7 @@ pub use attrs::{format_float, Attr, Attrs};
 pub use graph::{Graph, Initializer, Node, NodeId, SparseTensor, Value, ValueFact, ValueId, ValueKind};
 pub use print::print_graph;
 pub use tensor::{
-    broadcast_all, broadcast_index_map, broadcast_shapes, checked_numel, normalize_axis, numel, strides, DType, Data, Element,
-    Tensor,
+    broadcast_all, broadcast_index_map, broadcast_shapes, checked_numel, normalize_axis, numel, strides, DType, Data,
+    Element, Tensor,
 };
 pub use verify::verify;

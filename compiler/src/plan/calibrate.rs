@@ -105,7 +105,8 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<(CostD
         // Rows: [flops, blocks, activation elements / 1024] · [1/rate, overhead, per-k] ≈ y,
         // each divided by the measured time (relative residuals).
         let mut eqs: Vec<([f64; 3], f64)> = vec![];
-        for s in samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == dt && s.parts[0].shape == shape) {
+        for s in samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == dt && s.parts[0].shape == shape)
+        {
             let nb = s.parts[0].n_blocks as f64;
             let m = s.m as f64;
             let fixed = model.suboperator_fixed(nf, s.m, s.n);
@@ -132,7 +133,10 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<(CostD
     let fitted = CostModel::new(model.hw.clone(), db.clone())?;
     for row in &mut rows {
         let shape = BlockShape::new(row.entry.block[0], row.entry.block[1]);
-        for s in samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == row.entry.dtype && s.parts[0].shape == shape) {
+        for s in samples
+            .iter()
+            .filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == row.entry.dtype && s.parts[0].shape == shape)
+        {
             let e = (predict(&fitted, s)? - s.seconds).abs() / s.seconds;
             row.max_rel_err = row.max_rel_err.max(e);
         }
@@ -239,7 +243,8 @@ mod tests {
         truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0 }];
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let mut samples = vec![];
-        for (size, nb32, nb1) in [(1024, 102, 52_429), (1024, 10, 10_486), (4096, 1638, 838_861), (4096, 164, 167_772)] {
+        for (size, nb32, nb1) in [(1024, 102, 52_429), (1024, 10, 10_486), (4096, 1638, 838_861), (4096, 164, 167_772)]
+        {
             for (shape, nb) in [(BlockShape::new(32, 32), nb32), (BlockShape::new(1, 1), nb1)] {
                 let mut s = Sample {
                     label: format!("{size} {shape:?}"),
@@ -278,7 +283,8 @@ mod tests {
         assert!((f16.tflops - 700.0).abs() < 0.5, "{f16:?}");
         assert!(rows.iter().all(|r| r.max_rel_err < 1e-6 && r.samples == 4), "{rows:?}");
         // A mixed case (two parts) is predicted as the sum of its parts.
-        let mixed = Sample { parts: vec![samples[0].parts[0].clone(), samples[1].parts[0].clone()], ..samples[0].clone() };
+        let mixed =
+            Sample { parts: vec![samples[0].parts[0].clone(), samples[1].parts[0].clone()], ..samples[0].clone() };
         let fitted = CostModel::new(base.hw.clone(), db).unwrap();
         let sum = predict(&fitted, &samples[0]).unwrap() + predict(&fitted, &samples[1]).unwrap();
         assert!((predict(&fitted, &mixed).unwrap() - sum).abs() < 1e-12);

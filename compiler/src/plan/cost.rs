@@ -145,7 +145,15 @@ impl CostModel {
     }
 
     /// A block-sparse sub-operator of `n_blocks` blocks of `shape` over a `k`-deep weight.
-    pub fn sparse_time(&self, nf: &NumberFormat, shape: BlockShape, n_blocks: usize, m: usize, k: usize, n: usize) -> f64 {
+    pub fn sparse_time(
+        &self,
+        nf: &NumberFormat,
+        shape: BlockShape,
+        n_blocks: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> f64 {
         let streamed = self
             .db
             .blocks

@@ -17,7 +17,9 @@ pub fn cublas_present() -> Result<(), CudaError> {
     if unsafe { sys::is_culib_present() } {
         Ok(())
     } else {
-        Err(CudaError::NoLibrary("cuBLAS (libcublas.so) not on the library path; set LD_LIBRARY_PATH, e.g. /usr/local/cuda/lib64".into()))
+        Err(CudaError::NoLibrary(
+            "cuBLAS (libcublas.so) not on the library path; set LD_LIBRARY_PATH, e.g. /usr/local/cuda/lib64".into(),
+        ))
     }
 }
 
@@ -30,7 +32,8 @@ pub struct Blas {
 impl Blas {
     pub fn new(dev: &CudaDevice) -> Result<Arc<Blas>, CudaError> {
         cublas_present()?;
-        let handle = CudaBlas::new(dev.stream().clone()).map_err(|e| CudaError::NoLibrary(format!("cublasCreate: {e}")))?;
+        let handle =
+            CudaBlas::new(dev.stream().clone()).map_err(|e| CudaError::NoLibrary(format!("cublasCreate: {e}")))?;
         Ok(Arc::new(Blas { handle, stream: dev.stream().clone() }))
     }
 
@@ -52,7 +55,10 @@ impl Blas {
         };
         for (have, want, what) in need {
             if have < want {
-                return Err(CudaError::Kernel("cublas gemm".into(), format!("{what} holds {have} elements, needs {want}")));
+                return Err(CudaError::Kernel(
+                    "cublas gemm".into(),
+                    format!("{what} holds {have} elements, needs {want}"),
+                ));
             }
         }
         let ty = match g.dtype {

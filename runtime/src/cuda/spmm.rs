@@ -68,7 +68,12 @@ struct Part<T> {
 /// cuBLAS) followed by the generated epilogue kernel when there is one.
 enum Stage<T> {
     Generated(Part<T>),
-    Library { gemm: Box<LibraryGemm>, blas: std::sync::Arc<super::cublas::Blas>, w: CudaSlice<T>, epilogue: Option<Part<T>> },
+    Library {
+        gemm: Box<LibraryGemm>,
+        blas: std::sync::Arc<super::cublas::Blas>,
+        w: CudaSlice<T>,
+        epilogue: Option<Part<T>>,
+    },
 }
 
 /// Runs `case` once with inputs drawn from `seed` on a poisoned output, checks it, then
