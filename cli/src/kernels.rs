@@ -25,7 +25,8 @@ enum KernelsCommand {
         /// Write the reports as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Only cases whose label contains this (e.g. ` i8 `).
+        /// Only cases whose label contains this (e.g. ` i8 `); `a|b` either, a trailing `$`
+        /// anchors at the label's end.
         #[arg(long)]
         filter: Option<String>,
     },
@@ -39,7 +40,8 @@ enum KernelsCommand {
         /// Timed runs per case.
         #[arg(long, default_value_t = 100)]
         reps: usize,
-        /// Only cases whose label contains this.
+        /// Only cases whose label contains this; `a|b` either, a trailing `$` anchors at the
+        /// label's end (`"0.95 fine$"`: the default fine cover only, no tile variants).
         #[arg(long)]
         filter: Option<String>,
         /// Write A and W of every case as `.npy` here, for benches/spmm_peers.py.
@@ -88,7 +90,7 @@ fn test(dev: &CudaDevice, seed: Option<u64>, json: Option<PathBuf>, filter: Opti
     let mut reports = vec![];
     let mut failed = 0;
     for (i, case) in correctness_cases().iter().enumerate() {
-        if filter.is_some_and(|f| !case.label().contains(f)) {
+        if filter.is_some_and(|f| !label_matches(&case.label(), f)) {
             continue;
         }
         let r =
@@ -151,7 +153,7 @@ fn bench(
     for &size in sizes {
         for &dtype in dtypes {
             for (i, case) in bench_cases(size, dtype).iter().enumerate() {
-                if filter.is_some_and(|f| !case.label().contains(f)) {
+                if filter.is_some_and(|f| !label_matches(&case.label(), f)) {
                     continue;
                 }
                 let id = format!("s{size}_{}_{i:02}", dtype.name());
@@ -194,4 +196,27 @@ fn bench(
         bail!("some benchmark cases do not match the CPU reference");
     }
     Ok(())
+}
+
+/// Whether a case label matches `--filter`: any of its `|`-separated alternatives occurs in
+/// the label (one ending in `$` at the label's end).
+fn label_matches(label: &str, filter: &str) -> bool {
+    filter.split('|').any(|alt| match alt.strip_suffix('$') {
+        Some(end) => label.ends_with(end),
+        None => label.contains(alt),
+    })
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::label_matches;
+
+    #[test]
+    fn filters_match_substrings_alternatives_and_label_ends() {
+        let l = "1024x1024x1024 f32 unstructured@0.95 fine";
+        assert!(label_matches(l, "0.95 fine") && label_matches(l, "0.95 fine$"));
+        assert!(!label_matches(&format!("{l} stream"), "0.95 fine$"));
+        assert!(label_matches(&format!("{l} stream"), "x|fine stream$"));
+        assert!(!label_matches(l, "0.99|block"));
+    }
 }

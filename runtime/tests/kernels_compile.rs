@@ -86,7 +86,8 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
                 assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
             }
             if kernel.family == spartac::codegen::Family::BlockWgmma {
-                let op = format!("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{1}.{1}", kernel.block.1, spec.dtype.name());
+                let op =
+                    format!("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{1}.{1}", kernel.block.1, spec.dtype.name());
                 assert!(ptx.ptx.contains(&op), "{}: no {op} in PTX", kernel.name);
                 assert!(ptx.ptx.contains("fence.proxy.async.shared::cta"), "{}: no proxy fence in PTX", kernel.name);
                 assert!(!ptx.ptx.contains("mma.sync"), "{}: mma.sync in a wgmma kernel", kernel.name);
@@ -107,7 +108,17 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
             ));
         }
     }
-    for family in ["block_simt", "block_mma", "fine", "dense", "block_int8", "epilogue", "fine_left", "block_wgmma"] {
+    for family in [
+        "block_simt",
+        "block_mma",
+        "fine",
+        "dense",
+        "block_int8",
+        "epilogue",
+        "fine_left",
+        "block_wgmma",
+        "fine_dismantled",
+    ] {
         assert!(seen_families.contains(family), "family {family} not compiled: {seen_families:?}");
     }
     insta::assert_snapshot!("ptxas_stats", table);
@@ -145,6 +156,11 @@ fn rendered_kernels_snapshot() {
     assert_eq!(k.mode, Mode::Unrolled);
     assert!(k.values_embedded);
     insta::assert_snapshot!("fine_unrolled_values", k.source);
+    // The same weight dismantled to the element: one FFMA per nonzero, the values immediates.
+    spec.mode = Mode::Unrolled;
+    let k = specialize(&spec).unwrap();
+    assert_eq!(k.family, spartac::codegen::Family::FineDismantled);
+    insta::assert_snapshot!("fine_dismantled_values", k.source);
     // Left orientation: W[32,16] · B[16,24], W element-sparse, index stream, bias + relu.
     let mut spec = SpmmSpec::new(32, 16, 24, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (31, 0), (2, 9)]);
     spec.orientation = spartac::codegen::Orientation::Left;

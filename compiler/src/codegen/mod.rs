@@ -15,6 +15,7 @@ pub mod loopnest;
 pub mod quant;
 mod render;
 mod spmm;
+mod spmm_dismantled;
 mod spmm_int8;
 mod spmm_wgmma;
 
@@ -153,18 +154,21 @@ pub enum Mode {
 /// sparse columns per CTA / 32 (`stages`), CTAs resident per SM (`per_sm`: 1, or 2 with
 /// registers capped at 64 per thread) and the split of K over a thread-block cluster (`split`:
 /// 1, 2 or 4 CTAs, each summing a share of the k-chunks, reduced through distributed shared
-/// memory). 0 = the specializer's choice. Block kernels ignore `per_sm` and `split`.
+/// memory). The dismantled fine kernel reads `warps` (> 0 selects it: warps per CTA) and
+/// `stages` (output columns per warp / 32: 1 or 2), with `rows` = 32. 0 = the specializer's choice.
+/// Block kernels ignore `per_sm`, `split` and `warps`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,
     pub stages: usize,
     pub per_sm: usize,
     pub split: usize,
+    pub warps: usize,
 }
 
 impl Tile {
     pub fn new(rows: usize, stages: usize) -> Tile {
-        Tile { rows, stages, per_sm: 0, split: 0 }
+        Tile { rows, stages, per_sm: 0, split: 0, warps: 0 }
     }
 }
 
@@ -204,6 +208,10 @@ pub struct SpmmSpec {
     /// Most literal words (4 bytes each) an unrolled kernel may embed; `Mode::Auto`
     /// switches to the index stream above it. 16384 words = the 64 KiB constant bank.
     pub code_budget: usize,
+    /// Most nonzeros a fine-grained weight may have for `Mode::Auto` to dismantle it down to
+    /// the element (one multiply-add instruction each, see `spmm_dismantled`); above it the
+    /// fine kernel loops over index tables.
+    pub unroll_budget: usize,
     /// Tile override; `None` lets the specializer choose.
     pub tile: Option<Tile>,
     /// Tensor-core path of fp16/bf16 block kernels.
@@ -226,6 +234,7 @@ impl SpmmSpec {
             values: None,
             mode: Mode::Auto,
             code_budget: 16384,
+            unroll_budget: DEFAULT_UNROLL_BUDGET,
             tile: None,
             engine: Engine::Auto,
         }
@@ -246,6 +255,13 @@ impl SpmmSpec {
         (0..live.len()).filter(|i| live[*i]).map(|i| (i / nbw, i % nbw)).collect()
     }
 }
+
+/// Default [`SpmmSpec::unroll_budget`]: 0, `Mode::Auto` never dismantles a fine weight to the
+/// element. On the H200 the dismantled kernel lost to the loop kernel at 1024³ (95%: 0.0536 ms
+/// against 0.0270; 99%: 0.0228 against 0.0171, `benches/results/run12/`): its straight-line
+/// code runs once per SM, so instruction fetch from L2 bounds it (each SM runs ~4 × 22-77 KB of
+/// code no other warp there reuses). `Mode::Unrolled` (or a dismantled `Tile`) still selects it.
+pub const DEFAULT_UNROLL_BUDGET: usize = 0;
 
 /// FNV-1a 64 of a kernel source: the module cache key (with the arch).
 pub fn source_hash(source: &str) -> u64 {

@@ -14,6 +14,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("block_simt_general.cuh", include_str!("../../../templates/block_simt_general.cuh")),
     ("spmm_block_mma.cu.tera", include_str!("../../../templates/spmm_block_mma.cu.tera")),
     ("spmm_fine.cu.tera", include_str!("../../../templates/spmm_fine.cu.tera")),
+    ("spmm_fine_dismantled.cu.tera", include_str!("../../../templates/spmm_fine_dismantled.cu.tera")),
     ("epilogue_rows.cu.tera", include_str!("../../../templates/epilogue_rows.cu.tera")),
     ("spmm_block_int8.cu.tera", include_str!("../../../templates/spmm_block_int8.cu.tera")),
     ("spmm_block_wgmma.cu.tera", include_str!("../../../templates/spmm_block_wgmma.cu.tera")),

@@ -26,6 +26,9 @@ pub enum Family {
     /// fp16/bf16 block-sparse on Hopper tensor cores (wgmma from shared memory, persistent grid);
     /// W blocks packed transposed. See `spmm_wgmma.rs`.
     BlockWgmma,
+    /// Element-wise sparse fp32 weight dismantled to the element: one FFMA per nonzero in the
+    /// code, W values as immediates or packed in code order. See `spmm_dismantled.rs`.
+    FineDismantled,
 }
 
 impl Family {
@@ -39,6 +42,7 @@ impl Family {
             Family::Epilogue => "epilogue",
             Family::BlockInt8 => "block_int8",
             Family::BlockWgmma => "block_wgmma",
+            Family::FineDismantled => "fine_dismantled",
         }
     }
 }
@@ -166,6 +170,7 @@ impl Kernel {
         }
         match self.family {
             Family::Epilogue => vec![],
+            Family::FineDismantled => super::spmm_dismantled::pack(self, w),
             Family::Fine | Family::FineLeft => {
                 // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
                 // left: row `col` of W (`M × K`, row-major).
@@ -231,7 +236,7 @@ impl Kernel {
         let m = if self.orientation == Orientation::Left { n } else { m };
         match self.family {
             Family::Epilogue => 0.0,
-            Family::Fine => 2.0 * m as f64 * self.live_instances as f64,
+            Family::Fine | Family::FineDismantled => 2.0 * m as f64 * self.live_instances as f64,
             Family::FineLeft => 2.0 * self.spec_shape.2 as f64 * self.live_instances as f64,
             _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
         }
@@ -333,7 +338,13 @@ pub(super) fn kernel_head(name: &str, dtype: Dtype, spec: &SpmmSpec) -> KernelHe
 /// The literals of a kernel's template context: `kernel`'s tables when it is unrolled (`idx`
 /// as the kernel reads it), in `__constant__` memory when they and `extra_words` more fit in
 /// 16384 words, and the embedded `values`.
-pub(super) fn kernel_literals(kernel: &Kernel, idx: Vec<i32>, values: Vec<String>, value_bits: usize, extra_words: usize) -> Literals {
+pub(super) fn kernel_literals(
+    kernel: &Kernel,
+    idx: Vec<i32>,
+    values: Vec<String>,
+    value_bits: usize,
+    extra_words: usize,
+) -> Literals {
     let unrolled = kernel.mode == Mode::Unrolled;
     Literals {
         unrolled,
@@ -708,7 +719,8 @@ fn uniform_block_values(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: u
         for e in ptr[j]..ptr[j + 1] {
             let kb = idx[e as usize] as usize;
             let first = w[kb * bh * n + j * bw];
-            let uniform = first.is_finite() && (0..bh).all(|r| (0..bw).all(|c| w[(kb * bh + r) * n + j * bw + c].to_bits() == first.to_bits()));
+            let uniform = first.is_finite()
+                && (0..bh).all(|r| (0..bw).all(|c| w[(kb * bh + r) * n + j * bw + c].to_bits() == first.to_bits()));
             out.push(uniform.then_some(first));
         }
     }
@@ -951,6 +963,9 @@ fn fine_tables(
 }
 
 fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+    if super::spmm_dismantled::applies(spec)? {
+        return super::spmm_dismantled::specialize(spec, live);
+    }
     let n = spec.n;
     fine_kernel(spec, false, &|row, col| live[row * n + col])
 }
@@ -1013,7 +1028,13 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
             }
         }
         // The C tile staged for the coalesced store (right) or the cluster's reduction (left, split).
-        let c_tile = if !left { bm * (t.nc + 1) } else if t.split > 1 { bm * t.nc } else { 0 };
+        let c_tile = if !left {
+            bm * (t.nc + 1)
+        } else if t.split > 1 {
+            bm * t.nc
+        } else {
+            0
+        };
         // The chunk's rows plus the zero row that padded entries read.
         let stage_words = ((t.chunk + 1) * a_ld).next_multiple_of(4);
         let region_words = (if t.async_d { 2 * stage_words } else { stage_words }).max(c_tile).next_multiple_of(4);
@@ -1042,12 +1063,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let unrolled = mode == Mode::Unrolled;
     let family = if left { Family::FineLeft } else { Family::Fine };
     let mut kernel = Kernel {
-        name: format!(
-            "spmm_{}_{}_{}",
-            family.name(),
-            spec.dtype.name(),
-            if unrolled { "unrolled" } else { "stream" }
-        ),
+        name: format!("spmm_{}_{}_{}", family.name(), spec.dtype.name(), if unrolled { "unrolled" } else { "stream" }),
         family,
         mode,
         source: String::new(),
@@ -1328,14 +1344,14 @@ mod tests {
         let mut s = SpmmSpec::new(200, 700, 300, Dtype::F32, (1, 1), pattern);
         s.blocks.sort();
         s.blocks.dedup();
-        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2 });
+        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0 });
         let k = specialize(&s).unwrap();
         assert_eq!(k.launch.grid, (3, 4, 2));
         assert!(k.source.contains("__cluster_dims__(1, 1, 2)") && k.source.contains("barrier.cluster.arrive.release"));
         for (tile, needle) in [
-            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3 }, "1, 2 or 4 CTAs"),
-            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1 }, "2 fine CTAs per SM"),
-            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1 }, "2 fine CTAs per SM"),
+            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0 }, "1, 2 or 4 CTAs"),
+            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0 }, "2 fine CTAs per SM"),
+            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0 }, "2 fine CTAs per SM"),
         ] {
             s.tile = Some(tile);
             let e = specialize(&s).unwrap_err().to_string();
@@ -1364,7 +1380,13 @@ mod tests {
                 let at = src.find(&format!("#define {name} ")).unwrap() + name.len() + 9;
                 src[at..].split_whitespace().next().unwrap().parse().unwrap()
             };
-            (def("BM"), def("NC"), k.launch.grid.2, src.contains("#define STAGE_WORDS"), src.contains("#define LANE_ROW0 lane"))
+            (
+                def("BM"),
+                def("NC"),
+                k.launch.grid.2,
+                src.contains("#define STAGE_WORDS"),
+                src.contains("#define LANE_ROW0 lane"),
+            )
         };
         // 5% kept at 1024³: 16 × 4 tiles of 64 × 256 leave SMs idle, so K splits over 2.
         let s = SpmmSpec::new(1024, 1024, 1024, Dtype::F32, (1, 1), pattern(1024, 1024, 51));

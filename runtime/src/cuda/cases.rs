@@ -130,7 +130,13 @@ impl Case {
     /// A fine-kernel tile with `per_sm` CTAs resident per SM and K split over a cluster of
     /// `split` CTAs (see [`Tile`]).
     pub fn with_fine_tile(mut self, rows: usize, stages: usize, per_sm: usize, split: usize) -> Case {
-        self.tile = Some(Tile { rows, stages, per_sm, split });
+        self.tile = Some(Tile { rows, stages, per_sm, split, warps: 0 });
+        self
+    }
+    /// A tile of the dismantled fine kernel: `32 × cols32` output columns per warp, `warps`
+    /// warps per CTA (see [`Tile`]).
+    pub fn with_dismantled_tile(mut self, cols32: usize, warps: usize) -> Case {
+        self.tile = Some(Tile { rows: 32, stages: cols32, per_sm: 0, split: 0, warps });
         self
     }
     pub fn with_epilogue(mut self, bias: bool, activation: Activation) -> Case {
@@ -185,12 +191,15 @@ impl Case {
                 .map(|t| {
                     let per_sm = if t.per_sm > 1 { format!("x{}", t.per_sm) } else { String::new() };
                     let split = if t.split > 1 { format!("k{}", t.split) } else { String::new() };
-                    format!(" tile{}s{}{per_sm}{split}", t.rows, t.stages)
+                    let warps = if t.warps > 0 { format!("w{}", t.warps) } else { String::new() };
+                    format!(" tile{}s{}{per_sm}{split}{warps}", t.rows, t.stages)
                 })
                 .unwrap_or_default(),
             if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" },
             if self.orientation == Orientation::Left { " left" } else { "" },
-            self.uniform.map(|v| format!(" uniform{v}{}", if self.uniform_half { "/half" } else { "" })).unwrap_or_default(),
+            self.uniform
+                .map(|v| format!(" uniform{v}{}", if self.uniform_half { "/half" } else { "" }))
+                .unwrap_or_default(),
             match self.engine {
                 Engine::Auto => "",
                 Engine::MmaSync => " mmasync",
@@ -340,8 +349,8 @@ pub fn correctness_cases() -> Vec<Case> {
     use Activation::*;
     use Cover::*;
     use Dtype::*;
-    use Orientation::Left;
     use Engine::*;
+    use Orientation::Left;
     let b = |s: f64| Pattern::Block { bh: 32, bw: 32, sparsity: s };
     let u = |s: f64| Pattern::Unstructured { sparsity: s };
     let mixed = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
@@ -349,12 +358,18 @@ pub fn correctness_cases() -> Vec<Case> {
         // fp32 block-sparse (SIMT)
         Case::new((64, 128, 96), F32, b(0.5), Block(32, 32)).with_values(),
         // uniform blocks, values embedded: the folded kernel (row sums, one literal per block)
-        Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_uniform(0.0625).with_values().with_epilogue(true, Relu),
+        Case::new((300, 512, 512), F32, b(0.9), Block(32, 32))
+            .with_uniform(0.0625)
+            .with_values()
+            .with_epilogue(true, Relu),
         Case::new((256, 256, 256), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.7 }, Block(16, 16))
             .with_uniform(-1.5)
             .with_values(),
         // some blocks uniform: those fold, the others keep their W tiles
-        Case::new((300, 512, 512), F32, b(0.8), Block(32, 32)).with_uniform_half(0.375).with_values().with_epilogue(true, Gelu),
+        Case::new((300, 512, 512), F32, b(0.8), Block(32, 32))
+            .with_uniform_half(0.375)
+            .with_values()
+            .with_epilogue(true, Gelu),
         Case::new((200, 256, 256), F32, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
             .with_epilogue(true, Relu),
         Case::new((1024, 1024, 1024), F32, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream),
@@ -403,8 +418,14 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((1024, 1024, 1024), F16, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_engine(MmaSync),
         Case::new((300, 512, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 3).with_engine(MmaSync),
         Case::new((777, 1024, 512), F16, b(0.9), Block(32, 32)).with_tile(256, 5).with_engine(Wgmma),
-        Case::new((4099, 512, 256), F16, b(0.8), Block(32, 32)).with_mode(Mode::IndexStream).with_epilogue(true, Relu).with_engine(Wgmma),
-        Case::new((333, 512, 512), Bf16, b(0.7), Block(32, 32)).with_tile(128, 4).with_epilogue(true, Gelu).with_engine(Wgmma),
+        Case::new((4099, 512, 256), F16, b(0.8), Block(32, 32))
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(true, Relu)
+            .with_engine(Wgmma),
+        Case::new((333, 512, 512), Bf16, b(0.7), Block(32, 32))
+            .with_tile(128, 4)
+            .with_epilogue(true, Gelu)
+            .with_engine(Wgmma),
         Case::new((64, 256, 256), Bf16, b(0.5), Block(32, 32)).with_tile(64, 8).with_values().with_engine(Wgmma),
         Case::new((200, 512, 384), F16, Pattern::Block { bh: 64, bw: 64, sparsity: 0.6 }, Block(64, 64))
             .with_tile(192, 4)
@@ -420,10 +441,17 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((256, 512, 512), F16, u(0.0), Dense(32, 32)).with_engine(Wgmma),
         Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu).with_engine(Wgmma),
         // fine-grained
-        Case::new((1024, 1024, 1024), F32, u(0.95), Fine),
+        Case::new((1024, 1024, 1024), F32, u(0.95), Fine).with_mode(Mode::IndexStream),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
         Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu),
-        Case::new((128, 512, 256), F32, u(0.5), Fine),
+        Case::new((128, 512, 256), F32, u(0.5), Fine).with_mode(Mode::IndexStream),
+        // fine-grained dismantled to the element (fp32, right): streamed and embedded values,
+        // all of K resident and a ring (K = 4096), ragged rows and columns, every tile shape
+        Case::new((256, 1024, 512), F32, u(0.95), Fine).with_mode(Mode::Unrolled).with_epilogue(true, Gelu),
+        Case::new((100, 512, 200), F32, u(0.95), Fine).with_mode(Mode::Unrolled).with_values(),
+        Case::new((70, 4096, 136), F32, u(0.99), Fine).with_mode(Mode::Unrolled).with_epilogue(true, Relu),
+        Case::new((64, 512, 300), F32, u(0.95), Fine).with_dismantled_tile(2, 2),
+        Case::new((96, 256, 256), F32, u(0.9), Fine).with_dismantled_tile(1, 8).with_values(),
         Case::new((256, 512, 512), F16, u(0.95), Fine).with_epilogue(true, None),
         // fine-grained: ragged rows, columns and chunks, K not a multiple of 4 (scalar staging),
         // every rows-per-lane tiling, bf16
@@ -466,7 +494,9 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((300, 512, 384), F32, u(0.0), Dense(32, 32)).with_cublas().with_epilogue(true, Gelu),
         Case::new((256, 512, 384), F16, u(0.0), Dense(32, 32)).with_cublas(),
         Case::new((200, 256, 100), F16, u(0.0), Dense(4, 4)).with_cublas().with_epilogue(true, Relu),
-        Case::new((256, 512, 512), Bf16, u(0.0), Dense(32, 32)).with_cublas().with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
+        Case::new((256, 512, 512), Bf16, u(0.0), Dense(32, 32))
+            .with_cublas()
+            .with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
         // mixed: block kernel + fine kernel accumulating, epilogue on the second
         Case::new((512, 1024, 1024), F32, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu),
         Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)),
@@ -549,6 +579,15 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     // cases, and the left orientation (W · B) with the same patterns.
     for s in [0.95, 0.99] {
         let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine);
+        if dtype == Dtype::F32 {
+            // Dismantled to the element (one FFMA per nonzero in the code), its tiles (columns
+            // per warp / 32, warps per CTA) and with the values as immediates.
+            out.push(fine.clone().with_mode(Mode::Unrolled));
+            for (cols32, warps) in [(1, 4), (1, 8), (2, 8), (2, 2)] {
+                out.push(fine.clone().with_dismantled_tile(cols32, warps));
+            }
+            out.push(fine.clone().with_mode(Mode::Unrolled).with_values());
+        }
         for (rows, cols32) in [(32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (64, 8), (128, 2), (128, 4)] {
             out.push(fine.clone().with_tile(rows, cols32));
         }
