@@ -256,12 +256,13 @@ impl SpmmSpec {
     }
 }
 
-/// Default [`SpmmSpec::unroll_budget`]: 0, `Mode::Auto` never dismantles a fine weight to the
-/// element. On the H200 the dismantled kernel lost to the loop kernel at 1024³ (95%: 0.0536 ms
-/// against 0.0270; 99%: 0.0228 against 0.0171, `benches/results/run12/`): its straight-line
-/// code runs once per SM, so instruction fetch from L2 bounds it (each SM runs ~4 × 22-77 KB of
-/// code no other warp there reuses). `Mode::Unrolled` (or a dismantled `Tile`) still selects it.
-pub const DEFAULT_UNROLL_BUDGET: usize = 0;
+/// Default [`SpmmSpec::unroll_budget`]: 2^16 nonzeros (NVRTC and ptxas take ~1 min for 52 k on
+/// two cores). `Mode::Auto` dismantles only where it measured faster on the H200
+/// (`benches/results/run12/`): under 1.5% kept with N ≤ 256 (16384 × 1024 × 256 at 99%: 0.0457
+/// ms against the loop kernel's 0.0788; 4096 rows: 0.0190 against 0.0232). At 1024³ it lost
+/// (95%: 0.0542 against 0.0269; 99%: 0.0227 against 0.0172) and at 95% everywhere: its
+/// straight-line code streams from L2 at instruction-fetch latency.
+pub const DEFAULT_UNROLL_BUDGET: usize = 1 << 16;
 
 /// FNV-1a 64 of a kernel source: the module cache key (with the arch).
 pub fn source_hash(source: &str) -> u64 {

@@ -452,6 +452,10 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((70, 4096, 136), F32, u(0.99), Fine).with_mode(Mode::Unrolled).with_epilogue(true, Relu),
         Case::new((64, 512, 300), F32, u(0.95), Fine).with_dismantled_tile(2, 2),
         Case::new((96, 256, 256), F32, u(0.9), Fine).with_dismantled_tile(1, 8).with_values(),
+        // the default's own choice (under 1.5% kept, N ≤ 256), once with more CTAs than SMs
+        // (a two-stage ring, two CTAs per SM)
+        Case::new((300, 1024, 200), F32, u(0.99), Fine).with_epilogue(true, Relu),
+        Case::new((4500, 512, 128), F32, u(0.99), Fine),
         Case::new((256, 512, 512), F16, u(0.95), Fine).with_epilogue(true, None),
         // fine-grained: ragged rows, columns and chunks, K not a multiple of 4 (scalar staging),
         // every rows-per-lane tiling, bf16
@@ -587,6 +591,17 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
                 out.push(fine.clone().with_dismantled_tile(cols32, warps));
             }
             out.push(fine.clone().with_mode(Mode::Unrolled).with_values());
+            if size == 1024 {
+                // A narrow weight under many rows (256 columns: one CTA covers all of them, so A is
+                // read once and every CTA on an SM runs the same code): where dismantling should pay.
+                for m in [4096, 16384] {
+                    let tall = Case::new((m, 1024, 256), dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine);
+                    out.push(tall.clone());
+                    out.push(tall.clone().with_mode(Mode::IndexStream));
+                    out.push(tall.clone().with_mode(Mode::Unrolled));
+                    out.push(tall.with_dismantled_tile(1, 8));
+                }
+            }
         }
         for (rows, cols32) in [(32, 4), (32, 8), (32, 16), (64, 2), (64, 4), (64, 8), (128, 2), (128, 4)] {
             out.push(fine.clone().with_tile(rows, cols32));
