@@ -40,11 +40,16 @@ def write_table(ours, ceil, peers, table_path):
     for e in ours:
         p = peers[(e["w_file"], e["dtype"])]
         ms = e["ms"]
-        m = k = n = e["size"]
+        shape = e["label"].split()[0]
+        m, k, n = (int(x) for x in shape.split("x"))
         es = {"f32": 4, "i8": 1}.get(e["dtype"], 2)
         out_es = 2 if e["dtype"] == "i8" else es  # int8 writes fp16
-        useful = 2.0 * m * e["nnz"]
-        bytes_min = (m * k + e["nnz"]) * es + m * n * out_es
+        if e.get("orientation") == "left":  # W (m x k) sparse, B (k x n) dense
+            useful = 2.0 * n * e["nnz"]
+            bytes_min = (k * n + e["nnz"]) * es + m * n * out_es
+        else:
+            useful = 2.0 * m * e["nnz"]
+            bytes_min = (m * k + e["nnz"]) * es + m * n * out_es
         floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
         ratio = lambda name: None if p.get(name) is None else p[name] / ms
         kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
@@ -53,7 +58,7 @@ def write_table(ours, ceil, peers, table_path):
         for q in e["label"].split()[4:]:
             kinds += ", " + ("left (C = W·B)" if q == "left" else q)
         lines.append(
-            f"| {e['size']} | {e['dtype']} | {e['pattern']} | {e['cover']} ({kinds}) | {fmt(ms)} | {fmt(p.get('cublas_ms'))} | "
+            f"| {e['size'] if shape == '{0}x{0}x{0}'.format(e['size']) else shape} | {e['dtype']} | {e['pattern']} | {e['cover']} ({kinds}) | {fmt(ms)} | {fmt(p.get('cublas_ms'))} | "
             f"{fmt(ratio('cublas_ms'), 2)} | {fmt(p.get('cusparse_ms'))} | {fmt(ratio('cusparse_ms'), 2)} | "
             f"{fmt(p.get('triton_ms'))} | {fmt(ratio('triton_ms'), 2)} | {e['flops'] / ms / 1e9:.1f} | {fmt(floor)} | "
             f"{ms / floor:.1f} | {e['rel_norm_err']:.1e} |"

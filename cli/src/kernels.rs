@@ -159,9 +159,15 @@ fn bench(
                 let id = format!("s{size}_{}_{i:02}", dtype.name());
                 let left = case.orientation == spartac::codegen::Orientation::Left;
                 let side = if left { "_left" } else { "" };
-                let a_file = format!("{}_{size}_{}.npy", if left { "B" } else { "A" }, dtype.name());
+                // Cases of one size share their dumped operands by name; other shapes name theirs.
+                let tag = if (case.m, case.k, case.n) == (size, size, size) {
+                    size.to_string()
+                } else {
+                    format!("{}x{}x{}", case.m, case.k, case.n)
+                };
+                let a_file = format!("{}_{tag}_{}.npy", if left { "B" } else { "A" }, dtype.name());
                 let w_file =
-                    format!("W_{size}_{}_{}{side}.npy", dtype.name(), case.pattern.label().replace(['@', '+'], "_"));
+                    format!("W_{tag}_{}_{}{side}.npy", dtype.name(), case.pattern.label().replace(['@', '+'], "_"));
                 let d = dump.as_deref().map(|dir| (dir, a_file.as_str(), w_file.as_str()));
                 let r =
                     run_case(dev, case, seed, Check::Rows(64), Some((10, reps)), d).with_context(|| case.label())?;
