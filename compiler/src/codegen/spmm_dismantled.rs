@@ -34,6 +34,9 @@ const RING_BYTES: usize = 72 * 1024;
 const RESIDENT_BYTES: usize = 160 * 1024;
 /// SMs of the target GPU (H100/H200).
 const SMS: usize = 132;
+/// Most nonzeros any dismantled kernel holds (one instruction each: ~4 MB of code, minutes of
+/// NVRTC and ptxas), whatever the mode asks.
+const MAX_NONZEROS: usize = 1 << 18;
 
 /// The tiling of a dismantled kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +166,12 @@ const COMP: [&str; 4] = ["x", "y", "z", "w"];
 /// The dismantled kernel of `spec`; `live[k * n + col]` marks the nonzeros.
 pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
+    if spec.blocks.len() > MAX_NONZEROS {
+        return Err(spec_err(format!(
+            "the dismantled fine kernel holds at most {MAX_NONZEROS} nonzeros (one instruction each), this weight has {}: use mode Auto or IndexStream",
+            spec.blocks.len()
+        )));
+    }
     let t = Tiling::choose(spec)?;
     let (nt, kc) = (t.nt, t.kc);
     let nseg = n.div_ceil(nt);
@@ -447,5 +456,9 @@ mod tests {
             let e = specialize(&t).unwrap_err().to_string();
             assert!(e.contains(needle), "{tile:?}: {e}");
         }
+        // Forcing a weight past the hard cap is an error, not minutes of compiling.
+        let mut huge = SpmmSpec::new(32, 2048, 256, Dtype::F32, (1, 1), pattern(2048, 256, MAX_NONZEROS + 1));
+        huge.mode = Mode::Unrolled;
+        assert!(specialize(&huge).unwrap_err().to_string().contains("at most 262144 nonzeros"));
     }
 }
