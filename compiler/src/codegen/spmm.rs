@@ -84,10 +84,12 @@ pub struct Kernel {
     pub orientation: Orientation,
     /// Block kernels: start of each block column's run in `idx` (`N/bw + 1`).
     /// Fine kernel: start of each (k-chunk, column) run (`chunks × N + 1`); left: each
-    /// (k-chunk, row of W) run (`chunks × M + 1`).
+    /// (k-chunk, row of W) run (`chunks × M + 1`). Dismantled: each column segment's first
+    /// entry (the code holds the pattern; the kernel does not read the tables).
     pub ptr: Vec<i32>,
     /// Block kernels: block row of each live block. Fine kernels: the entry's offset in the
-    /// kernel's shared D tile (see [`FineTable`]).
+    /// kernel's shared D tile (see [`FineTable`]). Dismantled: `k × N + col` of each FFMA in
+    /// code order, -1 for padding (what `pack_weight` gathers).
     pub idx: Vec<i32>,
     /// Fine kernels: how `idx` maps to k (`None` for the other families).
     pub fine: Option<FineTable>,

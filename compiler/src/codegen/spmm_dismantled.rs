@@ -9,15 +9,17 @@
 //! broadcasts of each entry's offset and weight. Here each lane owns one row of A and `nt`
 //! output columns in registers; one 16-byte shared load gives the lane four consecutive k of
 //! its row, and every nonzero of W in those four rows of the warp's columns is then one FFMA
-//! on values already in registers. The price is code size: one instruction per nonzero, run by
-//! every warp that computes those columns, bounded by `SpmmSpec::unroll_budget`; above it the
-//! specializer keeps the loop kernel.
+//! on values already in registers. The price is code size (one instruction per nonzero) and
+//! instruction fetch where no other CTA on the SM runs the same code, so `Mode::Auto` takes it
+//! only where it measured faster (see [`applies`]).
 //!
 //! Layout: a warp computes a 32-row × `nt`-column tile of C (a *segment* of `nt` columns);
 //! the `ws` warps of a CTA take `ws` consecutive segments over the same 32 rows of A, which
 //! stream into shared memory (rows as they are, `KC`-deep chunks, cp.async, a ring of
-//! `stages` chunks, all of K when it fits). Each segment is its own `__noinline__` function,
-//! so ptxas allocates registers one segment at a time; all of them pass the same barriers.
+//! `stages` chunks, all of K when it fits). The code of one (segment, chunk) is one
+//! `__noinline__` function (a *piece*) picked by a switch in the kernel's chunk loop, which
+//! holds the barriers; the accumulators stay in shared memory between pieces, so NVRTC and
+//! ptxas only ever see small functions (their time grows faster than linearly with length).
 
 use super::loopnest::{Level, LoopNest};
 use super::render::{render, KernelHead};
@@ -172,6 +174,9 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
             spec.blocks.len()
         )));
     }
+    if k.checked_mul(n).is_none_or(|e| e > i32::MAX as usize) {
+        return Err(spec_err(format!("a {k}x{n} weight is too large for the dismantled fine kernel")));
+    }
     let t = Tiling::choose(spec)?;
     let (nt, kc) = (t.nt, t.kc);
     let nseg = n.div_ceil(nt);
@@ -190,9 +195,6 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
     } else {
         (RING_BYTES / (stage_words * 4)).clamp(2, chunks)
     };
-    if k.checked_mul(n).is_none_or(|e| e > i32::MAX as usize) {
-        return Err(spec_err(format!("a {k}x{n} weight is too large for the dismantled fine kernel")));
-    }
     let c_ld = nt + 4;
     // The ring, then each warp's accumulator tile (32 × nt, rows padded for conflict-free float4s).
     let smem = 4 * (stages * stage_words + t.ws * BM * c_ld);
