@@ -162,8 +162,6 @@ pub struct FineCtx {
     pub lpt: usize,
     /// D tiles by cp.async through a two-stage ring of `stage_words` each (left, fp32).
     pub async_d: bool,
-    /// A lane's rows are `lane + 32 i` (right orientation with the ring), not `rpl × lane + i`.
-    pub lane_major: bool,
     pub stage_words: usize,
     /// `__launch_bounds__` minimum CTAs per SM.
     pub min_blocks: usize,

@@ -218,15 +218,13 @@ impl Kernel {
         }
     }
 
-    /// The `idx` table as the kernel reads it: fine kernels take their entry offsets as 16-bit
-    /// halves, two per word (entry `2j` in the low half); the others take `idx` as it is.
+    /// The `idx` table as the kernel reads it: fine kernels take their entry offsets in bytes;
+    /// the others take `idx` as it is.
     pub fn device_idx(&self) -> Vec<i32> {
         match self.family {
-            Family::Fine | Family::FineLeft => self
-                .idx
-                .chunks(2)
-                .map(|p| (p[0] as u32 | (p.get(1).copied().unwrap_or(0) as u32) << 16) as i32)
-                .collect(),
+            // Byte offsets into the shared D tile: the kernel adds each to the lane's address
+            // as it is (one add per entry, no unpacking).
+            Family::Fine | Family::FineLeft => self.idx.iter().map(|&e| 4 * e).collect(),
             _ => self.idx.clone(),
         }
     }
@@ -748,8 +746,8 @@ struct FineTiling {
     split: usize,
     /// The D tiles stream in by cp.async through a two-stage shared ring (no register
     /// prefetch, so the chunk depth is bounded by shared memory only): fp32; left: B's rows
-    /// as they are (a multiple of 4 elements); right: A transposed one element per copy, the
-    /// tile's stride odd and a lane's rows `lane + 32 i`.
+    /// as they are (a multiple of 4 elements); right: A transposed one element per copy, a
+    /// warp's copy covering `32 / rpl` consecutive k of `rpl` adjacent rows.
     async_d: bool,
 }
 
@@ -790,7 +788,7 @@ impl FineTiling {
         // With the ring, shared memory bounds the depth: a stage of at most ~96 KB (two stages
         // and the entries fit the SM; the caller halves it further until they do).
         let max = if async_d {
-            (24 * 1024 / (32 * rpl + 1) + 1).next_power_of_two() / 2
+            (24 * 1024 / (33 * rpl) + 1).next_power_of_two() / 2
         } else {
             Self::max_chunk(rpl, nc, per_sm)
         };
@@ -1005,15 +1003,10 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), ring_ok)?;
     let warps = FINE_THREADS / 32;
     let bm = t.bm();
-    // Right: the transposed tile's stride is odd for the ring's one-element copies (each lane's
-    // rows 32 apart), else bm + rpl for the register stores (a lane's rpl rows adjacent).
-    let a_ld = if left {
-        bm
-    } else if t.async_d {
-        bm + 1
-    } else {
-        bm + t.rpl
-    };
+    // Right: the transposed tile's stride is bm + rpl ≡ rpl (mod 32), a lane's rpl rows adjacent
+    // (one vector load per entry): a warp's copies or register stores of (32 / rpl) k × rpl
+    // rows then hit 32 distinct banks.
+    let a_ld = if left { bm } else { bm + t.rpl };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
     let (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem) = loop {
         let table = FineTable { chunk: t.chunk, ld: a_ld, cols: t.nc, warps };
@@ -1041,8 +1034,8 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         let stage_words = ((t.chunk + 1) * a_ld).next_multiple_of(4);
         let region_words = (if t.async_d { 2 * stage_words } else { stage_words }).max(c_tile).next_multiple_of(4);
         let w_words = (emax * esize).div_ceil(4).next_multiple_of(4);
-        // Entry offsets are 16-bit (two per word).
-        let smem = 4 * (region_words + emax / 2 + w_words + t.nc + 1);
+        // Entry offsets are 32-bit byte offsets.
+        let smem = 4 * (region_words + emax + w_words + t.nc + 1);
         if smem <= t.smem_limit() {
             break (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem);
         }
@@ -1057,10 +1050,8 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     };
     let chunk = t.chunk;
     let chunks = k.div_ceil(chunk);
-    // Offsets inside a shared tile of at most 227 KB: always below 2^16.
-    debug_assert!((chunk + 1) * a_ld <= u16::MAX as usize);
     let value_words = spec.values.as_ref().map(|_| idx.len() * esize / 4).unwrap_or(0);
-    let literal_words = ptr.len() + idx.len() / 2 + value_words;
+    let literal_words = ptr.len() + idx.len() + value_words;
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
     let family = if left { Family::FineLeft } else { Family::Fine };
@@ -1108,7 +1099,6 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         a_ld,
         lpt: bm * chunk / (4 * FINE_THREADS),
         async_d: t.async_d,
-        lane_major: t.async_d && !left,
         stage_words: ((chunk + 1) * a_ld).next_multiple_of(4),
         min_blocks: t.per_sm,
         split: t.split,
@@ -1326,15 +1316,21 @@ mod tests {
     }
 
     #[test]
-    fn fine_offsets_go_to_the_device_as_16_bit_pairs() {
+    fn fine_offsets_go_to_the_device_in_bytes() {
         let mut s = SpmmSpec::new(4, 8, 12, Dtype::F32, (1, 1), vec![(2, 7), (0, 3), (2, 1), (3, 0)]);
         s.orientation = Orientation::Left;
         let k = specialize(&s).unwrap();
+        let t = k.fine.unwrap();
         let d = k.device_idx();
-        assert_eq!(d.len() * 2, k.idx.len());
-        for (j, w) in d.iter().enumerate() {
-            assert_eq!((*w as u32 & 0xffff, *w as u32 >> 16), (k.idx[2 * j] as u32, k.idx[2 * j + 1] as u32));
+        assert_eq!(d.len(), k.idx.len());
+        for (&dev, &e) in d.iter().zip(&k.idx) {
+            assert_eq!(dev, 4 * e);
+            // Live entries address a row of the tile, padding the zero row after the chunk.
+            assert_eq!(dev as usize % (4 * t.ld), 0);
+            assert!(dev as usize <= 4 * t.chunk * t.ld);
         }
+        // The padding entries (3 per run here) read the zero row.
+        assert_eq!(d.iter().filter(|&&v| v as usize == 4 * t.chunk * t.ld).count(), d.len() - 4);
         // Block kernels take their table as it is.
         let b = specialize(&spec(vec![(1, 2), (0, 0)])).unwrap();
         assert_eq!(b.device_idx(), b.idx);
@@ -1382,24 +1378,20 @@ mod tests {
                 let at = src.find(&format!("#define {name} ")).unwrap() + name.len() + 9;
                 src[at..].split_whitespace().next().unwrap().parse().unwrap()
             };
-            (
-                def("BM"),
-                def("NC"),
-                k.launch.grid.2,
-                src.contains("#define STAGE_WORDS"),
-                src.contains("#define LANE_ROW0 lane"),
-            )
+            (def("BM"), def("NC"), k.launch.grid.2, src.contains("#define STAGE_WORDS"), def("D_LD"))
         };
         // 5% kept at 1024³: 16 × 4 tiles of 64 × 256 leave SMs idle, so K splits over 2.
         let s = SpmmSpec::new(1024, 1024, 1024, Dtype::F32, (1, 1), pattern(1024, 1024, 51));
-        assert_eq!(tile(&s), (64, 256, 2, true, true));
-        // The left orientation streams B's rows as they are (a lane's rows adjacent).
+        // The right orientation transposes A into a tile of stride 66 ≡ 2 (mod 32): a warp's
+        // copies of 16 k × 2 rows hit 32 banks.
+        assert_eq!(tile(&s), (64, 256, 2, true, 66));
+        // The left orientation streams B's rows as they are.
         let mut l = s.clone();
         l.orientation = Orientation::Left;
-        assert_eq!(tile(&l), (64, 256, 2, true, false));
+        assert_eq!(tile(&l), (64, 256, 2, true, 64));
         // 1% kept at 2048³: 32 × 512, 64 × 4 tiles, no split.
         let s = SpmmSpec::new(2048, 2048, 2048, Dtype::F32, (1, 1), pattern(2048, 2048, 20));
-        assert_eq!(tile(&s), (32, 512, 1, true, true));
+        assert_eq!(tile(&s), (32, 512, 1, true, 33));
         // 1% kept at 1024³: 32 × 512 would leave SMs idle, so the register prefetch stays.
         let s = SpmmSpec::new(1024, 1024, 1024, Dtype::F32, (1, 1), pattern(1024, 1024, 10));
         let (bm, _, _, ring, _) = tile(&s);
