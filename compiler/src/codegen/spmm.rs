@@ -1015,7 +1015,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     // rows then hit 32 distinct banks.
     let a_ld = if left { bm } else { bm + t.rpl };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
-    let (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem) = loop {
+    let (ptr, idx, live_n, dead_n, emax, stage_words, region_words, w_words, smem) = loop {
         let table = FineTable { chunk: t.chunk, ld: a_ld, cols: t.nc, warps };
         let (ptr, idx, live_n, dead_n) = fine_tables(k, fc, fr, t, table, live)?;
         let chunks = k.div_ceil(t.chunk);
@@ -1044,7 +1044,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         // Entry offsets are 32-bit byte offsets.
         let smem = 4 * (region_words + emax + w_words + t.nc + 1);
         if smem <= t.smem_limit() {
-            break (ptr, idx, live_n, dead_n, emax, region_words, w_words, smem);
+            break (ptr, idx, live_n, dead_n, emax, stage_words, region_words, w_words, smem);
         }
         if t.chunk <= FineTiling::min_chunk(t.rpl) {
             return Err(spec_err(format!(
@@ -1106,7 +1106,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         a_ld,
         lpt: bm * chunk / (4 * FINE_THREADS),
         async_d: t.async_d,
-        stage_words: ((chunk + 1) * a_ld).next_multiple_of(4),
+        stage_words,
         min_blocks: t.per_sm,
         split: t.split,
         emax,
