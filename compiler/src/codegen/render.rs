@@ -174,6 +174,9 @@ pub struct FineCtx {
     pub w_words: usize,
     /// Vector (4-element) loads of the dense operand: its rows are a multiple of 4 long.
     pub vec: bool,
+    /// The entry loop is software-pipelined across a warp's groups (long runs); otherwise one
+    /// group at a time (short runs).
+    pub pipelined: bool,
 }
 
 /// Context of the standalone epilogue kernel (after a library GEMM).
