@@ -139,6 +139,8 @@ fn rendered_kernels_snapshot() {
     let mask_blocks = vec![(0, 0), (1, 1), (0, 2)];
     let mut spec = SpmmSpec::new(64, 64, 96, Dtype::F32, (32, 32), mask_blocks.clone());
     spec.mode = Mode::Unrolled;
+    insta::assert_snapshot!("block_tf32_unrolled", specialize(&spec).unwrap().source);
+    spec.engine = spartac::codegen::Engine::Simt;
     insta::assert_snapshot!("block_simt_unrolled", specialize(&spec).unwrap().source);
     spec.mode = Mode::IndexStream;
     spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };

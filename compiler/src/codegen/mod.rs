@@ -17,6 +17,7 @@ mod render;
 mod spmm;
 mod spmm_dismantled;
 mod spmm_int8;
+mod spmm_tf32;
 mod spmm_wgmma;
 
 pub use library::{library_gemm, LibraryGemm};
@@ -172,7 +173,8 @@ impl Tile {
     }
 }
 
-/// Which tensor-core path an fp16/bf16 block kernel takes (fp32 and fine kernels ignore it).
+/// Which tensor-core path a block kernel takes: fp16/bf16 on mma.sync or wgmma, fp32 on
+/// SIMT FMAs or on tensor cores at fp32 accuracy (3xTF32). Fine kernels ignore it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Engine {
     /// The specializer's choice: mma.sync for now (wgmma only ties it, run 7b in
@@ -182,6 +184,12 @@ pub enum Engine {
     MmaSync,
     /// Warpgroup-level `wgmma.mma_async` from shared memory (Hopper, sm_90a only).
     Wgmma,
+    /// fp32 on tensor cores: `mma.sync` m16n8k8 TF32 on each operand split into a TF32 part
+    /// and a TF32 remainder, three products summed in fp32 (fp32-level accuracy; right
+    /// orientation).
+    Tf32x3,
+    /// fp32 on the SIMT FMA pipe.
+    Simt,
 }
 
 /// One sparse × dense matmul to specialize. Plain data, so that the plan's sub-operators

@@ -18,6 +18,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("epilogue_rows.cu.tera", include_str!("../../../templates/epilogue_rows.cu.tera")),
     ("spmm_block_int8.cu.tera", include_str!("../../../templates/spmm_block_int8.cu.tera")),
     ("spmm_block_wgmma.cu.tera", include_str!("../../../templates/spmm_block_wgmma.cu.tera")),
+    ("spmm_block_tf32.cu.tera", include_str!("../../../templates/spmm_block_tf32.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.

@@ -2,7 +2,7 @@
 
 use super::loopnest::{Level, LoopNest};
 use super::render::{render, BlockCtx, EpilogueCtx, FineCtx, KernelHead, Literals};
-use super::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
+use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
 use serde::Serialize;
 
 /// Kernel families.
@@ -29,6 +29,10 @@ pub enum Family {
     /// Element-wise sparse fp32 weight dismantled to the element: one FFMA per nonzero in the
     /// code, W values as immediates or packed in code order. See `spmm_dismantled.rs`.
     FineDismantled,
+    /// fp32 block-sparse (or dense) on tensor cores at fp32 accuracy (3xTF32: mma.sync
+    /// m16n8k8 on the operands split into TF32 big and small parts); W blocks packed as their
+    /// big part then their small part. See `spmm_tf32.rs`.
+    BlockTf32,
 }
 
 impl Family {
@@ -43,6 +47,7 @@ impl Family {
             Family::BlockInt8 => "block_int8",
             Family::BlockWgmma => "block_wgmma",
             Family::FineDismantled => "fine_dismantled",
+            Family::BlockTf32 => "block_tf32",
         }
     }
 }
@@ -144,8 +149,14 @@ impl Kernel {
     /// order; the fine kernel one value per entry in `idx` order; dense: the same as block
     /// kernels with every block live; the int8 family each live block column-major
     /// (n-major, the block's k contiguous), blocks in `idx` order. Left-orientation block
-    /// kernels read the blocks of `Wᵀ` (`K × M`), each stored row-major.
+    /// kernels read the blocks of `Wᵀ` (`K × M`), each stored row-major. The 3xTF32 family
+    /// stores each live block's TF32 big part, then its small part (both row-major).
     pub fn pack_weight(&self, w: &[f32]) -> Vec<f32> {
+        if self.family == Family::BlockTf32 {
+            let (_, k, n) = self.spec_shape;
+            assert_eq!(w.len(), k * n, "weight has the wrong size");
+            return super::spmm_tf32::split_blocks(&pack_blocks(&self.ptr, &self.idx, self.block, n, w), self.block);
+        }
         self.pack(w)
     }
 
@@ -311,6 +322,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if let Some(kernel) = super::spmm_wgmma::try_specialize(spec, &live, dense)? {
         return Ok(kernel);
     }
+    if let Some(kernel) = super::spmm_tf32::try_specialize(spec, &live, dense)? {
+        return Ok(kernel);
+    }
     block(spec, &live, dense, false)
 }
 
@@ -427,6 +441,9 @@ fn specialize_left(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     }
     if (bh, bw) == (1, 1) {
         return Err(spec_err("the fine-grained kernel has no left orientation in this build".into()));
+    }
+    if spec.engine == Engine::Tf32x3 {
+        return Err(spec_err("3xTF32 kernels take the right orientation (A · W, W sparse) only".into()));
     }
     if n % 8 != 0 {
         return Err(spec_err(format!("left-orientation block kernels need N a multiple of 8, got {n}")));
@@ -1133,8 +1150,11 @@ mod tests {
     use super::*;
     use crate::codegen::Tile;
 
+    /// An fp32 spec on the SIMT kernels (auto takes 3xTF32, see `spmm_tf32.rs`).
     fn spec(blocks: Vec<(usize, usize)>) -> SpmmSpec {
-        SpmmSpec::new(64, 64, 96, Dtype::F32, (32, 32), blocks)
+        let mut s = SpmmSpec::new(64, 64, 96, Dtype::F32, (32, 32), blocks);
+        s.engine = Engine::Simt;
+        s
     }
 
     #[test]
@@ -1168,9 +1188,15 @@ mod tests {
     #[test]
     fn every_block_present_selects_the_dense_kernel() {
         let all = (0..2).flat_map(|r| (0..3).map(move |c| (r, c))).collect();
-        assert_eq!(specialize(&spec(all)).unwrap().family, Family::Dense);
+        let mut s = spec(all);
+        assert_eq!(specialize(&s).unwrap().family, Family::Dense);
+        s.engine = Engine::Auto;
+        let tf = specialize(&s).unwrap();
+        assert_eq!(tf.family, Family::BlockTf32);
+        assert!(tf.name.starts_with("spmm_dense_tf32x3") && tf.ptr.len() == 4);
         let mut s = spec(vec![(0, 0)]);
         s.dtype = Dtype::F16;
+        s.engine = Engine::Auto;
         assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
         s.block = (1, 1);
         assert_eq!(specialize(&s).unwrap().family, Family::Fine);

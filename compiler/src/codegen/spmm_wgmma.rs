@@ -99,7 +99,7 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
     let tensor = matches!(spec.dtype, Dtype::F16 | Dtype::Bf16);
     let _ = dense; // the dense kernel stays on mma.sync unless wgmma is asked for
     match spec.engine {
-        Engine::MmaSync => return Ok(None),
+        Engine::MmaSync | Engine::Tf32x3 | Engine::Simt => return Ok(None),
         // Run 7b: with the swizzled layout wgmma ties mma.sync at 4096³ 90% (0.129 vs 0.128 ms)
         // and loses at 99% (0.042 vs 0.034): auto keeps mma.sync until wgmma measures faster.
         Engine::Auto => return Ok(None),
@@ -282,7 +282,7 @@ mod tests {
         assert!(specialize(&odd).unwrap_err().to_string().contains("bh 16, 32 or 64"));
         s.dtype = Dtype::F32;
         assert!(specialize(&s).unwrap_err().to_string().contains("f16 or bf16"));
-        s.engine = Engine::Auto;
+        s.engine = Engine::Simt;
         assert_eq!(specialize(&s).unwrap().family, Family::BlockSimt);
         s.dtype = Dtype::Bf16;
         s.engine = Engine::Wgmma;

@@ -204,6 +204,8 @@ impl Case {
                 Engine::Auto => "",
                 Engine::MmaSync => " mmasync",
                 Engine::Wgmma => " wgmma",
+                Engine::Tf32x3 => " tf32x3",
+                Engine::Simt => " simt",
             }
         )
     }
@@ -295,16 +297,19 @@ impl Case {
                     (0..kept.len()).filter(|i| kept[*i] * 2 >= bh * bw).map(|i| (i / nbw, i % nbw)).collect();
                 let scattered: Vec<(usize, usize)> =
                     (0..k * n).filter(|i| !mask[*i] && !full(i / n, i % n)).map(|i| (i / n, i % n)).collect();
+                // The fine kernel writes C first, the block kernel accumulates onto it (as
+                // codegen::from_plan orders them).
                 let mut out = vec![];
-                if !blocks.is_empty() || scattered.is_empty() {
-                    let mut s = spec((bh, bw), blocks);
-                    if !scattered.is_empty() {
+                let only_blocks = scattered.is_empty();
+                if !only_blocks {
+                    let mut s = spec((1, 1), scattered);
+                    if !blocks.is_empty() {
                         s.epilogue = Epilogue::NONE;
                     }
                     out.push(s);
                 }
-                if !scattered.is_empty() {
-                    let mut s = spec((1, 1), scattered);
+                if !blocks.is_empty() || only_blocks {
+                    let mut s = spec((bh, bw), blocks);
                     s.accumulate = !out.is_empty();
                     out.push(s);
                 }
@@ -440,6 +445,25 @@ pub fn correctness_cases() -> Vec<Case> {
             .with_engine(Wgmma),
         Case::new((256, 512, 512), F16, u(0.0), Dense(32, 32)).with_engine(Wgmma),
         Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu).with_engine(Wgmma),
+        // fp32 on tensor cores (3xTF32): ragged M, every epilogue, both modes, values
+        // embedded, tile overrides, 8..64-row and -column blocks, dense, the mixed cover's
+        // accumulate
+        Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_epilogue(true, Relu).with_engine(Tf32x3),
+        Case::new((1024, 1024, 1024), F32, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_engine(Tf32x3),
+        Case::new((256, 512, 512), F32, b(0.7), Block(32, 32)).with_values().with_mode(Mode::Unrolled).with_engine(Tf32x3),
+        Case::new((333, 512, 512), F32, b(0.8), Block(32, 32))
+            .with_tile(256, 2)
+            .with_epilogue(true, Gelu)
+            .with_engine(Tf32x3),
+        Case::new((200, 512, 384), F32, Pattern::Block { bh: 64, bw: 32, sparsity: 0.6 }, Block(64, 32))
+            .with_tile(64, 3)
+            .with_epilogue(false, Clip { lo: -1.0, hi: 0.25 })
+            .with_engine(Tf32x3),
+        Case::new((130, 256, 384), F32, Pattern::Block { bh: 16, bw: 8, sparsity: 0.7 }, Block(16, 8))
+            .with_mode(Mode::Unrolled)
+            .with_engine(Tf32x3),
+        Case::new((256, 512, 384), F32, u(0.0), Dense(32, 32)).with_epilogue(true, None).with_engine(Tf32x3),
+        Case::new((512, 1024, 1024), F32, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu).with_engine(Tf32x3),
         // fine-grained
         Case::new((1024, 1024, 1024), F32, u(0.95), Fine).with_mode(Mode::IndexStream),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
@@ -576,6 +600,27 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         for (rows, stages) in [(128, 8), (192, 5), (256, 4), (256, 6)] {
             out.push(goal.clone().with_tile(rows, stages).with_engine(Engine::Wgmma));
         }
+    }
+    if dtype == Dtype::F32 {
+        // fp32 on tensor cores at fp32 accuracy (3xTF32): the goal case, its tiles, the other
+        // sparsities and the mixed pattern's block and mixed covers.
+        let tf = goal.clone().with_engine(Engine::Tf32x3);
+        out.push(tf.clone());
+        for (rows, stages) in [(64, 3), (64, 4), (128, 2), (128, 4), (256, 2), (256, 3)] {
+            out.push(tf.clone().with_tile(rows, stages));
+        }
+        for s in [0.5, 0.95, 0.99] {
+            let p = Pattern::Block { bh: 32, bw: 32, sparsity: s };
+            out.push(Case::new(mkn, dtype, p, Cover::Block(32, 32)).with_engine(Engine::Tf32x3));
+        }
+        let p = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
+        for cover in [Cover::Mixed(32, 32), Cover::Block(32, 32)] {
+            out.push(Case::new(mkn, dtype, p.clone(), cover).with_engine(Engine::Tf32x3));
+        }
+        out.push(
+            Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32))
+                .with_engine(Engine::Tf32x3),
+        );
     }
     // The same matmul with the sparse weight on the left (C = W·B).
     out.push(goal.with_orientation(Orientation::Left));
