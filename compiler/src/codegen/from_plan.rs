@@ -144,10 +144,9 @@ pub fn kernels_for_operator_with(
         }
         out.push(PlannedKernel { spec, weight });
     }
-    // The fine launch goes first (it writes C), the block launches accumulate onto it: a block
-    // kernel reads its previous output at the cost of a few loads per thread, the fine kernel's
-    // read of a whole C tile cost it 44 µs of 455 at 4096³ (run 14).
-    out.sort_by_key(|pk| pk.spec.block != (1, 1));
+    if out.first().is_some_and(|pk| super::fine_first(pk.spec.dtype)) {
+        out.sort_by_key(|pk| pk.spec.block != (1, 1));
+    }
     // The epilogue belongs to the last launch, and only the first one overwrites.
     let last = out.len().saturating_sub(1);
     for (i, pk) in out.iter_mut().enumerate() {

@@ -173,6 +173,15 @@ impl Tile {
     }
 }
 
+/// Launch order of a cover's kernels: whether the fine kernel goes first (writing C) and the
+/// block kernels accumulate onto it. fp32 (3xTF32 block kernels): yes, 4096³ mixed 90% + 1%
+/// 0.663 ms against 0.701 the other way (the fine kernel's accumulate read of its whole C tile
+/// cost more than the block kernel's few loads per thread); fp16 (mma.sync): no, 0.816 against
+/// 0.804 and 1024³ 0.0256 against 0.0229 (run 14, `benches/results/run14/order/`).
+pub fn fine_first(dtype: Dtype) -> bool {
+    dtype == Dtype::F32
+}
+
 /// Which tensor-core path a block kernel takes: fp16/bf16 on mma.sync or wgmma, fp32 on
 /// SIMT FMAs or on tensor cores at fp32 accuracy (3xTF32). Fine kernels ignore it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

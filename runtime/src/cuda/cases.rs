@@ -297,21 +297,24 @@ impl Case {
                     (0..kept.len()).filter(|i| kept[*i] * 2 >= bh * bw).map(|i| (i / nbw, i % nbw)).collect();
                 let scattered: Vec<(usize, usize)> =
                     (0..k * n).filter(|i| !mask[*i] && !full(i / n, i % n)).map(|i| (i / n, i % n)).collect();
-                // The fine kernel writes C first, the block kernel accumulates onto it (as
-                // codegen::from_plan orders them).
+                // fp32: the fine kernel writes C first and the block kernel accumulates onto
+                // it; other dtypes the other way round (codegen::launch_order, run 14).
                 let mut out = vec![];
-                let only_blocks = scattered.is_empty();
-                if !only_blocks {
-                    let mut s = spec((1, 1), scattered);
-                    if !blocks.is_empty() {
+                if !blocks.is_empty() || scattered.is_empty() {
+                    out.push(spec((bh, bw), blocks));
+                }
+                if !scattered.is_empty() {
+                    out.push(spec((1, 1), scattered));
+                }
+                if spartac::codegen::fine_first(self.dtype) {
+                    out.reverse();
+                }
+                let last = out.len() - 1;
+                for (i, s) in out.iter_mut().enumerate() {
+                    s.accumulate = i > 0;
+                    if i != last {
                         s.epilogue = Epilogue::NONE;
                     }
-                    out.push(s);
-                }
-                if !blocks.is_empty() || only_blocks {
-                    let mut s = spec((bh, bw), blocks);
-                    s.accumulate = !out.is_empty();
-                    out.push(s);
                 }
                 out
             }
