@@ -510,14 +510,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
                 "tensor-core kernels need bh, bw multiples of 16 and bw <= 64, got {bh}x{bw}"
             )));
         }
-        let warps = match spec.tile {
-            Some(t) if t.rows % 32 == 0 && (32..=256).contains(&t.rows) => t.rows / 32,
-            Some(t) => {
-                return Err(spec_err(format!("tensor-core tiles hold 32 to 256 rows in steps of 32, not {}", t.rows)))
-            }
-            None if m >= 128 => 4,
-            None => 2,
-        };
+        let warps = warp_rows(spec, "tensor-core")?;
         threads = 32 * warps;
         bm = 32 * warps;
         (tm, threads_n, threads_m) = (0, 0, 0);
@@ -549,13 +542,16 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         bm = threads_m * tm;
         (a_ld, w_ld) = (if left { bm + 4 } else { bh + 4 }, bw);
     }
-    let stages = match spec.tile {
-        Some(t) if (2..=8).contains(&t.stages) => t.stages,
-        Some(t) => return Err(spec_err(format!("pipelines have 2 to 8 stages, not {}", t.stages))),
-        None if mma => 4,
-        None if tm == 8 => 2,
-        None => 3,
-    };
+    let stages = pipeline_stages(
+        spec,
+        if mma {
+            4
+        } else if tm == 8 {
+            2
+        } else {
+            3
+        },
+    )?;
     let esize = spec.dtype.bytes();
     let a_tile = if left { bh * a_ld } else { bm * a_ld };
     let mut smem = stages * (a_tile + bh * w_ld) * esize;
@@ -687,6 +683,26 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
     Ok(kernel)
 }
 
+/// Warps of a warp-per-32-rows block kernel (mma.sync, int8, 3xTF32): the tile override's
+/// rows / 32 (32 to 256 rows), else 4 (2 under 128 rows of M).
+pub(super) fn warp_rows(spec: &SpmmSpec, what: &str) -> Result<usize, CodegenError> {
+    match spec.tile {
+        Some(t) if t.rows % 32 == 0 && (32..=256).contains(&t.rows) => Ok(t.rows / 32),
+        Some(t) => Err(spec_err(format!("{what} tiles hold 32 to 256 rows in steps of 32, not {}", t.rows))),
+        None if spec.m >= 128 => Ok(4),
+        None => Ok(2),
+    }
+}
+
+/// cp.async pipeline stages of a block kernel: the tile override's (2 to 8), else `default`.
+pub(super) fn pipeline_stages(spec: &SpmmSpec, default: usize) -> Result<usize, CodegenError> {
+    match spec.tile {
+        Some(t) if (2..=8).contains(&t.stages) => Ok(t.stages),
+        Some(t) => Err(spec_err(format!("pipelines have 2 to 8 stages, not {}", t.stages))),
+        None => Ok(default),
+    }
+}
+
 /// The block-column tables of a block kernel: the loop nest (block columns, their k-blocks,
 /// then rows and the k inside a block as loops) dismantled at the k-block level against the
 /// live blocks; `ptr[j]..ptr[j + 1]` are block column `j`'s live k-blocks in `idx`.
@@ -730,18 +746,23 @@ pub(super) fn block_tables(
 
 /// For every live block in table order, its value where it is uniform (all `bh × bw`
 /// elements bitwise equal and finite), `None` where it is not.
-fn uniform_block_values(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: usize, w: &[f32]) -> Vec<Option<f32>> {
+fn uniform_block_values(ptr: &[i32], idx: &[i32], block: (usize, usize), n: usize, w: &[f32]) -> Vec<Option<f32>> {
     let mut out = Vec::with_capacity(idx.len());
     for j in 0..ptr.len() - 1 {
         for e in ptr[j]..ptr[j + 1] {
-            let kb = idx[e as usize] as usize;
-            let first = w[kb * bh * n + j * bw];
-            let uniform = first.is_finite()
-                && (0..bh).all(|r| (0..bw).all(|c| w[(kb * bh + r) * n + j * bw + c].to_bits() == first.to_bits()));
-            out.push(uniform.then_some(first));
+            out.push(uniform_block(w, n, block, idx[e as usize] as usize, j));
         }
     }
     out
+}
+
+/// The value of block (`kb`, `j`) of the row-major `K × n` weight `w` when every element of
+/// it has the same bits and is finite (the SIMT kernel folds such a block to one literal).
+pub(super) fn uniform_block(w: &[f32], n: usize, (bh, bw): (usize, usize), kb: usize, j: usize) -> Option<f32> {
+    let first = w[kb * bh * n + j * bw];
+    let uniform = first.is_finite()
+        && (0..bh).all(|r| (0..bw).all(|c| w[(kb * bh + r) * n + j * bw + c].to_bits() == first.to_bits()));
+    uniform.then_some(first)
 }
 
 /// Threads per CTA of the fine-grained kernels (16 warps: enough to hide shared-memory latency
@@ -1363,7 +1384,10 @@ mod tests {
         // 1% kept, 512-deep chunks: ~5 live entries per (chunk, column) run, the simple loop;
         // half kept: the software-pipelined one.
         let pattern = |keep: usize| -> Vec<(usize, usize)> {
-            (0..512).flat_map(|r| (0..512).map(move |c| (r, c))).filter(|&(r, c)| (r * 31 + c * 17) % 100 < keep).collect()
+            (0..512)
+                .flat_map(|r| (0..512).map(move |c| (r, c)))
+                .filter(|&(r, c)| (r * 31 + c * 17) % 100 < keep)
+                .collect()
         };
         let sparse = specialize(&SpmmSpec::new(256, 512, 512, Dtype::F32, (1, 1), pattern(1))).unwrap();
         let dense = specialize(&SpmmSpec::new(256, 512, 512, Dtype::F32, (1, 1), pattern(50))).unwrap();

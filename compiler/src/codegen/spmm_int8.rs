@@ -5,7 +5,8 @@
 
 use super::render::{render, Int8Ctx};
 use super::spmm::{
-    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, BlockTables, Family, Kernel, Launch,
+    block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, warp_rows, BlockTables,
+    Family, Kernel, Launch,
 };
 use super::{CodegenError, Dtype, Mode, SpmmSpec};
 
@@ -27,17 +28,8 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
     if spec.values.is_some() {
         return Err(spec_err("int8 kernels read the weight from device memory; embedded values are not built".into()));
     }
-    let warps = match spec.tile {
-        Some(t) if t.rows % 32 == 0 && (32..=256).contains(&t.rows) => t.rows / 32,
-        Some(t) => return Err(spec_err(format!("int8 tiles hold 32 to 256 rows in steps of 32, not {}", t.rows))),
-        None if m >= 128 => 4,
-        None => 2,
-    };
-    let stages = match spec.tile {
-        Some(t) if (2..=8).contains(&t.stages) => t.stages,
-        Some(t) => return Err(spec_err(format!("pipelines have 2 to 8 stages, not {}", t.stages))),
-        None => 4,
-    };
+    let warps = warp_rows(spec, "int8")?;
+    let stages = pipeline_stages(spec, 4)?;
     let (threads, bm) = (32 * warps, 32 * warps);
     // 16 bytes of padding per row / column: 8 consecutive ldmatrix rows hit distinct banks.
     let (a_ld, w_ld) = (bh + 16, bh + 16);

@@ -11,7 +11,10 @@
 //! the same tables ([`block_tables`]); `templates/spmm_block_tf32.cu.tera` renders it.
 
 use super::render::{render, BlockCtx};
-use super::spmm::{block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables};
+use super::spmm::{
+    block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, uniform_block, value_bits,
+    warp_rows, BlockTables,
+};
 use super::{CodegenError, Dtype, Engine, Family, Kernel, Launch, Mode, Orientation, SpmmSpec};
 
 /// Rounds to TF32 as `cvt.rna.tf32.f32` does: to the nearest value with 10 mantissa bits,
@@ -54,9 +57,9 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
         Engine::Tf32x3 | Engine::Simt if spec.dtype != Dtype::F32 => {
             Err(spec_err(format!("the {:?} engine takes f32 weights, not {}", spec.engine, spec.dtype.name())))
         }
-        Engine::Tf32x3 if !supports(bh, bw) => Err(spec_err(format!(
-            "3xTF32 kernels need bh in 8..=128 and bw in 8..=32, powers of two, got {bh}x{bw}"
-        ))),
+        Engine::Tf32x3 if !supports(bh, bw) => {
+            Err(spec_err(format!("3xTF32 kernels need bh in 8..=128 and bw in 8..=32, powers of two, got {bh}x{bw}")))
+        }
         Engine::Tf32x3 => block_tf32(spec, live, dense).map(Some),
         // Auto: fp32 blocks the kernel takes go to tensor cores (run 14, 4096³ 32×32: 90%
         // 0.270 ms against 0.430 on SIMT, 50% 1.35 against 2.05, 99% 0.049 against 0.062; dense
@@ -74,35 +77,21 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
     }
 }
 
-/// Whether the weight's values are known and some live block holds one value repeated.
+/// Whether the weight's values are known and some live block is one the SIMT kernel folds.
 fn has_uniform_block(spec: &SpmmSpec, live: &[bool]) -> bool {
     let Some(v) = &spec.values else { return false };
-    let (bh, bw) = spec.block;
-    let nbs = spec.n / bw;
-    live.iter().enumerate().filter(|(_, &l)| l).any(|(b, _)| {
-        let (r0, c0) = (b / nbs * bh, b % nbs * bw);
-        let first = v[r0 * spec.n + c0];
-        (0..bh).all(|r| v[(r0 + r) * spec.n + c0..(r0 + r) * spec.n + c0 + bw].iter().all(|&x| x == first))
-    })
+    let nbs = spec.n / spec.block.1;
+    live.iter().enumerate().any(|(b, &l)| l && uniform_block(v, spec.n, spec.block, b / nbs, b % nbs).is_some())
 }
 
 fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (bh, bw) = spec.block;
     let (kbs, nbs) = (k / bh, n / bw);
-    let warps = match spec.tile {
-        Some(t) if t.rows % 32 == 0 && (32..=256).contains(&t.rows) => t.rows / 32,
-        Some(t) => return Err(spec_err(format!("3xTF32 tiles hold 32 to 256 rows in steps of 32, not {}", t.rows))),
-        None if m >= 128 => 4,
-        None => 2,
-    };
-    let stages = match spec.tile {
-        Some(t) if (2..=8).contains(&t.stages) => t.stages,
-        Some(t) => return Err(spec_err(format!("pipelines have 2 to 8 stages, not {}", t.stages))),
-        // Two stages leave shared memory for three 128-row CTAs per SM (12 warps): 4096³ 90%
-        // 0.253 ms against 0.291 with three stages (run 14).
-        None => 2,
-    };
+    let warps = warp_rows(spec, "3xTF32")?;
+    // Two stages leave shared memory for three 128-row CTAs per SM (12 warps): 4096³ 90%
+    // 0.253 ms against 0.291 with three stages (run 14).
+    let stages = pipeline_stages(spec, 2)?;
     let (threads, bm) = (32 * warps, 32 * warps);
     // A rows and (n-major) W rows 16 bytes past a multiple of 128: the 8 rows of each ldmatrix
     // phase hit 8 distinct 16-byte bank groups.
