@@ -27,6 +27,17 @@ import os
 import sys
 
 
+def floor_rate(ceil, dtype):
+    """TFLOP/s that bound a kernel of this dtype: cuBLAS's dense rate, and for fp32 also a third
+    of cuBLAS's TF32 rate (3xTF32: three TF32 tensor-core products per fp32-accurate product,
+    which our block kernels use and which runs faster than cuBLAS fp32). Tables of runs that did
+    not measure the TF32 rate keep the fp32 rate."""
+    rate = ceil[f"cublas_{dtype}_TFLOPs"]
+    if dtype == "f32" and "cublas_tf32_TFLOPs" in ceil:
+        rate = max(rate, ceil["cublas_tf32_TFLOPs"] / 3)
+    return rate
+
+
 def write_table(ours, ceil, peers, table_path):
     """The table: ratio = peer ms / our ms (> 1: we are faster)."""
     lines = [
@@ -50,7 +61,7 @@ def write_table(ours, ceil, peers, table_path):
         else:
             useful = 2.0 * m * e["nnz"]
             bytes_min = (m * k + e["nnz"]) * es + m * n * out_es
-        floor = max(useful / (ceil[f"cublas_{e['dtype']}_TFLOPs"] * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
+        floor = max(useful / (floor_rate(ceil, e["dtype"]) * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
         ratio = lambda name: None if p.get(name) is None else p[name] / ms
         kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
         # Every qualifier of the case label after "MxKxN dtype pattern cover" (tile, values,
@@ -72,7 +83,13 @@ def write_table(ours, ceil, peers, table_path):
             if "cublas_i8_TFLOPs" in ceil
             else ""
         )
-        + ". Floor = max(useful flops / cuBLAS rate of the dtype, (A + nnz(W) + C) bytes / HBM rate).\n\n"
+        + (
+            f"; TF32 {ceil['cublas_tf32_TFLOPs']:.0f} TFLOP/s, so the fp32 floor rate is "
+            f"{floor_rate(ceil, 'f32'):.0f} TFLOP/s (3xTF32: a third of TF32)"
+            if "cublas_tf32_TFLOPs" in ceil
+            else ""
+        )
+        + ". Floor = max(useful flops / floor rate of the dtype, (A + nnz(W) + C) bytes / HBM rate).\n\n"
     )
     open(table_path, "w").write(header + "\n".join(lines) + "\n")
     print(header + "\n".join(lines))
@@ -118,6 +135,10 @@ for name, dt in DT.items():
     a = torch.randn(8192, 8192, device=dev, dtype=dt)
     b = torch.randn(8192, 8192, device=dev, dtype=dt)
     ceil[f"cublas_{name}_TFLOPs"] = 2 * 8192**3 / bench(lambda: a @ b) / 1e9
+    if name == "f32":  # the tensor-core TF32 rate, for the fp32 floor (see floor_rate)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        ceil["cublas_tf32_TFLOPs"] = 2 * 8192**3 / bench(lambda: a @ b) / 1e9
+        torch.backends.cuda.matmul.allow_tf32 = False
     del a, b
 if any(e["dtype"] == "i8" for e in ours):
     # Both layouts of the second operand: row-major (NN, as W is stored) and column-major
