@@ -491,8 +491,8 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((300, 512, 512), F32, u(0.95), Fine).with_tile(128, 4),
         Case::new((300, 512, 512), F16, u(0.95), Fine).with_tile(32, 16).with_epilogue(true, Gelu),
         Case::new((128, 256, 192), Bf16, u(0.9), Fine).with_tile(64, 2),
-        // fine-grained fp32 right, chunks shallower than the register copy's 32 k (K = 16) or
-        // deeper than K (K = 40)
+        // fine-grained fp32 right through the ring: the shallowest chunk of a 128-row tile
+        // (K = 16: two 8-deep copy steps per warp) and a chunk deeper than K (K = 40)
         Case::new((200, 16, 96), F32, u(0.8), Fine).with_tile(128, 2),
         Case::new((150, 40, 100), F32, u(0.7), Fine).with_tile(64, 2),
         // fine-grained, two CTAs per SM (64 registers per thread)
