@@ -98,6 +98,13 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
             let (regs, st, ld) = ptxas(&format!("k{i}_{j}"), &ptx.ptx, dir.path());
             assert!(regs <= 255);
             assert_eq!((st, ld), (0, 0), "{} ({}) spills: {st} B stored, {ld} B loaded", kernel.name, case.label());
+            if let Some(pre) = &kernel.prepass {
+                let ptx = compile_ptx(&pre.name, &pre.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+                let (regs, st, ld) = ptxas(&format!("k{i}_{j}_prepass"), &ptx.ptx, dir.path());
+                assert_eq!((st, ld), (0, 0), "{} ({}) spills", pre.name, case.label());
+                seen_families.insert("transpose prepass");
+                table.push_str(&format!("{} | {} | prepass | 0 | {regs} | {st}/{ld}\n", case.label(), pre.name));
+            }
             seen_families.insert(kernel.family.name());
             table.push_str(&format!(
                 "{} | {} | {:?} | {} | {regs} | {st}/{ld}\n",
@@ -118,6 +125,7 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
         "fine_left",
         "block_wgmma",
         "fine_dismantled",
+        "transpose prepass",
     ] {
         assert!(seen_families.contains(family), "family {family} not compiled: {seen_families:?}");
     }
@@ -171,6 +179,15 @@ fn rendered_kernels_snapshot() {
     let k = specialize(&spec).unwrap();
     assert_eq!(k.family, spartac::codegen::Family::FineLeft);
     insta::assert_snapshot!("fine_left_stream_bias_relu", k.source);
+    // Right orientation through the transpose prepass: the fine kernel copies At's rows whole.
+    let mut spec = SpmmSpec::new(30, 64, 48, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (63, 0), (2, 47)]);
+    spec.mode = Mode::IndexStream;
+    spec.dense_copy = spartac::codegen::DenseCopy::Prepass;
+    let k = specialize(&spec).unwrap();
+    let pre = k.prepass.as_ref().expect("a prepass was asked for");
+    assert_eq!(pre.scratch_elems, 64 * 32, "At is K × M rounded up to 4");
+    insta::assert_snapshot!("fine_prepass_stream", k.source);
+    insta::assert_snapshot!("transpose_prepass_f32", pre.source.clone());
     let mut spec = SpmmSpec::new(64, 64, 64, Dtype::I8, (32, 32), vec![(1, 0), (0, 1)]);
     spec.mode = Mode::Unrolled;
     spec.epilogue = spartac::codegen::Epilogue { bias: true, activation: spartac::codegen::Activation::Relu };

@@ -79,6 +79,7 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         dead_instances: 0,
         literal_words: 0,
         values_embedded: false,
+        prepass: None,
     })
 }
 

@@ -22,7 +22,7 @@ mod spmm_wgmma;
 
 pub use library::{library_gemm, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
-pub use spmm::{specialize, Family, FineTable, Kernel, Launch};
+pub use spmm::{specialize, Family, FineTable, Kernel, Launch, Prepass};
 pub use spmm_wgmma::CoreLayout;
 
 use serde::Serialize;
@@ -201,6 +201,20 @@ pub enum Engine {
     Simt,
 }
 
+/// How the right-orientation fine kernel reads A's columns (its entry loop wants A's tiles
+/// k-major, `Ds[k][row]`, and A is row-major `M × K`). Other kernels ignore it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum DenseCopy {
+    /// The specializer's choice (see `spmm::prepass_pays`).
+    Auto,
+    /// Each CTA transposes its A tiles on the way into shared memory, one element per copy.
+    Transposing,
+    /// A prepass kernel writes Aᵀ (`K × M`) once into a scratch buffer; the fine kernel then
+    /// copies its tiles 16 bytes at a time, as the left orientation copies B's rows
+    /// (fp32 through the shared-memory ring only).
+    Prepass,
+}
+
 /// One sparse × dense matmul to specialize. Plain data, so that the plan's sub-operators
 /// (block shape, dtype, orientation, epilogue, nonzero block coordinates, values, mode)
 /// map onto it one field each.
@@ -233,6 +247,8 @@ pub struct SpmmSpec {
     pub tile: Option<Tile>,
     /// Tensor-core path of fp16/bf16 block kernels.
     pub engine: Engine,
+    /// How the right-orientation fine kernel reads A's columns.
+    pub dense_copy: DenseCopy,
 }
 
 impl SpmmSpec {
@@ -254,6 +270,7 @@ impl SpmmSpec {
             unroll_budget: DEFAULT_UNROLL_BUDGET,
             tile: None,
             engine: Engine::Auto,
+            dense_copy: DenseCopy::Auto,
         }
     }
 

@@ -19,6 +19,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_block_int8.cu.tera", include_str!("../../../templates/spmm_block_int8.cu.tera")),
     ("spmm_block_wgmma.cu.tera", include_str!("../../../templates/spmm_block_wgmma.cu.tera")),
     ("spmm_block_tf32.cu.tera", include_str!("../../../templates/spmm_block_tf32.cu.tera")),
+    ("transpose.cu.tera", include_str!("../../../templates/transpose.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.
@@ -178,6 +179,22 @@ pub struct FineCtx {
     /// The entry loop is software-pipelined across a warp's groups (long runs); otherwise one
     /// group at a time (short runs).
     pub pipelined: bool,
+    /// Right orientation with the prepass: D is At = Aᵀ (`K × d_ld`, see `Prepass`), whose
+    /// tiles are copied as the left orientation copies B's rows.
+    pub prepass: bool,
+    /// Row stride (elements) of D when its rows run along the dense rows (left: B; prepass: At).
+    pub d_ld: usize,
+}
+
+/// Context of the transpose prepass (`templates/transpose.cu.tera`).
+#[derive(Clone, Debug, Serialize)]
+pub struct TransposeCtx {
+    pub kernel_name: String,
+    pub m: usize,
+    pub k: usize,
+    pub ld: usize,
+    /// 16-byte loads along A's rows (K is a multiple of 4).
+    pub vec: bool,
 }
 
 /// Context of the standalone epilogue kernel (after a library GEMM).

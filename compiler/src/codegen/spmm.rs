@@ -1,8 +1,8 @@
 //! Sparse × dense matmul: family choice, loop nest, dismantle, tables and rendering.
 
 use super::loopnest::{Level, LoopNest};
-use super::render::{render, BlockCtx, EpilogueCtx, FineCtx, KernelHead, Literals};
-use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
+use super::render::{render, BlockCtx, EpilogueCtx, FineCtx, KernelHead, Literals, TransposeCtx};
+use super::{CodegenError, DenseCopy, Dtype, Engine, Mode, Orientation, SpmmSpec};
 use serde::Serialize;
 
 /// Kernel families.
@@ -102,6 +102,22 @@ pub struct Kernel {
     pub dead_instances: usize,
     pub literal_words: usize,
     pub values_embedded: bool,
+    /// A kernel to launch before this one, whose output this one reads as its dense operand
+    /// (see [`Prepass`]).
+    pub prepass: Option<Prepass>,
+}
+
+/// The right-orientation fine kernel's prepass: `At = Aᵀ`, A row-major `M × K` (the case's
+/// dense operand), At row-major `K × ld` in a scratch buffer of `K × ld` elements
+/// (`ld = M` rounded up to 4, the pad columns zeroed), so that the fine kernel copies At's
+/// rows 16 bytes at a time. Signature `(const T* A, T* At)`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prepass {
+    pub name: String,
+    pub source: String,
+    pub launch: Launch,
+    /// Elements of the scratch buffer.
+    pub scratch_elems: usize,
 }
 
 /// How a fine kernel's entries address its shared D tile: an entry's `idx` is
@@ -609,6 +625,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         dead_instances,
         literal_words: if mode == Mode::Unrolled { literal_words } else { 0 },
         values_embedded: mode == Mode::Unrolled && spec.values.is_some(),
+        prepass: None,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(_), true) if folded => vec![],
@@ -867,7 +884,10 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, ring_ok: bool)
     // weights whose 32 × 512 tiles would leave SMs idle: one row per lane gains nothing from
     // the ring there and keeps the register prefetch's overlap (1024³ 99%: 0.0174 ms with the
     // prefetch in run 10, 0.0184 with the ring in run 11).
-    let async_d = ring_ok && !(density < 0.02 && big && tiles(1, 512) < 66);
+    // The transpose prepass, when asked for, feeds the ring.
+    let async_d = ring_ok
+        && (!(density < 0.02 && big && tiles(1, 512) < 66)
+            || (spec.dense_copy == DenseCopy::Prepass && spec.orientation == Orientation::Right));
     if let Some(t) = spec.tile {
         let (rpl, nc, per_sm) = (t.rows / 32, 32 * t.stages, t.per_sm.max(1));
         if t.rows % 32 != 0 || ![1, 2, 4].contains(&rpl) || !(1..=16).contains(&t.stages) || rpl * nc > 512 {
@@ -1047,6 +1067,33 @@ fn runs_are_long(nnz: usize, k: usize, fc: usize, chunk: usize) -> bool {
     nnz as f64 / (k * fc).max(1) as f64 * chunk as f64 >= 20.0
 }
 
+/// Whether the transpose prepass pays for a right-orientation fine tiling (`DenseCopy::Auto`):
+/// without it every column tile re-transposes A's tiles on the way in (4-byte copies), with it
+/// A is transposed once (one read and one write of A: 33 µs at 4096², 4.3 µs at 1024²) and every
+/// column tile copies At's rows 16 bytes at a time. So it pays from enough column tiles: on the
+/// H200 (benches/results/run16/, call 2) it won at 8 and 16 column tiles (4096³ 99% 0.418 →
+/// 0.385 ms, 95% 1.031 → 0.927, 2048³ 95% 0.142 → 0.133) and lost at 4 (1024³ 95% 0.0252 →
+/// 0.0288, 2048³ 99% 0.0615 → 0.0635).
+fn prepass_pays(fc: usize, t: FineTiling) -> bool {
+    fc.div_ceil(t.nc) >= 8
+}
+
+/// The transpose prepass of a right-orientation fine kernel over A (`m × k`): At (`k × ld`).
+/// fp32 only (the ring it feeds is).
+fn transpose_prepass(dtype: Dtype, m: usize, k: usize, ld: usize) -> Result<Prepass, CodegenError> {
+    if dtype != Dtype::F32 {
+        return Err(spec_err(format!("the transpose prepass is fp32 only, not {}", dtype.name())));
+    }
+    let name = "transpose_f32".to_string();
+    let ctx = TransposeCtx { kernel_name: name.clone(), m, k, ld, vec: k.is_multiple_of(4) };
+    Ok(Prepass {
+        source: render("transpose.cu.tera", &ctx)?,
+        name,
+        launch: Launch { grid: (k.div_ceil(64) as u32, ld.div_ceil(64) as u32, 1), block: (256, 1, 1), smem_bytes: 0 },
+        scratch_elems: k * ld,
+    })
+}
+
 /// The fine-grained kernel in its frame: `live(k_row, sparse_col)`.
 fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
@@ -1057,10 +1104,24 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), ring_ok)?;
     let warps = FINE_THREADS / 32;
     let bm = t.bm();
-    // Right: the transposed tile's stride is bm + rpl ≡ rpl (mod 32), a lane's rpl rows adjacent
-    // (one vector load per entry): a warp's copies or register stores of (32 / rpl) k × rpl
-    // rows then hit 32 distinct banks.
-    let a_ld = if left { bm } else { bm + t.rpl };
+    let prepass = match spec.dense_copy {
+        _ if left => false,
+        DenseCopy::Auto => t.async_d && prepass_pays(fc, t),
+        DenseCopy::Transposing => false,
+        DenseCopy::Prepass if t.async_d => true,
+        DenseCopy::Prepass => {
+            return Err(spec_err(format!(
+                "the transpose prepass feeds the fine kernel's fp32 shared-memory ring; {} fine kernels load their tiles through registers",
+                spec.dtype.name()
+            )))
+        }
+    };
+    // Right, transposing copies: the tile's stride is bm + rpl ≡ rpl (mod 32), a lane's rpl rows
+    // adjacent (one vector load per entry): a warp's copies or register stores of (32 / rpl) k ×
+    // rpl rows then hit 32 distinct banks. Left and the prepass copy whole 16-byte row runs.
+    let a_ld = if left || prepass { bm } else { bm + t.rpl };
+    // Global row stride of a k-major D: B's rows (left), At's rows (prepass, 16-byte aligned).
+    let d_ld = if left { n } else { m.next_multiple_of(4) };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
     let (ptr, idx, live_n, dead_n, emax, stage_words, region_words, w_words, smem) = loop {
         let table = FineTable { chunk: t.chunk, ld: a_ld, cols: t.nc, warps };
@@ -1109,8 +1170,15 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
     let family = if left { Family::FineLeft } else { Family::Fine };
+    let prepass = prepass.then(|| transpose_prepass(spec.dtype, m, k, d_ld)).transpose()?;
     let mut kernel = Kernel {
-        name: format!("spmm_{}_{}_{}", family.name(), spec.dtype.name(), if unrolled { "unrolled" } else { "stream" }),
+        name: format!(
+            "spmm_{}_{}_{}{}",
+            family.name(),
+            spec.dtype.name(),
+            if unrolled { "unrolled" } else { "stream" },
+            if prepass.is_some() { "_at" } else { "" }
+        ),
         family,
         mode,
         source: String::new(),
@@ -1130,6 +1198,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         dead_instances: dead_n,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
+        prepass,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
@@ -1161,6 +1230,8 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         w_words,
         vec: if left { n % 4 == 0 } else { k % 4 == 0 },
         pipelined: runs_are_long(spec.blocks.len(), k, fc, chunk),
+        prepass: kernel.prepass.is_some(),
+        d_ld,
     };
     kernel.source = render("spmm_fine.cu.tera", &ctx)?;
     Ok(kernel)
@@ -1348,6 +1419,50 @@ mod tests {
         let k3 = specialize(&s3).unwrap();
         assert_eq!((k3.idx.len(), k3.live_instances), (8, 3));
         assert_eq!(k3.pack_weight(&w), vec![3.0, z, z, z, 17.0, 23.0, z, z]);
+    }
+
+    /// A right-orientation fp32 fine spec with every 20th element of the weight kept.
+    fn fine_spec(m: usize, k: usize, n: usize, dtype: Dtype) -> SpmmSpec {
+        let blocks = (0..k * n).filter(|i| i % 20 == 7).map(|i| (i / n, i % n)).collect();
+        SpmmSpec::new(m, k, n, dtype, (1, 1), blocks)
+    }
+
+    #[test]
+    fn the_transpose_prepass_runs_from_eight_column_tiles_or_when_asked() {
+        // 5% kept, 256 × 256 tiles: 2048 columns are 8 tiles (prepass), 1024 are 4 (none).
+        let k = specialize(&fine_spec(256, 256, 2048, Dtype::F32)).unwrap();
+        let pre = k.prepass.as_ref().expect("auto takes the prepass at 8 column tiles");
+        assert_eq!((pre.scratch_elems, pre.launch.grid), (256 * 256, (4, 4, 1)));
+        assert!(k.name.ends_with("_at") && k.source.contains("#define D_ROW 256"));
+        let k = specialize(&fine_spec(256, 256, 1024, Dtype::F32)).unwrap();
+        assert!(k.prepass.is_none() && !k.source.contains("D_ROW"));
+        // Asked for: ragged M pads At's rows to 4; asked off: none.
+        let mut s = fine_spec(77, 256, 1024, Dtype::F32);
+        s.dense_copy = DenseCopy::Prepass;
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.prepass.as_ref().map(|p| p.scratch_elems), Some(256 * 80));
+        assert_eq!(k.fine.unwrap().ld, k.fine.unwrap().ld / 32 * 32, "At's tiles need no bank padding");
+        let mut s = fine_spec(256, 256, 2048, Dtype::F32);
+        s.dense_copy = DenseCopy::Transposing;
+        assert!(specialize(&s).unwrap().prepass.is_none());
+        // fp16 tiles come through registers: auto skips the prepass, asking for it is an error.
+        let mut s = fine_spec(256, 256, 2048, Dtype::F16);
+        assert!(specialize(&s).unwrap().prepass.is_none());
+        s.dense_copy = DenseCopy::Prepass;
+        let err = specialize(&s).unwrap_err().to_string();
+        assert!(err.contains("prepass") && err.contains("f16"), "{err}");
+        // The left orientation reads B's rows as they are: no prepass whatever is asked.
+        let mut s = fine_spec(256, 256, 2048, Dtype::F32);
+        s.orientation = Orientation::Left;
+        s.blocks = s
+            .blocks
+            .iter()
+            .map(|&(r, c)| (c % 256, r))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        s.dense_copy = DenseCopy::Prepass;
+        assert!(specialize(&s).unwrap().prepass.is_none());
     }
 
     #[test]

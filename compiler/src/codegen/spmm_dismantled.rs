@@ -293,6 +293,7 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
         // One instruction per nonzero (its k, column and, embedded, value as operands).
         literal_words: live_n * if embedded { 2 } else { 1 },
         values_embedded: embedded,
+        prepass: None,
     };
     let ctx = DismantledCtx {
         head: kernel_head(&kernel.name, Dtype::F32, spec),

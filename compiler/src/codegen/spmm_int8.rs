@@ -70,6 +70,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: false,
+        prepass: None,
     };
     let ctx = Int8Ctx {
         head: kernel_head(&kernel.name, Dtype::I8.output(), spec),

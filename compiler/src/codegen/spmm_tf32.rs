@@ -130,6 +130,7 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
+        prepass: None,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(Dtype::F32, &kernel.pack_weight(v)),

@@ -189,6 +189,7 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
+        prepass: None,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),

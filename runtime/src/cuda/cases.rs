@@ -2,7 +2,7 @@
 //! benchmarks. A case turns into a problem: a seeded mask from `tesa::patterns`, random
 //! weight values and the kernel specs that cover the weight (one, or two for a mixed cover).
 
-use spartac::codegen::{Activation, Dtype, Engine, Epilogue, Mode, Orientation, SpmmSpec, Tile};
+use spartac::codegen::{Activation, DenseCopy, Dtype, Engine, Epilogue, Mode, Orientation, SpmmSpec, Tile};
 use spartac::rng::SplitMix64;
 use spartac::tesa::patterns::Pattern;
 
@@ -69,6 +69,8 @@ pub struct Case {
     pub uniform_half: bool,
     /// Tensor-core path of fp16/bf16 block kernels.
     pub engine: Engine,
+    /// How the right-orientation fine kernel reads A's columns.
+    pub dense_copy: DenseCopy,
 }
 
 impl Case {
@@ -89,6 +91,7 @@ impl Case {
             uniform: None,
             uniform_half: false,
             engine: Engine::Auto,
+            dense_copy: DenseCopy::Auto,
         }
     }
     pub fn with_uniform(mut self, v: f32) -> Case {
@@ -121,6 +124,10 @@ impl Case {
     }
     pub fn with_engine(mut self, engine: Engine) -> Case {
         self.engine = engine;
+        self
+    }
+    pub fn with_dense_copy(mut self, dense_copy: DenseCopy) -> Case {
+        self.dense_copy = dense_copy;
         self
     }
     pub fn with_tile(mut self, rows: usize, stages: usize) -> Case {
@@ -172,7 +179,7 @@ impl Case {
             Activation::Gelu => "+gelu",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -206,6 +213,11 @@ impl Case {
                 Engine::Wgmma => " wgmma",
                 Engine::Tf32x3 => " tf32x3",
                 Engine::Simt => " simt",
+            },
+            match self.dense_copy {
+                DenseCopy::Auto => "",
+                DenseCopy::Transposing => " transposing",
+                DenseCopy::Prepass => " prepass",
             }
         )
     }
@@ -243,6 +255,7 @@ impl Case {
                 s.tile = self.tile;
                 s.engine = self.engine;
             }
+            s.dense_copy = self.dense_copy;
             s
         };
         let mut part_weights = None;
@@ -453,7 +466,10 @@ pub fn correctness_cases() -> Vec<Case> {
         // accumulate
         Case::new((300, 512, 512), F32, b(0.9), Block(32, 32)).with_epilogue(true, Relu).with_engine(Tf32x3),
         Case::new((1024, 1024, 1024), F32, b(0.9), Block(32, 32)).with_mode(Mode::IndexStream).with_engine(Tf32x3),
-        Case::new((256, 512, 512), F32, b(0.7), Block(32, 32)).with_values().with_mode(Mode::Unrolled).with_engine(Tf32x3),
+        Case::new((256, 512, 512), F32, b(0.7), Block(32, 32))
+            .with_values()
+            .with_mode(Mode::Unrolled)
+            .with_engine(Tf32x3),
         Case::new((333, 512, 512), F32, b(0.8), Block(32, 32))
             .with_tile(256, 2)
             .with_epilogue(true, Gelu)
@@ -495,6 +511,20 @@ pub fn correctness_cases() -> Vec<Case> {
         // (K = 16: two 8-deep copy steps per warp) and a chunk deeper than K (K = 40)
         Case::new((200, 16, 96), F32, u(0.8), Fine).with_tile(128, 2),
         Case::new((150, 40, 100), F32, u(0.7), Fine).with_tile(64, 2),
+        // fine-grained fp32 right with the transpose prepass (At = Aᵀ, rows padded to 4): ragged
+        // M (300, 77: pad columns), chunks deeper than K, a K split, every epilogue, accumulate
+        // after a block part; and the transposing copies forced where auto takes the prepass
+        Case::new((300, 512, 512), F32, u(0.95), Fine).with_dense_copy(DenseCopy::Prepass),
+        Case::new((77, 258, 130), F32, u(0.9), Fine).with_tile(64, 2).with_dense_copy(DenseCopy::Prepass),
+        Case::new((200, 40, 96), F32, u(0.7), Fine).with_tile(128, 2).with_dense_copy(DenseCopy::Prepass),
+        Case::new((200, 1000, 300), F32, u(0.95), Fine)
+            .with_fine_tile(64, 4, 1, 2)
+            .with_epilogue(true, Gelu)
+            .with_dense_copy(DenseCopy::Prepass),
+        Case::new((333, 700, 520), F32, u(0.99), Fine).with_epilogue(true, Relu).with_dense_copy(DenseCopy::Prepass),
+        Case::new((200, 512, 512), F32, mixed.clone(), Cover::Mixed(32, 32)).with_dense_copy(DenseCopy::Prepass),
+        Case::new((256, 256, 2048), F32, u(0.95), Fine),
+        Case::new((256, 256, 2048), F32, u(0.95), Fine).with_dense_copy(DenseCopy::Transposing),
         // fine-grained, two CTAs per SM (64 registers per thread)
         Case::new((333, 700, 520), F32, u(0.95), Fine).with_fine_tile(32, 4, 2, 1).with_epilogue(true, Relu),
         Case::new((300, 512, 512), F16, u(0.9), Fine).with_fine_tile(32, 4, 2, 1),
@@ -578,6 +608,22 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         let p = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: s, scattered: 0.01 };
         for cover in [Cover::Mixed(32, 32), Cover::Block(32, 32), Cover::Fine, Cover::Planned] {
             out.push(Case::new(mkn, dtype, p.clone(), cover));
+        }
+    }
+    if dtype == Dtype::F32 {
+        // The right fine kernel's two ways to A's columns, both forced (auto takes one of them),
+        // on the unstructured patterns, the 95% tilings and the mixed cover.
+        for copy in [DenseCopy::Transposing, DenseCopy::Prepass] {
+            for s in [0.5, 0.9, 0.95, 0.99] {
+                let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine);
+                out.push(fine.with_dense_copy(copy));
+            }
+            let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.95 }, Cover::Fine);
+            for (rows, cols32, split) in [(64, 4, 1), (64, 8, 1), (64, 8, 2), (128, 4, 1), (32, 16, 1)] {
+                out.push(fine.clone().with_fine_tile(rows, cols32, 1, split).with_dense_copy(copy));
+            }
+            let p = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
+            out.push(Case::new(mkn, dtype, p, Cover::Mixed(32, 32)).with_dense_copy(copy));
         }
     }
     out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)));

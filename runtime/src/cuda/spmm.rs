@@ -4,7 +4,7 @@
 use super::cases::{round_to, Case, Problem};
 use super::{median, CudaDevice, CudaError, DriverContext};
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode, Orientation};
+use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode, Orientation, Prepass};
 use spartac::rng::SplitMix64;
 use std::path::Path;
 
@@ -62,6 +62,8 @@ struct Part<T> {
     w: CudaSlice<T>,
     ptr: CudaSlice<i32>,
     idx: CudaSlice<i32>,
+    /// The kernel's prepass and the scratch it writes (the kernel's dense operand).
+    prepass: Option<(CudaFunction, CudaSlice<T>)>,
 }
 
 /// One step of a cover: a generated kernel, or a library GEMM (the dense fallback on
@@ -151,7 +153,12 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         let packed = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(w) };
         let w_dev = dev.upload(&enc_all(if packed.is_empty() { &[0.0] } else { &packed }))?;
         let (ptr, idx) = upload_tables(dev, &kernel)?;
-        Ok(Part { kernel, func, w: w_dev, ptr, idx })
+        let prepass = match &kernel.prepass {
+            // Poisoned like the output: an element the prepass misses shows in the check.
+            Some(pre) => Some((load_prepass(dev, pre)?, dev.upload(&vec![poison; pre.scratch_elems])?)),
+            None => None,
+        };
+        Ok(Part { kernel, func, w: w_dev, ptr, idx, prepass })
     };
     for (i, spec) in specs.iter().enumerate() {
         let part_w = part_weights.as_ref().map_or(&w, |p| &p[i]);
@@ -166,17 +173,31 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             parts.push(Stage::Generated(compile(kernel, part_w)?));
         }
     }
-    let launch = |p: &Part<T>, c: &mut CudaSlice<T>| -> Result<(), CudaError> {
+    let launch = |p: &mut Part<T>, c: &mut CudaSlice<T>| -> Result<(), CudaError> {
+        // The dense operand: A as given, or the scratch its prepass writes At = Aᵀ into.
+        let d = match (&p.kernel.prepass, &mut p.prepass) {
+            (Some(pre), Some((func, at))) => {
+                let l = pre.launch;
+                let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
+                let mut b = dev.stream().launch_builder(func);
+                b.arg(&a_dev).arg(&mut *at);
+                // SAFETY: `(const T* A, T* At)`, A holds M × K elements and At the
+                // `scratch_elems` the prepass writes (see `Prepass`).
+                unsafe { b.launch(cfg) }.ctx("cuLaunchKernel (prepass)")?;
+                &*at
+            }
+            _ => &a_dev,
+        };
         let l = p.kernel.launch;
         let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
         let mut b = dev.stream().launch_builder(&p.func);
-        b.arg(&a_dev).arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
+        b.arg(d).arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
         // SAFETY: the arguments match the signature every family shares (see `Kernel`),
         // and the buffers hold the sizes the launch geometry covers.
         unsafe { b.launch(cfg) }.ctx("cuLaunchKernel").map(|_| ())
     };
-    let launch_all = |c: &mut CudaSlice<T>| -> Result<(), CudaError> {
-        for stage in &parts {
+    let mut launch_all = |c: &mut CudaSlice<T>| -> Result<(), CudaError> {
+        for stage in &mut parts {
             match stage {
                 Stage::Generated(p) => launch(p, c)?,
                 Stage::Library { gemm, blas, w, epilogue } => {
@@ -344,6 +365,11 @@ pub(super) fn load_function(dev: &CudaDevice, kernel: &Kernel) -> Result<CudaFun
         .ctx("cuFuncSetAttribute")?;
     }
     Ok(func)
+}
+
+/// A kernel's prepass (it takes no dynamic shared memory).
+fn load_prepass(dev: &CudaDevice, pre: &Prepass) -> Result<CudaFunction, CudaError> {
+    dev.function(&pre.name, &pre.source, &pre.name)
 }
 
 /// The kernel's `ptr`/`idx` tables on the device. A kernel that embeds them still takes the
