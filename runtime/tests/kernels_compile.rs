@@ -185,7 +185,7 @@ fn rendered_kernels_snapshot() {
     spec.dense_copy = spartac::codegen::DenseCopy::Prepass;
     let k = specialize(&spec).unwrap();
     let pre = k.prepass.as_ref().expect("a prepass was asked for");
-    assert_eq!(pre.scratch_elems, 64 * 32, "At is K × M rounded up to 4");
+    assert_eq!(pre.scratch_bytes, 4 * 64 * 32, "At is fp32 K × M, M rounded up to 4");
     insta::assert_snapshot!("fine_prepass_stream", k.source);
     insta::assert_snapshot!("transpose_prepass_f32", pre.source.clone());
     let mut spec = SpmmSpec::new(64, 64, 64, Dtype::I8, (32, 32), vec![(1, 0), (0, 1)]);

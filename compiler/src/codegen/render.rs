@@ -190,6 +190,8 @@ pub struct FineCtx {
 #[derive(Clone, Debug, Serialize)]
 pub struct TransposeCtx {
     pub kernel_name: String,
+    /// A's element type (At is fp32).
+    pub dtype: String,
     pub m: usize,
     pub k: usize,
     pub ld: usize,

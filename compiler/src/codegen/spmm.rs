@@ -107,17 +107,17 @@ pub struct Kernel {
     pub prepass: Option<Prepass>,
 }
 
-/// The right-orientation fine kernel's prepass: `At = Aᵀ`, A row-major `M × K` (the case's
-/// dense operand), At row-major `K × ld` in a scratch buffer of `K × ld` elements
-/// (`ld = M` rounded up to 4, the pad columns zeroed), so that the fine kernel copies At's
-/// rows 16 bytes at a time. Signature `(const T* A, T* At)`.
+/// The right-orientation fine kernel's prepass: `At = Aᵀ` in fp32, A row-major `M × K` (the
+/// case's dense operand, any float dtype), At row-major `K × ld` fp32 in a scratch buffer of
+/// `scratch_bytes` (`ld = M` rounded up to 4, the pad columns zeroed), so that the fine kernel
+/// copies At's rows 16 bytes at a time into its fp32 tile. Signature `(const T* A, float* At)`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Prepass {
     pub name: String,
     pub source: String,
     pub launch: Launch,
-    /// Elements of the scratch buffer.
-    pub scratch_elems: usize,
+    /// Bytes of the scratch buffer (`4 × K × ld`).
+    pub scratch_bytes: usize,
 }
 
 /// How a fine kernel's entries address its shared D tile: an entry's `idx` is
@@ -1073,24 +1073,25 @@ fn runs_are_long(nnz: usize, k: usize, fc: usize, chunk: usize) -> bool {
 /// column tile copies At's rows 16 bytes at a time. So it pays from enough column tiles: on the
 /// H200 (benches/results/run16/, call 2) it won at 8 and 16 column tiles (4096³ 99% 0.418 →
 /// 0.385 ms, 95% 1.031 → 0.927, 2048³ 95% 0.142 → 0.133) and lost at 4 (1024³ 95% 0.0252 →
-/// 0.0288, 2048³ 99% 0.0615 → 0.0635).
-fn prepass_pays(fc: usize, t: FineTiling) -> bool {
-    fc.div_ceil(t.nc) >= 8
+/// 0.0288, 2048³ 99% 0.0615 → 0.0635). For 16-bit A the alternative is the register prefetch
+/// (4-byte copies cannot transpose it), which loses already at 4 column tiles (call 6: 1024³ fp16
+/// 90% 0.0412 → 0.0378 with the prepass, 95% 0.0284 → 0.0270) but not at 2 (99%: 0.0161 →
+/// 0.0189).
+fn prepass_pays(fc: usize, t: FineTiling, dtype: Dtype) -> bool {
+    fc.div_ceil(t.nc) >= if dtype == Dtype::F32 { 8 } else { 4 }
 }
 
 /// The transpose prepass of a right-orientation fine kernel over A (`m × k`): At (`k × ld`).
-/// fp32 only (the ring it feeds is).
+/// The fp32 At of any float dtype's A (16-bit A is widened on the way).
 fn transpose_prepass(dtype: Dtype, m: usize, k: usize, ld: usize) -> Result<Prepass, CodegenError> {
-    if dtype != Dtype::F32 {
-        return Err(spec_err(format!("the transpose prepass is fp32 only, not {}", dtype.name())));
-    }
-    let name = "transpose_f32".to_string();
-    let ctx = TransposeCtx { kernel_name: name.clone(), m, k, ld, vec: k.is_multiple_of(4) };
+    let name = format!("transpose_{}_f32", dtype.name());
+    let ctx =
+        TransposeCtx { kernel_name: name.clone(), dtype: dtype.name().into(), m, k, ld, vec: k.is_multiple_of(4) };
     Ok(Prepass {
         source: render("transpose.cu.tera", &ctx)?,
         name,
         launch: Launch { grid: (k.div_ceil(64) as u32, ld.div_ceil(64) as u32, 1), block: (256, 1, 1), smem_bytes: 0 },
-        scratch_elems: k * ld,
+        scratch_bytes: 4 * k * ld,
     })
 }
 
@@ -1099,23 +1100,27 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (fr, fc) = if left { (n, m) } else { (m, n) };
     let esize = spec.dtype.bytes();
-    // The ring copies D as it is: fp32 only (left: B's rows 16 bytes at a time).
-    let ring_ok = spec.dtype == Dtype::F32 && (!left || n % 4 == 0);
+    let f32 = spec.dtype == Dtype::F32;
+    // The ring copies D as it is into the fp32 tile: fp32 B (left, 16 bytes at a time), fp32 A
+    // (right, transposed one element per copy), or any dtype's A through the prepass (right: At
+    // is fp32). 16-bit A without the prepass comes through registers.
+    let ring_ok = if left { f32 && n % 4 == 0 } else { true };
     let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), ring_ok)?;
-    let warps = FINE_THREADS / 32;
-    let bm = t.bm();
     let prepass = match spec.dense_copy {
         _ if left => false,
-        DenseCopy::Auto => t.async_d && prepass_pays(fc, t),
+        DenseCopy::Auto => t.async_d && prepass_pays(fc, t, spec.dtype),
         DenseCopy::Transposing => false,
         DenseCopy::Prepass if t.async_d => true,
+        // Not reached: `fine_tiling` gives the right orientation the ring when the prepass is asked for.
         DenseCopy::Prepass => {
-            return Err(spec_err(format!(
-                "the transpose prepass feeds the fine kernel's fp32 shared-memory ring; {} fine kernels load their tiles through registers",
-                spec.dtype.name()
-            )))
+            return Err(spec_err("internal: the transpose prepass without the shared-memory ring".into()))
         }
     };
+    if !left && !f32 && t.async_d && !prepass {
+        t = fine_tiling(spec, fr, fc, spec.blocks.len(), false)?;
+    }
+    let warps = FINE_THREADS / 32;
+    let bm = t.bm();
     // Right, transposing copies: the tile's stride is bm + rpl ≡ rpl (mod 32), a lane's rpl rows
     // adjacent (one vector load per entry): a warp's copies or register stores of (32 / rpl) k ×
     // rpl rows then hit 32 distinct banks. Left and the prepass copy whole 16-byte row runs.
@@ -1432,7 +1437,7 @@ mod tests {
         // 5% kept, 256 × 256 tiles: 2048 columns are 8 tiles (prepass), 1024 are 4 (none).
         let k = specialize(&fine_spec(256, 256, 2048, Dtype::F32)).unwrap();
         let pre = k.prepass.as_ref().expect("auto takes the prepass at 8 column tiles");
-        assert_eq!((pre.scratch_elems, pre.launch.grid), (256 * 256, (4, 4, 1)));
+        assert_eq!((pre.scratch_bytes, pre.launch.grid), (4 * 256 * 256, (4, 4, 1)));
         assert!(k.name.ends_with("_at") && k.source.contains("#define D_ROW 256"));
         let k = specialize(&fine_spec(256, 256, 1024, Dtype::F32)).unwrap();
         assert!(k.prepass.is_none() && !k.source.contains("D_ROW"));
@@ -1440,17 +1445,33 @@ mod tests {
         let mut s = fine_spec(77, 256, 1024, Dtype::F32);
         s.dense_copy = DenseCopy::Prepass;
         let k = specialize(&s).unwrap();
-        assert_eq!(k.prepass.as_ref().map(|p| p.scratch_elems), Some(256 * 80));
+        assert_eq!(k.prepass.as_ref().map(|p| p.scratch_bytes), Some(4 * 256 * 80));
         assert_eq!(k.fine.unwrap().ld, k.fine.unwrap().ld / 32 * 32, "At's tiles need no bank padding");
         let mut s = fine_spec(256, 256, 2048, Dtype::F32);
         s.dense_copy = DenseCopy::Transposing;
         assert!(specialize(&s).unwrap().prepass.is_none());
-        // fp16 tiles come through registers: auto skips the prepass, asking for it is an error.
+        // fp16: the prepass widens A to an fp32 At (4 bytes per element) and feeds the ring;
+        // without it (asked off, or too few column tiles) the tiles come through registers.
         let mut s = fine_spec(256, 256, 2048, Dtype::F16);
-        assert!(specialize(&s).unwrap().prepass.is_none());
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.prepass.as_ref().map(|p| p.scratch_bytes), Some(4 * 256 * 256));
+        assert!(k.source.contains("const float* __restrict__ D,") && k.source.contains("STAGE_WORDS"));
+        s.dense_copy = DenseCopy::Transposing;
+        let k = specialize(&s).unwrap();
+        assert!(k.prepass.is_none() && !k.source.contains("STAGE_WORDS"), "fp16 without the prepass: registers");
+        // 16-bit A takes it from 4 column tiles (the register path loses there), not at 2.
+        let k = specialize(&fine_spec(256, 256, 1024, Dtype::Bf16)).unwrap();
+        assert!(k.prepass.is_some());
+        let k = specialize(&fine_spec(256, 256, 512, Dtype::Bf16)).unwrap();
+        assert!(k.prepass.is_none() && !k.source.contains("STAGE_WORDS"));
+        // Asked for, it also takes tilings whose very sparse tiles would prefetch through
+        // registers (32 × 512 tiles leaving SMs idle) and 2-CTAs-per-SM tiles.
+        let mut s = fine_spec(256, 256, 2048, Dtype::F32);
+        s.blocks.truncate(s.blocks.len() / 4);
+        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0 });
         s.dense_copy = DenseCopy::Prepass;
-        let err = specialize(&s).unwrap_err().to_string();
-        assert!(err.contains("prepass") && err.contains("f16"), "{err}");
+        let k = specialize(&s).unwrap();
+        assert!(k.prepass.is_some() && k.source.contains("STAGE_WORDS"));
         // The left orientation reads B's rows as they are: no prepass whatever is asked.
         let mut s = fine_spec(256, 256, 2048, Dtype::F32);
         s.orientation = Orientation::Left;

@@ -525,8 +525,21 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((200, 512, 512), F32, mixed.clone(), Cover::Mixed(32, 32)).with_dense_copy(DenseCopy::Prepass),
         Case::new((256, 256, 2048), F32, u(0.95), Fine),
         Case::new((256, 256, 2048), F32, u(0.95), Fine).with_dense_copy(DenseCopy::Transposing),
+        // 16-bit A through the prepass (widened to an fp32 At): auto at 8 column tiles, ragged
+        // M and K (scalar loads), an epilogue, bf16, a K split, the fp16 mixed cover
+        Case::new((256, 256, 2048), F16, u(0.95), Fine),
+        Case::new((77, 258, 130), F16, u(0.9), Fine).with_tile(64, 2).with_dense_copy(DenseCopy::Prepass),
+        Case::new((300, 512, 512), Bf16, u(0.95), Fine).with_epilogue(true, Gelu).with_dense_copy(DenseCopy::Prepass),
+        Case::new((200, 1000, 300), F16, u(0.95), Fine)
+            .with_fine_tile(64, 4, 1, 2)
+            .with_epilogue(true, Relu)
+            .with_dense_copy(DenseCopy::Prepass),
+        Case::new((200, 512, 512), F16, mixed.clone(), Cover::Mixed(32, 32)).with_dense_copy(DenseCopy::Prepass),
         // fine-grained, two CTAs per SM (64 registers per thread)
         Case::new((333, 700, 520), F32, u(0.95), Fine).with_fine_tile(32, 4, 2, 1).with_epilogue(true, Relu),
+        Case::new((300, 512, 512), F16, u(0.9), Fine)
+            .with_fine_tile(32, 4, 2, 1)
+            .with_dense_copy(DenseCopy::Transposing),
         Case::new((300, 512, 512), F16, u(0.9), Fine).with_fine_tile(32, 4, 2, 1),
         Case::new((300, 512, 520), F32, u(0.95), Fine).with_fine_tile(32, 2, 2, 1).with_orientation(Orientation::Left),
         // fine-grained, K split over a cluster of 2 or 4 CTAs (one CTA may get no chunk: 3 chunks
@@ -610,9 +623,10 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
             out.push(Case::new(mkn, dtype, p.clone(), cover));
         }
     }
-    if dtype == Dtype::F32 {
+    {
         // The right fine kernel's two ways to A's columns, both forced (auto takes one of them),
-        // on the unstructured patterns, the 95% tilings and the mixed cover.
+        // on the unstructured patterns, the 95% tilings and the mixed cover (16-bit A without
+        // the prepass comes through registers).
         for copy in [DenseCopy::Transposing, DenseCopy::Prepass] {
             for s in [0.5, 0.9, 0.95, 0.99] {
                 let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine);

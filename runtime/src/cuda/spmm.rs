@@ -62,8 +62,8 @@ struct Part<T> {
     w: CudaSlice<T>,
     ptr: CudaSlice<i32>,
     idx: CudaSlice<i32>,
-    /// The kernel's prepass and the scratch it writes (the kernel's dense operand).
-    prepass: Option<(CudaFunction, CudaSlice<T>)>,
+    /// The kernel's prepass and the scratch it writes (the kernel's dense operand, fp32).
+    prepass: Option<(CudaFunction, CudaSlice<u8>)>,
 }
 
 /// One step of a cover: a generated kernel, or a library GEMM (the dense fallback on
@@ -154,8 +154,8 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         let w_dev = dev.upload(&enc_all(if packed.is_empty() { &[0.0] } else { &packed }))?;
         let (ptr, idx) = upload_tables(dev, &kernel)?;
         let prepass = match &kernel.prepass {
-            // Poisoned like the output: an element the prepass misses shows in the check.
-            Some(pre) => Some((load_prepass(dev, pre)?, dev.upload(&vec![poison; pre.scratch_elems])?)),
+            // Poisoned (all-ones bytes: fp32 NaN): an element the prepass misses shows in the check.
+            Some(pre) => Some((load_prepass(dev, pre)?, dev.upload(&vec![0xffu8; pre.scratch_bytes])?)),
             None => None,
         };
         Ok(Part { kernel, func, w: w_dev, ptr, idx, prepass })
@@ -174,24 +174,24 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         }
     }
     let launch = |p: &mut Part<T>, c: &mut CudaSlice<T>| -> Result<(), CudaError> {
-        // The dense operand: A as given, or the scratch its prepass writes At = Aᵀ into.
-        let d = match (&p.kernel.prepass, &mut p.prepass) {
-            (Some(pre), Some((func, at))) => {
-                let l = pre.launch;
-                let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
-                let mut b = dev.stream().launch_builder(func);
-                b.arg(&a_dev).arg(&mut *at);
-                // SAFETY: `(const T* A, T* At)`, A holds M × K elements and At the
-                // `scratch_elems` the prepass writes (see `Prepass`).
-                unsafe { b.launch(cfg) }.ctx("cuLaunchKernel (prepass)")?;
-                &*at
-            }
-            _ => &a_dev,
-        };
+        if let (Some(pre), Some((func, at))) = (&p.kernel.prepass, &mut p.prepass) {
+            let l = pre.launch;
+            let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
+            let mut b = dev.stream().launch_builder(func);
+            b.arg(&a_dev).arg(at);
+            // SAFETY: `(const T* A, float* At)`, A holds M × K elements and At the
+            // `scratch_bytes` the prepass writes (see `Prepass`).
+            unsafe { b.launch(cfg) }.ctx("cuLaunchKernel (prepass)")?;
+        }
         let l = p.kernel.launch;
         let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
         let mut b = dev.stream().launch_builder(&p.func);
-        b.arg(d).arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
+        // The dense operand: A as given, or the At its prepass wrote.
+        match &p.prepass {
+            Some((_, at)) => b.arg(at),
+            None => b.arg(&a_dev),
+        };
+        b.arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
         // SAFETY: the arguments match the signature every family shares (see `Kernel`),
         // and the buffers hold the sizes the launch geometry covers.
         unsafe { b.launch(cfg) }.ctx("cuLaunchKernel").map(|_| ())
