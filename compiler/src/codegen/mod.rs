@@ -201,17 +201,19 @@ pub enum Engine {
     Simt,
 }
 
-/// How the right-orientation fine kernel reads A's columns (its entry loop wants A's tiles
-/// k-major, `Ds[k][row]`, and A is row-major `M × K`). Other kernels ignore it.
+/// How the fine kernel gets its dense operand into its fp32 k-major tile (`Ds[k][row]`): A
+/// (right orientation) is row-major `M × K`, so its tiles must be transposed; 16-bit B (left)
+/// must be widened. Other kernels, and the left orientation on fp32 B, ignore it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum DenseCopy {
     /// The specializer's choice (see `spmm::prepass_pays`).
     Auto,
-    /// Each CTA transposes its A tiles on the way into shared memory, one element per copy.
+    /// In the kernel: fp32 A transposed on the way into shared memory, one element per copy;
+    /// 16-bit A or B loaded through registers (converted there).
     Transposing,
-    /// A prepass kernel writes Aᵀ (`K × M`) once into a scratch buffer; the fine kernel then
-    /// copies its tiles 16 bytes at a time, as the left orientation copies B's rows
-    /// (fp32 through the shared-memory ring only).
+    /// A prepass kernel writes the dense operand once into an fp32 scratch buffer, k-major
+    /// (Aᵀ, `K × M`; or B widened, `K × N`); the fine kernel then copies its tiles 16 bytes at a
+    /// time through its shared-memory ring.
     Prepass,
 }
 

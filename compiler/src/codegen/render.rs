@@ -20,6 +20,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_block_wgmma.cu.tera", include_str!("../../../templates/spmm_block_wgmma.cu.tera")),
     ("spmm_block_tf32.cu.tera", include_str!("../../../templates/spmm_block_tf32.cu.tera")),
     ("transpose.cu.tera", include_str!("../../../templates/transpose.cu.tera")),
+    ("widen.cu.tera", include_str!("../../../templates/widen.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.
@@ -184,6 +185,19 @@ pub struct FineCtx {
     pub prepass: bool,
     /// Row stride (elements) of D when its rows run along the dense rows (left: B; prepass: At).
     pub d_ld: usize,
+}
+
+/// Context of the widening prepass (`templates/widen.cu.tera`).
+#[derive(Clone, Debug, Serialize)]
+pub struct WidenCtx {
+    pub kernel_name: String,
+    /// B's element type (Bw is fp32).
+    pub dtype: String,
+    pub k: usize,
+    pub n: usize,
+    pub ld: usize,
+    /// 8-byte loads along B's rows (N is a multiple of 4).
+    pub vec: bool,
 }
 
 /// Context of the transpose prepass (`templates/transpose.cu.tera`).

@@ -1,7 +1,7 @@
 //! Sparse × dense matmul: family choice, loop nest, dismantle, tables and rendering.
 
 use super::loopnest::{Level, LoopNest};
-use super::render::{render, BlockCtx, EpilogueCtx, FineCtx, KernelHead, Literals, TransposeCtx};
+use super::render::{render, BlockCtx, EpilogueCtx, FineCtx, KernelHead, Literals, TransposeCtx, WidenCtx};
 use super::{CodegenError, DenseCopy, Dtype, Engine, Mode, Orientation, SpmmSpec};
 use serde::Serialize;
 
@@ -107,10 +107,12 @@ pub struct Kernel {
     pub prepass: Option<Prepass>,
 }
 
-/// The right-orientation fine kernel's prepass: `At = Aᵀ` in fp32, A row-major `M × K` (the
-/// case's dense operand, any float dtype), At row-major `K × ld` fp32 in a scratch buffer of
-/// `scratch_bytes` (`ld = M` rounded up to 4, the pad columns zeroed), so that the fine kernel
-/// copies At's rows 16 bytes at a time into its fp32 tile. Signature `(const T* A, float* At)`.
+/// A fine kernel's prepass over its dense operand, into an fp32 scratch buffer of
+/// `scratch_bytes` that the kernel then reads instead, copying its rows 16 bytes at a time into
+/// its fp32 tile (pad columns zeroed). Right orientation: `At = Aᵀ`, A row-major `M × K` (any
+/// float dtype), At `K × ld`, `ld = M` rounded up to 4. Left orientation, 16-bit B: `Bw = B`
+/// widened, B row-major `K × N`, Bw `K × ld`, `ld = N` rounded up to 4. Signature
+/// `(const T* D, float* Dw)`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Prepass {
     pub name: String,
@@ -884,10 +886,11 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, ring_ok: bool)
     // weights whose 32 × 512 tiles would leave SMs idle: one row per lane gains nothing from
     // the ring there and keeps the register prefetch's overlap (1024³ 99%: 0.0174 ms with the
     // prefetch in run 10, 0.0184 with the ring in run 11).
-    // The transpose prepass, when asked for, feeds the ring.
+    // The prepass (transposing A, or widening 16-bit B), when asked for, feeds the ring.
     let async_d = ring_ok
         && (!(density < 0.02 && big && tiles(1, 512) < 66)
-            || (spec.dense_copy == DenseCopy::Prepass && spec.orientation == Orientation::Right));
+            || (spec.dense_copy == DenseCopy::Prepass
+                && (spec.orientation == Orientation::Right || spec.dtype != Dtype::F32)));
     if let Some(t) = spec.tile {
         let (rpl, nc, per_sm) = (t.rows / 32, 32 * t.stages, t.per_sm.max(1));
         if t.rows % 32 != 0 || ![1, 2, 4].contains(&rpl) || !(1..=16).contains(&t.stages) || rpl * nc > 512 {
@@ -1082,6 +1085,19 @@ fn prepass_pays(fc: usize, t: FineTiling, dtype: Dtype) -> bool {
 }
 
 /// The transpose prepass of a right-orientation fine kernel over A (`m × k`): At (`k × ld`).
+/// The fp32 Bw (`k × ld`) of a 16-bit B (`k × n`).
+fn widen_prepass(dtype: Dtype, k: usize, n: usize, ld: usize) -> Result<Prepass, CodegenError> {
+    let name = format!("widen_{}_f32", dtype.name());
+    let ctx = WidenCtx { kernel_name: name.clone(), dtype: dtype.name().into(), k, n, ld, vec: n.is_multiple_of(4) };
+    let groups = k * ld / 4;
+    Ok(Prepass {
+        source: render("widen.cu.tera", &ctx)?,
+        name,
+        launch: Launch { grid: (groups.div_ceil(256).min(132 * 8) as u32, 1, 1), block: (256, 1, 1), smem_bytes: 0 },
+        scratch_bytes: 4 * k * ld,
+    })
+}
+
 /// The fp32 At of any float dtype's A (16-bit A is widened on the way).
 fn transpose_prepass(dtype: Dtype, m: usize, k: usize, ld: usize) -> Result<Prepass, CodegenError> {
     let name = format!("transpose_{}_f32", dtype.name());
@@ -1102,12 +1118,13 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let esize = spec.dtype.bytes();
     let f32 = spec.dtype == Dtype::F32;
     // The ring copies D as it is into the fp32 tile: fp32 B (left, 16 bytes at a time), fp32 A
-    // (right, transposed one element per copy), or any dtype's A through the prepass (right: At
-    // is fp32). 16-bit A without the prepass comes through registers.
-    let ring_ok = if left { f32 && n % 4 == 0 } else { true };
+    // (right, transposed one element per copy), or, through the prepass, any dtype's A (right:
+    // At is fp32) and 16-bit B (left: widened to fp32). 16-bit D without the prepass comes
+    // through registers.
+    let ring_ok = if left { !f32 || n % 4 == 0 } else { true };
     let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), ring_ok)?;
     let prepass = match spec.dense_copy {
-        _ if left => false,
+        _ if left && f32 => false,
         DenseCopy::Auto => t.async_d && prepass_pays(fc, t, spec.dtype),
         DenseCopy::Transposing => false,
         DenseCopy::Prepass if t.async_d => true,
@@ -1116,7 +1133,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
             return Err(spec_err("internal: the transpose prepass without the shared-memory ring".into()))
         }
     };
-    if !left && !f32 && t.async_d && !prepass {
+    if !f32 && t.async_d && !prepass {
         t = fine_tiling(spec, fr, fc, spec.blocks.len(), false)?;
     }
     let warps = FINE_THREADS / 32;
@@ -1125,8 +1142,13 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     // adjacent (one vector load per entry): a warp's copies or register stores of (32 / rpl) k ×
     // rpl rows then hit 32 distinct banks. Left and the prepass copy whole 16-byte row runs.
     let a_ld = if left || prepass { bm } else { bm + t.rpl };
-    // Global row stride of a k-major D: B's rows (left), At's rows (prepass, 16-byte aligned).
-    let d_ld = if left { n } else { m.next_multiple_of(4) };
+    // Global row stride of a k-major D: B's rows (left), At's or Bw's rows (prepass, 16-byte
+    // aligned).
+    let d_ld = match (left, prepass) {
+        (true, false) => n,
+        (true, true) => n.next_multiple_of(4),
+        (false, _) => m.next_multiple_of(4),
+    };
     // Shrink the chunk until the tile, its entries and the column starts fit in shared memory.
     let (ptr, idx, live_n, dead_n, emax, stage_words, region_words, w_words, smem) = loop {
         let table = FineTable { chunk: t.chunk, ld: a_ld, cols: t.nc, warps };
@@ -1175,14 +1197,22 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
     let family = if left { Family::FineLeft } else { Family::Fine };
-    let prepass = prepass.then(|| transpose_prepass(spec.dtype, m, k, d_ld)).transpose()?;
+    let prepass = match (prepass, left) {
+        (false, _) => None,
+        (true, false) => Some(transpose_prepass(spec.dtype, m, k, d_ld)?),
+        (true, true) => Some(widen_prepass(spec.dtype, k, n, d_ld)?),
+    };
     let mut kernel = Kernel {
         name: format!(
             "spmm_{}_{}_{}{}",
             family.name(),
             spec.dtype.name(),
             if unrolled { "unrolled" } else { "stream" },
-            if prepass.is_some() { "_at" } else { "" }
+            match (&prepass, left) {
+                (None, _) => "",
+                (Some(_), false) => "_at",
+                (Some(_), true) => "_wide",
+            }
         ),
         family,
         mode,
@@ -1472,7 +1502,18 @@ mod tests {
         s.dense_copy = DenseCopy::Prepass;
         let k = specialize(&s).unwrap();
         assert!(k.prepass.is_some() && k.source.contains("STAGE_WORDS"));
-        // The left orientation reads B's rows as they are: no prepass whatever is asked.
+        // The left orientation on 16-bit B widens it (Bw, N rounded up to 4) from 4 column tiles.
+        let mut s = fine_spec(256, 256, 1026, Dtype::F16);
+        s.orientation = Orientation::Left;
+        s.m = 1024;
+        s.n = 1026;
+        s.blocks = (0..1024 * 256).filter(|i| i % 20 == 7).map(|i| (i / 256, i % 256)).collect();
+        let k = specialize(&s).unwrap();
+        let pre = k.prepass.as_ref().expect("16-bit B is widened");
+        assert!(pre.name.starts_with("widen_f16") && k.name.ends_with("_wide"));
+        assert_eq!(pre.scratch_bytes, 4 * 256 * 1028);
+        assert!(k.source.contains("#define D_ROW 1028") && k.source.contains("const float* __restrict__ D,"));
+        // The left orientation on fp32 B reads B's rows as they are: no prepass whatever is asked.
         let mut s = fine_spec(256, 256, 2048, Dtype::F32);
         s.orientation = Orientation::Left;
         s.blocks = s
@@ -1616,9 +1657,12 @@ mod tests {
         let s = SpmmSpec::new(1024, 1024, 1024, Dtype::F32, (1, 1), pattern(1024, 1024, 10));
         let (bm, _, _, ring, _) = tile(&s);
         assert_eq!((bm, ring), (32, false));
-        // fp16: the register prefetch, one row per lane.
+        // fp16 at 4 column tiles: the prepass widens A into an fp32 At, which the ring takes in
+        // the fp32 tiling (64 × 256, stride 64: no transposing copies).
         let mut h = SpmmSpec::new(1024, 1024, 1024, Dtype::F16, (1, 1), pattern(1024, 1024, 51));
-        h.block = (1, 1);
+        assert_eq!(tile(&h), (64, 256, 2, true, 64));
+        // Without it (asked): the register prefetch, one row per lane.
+        h.dense_copy = DenseCopy::Transposing;
         let (bm, _, _, ring, _) = tile(&h);
         assert_eq!((bm, ring), (32, false));
     }

@@ -535,6 +535,25 @@ pub fn correctness_cases() -> Vec<Case> {
             .with_epilogue(true, Relu)
             .with_dense_copy(DenseCopy::Prepass),
         Case::new((200, 512, 512), F16, mixed.clone(), Cover::Mixed(32, 32)).with_dense_copy(DenseCopy::Prepass),
+        // 16-bit B of the left orientation through the widening prepass (Bw = B in fp32, rows
+        // padded to 4): auto at 4 column tiles, ragged N (scalar loads), bf16 with an
+        // epilogue, a K split, and the register path forced
+        Case::new((1024, 256, 256), F16, u(0.95), Fine).with_orientation(Orientation::Left),
+        Case::new((300, 512, 514), F16, u(0.9), Fine)
+            .with_orientation(Orientation::Left)
+            .with_tile(64, 2)
+            .with_dense_copy(DenseCopy::Prepass),
+        Case::new((300, 512, 520), Bf16, u(0.95), Fine)
+            .with_orientation(Orientation::Left)
+            .with_epilogue(true, Gelu)
+            .with_dense_copy(DenseCopy::Prepass),
+        Case::new((300, 1024, 264), F16, u(0.95), Fine)
+            .with_orientation(Orientation::Left)
+            .with_fine_tile(64, 4, 1, 2)
+            .with_dense_copy(DenseCopy::Prepass),
+        Case::new((1024, 256, 256), F16, u(0.95), Fine)
+            .with_orientation(Orientation::Left)
+            .with_dense_copy(DenseCopy::Transposing),
         // fine-grained, two CTAs per SM (64 registers per thread)
         Case::new((333, 700, 520), F32, u(0.95), Fine).with_fine_tile(32, 4, 2, 1).with_epilogue(true, Relu),
         Case::new((300, 512, 512), F16, u(0.9), Fine)
@@ -638,6 +657,13 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
             }
             let p = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
             out.push(Case::new(mkn, dtype, p, Cover::Mixed(32, 32)).with_dense_copy(copy));
+            if dtype != Dtype::F32 {
+                // 16-bit B of the left orientation: widened by the prepass, or through registers.
+                for s in [0.9, 0.95, 0.99] {
+                    let left = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine);
+                    out.push(left.with_orientation(Orientation::Left).with_dense_copy(copy));
+                }
+            }
         }
     }
     out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32)));
