@@ -38,6 +38,13 @@ def floor_rate(ceil, dtype):
     return rate
 
 
+def kernel_kind(k):
+    """family:mode of one kernel; a fine kernel named *_at (A transposed) or *_wide (16-bit B
+    widened) runs after its prepass kernel, whose time the case includes."""
+    pre = "transpose+" if k["name"].endswith("_at") else "widen+" if k["name"].endswith("_wide") else ""
+    return f"{pre}{k['family']}:{k['mode'][:6]}"
+
+
 def write_table(ours, ceil, peers, table_path):
     """The table: ratio = peer ms / our ms (> 1: we are faster)."""
     lines = [
@@ -63,7 +70,7 @@ def write_table(ours, ceil, peers, table_path):
             bytes_min = (m * k + e["nnz"]) * es + m * n * out_es
         floor = max(useful / (floor_rate(ceil, e["dtype"]) * 1e9), bytes_min / (ceil["hbm_GBps"] * 1e6))
         ratio = lambda name: None if p.get(name) is None else p[name] / ms
-        kinds = "+".join(f"{k['family']}:{k['mode'][:6]}" for k in e["kernels"])
+        kinds = "+".join(kernel_kind(k) for k in e["kernels"])
         # Every qualifier of the case label after "MxKxN dtype pattern cover" (tile, values,
         # uniform, cublas, engine, epilogue), so rows that differ only in those stay apart.
         for q in e["label"].split()[4:]:
