@@ -1070,7 +1070,7 @@ fn runs_are_long(nnz: usize, k: usize, fc: usize, chunk: usize) -> bool {
     nnz as f64 / (k * fc).max(1) as f64 * chunk as f64 >= 20.0
 }
 
-/// Whether the transpose prepass pays for a right-orientation fine tiling (`DenseCopy::Auto`):
+/// Whether the prepass pays for a fine tiling (`DenseCopy::Auto`). Right orientation, fp32:
 /// without it every column tile re-transposes A's tiles on the way in (4-byte copies), with it
 /// A is transposed once (one read and one write of A: 33 µs at 4096², 4.3 µs at 1024²) and every
 /// column tile copies At's rows 16 bytes at a time. So it pays from enough column tiles: on the
@@ -1079,13 +1079,15 @@ fn runs_are_long(nnz: usize, k: usize, fc: usize, chunk: usize) -> bool {
 /// 0.0288, 2048³ 99% 0.0615 → 0.0635). For 16-bit A the alternative is the register prefetch
 /// (4-byte copies cannot transpose it), which loses already at 4 column tiles (call 6: 1024³ fp16
 /// 90% 0.0412 → 0.0378 with the prepass, 95% 0.0284 → 0.0270) but not at 2 (99%: 0.0161 →
-/// 0.0189).
+/// 0.0189). The left orientation's 16-bit B takes the same rule (its widening prepass against
+/// the register path: 1024³ fp16 95% 0.0261 → 0.0238, 99% at 2 column tiles 0.0142 → 0.0180,
+/// call 8).
 fn prepass_pays(fc: usize, t: FineTiling, dtype: Dtype) -> bool {
     fc.div_ceil(t.nc) >= if dtype == Dtype::F32 { 8 } else { 4 }
 }
 
-/// The transpose prepass of a right-orientation fine kernel over A (`m × k`): At (`k × ld`).
-/// The fp32 Bw (`k × ld`) of a 16-bit B (`k × n`).
+/// The widening prepass of a left-orientation fine kernel over 16-bit B (`k × n`): the fp32 Bw
+/// (`k × ld`).
 fn widen_prepass(dtype: Dtype, k: usize, n: usize, ld: usize) -> Result<Prepass, CodegenError> {
     let name = format!("widen_{}_f32", dtype.name());
     let ctx = WidenCtx { kernel_name: name.clone(), dtype: dtype.name().into(), k, n, ld, vec: n.is_multiple_of(4) };
@@ -1098,7 +1100,8 @@ fn widen_prepass(dtype: Dtype, k: usize, n: usize, ld: usize) -> Result<Prepass,
     })
 }
 
-/// The fp32 At of any float dtype's A (16-bit A is widened on the way).
+/// The transpose prepass of a right-orientation fine kernel over A (`m × k`, any float dtype,
+/// 16-bit A widened on the way): the fp32 At (`k × ld`).
 fn transpose_prepass(dtype: Dtype, m: usize, k: usize, ld: usize) -> Result<Prepass, CodegenError> {
     let name = format!("transpose_{}_f32", dtype.name());
     let ctx =
@@ -1128,10 +1131,8 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         DenseCopy::Auto => t.async_d && prepass_pays(fc, t, spec.dtype),
         DenseCopy::Transposing => false,
         DenseCopy::Prepass if t.async_d => true,
-        // Not reached: `fine_tiling` gives the right orientation the ring when the prepass is asked for.
-        DenseCopy::Prepass => {
-            return Err(spec_err("internal: the transpose prepass without the shared-memory ring".into()))
-        }
+        // Not reached: `fine_tiling` gives the ring whenever the prepass is asked for (and applies).
+        DenseCopy::Prepass => return Err(spec_err("internal: the prepass without the shared-memory ring".into())),
     };
     if !f32 && t.async_d && !prepass {
         t = fine_tiling(spec, fr, fc, spec.blocks.len(), false)?;
