@@ -64,7 +64,9 @@ pub struct Launch {
 /// take. Every family has the signature
 /// `(const T* A, const T* W, const int* ptr, const int* idx, const T* bias, T* C)`;
 /// `W` is the weight packed by [`Kernel::pack_weight`]; in unrolled mode `ptr`/`idx` (and `W`
-/// when the values are embedded) are ignored and may be null.
+/// when the values are embedded) are ignored and may be null. A fine kernel with a
+/// [`Kernel::prepass`] takes the prepass's fp32 output in place of `A` (`const float*`); the
+/// caller launches the prepass on `A` first.
 ///
 /// The int8 family ([`Family::BlockInt8`], dtype [`Dtype::I8`]) extends it additively:
 /// `(const int8* A_q, const int8* W_q, const int* ptr, const int* idx, const f16* bias,
