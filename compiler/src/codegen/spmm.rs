@@ -888,11 +888,10 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, ring_ok: bool)
     // weights whose 32 × 512 tiles would leave SMs idle: one row per lane gains nothing from
     // the ring there and keeps the register prefetch's overlap (1024³ 99%: 0.0174 ms with the
     // prefetch in run 10, 0.0184 with the ring in run 11).
-    // The prepass (transposing A, or widening 16-bit B), when asked for, feeds the ring.
+    // The prepass, when asked for and it applies, feeds the ring.
     let async_d = ring_ok
         && (!(density < 0.02 && big && tiles(1, 512) < 66)
-            || (spec.dense_copy == DenseCopy::Prepass
-                && (spec.orientation == Orientation::Right || spec.dtype != Dtype::F32)));
+            || (spec.dense_copy == DenseCopy::Prepass && prepass_applies(spec)));
     if let Some(t) = spec.tile {
         let (rpl, nc, per_sm) = (t.rows / 32, 32 * t.stages, t.per_sm.max(1));
         if t.rows % 32 != 0 || ![1, 2, 4].contains(&rpl) || !(1..=16).contains(&t.stages) || rpl * nc > 512 {
@@ -1072,6 +1071,12 @@ fn runs_are_long(nnz: usize, k: usize, fc: usize, chunk: usize) -> bool {
     nnz as f64 / (k * fc).max(1) as f64 * chunk as f64 >= 20.0
 }
 
+/// Whether a fine kernel's dense operand can go through a prepass: A of the right orientation
+/// (transposed), or 16-bit B of the left (widened); fp32 B is copied as it is.
+fn prepass_applies(spec: &SpmmSpec) -> bool {
+    spec.orientation == Orientation::Right || spec.dtype != Dtype::F32
+}
+
 /// Whether the prepass pays for a fine tiling (`DenseCopy::Auto`). Right orientation, fp32:
 /// without it every column tile re-transposes A's tiles on the way in (4-byte copies), with it
 /// A is transposed once (one read and one write of A: 33 µs at 4096², 4.3 µs at 1024²) and every
@@ -1129,13 +1134,15 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
     let ring_ok = if left { !f32 || n % 4 == 0 } else { true };
     let mut t = fine_tiling(spec, fr, fc, spec.blocks.len(), ring_ok)?;
     let prepass = match spec.dense_copy {
-        _ if left && f32 => false,
+        _ if !prepass_applies(spec) => false,
         DenseCopy::Auto => t.async_d && prepass_pays(fc, t, spec.dtype),
         DenseCopy::Transposing => false,
         DenseCopy::Prepass if t.async_d => true,
         // Not reached: `fine_tiling` gives the ring whenever the prepass is asked for (and applies).
         DenseCopy::Prepass => return Err(spec_err("internal: the prepass without the shared-memory ring".into())),
     };
+    // The tiling above assumed the ring; 16-bit D without the prepass cannot take it, so it gets
+    // the register prefetch's own tiling.
     if !f32 && t.async_d && !prepass {
         t = fine_tiling(spec, fr, fc, spec.blocks.len(), false)?;
     }
