@@ -90,7 +90,9 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
     // The DB describes what `specialize` picks by default: leave out tile overrides, forced
     // tensor-core engines and folded (uniform-valued) weights, which are experiments.
     let words: Vec<&str> = rec.label.split_whitespace().collect();
-    if words.iter().any(|w| w.starts_with("tile") || w.starts_with("uniform") || *w == "wgmma" || *w == "mmasync") {
+    if words.iter().any(|w| {
+        w.starts_with("tile") || w.starts_with("uniform") || *w == "wgmma" || *w == "wgmma-ws" || *w == "mmasync"
+    }) {
         return Ok(None);
     }
     let dims = rec.label.split_whitespace().next().unwrap_or("");

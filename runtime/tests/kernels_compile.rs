@@ -159,6 +159,8 @@ fn rendered_kernels_snapshot() {
     insta::assert_snapshot!("block_mma_unrolled", specialize(&spec).unwrap().source);
     spec.engine = spartac::codegen::Engine::Wgmma;
     insta::assert_snapshot!("block_wgmma_unrolled", specialize(&spec).unwrap().source);
+    spec.engine = spartac::codegen::Engine::WgmmaWs;
+    insta::assert_snapshot!("block_wgmma_ws_unrolled", specialize(&spec).unwrap().source);
     let mut spec = SpmmSpec::new(32, 16, 16, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (15, 0), (2, 9)]);
     spec.values = Some((0..16 * 16).map(|i| i as f32 * 0.5).collect());
     spec.mode = Mode::Auto;

@@ -157,7 +157,8 @@ pub enum Mode {
 /// 1, 2 or 4 CTAs, each summing a share of the k-chunks, reduced through distributed shared
 /// memory). The dismantled fine kernel reads `warps` (> 0 selects it: warps per CTA) and
 /// `stages` (output columns per warp / 32: 1 or 2), with `rows` = 32. 0 = the specializer's choice.
-/// Block kernels ignore `per_sm`, `split` and `warps`.
+/// The warp-specialized wgmma kernel reads `group`: block columns per work item (1..=8).
+/// Other block kernels ignore `per_sm`, `split`, `warps` and `group`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,
@@ -165,11 +166,12 @@ pub struct Tile {
     pub per_sm: usize,
     pub split: usize,
     pub warps: usize,
+    pub group: usize,
 }
 
 impl Tile {
     pub fn new(rows: usize, stages: usize) -> Tile {
-        Tile { rows, stages, per_sm: 0, split: 0, warps: 0 }
+        Tile { rows, stages, per_sm: 0, split: 0, warps: 0, group: 0 }
     }
 }
 
@@ -186,13 +188,17 @@ pub fn fine_first(dtype: Dtype) -> bool {
 /// SIMT FMAs or on tensor cores at fp32 accuracy (3xTF32). Fine kernels ignore it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Engine {
-    /// The specializer's choice: mma.sync for now (wgmma only ties it, run 7b in
-    /// benches/results/spmm_notes.md).
+    /// The specializer's choice: fp16/bf16 right-orientation blocks with 3 or more live
+    /// blocks per block column on average take `WgmmaWs`, others mma.sync (run 17 in
+    /// benches/results/spmm_notes.md); fp32 blocks take 3xTF32 where it applies.
     Auto,
     /// Warp-level `mma.sync` m16n8k16 (any tensor-core GPU).
     MmaSync,
     /// Warpgroup-level `wgmma.mma_async` from shared memory (Hopper, sm_90a only).
     Wgmma,
+    /// `wgmma.mma_async` fed by a producer warpgroup through an mbarrier ring, each work
+    /// item a row tile × a group of block columns sharing its A tiles (Hopper, sm_90a only).
+    WgmmaWs,
     /// fp32 on tensor cores: `mma.sync` m16n8k8 TF32 on each operand split into a TF32 part
     /// and a TF32 remainder, three products summed in fp32 (fp32-level accuracy; right
     /// orientation).

@@ -14,6 +14,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("block_simt_rowsum.cuh", include_str!("../../../templates/block_simt_rowsum.cuh")),
     ("block_simt_general.cuh", include_str!("../../../templates/block_simt_general.cuh")),
     ("spmm_block_mma.cu.tera", include_str!("../../../templates/spmm_block_mma.cu.tera")),
+    ("spmm_block_wgmma_ws.cu.tera", include_str!("../../../templates/spmm_block_wgmma_ws.cu.tera")),
     ("spmm_fine.cu.tera", include_str!("../../../templates/spmm_fine.cu.tera")),
     ("spmm_fine_dismantled.cu.tera", include_str!("../../../templates/spmm_fine_dismantled.cu.tera")),
     ("epilogue_rows.cu.tera", include_str!("../../../templates/epilogue_rows.cu.tera")),
@@ -294,6 +295,44 @@ pub struct WgmmaCtx {
     /// fp32 accumulator registers per thread per m64 tile (bw / 2).
     pub acc_regs: usize,
     /// Operand numbers of the wgmma inline asm after the accumulators.
+    pub operand_a: usize,
+    pub operand_b: usize,
+    pub operand_one: usize,
+}
+
+/// Context of the warp-specialized wgmma template (producer warpgroup, mbarrier ring, block
+/// column groups).
+#[derive(Clone, Debug, Serialize)]
+pub struct WgmmaWsCtx {
+    #[serde(flatten)]
+    pub head: KernelHead,
+    #[serde(flatten)]
+    pub literals: Literals,
+    pub bh: usize,
+    pub bw: usize,
+    /// Rows of C per work item (= 64 × warpgroups × m_tiles).
+    pub bm: usize,
+    /// Block columns per work item.
+    pub group: usize,
+    /// Consumer warpgroups (the producer warpgroup comes on top).
+    pub warpgroups: usize,
+    pub m_tiles: usize,
+    pub threads: usize,
+    pub stages: usize,
+    pub n_blocks: usize,
+    pub n_groups: usize,
+    /// Work items = row tiles × column groups.
+    pub items: usize,
+    pub k_chunks: usize,
+    pub sbo: usize,
+    pub row_bytes: usize,
+    pub desc_const: String,
+    pub a_stage_bytes: usize,
+    /// Bytes of one W block slot (1024-aligned: each slot starts a swizzle period).
+    pub w_block_bytes: usize,
+    pub stage_bytes: usize,
+    pub m64_bytes: usize,
+    pub acc_regs: usize,
     pub operand_a: usize,
     pub operand_b: usize,
     pub operand_one: usize,

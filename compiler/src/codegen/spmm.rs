@@ -1508,7 +1508,7 @@ mod tests {
         // registers (32 × 512 tiles leaving SMs idle) and 2-CTAs-per-SM tiles.
         let mut s = fine_spec(256, 256, 2048, Dtype::F32);
         s.blocks.truncate(s.blocks.len() / 4);
-        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0 });
+        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0, group: 0 });
         s.dense_copy = DenseCopy::Prepass;
         let k = specialize(&s).unwrap();
         assert!(k.prepass.is_some() && k.source.contains("STAGE_WORDS"));
@@ -1611,14 +1611,14 @@ mod tests {
         let mut s = SpmmSpec::new(200, 700, 300, Dtype::F32, (1, 1), pattern);
         s.blocks.sort();
         s.blocks.dedup();
-        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0 });
+        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0, group: 0 });
         let k = specialize(&s).unwrap();
         assert_eq!(k.launch.grid, (3, 4, 2));
         assert!(k.source.contains("__cluster_dims__(1, 1, 2)") && k.source.contains("barrier.cluster.arrive.release"));
         for (tile, needle) in [
-            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0 }, "1, 2 or 4 CTAs"),
-            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0 }, "2 fine CTAs per SM"),
-            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0 }, "2 fine CTAs per SM"),
+            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0, group: 0 }, "1, 2 or 4 CTAs"),
+            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0, group: 0 }, "2 fine CTAs per SM"),
+            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0, group: 0 }, "2 fine CTAs per SM"),
         ] {
             s.tile = Some(tile);
             let e = specialize(&s).unwrap_err().to_string();

@@ -7,11 +7,11 @@
 //! wgmma matrix descriptors read ([`CoreLayout`]); W blocks are packed transposed (`[n][k]`)
 //! so that B is K-major like A.
 
-use super::render::{render, WgmmaCtx};
+use super::render::{render, WgmmaCtx, WgmmaWsCtx};
 use super::spmm::{
     block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel, Launch,
 };
-use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec};
+use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec, Tile};
 
 /// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
 /// fewer leave SMs idle; correctness does not depend on it.
@@ -97,24 +97,33 @@ fn supports(bh: usize, bw: usize) -> bool {
 pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Option<Kernel>, CodegenError> {
     let (bh, bw) = spec.block;
     let tensor = matches!(spec.dtype, Dtype::F16 | Dtype::Bf16);
-    let _ = dense; // the dense kernel stays on mma.sync unless wgmma is asked for
     match spec.engine {
         Engine::MmaSync | Engine::Tf32x3 | Engine::Simt => return Ok(None),
-        // Run 7b: with the swizzled layout wgmma ties mma.sync at 4096³ 90% (0.129 vs 0.128 ms)
-        // and loses at 99% (0.042 vs 0.034): auto keeps mma.sync until wgmma measures faster.
+        // The warp-specialized kernel where block columns hold 3 live blocks or more on
+        // average (run 17 call 5, f16 32×32: 4096³ 50% 0.309 ms against mma.sync's 0.568, 90%
+        // 0.096 against 0.128, 95% 0.062 against 0.076; 1024³ 90% 0.0085 against 0.0094 at 128
+        // rows); mma.sync below (4096³ 99%, 1.3 per column: 0.043 against 0.033; 1024³ 95%,
+        // 1.6: 0.0092 against 0.0080) and for the dense kernel. The first wgmma kernel (no
+        // producer warpgroup) only ever tied mma.sync (run 7b) and is taken only when asked for.
+        Engine::Auto if ws_pays(spec, live, dense) && tensor && spec.orientation == Orientation::Right => {
+            return block_wgmma_ws(spec, live).map(Some)
+        }
         Engine::Auto => return Ok(None),
-        Engine::Wgmma if !tensor => {
+        Engine::Wgmma | Engine::WgmmaWs if !tensor => {
             return Err(spec_err(format!("wgmma kernels take f16 or bf16, not {}", spec.dtype.name())))
         }
-        Engine::Wgmma if spec.orientation != Orientation::Right => {
+        Engine::Wgmma | Engine::WgmmaWs if spec.orientation != Orientation::Right => {
             return Err(spec_err("wgmma kernels take the right orientation (A · W, W sparse) only".into()))
         }
-        Engine::Wgmma if !supports(bh, bw) => {
+        Engine::Wgmma | Engine::WgmmaWs if !supports(bh, bw) => {
             return Err(spec_err(format!(
                 "wgmma kernels need bh 16, 32 or 64 and bw in 8..=64 (a multiple of 8), got {bh}x{bw}"
             )))
         }
         _ => {}
+    }
+    if spec.engine == Engine::WgmmaWs {
+        return block_wgmma_ws(spec, live).map(Some);
     }
     block_wgmma(spec, live).map(Some)
 }
@@ -225,6 +234,141 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     Ok(kernel)
 }
 
+/// Whether auto takes the warp-specialized kernel: a supported block shape, not the dense
+/// kernel, and at least 3 live blocks per block column on average (below, items are too short
+/// for the persistent walk's per-item epilogue, and mma.sync's independent CTAs win).
+fn ws_pays(spec: &SpmmSpec, live: &[bool], dense: bool) -> bool {
+    let (bh, bw) = spec.block;
+    let columns = spec.n / bw;
+    !dense && supports(bh, bw) && columns > 0 && live.iter().filter(|l| **l).count() >= 3 * columns
+}
+
+/// The warp-specialized variant: a producer warpgroup (cp.async into a `stages`-deep ring,
+/// an mbarrier per stage each way) and 1-2 consumer warpgroups of wgmma; a work item is a row
+/// tile × `group` block columns, whose k-block lists the producer merges so that one A tile
+/// copy serves every live block of its k-block row in the group. Per A element the L2 then
+/// serves one read per live k-block row of each group instead of one per live block.
+fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (bh, bw) = spec.block;
+    let (kbs, nbs) = (k / bh, n / bw);
+    let tile = spec.tile.unwrap_or(Tile::new(0, 0));
+    // Default 256 rows × 2 block columns per item where that still gives every SM two items
+    // (run 17 call 4, 4096³ 32×32 90%: 0.0953 ms, against 0.0974 at 256 × 4 and 0.113-0.137 at
+    // 128 rows), else 128 rows × 1 (call 5, 1024³ 90%: 0.0085 ms, against 0.0103 at 256 × 2).
+    let wide = m.div_ceil(256) * nbs.div_ceil(2) >= 2 * TARGET_SMS;
+    let rows = match tile.rows {
+        0 if m > 128 && wide => 256,
+        0 if m > 64 => 128,
+        0 => 64,
+        r => r,
+    };
+    let (warpgroups, m_tiles) = match rows {
+        64 => (1, 1),
+        128 => (2, 1),
+        256 => (2, 2),
+        r => return Err(spec_err(format!("warp-specialized wgmma tiles hold 64, 128 or 256 rows, not {r}"))),
+    };
+    let group = match tile.group {
+        0 if rows == 256 => 2,
+        0 => 1,
+        g if (1..=8).contains(&g) => g,
+        g => return Err(spec_err(format!("warp-specialized wgmma items hold 1 to 8 block columns, not {g}"))),
+    };
+    let acc_regs = bw / 2;
+    if m_tiles * group * acc_regs > 128 {
+        return Err(spec_err(format!(
+            "{m_tiles} m64 tile(s) × {group} block columns of {bw} need {} accumulators per thread (at most 128)",
+            m_tiles * group * acc_regs
+        )));
+    }
+    let layout = CoreLayout { k_chunks: bh / 8 };
+    let esize = spec.dtype.bytes();
+    let bm = rows;
+    let threads = 128 * (warpgroups + 1);
+    let a_stage_bytes = bm * bh * esize;
+    let w_block_bytes = (bh * bw * esize).next_multiple_of(1024);
+    let stage_bytes = a_stage_bytes + group * w_block_bytes;
+    // Default: as deep a ring as fits, up to 12 stages.
+    let stages = match tile.stages {
+        0 => ((SMEM_PER_CTA_MAX - 1024) / (stage_bytes + 24)).clamp(3, 12),
+        s if (3..=16).contains(&s) => s,
+        s => return Err(spec_err(format!("warp-specialized wgmma rings have 3 to 16 stages, not {s}"))),
+    };
+    // + 1024: the ring aligned to the swizzle period; + 24 per stage: two mbarriers and the step word.
+    let smem = stages * stage_bytes + 1024 + 24 * stages;
+    if smem > SMEM_PER_CTA_MAX {
+        return Err(spec_err(format!("{stages} stages of {stage_bytes} bytes exceed the shared memory of a CTA")));
+    }
+    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
+    let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
+    let literal_words = ptr.len() + idx.len() + value_words;
+    let mode = resolve_mode(spec, literal_words);
+    let unrolled = mode == Mode::Unrolled;
+    let n_groups = nbs.div_ceil(group);
+    let items = m.div_ceil(bm) * n_groups;
+    let grid = items.min(TARGET_SMS);
+    let mut kernel = Kernel {
+        name: format!(
+            "spmm_block_wgmma_ws_{}_{}x{}_g{}_{}",
+            spec.dtype.name(),
+            bh,
+            bw,
+            group,
+            if unrolled { "unrolled" } else { "stream" }
+        ),
+        family: Family::BlockWgmma,
+        mode,
+        source: String::new(),
+        launch: Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 },
+        spec_shape: (m, k, n),
+        dtype: spec.dtype,
+        block: (bh, bw),
+        orientation: super::Orientation::Right,
+        ptr,
+        idx,
+        fine: None,
+        live_instances,
+        dead_instances,
+        literal_words: if unrolled { literal_words } else { 0 },
+        values_embedded: unrolled && spec.values.is_some(),
+        prepass: None,
+    };
+    let values = match (&spec.values, kernel.values_embedded) {
+        (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
+        _ => vec![],
+    };
+    let ctx = WgmmaWsCtx {
+        head: kernel_head(&kernel.name, spec.dtype, spec),
+        literals: kernel_literals(&kernel, kernel.idx.clone(), values, 16, 0),
+        bh,
+        bw,
+        bm,
+        group,
+        warpgroups,
+        m_tiles,
+        threads,
+        stages,
+        n_blocks: nbs,
+        n_groups,
+        items,
+        k_chunks: layout.k_chunks,
+        sbo: layout.sbo(),
+        row_bytes: layout.row_bytes(),
+        desc_const: format!("0x{:016x}", layout.descriptor_const()),
+        a_stage_bytes,
+        w_block_bytes,
+        stage_bytes,
+        m64_bytes: 64 * bh * esize,
+        acc_regs,
+        operand_a: acc_regs,
+        operand_b: acc_regs + 1,
+        operand_one: acc_regs + 2,
+    };
+    kernel.source = render("spmm_block_wgmma_ws.cu.tera", &ctx)?;
+    Ok(kernel)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,6 +433,65 @@ mod tests {
         s.engine = Engine::Wgmma;
         s.tile = Some(Tile::new(96, 4));
         assert!(specialize(&s).unwrap_err().to_string().contains("96"));
+    }
+
+    #[test]
+    fn auto_takes_the_warp_specialized_kernel_from_three_live_blocks_per_column() {
+        // 256 × 512 × 256: 16 k-blocks × 8 block columns. 3 live blocks in every column → ws.
+        let blocks: Vec<(usize, usize)> = (0..8).flat_map(|j| [(j, j), ((j + 5) % 16, j), ((j + 9) % 16, j)]).collect();
+        let s = SpmmSpec::new(256, 512, 256, Dtype::F16, (32, 32), blocks.clone());
+        let k = specialize(&s).unwrap();
+        assert_eq!(k.family, Family::BlockWgmma);
+        assert!(k.name.starts_with("spmm_block_wgmma_ws_f16_32x32_g1"), "{}", k.name);
+        // Few items (2 row tiles × 4 column pairs at 256 rows): 128 rows × 1 column; a
+        // producer warpgroup on top of 2 consumer warpgroups; one CTA per item.
+        assert_eq!((k.launch.grid, k.launch.block), ((16, 1, 1), (384, 1, 1)));
+        assert!(k.source.contains("mbarrier.try_wait.parity"));
+        assert!(k.source.contains("cp.async.mbarrier.arrive.noinc"));
+        // One live block fewer → 23 < 24: mma.sync.
+        let fewer = SpmmSpec::new(256, 512, 256, Dtype::F16, (32, 32), blocks[1..].to_vec());
+        assert_eq!(specialize(&fewer).unwrap().family, Family::BlockMma);
+        // fp32, the left orientation and mma.sync asked for stay off it.
+        let mut f32s = s.clone();
+        f32s.dtype = Dtype::F32;
+        assert_ne!(specialize(&f32s).unwrap().family, Family::BlockWgmma);
+        let mut mma = s.clone();
+        mma.engine = Engine::MmaSync;
+        assert_eq!(specialize(&mma).unwrap().family, Family::BlockMma);
+        // Many items: 256 rows × 2 block columns (4096 rows × 2048 columns: 16 × 32 items).
+        let wide: Vec<(usize, usize)> =
+            (0..64).flat_map(|j| [(j % 16, j), ((j + 3) % 16, j), ((j + 7) % 16, j)]).collect();
+        let w = SpmmSpec::new(4096, 512, 2048, Dtype::Bf16, (32, 32), wide);
+        let k = specialize(&w).unwrap();
+        assert!(k.name.starts_with("spmm_block_wgmma_ws_bf16_32x32_g2"), "{}", k.name);
+        assert_eq!(k.launch.grid, (132, 1, 1));
+    }
+
+    #[test]
+    fn warp_specialized_tiles_and_their_errors() {
+        let mut s = f16_spec(vec![(1, 2), (0, 0), (3, 1)]);
+        s.engine = Engine::WgmmaWs;
+        s.tile = Some(Tile { group: 3, ..Tile::new(256, 0) });
+        let k = specialize(&s).unwrap();
+        // 100 rows → one 256-row item of 3 block columns; ring as deep as fits (10 stages of
+        // 16 KB A + 3 × 2 KB W), plus the mbarriers and step words.
+        assert_eq!((k.launch.grid, k.launch.block), ((1, 1, 1), (384, 1, 1)));
+        assert_eq!(k.launch.smem_bytes as usize, 10 * (16384 + 3 * 2048) + 1024 + 24 * 10);
+        assert!(k.source.contains("#define G 3"));
+        for (tile, needle) in [
+            (Tile { group: 9, ..Tile::new(128, 4) }, "1 to 8 block columns"),
+            (Tile { group: 8, ..Tile::new(256, 4) }, "at most 128"),
+            (Tile { group: 1, ..Tile::new(192, 4) }, "64, 128 or 256 rows"),
+            (Tile { group: 1, ..Tile::new(128, 2) }, "3 to 16 stages"),
+            (Tile { group: 8, ..Tile::new(128, 12) }, "exceed the shared memory"),
+        ] {
+            s.tile = Some(tile);
+            let e = specialize(&s).unwrap_err().to_string();
+            assert!(e.contains(needle), "{tile:?}: {e}");
+        }
+        s.tile = None;
+        s.dtype = Dtype::F32;
+        assert!(specialize(&s).unwrap_err().to_string().contains("f16 or bf16"));
     }
 
     #[test]
