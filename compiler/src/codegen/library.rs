@@ -80,6 +80,7 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         literal_words: 0,
         values_embedded: false,
         prepass: None,
+        steps: vec![],
     })
 }
 

@@ -314,6 +314,8 @@ pub struct WgmmaWsCtx {
     pub bm: usize,
     /// Block columns per work item.
     pub group: usize,
+    /// Live blocks: the step schedule starts at this word of the index table.
+    pub nnz: usize,
     /// Consumer warpgroups (the producer warpgroup comes on top).
     pub warpgroups: usize,
     pub m_tiles: usize,

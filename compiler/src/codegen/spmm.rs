@@ -107,6 +107,10 @@ pub struct Kernel {
     /// A kernel to launch before this one, whose output this one reads as its dense operand
     /// (see [`Prepass`]).
     pub prepass: Option<Prepass>,
+    /// Words the kernel reads after `idx` in its index table (see [`Kernel::device_idx`]):
+    /// the warp-specialized wgmma kernel's step schedule (`spmm_wgmma::schedule`); empty for
+    /// the other kernels.
+    pub steps: Vec<i32>,
 }
 
 /// A fine kernel's prepass over its dense operand, into an fp32 scratch buffer of
@@ -256,7 +260,7 @@ impl Kernel {
             // Byte offsets into the shared D tile: the kernel adds each to the lane's address
             // as it is (one add per entry, no unpacking).
             Family::Fine | Family::FineLeft => self.idx.iter().map(|&e| 4 * e).collect(),
-            _ => self.idx.clone(),
+            _ => self.idx.iter().chain(&self.steps).copied().collect(),
         }
     }
 
@@ -630,6 +634,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         literal_words: if mode == Mode::Unrolled { literal_words } else { 0 },
         values_embedded: mode == Mode::Unrolled && spec.values.is_some(),
         prepass: None,
+        steps: vec![],
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(_), true) if folded => vec![],
@@ -1244,6 +1249,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
         prepass,
+        steps: vec![],
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),

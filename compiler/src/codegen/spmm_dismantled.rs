@@ -294,6 +294,7 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
         literal_words: live_n * if embedded { 2 } else { 1 },
         values_embedded: embedded,
         prepass: None,
+        steps: vec![],
     };
     let ctx = DismantledCtx {
         head: kernel_head(&kernel.name, Dtype::F32, spec),

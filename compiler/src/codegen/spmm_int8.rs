@@ -71,6 +71,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: false,
         prepass: None,
+        steps: vec![],
     };
     let ctx = Int8Ctx {
         head: kernel_head(&kernel.name, Dtype::I8.output(), spec),

@@ -131,6 +131,7 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
         prepass: None,
+        steps: vec![],
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(Dtype::F32, &kernel.pack_weight(v)),

@@ -199,6 +199,7 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
         prepass: None,
+        steps: vec![],
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
@@ -232,6 +233,45 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     };
     kernel.source = render("spmm_block_wgmma.cu.tera", &ctx)?;
     Ok(kernel)
+}
+
+/// The warp-specialized kernel's step schedule, read after the block tables (`idx`, `nnz`
+/// words) in its index table: `n_groups + 1` step pointers (group `g`'s steps are
+/// `[sptr[g], sptr[g + 1])`), then one word per step, `kb | live_slots << 16`: the k-block
+/// rows live in any block column of the group, in increasing order, and which of the
+/// group's `group` columns hold a block there. A group without live blocks gets one step with
+/// no slots (its item still writes its output). The producer then reads one word per step,
+/// prefetched a step ahead, instead of merging the group's columns itself.
+pub fn schedule(ptr: &[i32], idx: &[i32], group: usize) -> Vec<i32> {
+    let nbs = ptr.len() - 1;
+    let n_groups = nbs.div_ceil(group);
+    let mut sptr = Vec::with_capacity(n_groups + 1);
+    let mut words = Vec::new();
+    for g in 0..n_groups {
+        sptr.push(words.len() as i32);
+        let mut rows: Vec<(i32, i32)> = Vec::new(); // (kb, slot mask)
+        for c in 0..group.min(nbs - g * group) {
+            let j = g * group + c;
+            for &kb in &idx[ptr[j] as usize..ptr[j + 1] as usize] {
+                rows.push((kb, 1 << c));
+            }
+        }
+        rows.sort_unstable();
+        let mut merged: Vec<(i32, i32)> = Vec::new();
+        for (kb, bit) in rows {
+            match merged.last_mut() {
+                Some(last) if last.0 == kb => last.1 |= bit,
+                _ => merged.push((kb, bit)),
+            }
+        }
+        if merged.is_empty() {
+            merged.push((0, 0));
+        }
+        words.extend(merged.iter().map(|&(kb, mask)| kb | (mask << 16)));
+    }
+    sptr.push(words.len() as i32);
+    sptr.extend(words);
+    sptr
 }
 
 /// Whether auto takes the warp-specialized kernel: a supported block shape, not the dense
@@ -303,9 +343,12 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
     let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
     let literal_words = ptr.len() + idx.len() + value_words;
+    let n_groups = nbs.div_ceil(group);
+    let steps = schedule(&ptr, &idx, group);
+    let nnz = idx.len();
+    let literal_words = literal_words + steps.len();
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
-    let n_groups = nbs.div_ceil(group);
     let items = m.div_ceil(bm) * n_groups;
     let grid = items.min(TARGET_SMS);
     let mut kernel = Kernel {
@@ -333,6 +376,7 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
         prepass: None,
+        steps,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
@@ -340,11 +384,12 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     };
     let ctx = WgmmaWsCtx {
         head: kernel_head(&kernel.name, spec.dtype, spec),
-        literals: kernel_literals(&kernel, kernel.idx.clone(), values, 16, 0),
+        literals: kernel_literals(&kernel, kernel.device_idx(), values, 16, kernel.steps.len()),
         bh,
         bw,
         bm,
         group,
+        nnz,
         warpgroups,
         m_tiles,
         threads,
@@ -465,6 +510,26 @@ mod tests {
         let k = specialize(&w).unwrap();
         assert!(k.name.starts_with("spmm_block_wgmma_ws_bf16_32x32_g2"), "{}", k.name);
         assert_eq!(k.launch.grid, (132, 1, 1));
+    }
+
+    #[test]
+    fn the_schedule_merges_each_groups_block_rows() {
+        // 5 block columns in groups of 2: {0: kb 1, 3}, {1: kb 3}, {2: -}, {3: -}, {4: kb 0, 2}.
+        let ptr = [0, 2, 3, 3, 3, 5];
+        let idx = [1, 3, 3, 0, 2];
+        let s = schedule(&ptr, &idx, 2);
+        let word = |kb: i32, mask: i32| kb | (mask << 16);
+        // Step pointers of the 3 groups, then the steps: kb 1 (slot 0), kb 3 (slots 0 and 1);
+        // the empty group's one step without slots; kb 0 and 2 (slot 0 of the last, short group).
+        assert_eq!(s, vec![0, 2, 3, 5, word(1, 1), word(3, 3), word(0, 0), word(0, 1), word(2, 1)]);
+        // The kernel reads it after idx; the block tables and the weight packing are unchanged.
+        let mut spec = f16_spec(vec![(1, 0), (3, 0), (3, 1), (0, 2)]);
+        spec.engine = Engine::WgmmaWs;
+        spec.tile = Some(Tile { group: 2, ..Tile::new(128, 4) });
+        let k = specialize(&spec).unwrap();
+        assert_eq!(k.ptr, vec![0, 2, 3, 4]);
+        assert_eq!(k.device_idx()[..4], k.idx[..]);
+        assert_eq!(k.device_idx()[4..], schedule(&k.ptr, &k.idx, 2)[..]);
     }
 
     #[test]
