@@ -10,6 +10,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("epilogue.cuh", include_str!("../../../templates/epilogue.cuh")),
     ("tables.cuh", include_str!("../../../templates/tables.cuh")),
     ("load4.cuh", include_str!("../../../templates/load4.cuh")),
+    ("wgmma.cuh", include_str!("../../../templates/wgmma.cuh")),
     ("spmm_block_simt.cu.tera", include_str!("../../../templates/spmm_block_simt.cu.tera")),
     ("block_simt_rowsum.cuh", include_str!("../../../templates/block_simt_rowsum.cuh")),
     ("block_simt_general.cuh", include_str!("../../../templates/block_simt_general.cuh")),
