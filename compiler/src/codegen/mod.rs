@@ -188,9 +188,9 @@ pub fn fine_first(dtype: Dtype) -> bool {
 /// SIMT FMAs or on tensor cores at fp32 accuracy (3xTF32). Fine kernels ignore it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Engine {
-    /// The specializer's choice: fp16/bf16 right-orientation blocks with 3 or more live
-    /// blocks per block column on average take `WgmmaWs`, others mma.sync (run 17 in
-    /// benches/results/spmm_notes.md); fp32 blocks take 3xTF32 where it applies.
+    /// The specializer's choice: fp16/bf16 right-orientation blocks take `WgmmaWs` (the dense
+    /// kernel and the left orientation mma.sync; run 17 in benches/results/spmm_notes.md);
+    /// fp32 blocks take 3xTF32 where it applies.
     Auto,
     /// Warp-level `mma.sync` m16n8k16 (any tensor-core GPU).
     MmaSync,

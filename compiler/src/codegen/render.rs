@@ -333,6 +333,13 @@ pub struct WgmmaWsCtx {
     pub a_stage_bytes: usize,
     /// Bytes of one W block slot (1024-aligned: each slot starts a swizzle period).
     pub w_block_bytes: usize,
+    /// The staged epilogue: bytes per staging row, per consumer warpgroup, and 16-byte chunks
+    /// per row of the item's columns.
+    pub stg_stride: usize,
+    pub stg_bytes: usize,
+    pub stg_chunks: usize,
+    /// Whether the epilogue goes through the staging rows.
+    pub staged: bool,
     pub stage_bytes: usize,
     pub m64_bytes: usize,
     pub acc_regs: usize,

@@ -1340,6 +1340,8 @@ mod tests {
         let mut s = spec(vec![(0, 0)]);
         s.dtype = Dtype::F16;
         s.engine = Engine::Auto;
+        assert_eq!(specialize(&s).unwrap().family, Family::BlockWgmma);
+        s.engine = Engine::MmaSync;
         assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
         s.block = (1, 1);
         assert_eq!(specialize(&s).unwrap().family, Family::Fine);

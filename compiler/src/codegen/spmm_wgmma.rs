@@ -99,13 +99,13 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
     let tensor = matches!(spec.dtype, Dtype::F16 | Dtype::Bf16);
     match spec.engine {
         Engine::MmaSync | Engine::Tf32x3 | Engine::Simt => return Ok(None),
-        // The warp-specialized kernel where block columns hold 3 live blocks or more on
-        // average (run 17 call 5, f16 32×32: 4096³ 50% 0.309 ms against mma.sync's 0.568, 90%
-        // 0.096 against 0.128, 95% 0.062 against 0.076; 1024³ 90% 0.0085 against 0.0094 at 128
-        // rows); mma.sync below (4096³ 99%, 1.3 per column: 0.043 against 0.033; 1024³ 95%,
-        // 1.6: 0.0092 against 0.0080) and for the dense kernel. The first wgmma kernel (no
-        // producer warpgroup) only ever tied mma.sync (run 7b) and is taken only when asked for.
-        Engine::Auto if ws_pays(spec, live, dense) && tensor && spec.orientation == Orientation::Right => {
+        // The warp-specialized kernel for every f16/bf16 right-orientation block cover but the
+        // dense kernel (run 17 call 11, with its staged epilogue, f16 32×32 against mma.sync:
+        // 4096³ 50% 0.276 ms against 0.568, 90% 0.0785 against 0.128, 95% 0.0453 against 0.076,
+        // 99% 0.0253 against 0.0333; 1024³ 90/95/99% 0.0082/0.0078/0.0067 against
+        // 0.0094/0.0080/0.0072). The first wgmma kernel (no producer warpgroup) only ever tied
+        // mma.sync (run 7b) and is taken only when asked for.
+        Engine::Auto if ws_pays(spec, dense) && tensor && spec.orientation == Orientation::Right => {
             return block_wgmma_ws(spec, live).map(Some)
         }
         Engine::Auto => return Ok(None),
@@ -274,13 +274,11 @@ pub fn schedule(ptr: &[i32], idx: &[i32], group: usize) -> Vec<i32> {
     sptr
 }
 
-/// Whether auto takes the warp-specialized kernel: a supported block shape, not the dense
-/// kernel, and at least 3 live blocks per block column on average (below, items are too short
-/// for the persistent walk's per-item epilogue, and mma.sync's independent CTAs win).
-fn ws_pays(spec: &SpmmSpec, live: &[bool], dense: bool) -> bool {
+/// Whether auto takes the warp-specialized kernel: a supported block shape and not the
+/// dense kernel (every block live: the dense kernel, or cuBLAS in the planner, takes it).
+fn ws_pays(spec: &SpmmSpec, dense: bool) -> bool {
     let (bh, bw) = spec.block;
-    let columns = spec.n / bw;
-    !dense && supports(bh, bw) && columns > 0 && live.iter().filter(|l| **l).count() >= 3 * columns
+    !dense && supports(bh, bw)
 }
 
 /// The warp-specialized variant: a producer warpgroup (cp.async into a `stages`-deep ring,
@@ -329,14 +327,21 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let a_stage_bytes = bm * bh * esize;
     let w_block_bytes = (bh * bw * esize).next_multiple_of(1024);
     let stage_bytes = a_stage_bytes + group * w_block_bytes;
+    // The epilogue's staging rows (per consumer warpgroup: its rows × the group's columns,
+    // padded by 16 bytes). The accumulating epilogue works in place, and so does a kernel
+    // whose accumulators fill 128 registers (staging made ptxas spill there).
+    let stg_stride = group * bw * esize + 16;
+    let stg_bytes = m_tiles * 64 * stg_stride;
+    let staged = !spec.accumulate && m_tiles * group * acc_regs < 128;
+    let staging = if staged { warpgroups * stg_bytes + 16 } else { 0 };
     // Default: as deep a ring as fits, up to 12 stages.
     let stages = match tile.stages {
-        0 => ((SMEM_PER_CTA_MAX - 1024) / (stage_bytes + 24)).clamp(3, 12),
+        0 => ((SMEM_PER_CTA_MAX - 1024 - staging) / (stage_bytes + 24)).clamp(3, 12),
         s if (3..=16).contains(&s) => s,
         s => return Err(spec_err(format!("warp-specialized wgmma rings have 3 to 16 stages, not {s}"))),
     };
     // + 1024: the ring aligned to the swizzle period; + 24 per stage: two mbarriers and the step word.
-    let smem = stages * stage_bytes + 1024 + 24 * stages;
+    let smem = stages * stage_bytes + 1024 + 24 * stages + staging;
     if smem > SMEM_PER_CTA_MAX {
         return Err(spec_err(format!("{stages} stages of {stage_bytes} bytes exceed the shared memory of a CTA")));
     }
@@ -403,6 +408,10 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         desc_const: format!("0x{:016x}", layout.descriptor_const()),
         a_stage_bytes,
         w_block_bytes,
+        stg_stride,
+        stg_bytes,
+        stg_chunks: group * bw * esize / 16,
+        staged,
         stage_bytes,
         m64_bytes: 64 * bh * esize,
         acc_regs,
@@ -455,8 +464,9 @@ mod tests {
     }
 
     #[test]
-    fn wgmma_is_taken_when_asked_for_and_auto_stays_on_mma_sync() {
+    fn wgmma_is_taken_when_asked_for() {
         let mut s = f16_spec(vec![(1, 2), (0, 0)]);
+        s.engine = Engine::MmaSync;
         assert_eq!(specialize(&s).unwrap().family, Family::BlockMma);
         s.engine = Engine::Wgmma;
         let k = specialize(&s).unwrap();
@@ -481,8 +491,8 @@ mod tests {
     }
 
     #[test]
-    fn auto_takes_the_warp_specialized_kernel_from_three_live_blocks_per_column() {
-        // 256 × 512 × 256: 16 k-blocks × 8 block columns. 3 live blocks in every column → ws.
+    fn auto_takes_the_warp_specialized_kernel_for_16_bit_right_blocks() {
+        // 256 × 512 × 256: 16 k-blocks × 8 block columns, 3 live blocks in every column.
         let blocks: Vec<(usize, usize)> = (0..8).flat_map(|j| [(j, j), ((j + 5) % 16, j), ((j + 9) % 16, j)]).collect();
         let s = SpmmSpec::new(256, 512, 256, Dtype::F16, (32, 32), blocks.clone());
         let k = specialize(&s).unwrap();
@@ -493,13 +503,24 @@ mod tests {
         assert_eq!((k.launch.grid, k.launch.block), ((16, 1, 1), (384, 1, 1)));
         assert!(k.source.contains("mbarrier.try_wait.parity"));
         assert!(k.source.contains("cp.async.mbarrier.arrive.noinc"));
-        // One live block fewer → 23 < 24: mma.sync.
-        let fewer = SpmmSpec::new(256, 512, 256, Dtype::F16, (32, 32), blocks[1..].to_vec());
-        assert_eq!(specialize(&fewer).unwrap().family, Family::BlockMma);
+        // The staged epilogue, unless the kernel accumulates onto C.
+        assert!(k.source.contains("bar.sync %0, 128"));
+        let mut acc = s.clone();
+        acc.accumulate = true;
+        assert!(!specialize(&acc).unwrap().source.contains("bar.sync %0, 128"));
+        // A single live block still takes it; every block live (dense) does not.
+        let one = SpmmSpec::new(256, 512, 256, Dtype::F16, (32, 32), vec![(3, 5)]);
+        assert_eq!(specialize(&one).unwrap().family, Family::BlockWgmma);
+        let all: Vec<(usize, usize)> = (0..16).flat_map(|kb| (0..8).map(move |j| (kb, j))).collect();
+        let dense = SpmmSpec::new(256, 512, 256, Dtype::F16, (32, 32), all);
+        assert_ne!(specialize(&dense).unwrap().family, Family::BlockWgmma);
         // fp32, the left orientation and mma.sync asked for stay off it.
         let mut f32s = s.clone();
         f32s.dtype = Dtype::F32;
         assert_ne!(specialize(&f32s).unwrap().family, Family::BlockWgmma);
+        let mut left = SpmmSpec::new(256, 256, 512, Dtype::F16, (32, 32), vec![(1, 2), (3, 4)]);
+        left.orientation = Orientation::Left;
+        assert_eq!(specialize(&left).unwrap().family, Family::BlockMma);
         let mut mma = s.clone();
         mma.engine = Engine::MmaSync;
         assert_eq!(specialize(&mma).unwrap().family, Family::BlockMma);
@@ -538,10 +559,11 @@ mod tests {
         s.engine = Engine::WgmmaWs;
         s.tile = Some(Tile { group: 3, ..Tile::new(256, 0) });
         let k = specialize(&s).unwrap();
-        // 100 rows → one 256-row item of 3 block columns; ring as deep as fits (10 stages of
-        // 16 KB A + 3 × 2 KB W), plus the mbarriers and step words.
+        // 100 rows → one 256-row item of 3 block columns; ring as deep as fits (7 stages of
+        // 16 KB A + 3 × 2 KB W), plus the mbarriers and step words, plus the epilogue's
+        // staging rows (2 warpgroups × 128 rows × (3 × 64 + 16) bytes).
         assert_eq!((k.launch.grid, k.launch.block), ((1, 1, 1), (384, 1, 1)));
-        assert_eq!(k.launch.smem_bytes as usize, 10 * (16384 + 3 * 2048) + 1024 + 24 * 10);
+        assert_eq!(k.launch.smem_bytes as usize, 7 * (16384 + 3 * 2048) + 1024 + 24 * 7 + 2 * 128 * (3 * 64 + 16) + 16);
         assert!(k.source.contains("#define G 3"));
         for (tile, needle) in [
             (Tile { group: 9, ..Tile::new(128, 4) }, "1 to 8 block columns"),

@@ -741,7 +741,7 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         // The warp-specialized kernel: rows × stages × block columns per item.
         out.push(goal.clone().with_engine(Engine::WgmmaWs));
         for (rows, stages, group) in
-            [(128, 12, 1), (128, 12, 2), (128, 6, 4), (128, 9, 8), (256, 9, 4), (256, 9, 3), (256, 6, 2), (64, 8, 8)]
+            [(128, 12, 1), (128, 12, 2), (128, 6, 4), (128, 9, 8), (256, 9, 4), (256, 7, 3), (256, 6, 2), (64, 8, 8)]
         {
             out.push(goal.clone().with_ws_tile(rows, stages, group).with_engine(Engine::WgmmaWs));
         }
