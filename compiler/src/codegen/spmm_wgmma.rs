@@ -129,9 +129,9 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
 }
 
 fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
-    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (m, n) = (spec.m, spec.n);
     let (bh, bw) = spec.block;
-    let (kbs, nbs) = (k / bh, n / bw);
+    let nbs = n / bw;
     // Rows per item: (warpgroups, m64 tiles per warpgroup).
     let rows = match spec.tile {
         Some(t) => t.rows,
@@ -168,46 +168,20 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let min_ctas =
         (SMEM_PER_SM / (smem + SMEM_RESERVED_PER_CTA)).min(2048 / threads).min(65536 / (threads * regs)).clamp(1, 8);
 
-    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
-    let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
-    let literal_words = ptr.len() + idx.len() + value_words;
-    let mode = resolve_mode(spec, literal_words);
-    let unrolled = mode == Mode::Unrolled;
     let items = m.div_ceil(bm) * nbs;
     let grid = items.min(TARGET_SMS * min_ctas);
-    let mut kernel = Kernel {
-        name: format!(
-            "spmm_block_wgmma_{}_{}x{}_{}",
-            spec.dtype.name(),
-            bh,
-            bw,
-            if unrolled { "unrolled" } else { "stream" }
-        ),
-        family: Family::BlockWgmma,
-        mode,
-        source: String::new(),
-        launch: Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 },
-        spec_shape: (m, k, n),
-        dtype: spec.dtype,
-        block: (bh, bw),
-        orientation: super::Orientation::Right,
-        ptr,
-        idx,
-        fine: None,
-        live_instances,
-        dead_instances,
-        literal_words: if unrolled { literal_words } else { 0 },
-        values_embedded: unrolled && spec.values.is_some(),
-        prepass: None,
-        steps: vec![],
-    };
-    let values = match (&spec.values, kernel.values_embedded) {
-        (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
-        _ => vec![],
-    };
+    let launch = Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
+    let (mut kernel, values) = wgmma_kernel(
+        spec,
+        live,
+        bm,
+        launch,
+        |mode| format!("spmm_block_wgmma_{}_{}x{}_{mode}", spec.dtype.name(), bh, bw),
+        |_, _| vec![],
+    )?;
     let ctx = WgmmaCtx {
         head: kernel_head(&kernel.name, spec.dtype, spec),
-        literals: kernel_literals(&kernel, kernel.idx.clone(), values, 16, 0),
+        literals: kernel_literals(&kernel, kernel.device_idx(), values, 16, 0),
         bh,
         bw,
         bm,
@@ -233,6 +207,55 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     };
     kernel.source = render("spmm_block_wgmma.cu.tera", &ctx)?;
     Ok(kernel)
+}
+
+/// What both wgmma kernels build the same way: the block tables of `bm`-row tiles, the
+/// extra index words `steps(ptr, idx)` reads after them, the mode (their literal words against
+/// the unroll budget), the kernel record (source still empty) named by `name(mode)`, and the
+/// weight's values when the mode embeds them.
+fn wgmma_kernel(
+    spec: &SpmmSpec,
+    live: &[bool],
+    bm: usize,
+    launch: Launch,
+    name: impl FnOnce(&str) -> String,
+    steps: impl FnOnce(&[i32], &[i32]) -> Vec<i32>,
+) -> Result<(Kernel, Vec<String>), CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (bh, bw) = spec.block;
+    let esize = spec.dtype.bytes();
+    let BlockTables { ptr, idx, live_instances, dead_instances } =
+        block_tables(m, (k / bh, n / bw), (bh, bw), bm, live)?;
+    let steps = steps(&ptr, &idx);
+    let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
+    let literal_words = ptr.len() + idx.len() + steps.len() + value_words;
+    let mode = resolve_mode(spec, literal_words);
+    let unrolled = mode == Mode::Unrolled;
+    let kernel = Kernel {
+        name: name(if unrolled { "unrolled" } else { "stream" }),
+        family: Family::BlockWgmma,
+        mode,
+        source: String::new(),
+        launch,
+        spec_shape: (m, k, n),
+        dtype: spec.dtype,
+        block: (bh, bw),
+        orientation: Orientation::Right,
+        ptr,
+        idx,
+        fine: None,
+        live_instances,
+        dead_instances,
+        literal_words: if unrolled { literal_words } else { 0 },
+        values_embedded: unrolled && spec.values.is_some(),
+        prepass: None,
+        steps,
+    };
+    let values = match (&spec.values, kernel.values_embedded) {
+        (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
+        _ => vec![],
+    };
+    Ok((kernel, values))
 }
 
 /// The warp-specialized kernel's step schedule, read after the block tables (`idx`, `nnz`
@@ -287,9 +310,9 @@ fn ws_pays(spec: &SpmmSpec, dense: bool) -> bool {
 /// copy serves every live block of its k-block row in the group. Per A element the L2 then
 /// serves one read per live k-block row of each group instead of one per live block.
 fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
-    let (m, k, n) = (spec.m, spec.k, spec.n);
+    let (m, n) = (spec.m, spec.n);
     let (bh, bw) = spec.block;
-    let (kbs, nbs) = (k / bh, n / bw);
+    let nbs = n / bw;
     let tile = spec.tile.unwrap_or(Tile::new(0, 0));
     // Default 256 rows × 2 block columns per item where that still gives every SM two items
     // (run 17 call 4, 4096³ 32×32 90%: 0.0953 ms, against 0.0974 at 256 × 4 and 0.113-0.137 at
@@ -345,48 +368,19 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     if smem > SMEM_PER_CTA_MAX {
         return Err(spec_err(format!("{stages} stages of {stage_bytes} bytes exceed the shared memory of a CTA")));
     }
-    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
-    let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
-    let literal_words = ptr.len() + idx.len() + value_words;
     let n_groups = nbs.div_ceil(group);
-    let steps = schedule(&ptr, &idx, group);
-    let nnz = idx.len();
-    let literal_words = literal_words + steps.len();
-    let mode = resolve_mode(spec, literal_words);
-    let unrolled = mode == Mode::Unrolled;
     let items = m.div_ceil(bm) * n_groups;
     let grid = items.min(TARGET_SMS);
-    let mut kernel = Kernel {
-        name: format!(
-            "spmm_block_wgmma_ws_{}_{}x{}_g{}_{}",
-            spec.dtype.name(),
-            bh,
-            bw,
-            group,
-            if unrolled { "unrolled" } else { "stream" }
-        ),
-        family: Family::BlockWgmma,
-        mode,
-        source: String::new(),
-        launch: Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 },
-        spec_shape: (m, k, n),
-        dtype: spec.dtype,
-        block: (bh, bw),
-        orientation: super::Orientation::Right,
-        ptr,
-        idx,
-        fine: None,
-        live_instances,
-        dead_instances,
-        literal_words: if unrolled { literal_words } else { 0 },
-        values_embedded: unrolled && spec.values.is_some(),
-        prepass: None,
-        steps,
-    };
-    let values = match (&spec.values, kernel.values_embedded) {
-        (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
-        _ => vec![],
-    };
+    let launch = Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
+    let (mut kernel, values) = wgmma_kernel(
+        spec,
+        live,
+        bm,
+        launch,
+        |mode| format!("spmm_block_wgmma_ws_{}_{}x{}_g{group}_{mode}", spec.dtype.name(), bh, bw),
+        |ptr, idx| schedule(ptr, idx, group),
+    )?;
+    let nnz = kernel.idx.len();
     let ctx = WgmmaWsCtx {
         head: kernel_head(&kernel.name, spec.dtype, spec),
         literals: kernel_literals(&kernel, kernel.device_idx(), values, 16, kernel.steps.len()),
