@@ -92,6 +92,10 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
                 assert!(ptx.ptx.contains("fence.proxy.async.shared::cta"), "{}: no proxy fence in PTX", kernel.name);
                 assert!(!ptx.ptx.contains("mma.sync"), "{}: mma.sync in a wgmma kernel", kernel.name);
             }
+            if kernel.tma_a.is_some() {
+                assert!(ptx.ptx.contains("cp.async.bulk.tensor.2d"), "{}: no TMA copy in PTX", kernel.name);
+                assert!(ptx.ptx.contains("mbarrier.expect_tx"), "{}: no transaction count in PTX", kernel.name);
+            }
             if !matches!(kernel.family, spartac::codegen::Family::Fine | spartac::codegen::Family::Epilogue) {
                 assert!(ptx.ptx.contains("cp.async"), "{}: no cp.async in PTX", kernel.name);
             }

@@ -81,6 +81,7 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         values_embedded: false,
         prepass: None,
         steps: vec![],
+        tma_a: None,
     })
 }
 

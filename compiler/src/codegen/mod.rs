@@ -22,7 +22,7 @@ mod spmm_wgmma;
 
 pub use library::{library_gemm, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
-pub use spmm::{specialize, Family, FineTable, Kernel, Launch, Prepass};
+pub use spmm::{specialize, Family, FineTable, Kernel, Launch, Prepass, TmaBox};
 pub use spmm_wgmma::CoreLayout;
 
 use serde::Serialize;
@@ -157,8 +157,9 @@ pub enum Mode {
 /// 1, 2 or 4 CTAs, each summing a share of the k-chunks, reduced through distributed shared
 /// memory). The dismantled fine kernel reads `warps` (> 0 selects it: warps per CTA) and
 /// `stages` (output columns per warp / 32: 1 or 2), with `rows` = 32. 0 = the specializer's choice.
-/// The warp-specialized wgmma kernel reads `group`: block columns per work item (1..=8).
-/// Other block kernels ignore `per_sm`, `split`, `warps` and `group`.
+/// The warp-specialized wgmma kernel reads `group`: block columns per work item (1..=8), and
+/// `k_rows`: k-block rows per ring stage (1..=4). Other block kernels ignore `per_sm`,
+/// `split`, `warps`, `group` and `k_rows`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,
@@ -167,11 +168,12 @@ pub struct Tile {
     pub split: usize,
     pub warps: usize,
     pub group: usize,
+    pub k_rows: usize,
 }
 
 impl Tile {
     pub fn new(rows: usize, stages: usize) -> Tile {
-        Tile { rows, stages, per_sm: 0, split: 0, warps: 0, group: 0 }
+        Tile { rows, stages, per_sm: 0, split: 0, warps: 0, group: 0, k_rows: 0 }
     }
 }
 

@@ -315,6 +315,8 @@ pub struct WgmmaWsCtx {
     pub bm: usize,
     /// Block columns per work item.
     pub group: usize,
+    /// k-block rows per ring stage (step).
+    pub kr: usize,
     /// Live blocks: the step schedule starts at this word of the index table.
     pub nnz: usize,
     /// Consumer warpgroups (the producer warpgroup comes on top).
@@ -346,4 +348,15 @@ pub struct WgmmaWsCtx {
     pub operand_a: usize,
     pub operand_b: usize,
     pub operand_one: usize,
+    /// One straight-line wgmma path per nonempty set of live slots, each ending in its own
+    /// commit (groups of up to `MASK_PATHS_MAX_GROUP` columns); empty for wider groups, which
+    /// branch per slot.
+    pub mask_paths: Vec<MaskPath>,
+}
+
+/// A set of live slots of a warp-specialized step: its mask and the slots in it.
+#[derive(Clone, Debug, Serialize)]
+pub struct MaskPath {
+    pub mask: u32,
+    pub slots: Vec<usize>,
 }

@@ -111,6 +111,22 @@ pub struct Kernel {
     /// the warp-specialized wgmma kernel's step schedule (`spmm_wgmma::schedule`); empty for
     /// the other kernels.
     pub steps: Vec<i32>,
+    /// A kernel that loads its dense operand `A` by the Tensor Memory Accelerator takes a
+    /// tensor map of it as one more, last parameter (`const __grid_constant__` 128 bytes),
+    /// which the caller encodes for the `A` it launches on (see [`TmaBox`]).
+    pub tma_a: Option<TmaBox>,
+}
+
+/// The tensor map a kernel wants of its dense operand `A` (row-major `M × K` of the kernel's
+/// dtype, `K` innermost): boxes of `rows` × `cols` elements landing in shared memory with the
+/// `swizzle_bytes` swizzle (32, 64 or 128; the wgmma layouts' swizzle), rows past `M` filled
+/// with zeros. The compiler only describes it; the runtime encodes it
+/// (`cuTensorMapEncodeTiled`) with the device address of `A`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TmaBox {
+    pub rows: u32,
+    pub cols: u32,
+    pub swizzle_bytes: u32,
 }
 
 /// A fine kernel's prepass over its dense operand, into an fp32 scratch buffer of
@@ -635,6 +651,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         values_embedded: mode == Mode::Unrolled && spec.values.is_some(),
         prepass: None,
         steps: vec![],
+        tma_a: None,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(_), true) if folded => vec![],
@@ -1250,6 +1267,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         values_embedded: unrolled && spec.values.is_some(),
         prepass,
         steps: vec![],
+        tma_a: None,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
@@ -1516,7 +1534,7 @@ mod tests {
         // registers (32 × 512 tiles leaving SMs idle) and 2-CTAs-per-SM tiles.
         let mut s = fine_spec(256, 256, 2048, Dtype::F32);
         s.blocks.truncate(s.blocks.len() / 4);
-        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0, group: 0 });
+        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0 });
         s.dense_copy = DenseCopy::Prepass;
         let k = specialize(&s).unwrap();
         assert!(k.prepass.is_some() && k.source.contains("STAGE_WORDS"));
@@ -1619,14 +1637,14 @@ mod tests {
         let mut s = SpmmSpec::new(200, 700, 300, Dtype::F32, (1, 1), pattern);
         s.blocks.sort();
         s.blocks.dedup();
-        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0, group: 0 });
+        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0, group: 0, k_rows: 0 });
         let k = specialize(&s).unwrap();
         assert_eq!(k.launch.grid, (3, 4, 2));
         assert!(k.source.contains("__cluster_dims__(1, 1, 2)") && k.source.contains("barrier.cluster.arrive.release"));
         for (tile, needle) in [
-            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0, group: 0 }, "1, 2 or 4 CTAs"),
-            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0, group: 0 }, "2 fine CTAs per SM"),
-            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0, group: 0 }, "2 fine CTAs per SM"),
+            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0, group: 0, k_rows: 0 }, "1, 2 or 4 CTAs"),
+            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0 }, "2 fine CTAs per SM"),
+            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0 }, "2 fine CTAs per SM"),
         ] {
             s.tile = Some(tile);
             let e = specialize(&s).unwrap_err().to_string();

@@ -295,6 +295,7 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
         values_embedded: embedded,
         prepass: None,
         steps: vec![],
+        tma_a: None,
     };
     let ctx = DismantledCtx {
         head: kernel_head(&kernel.name, Dtype::F32, spec),
@@ -384,7 +385,13 @@ mod tests {
         for (m, k, n, nnz, tile) in [
             (64, 512, 200, 3000, None),
             (70, 4096, 136, 2000, None),
-            (40, 258, 100, 1500, Some(Tile { rows: 32, stages: 1, per_sm: 0, split: 0, warps: 2, group: 0 })),
+            (
+                40,
+                258,
+                100,
+                1500,
+                Some(Tile { rows: 32, stages: 1, per_sm: 0, split: 0, warps: 2, group: 0, k_rows: 0 }),
+            ),
         ] {
             let mut s = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), pattern(k, n, nnz));
             s.mode = Mode::Unrolled;
@@ -443,21 +450,26 @@ mod tests {
         assert_eq!(specialize(&wide).unwrap().family, Family::Fine);
         let s = SpmmSpec::new(64, 256, 128, Dtype::F32, (1, 1), pattern(256, 128, 500));
         for (tile, mode, dtype, needle) in [
-            (Tile { rows: 64, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0 }, Mode::Auto, Dtype::F32, "32 rows"),
             (
-                Tile { rows: 32, stages: 4, per_sm: 0, split: 0, warps: 4, group: 0 },
+                Tile { rows: 64, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
+                Mode::Auto,
+                Dtype::F32,
+                "32 rows",
+            ),
+            (
+                Tile { rows: 32, stages: 4, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
                 Mode::Auto,
                 Dtype::F32,
                 "32 or 64 columns",
             ),
             (
-                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0 },
+                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
                 Mode::IndexStream,
                 Dtype::F32,
                 "pattern in the code",
             ),
             (
-                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0 },
+                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
                 Mode::Auto,
                 Dtype::F16,
                 "needs fp32",

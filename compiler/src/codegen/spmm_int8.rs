@@ -72,6 +72,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         values_embedded: false,
         prepass: None,
         steps: vec![],
+        tma_a: None,
     };
     let ctx = Int8Ctx {
         head: kernel_head(&kernel.name, Dtype::I8.output(), spec),

@@ -132,6 +132,7 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
         values_embedded: unrolled && spec.values.is_some(),
         prepass: None,
         steps: vec![],
+        tma_a: None,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(Dtype::F32, &kernel.pack_weight(v)),

@@ -7,9 +7,10 @@
 //! wgmma matrix descriptors read ([`CoreLayout`]); W blocks are packed transposed (`[n][k]`)
 //! so that B is K-major like A.
 
-use super::render::{render, WgmmaCtx, WgmmaWsCtx};
+use super::render::{render, MaskPath, WgmmaCtx, WgmmaWsCtx};
 use super::spmm::{
-    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel, Launch,
+    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel,
+    Launch, TmaBox,
 };
 use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec, Tile};
 
@@ -250,6 +251,7 @@ fn wgmma_kernel(
         values_embedded: unrolled && spec.values.is_some(),
         prepass: None,
         steps,
+        tma_a: None,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
@@ -262,10 +264,11 @@ fn wgmma_kernel(
 /// words) in its index table: `n_groups + 1` step pointers (group `g`'s steps are
 /// `[sptr[g], sptr[g + 1])`), then one word per step, `kb | live_slots << 16`: the k-block
 /// rows live in any block column of the group, in increasing order, and which of the
-/// group's `group` columns hold a block there. A group without live blocks gets one step with
-/// no slots (its item still writes its output). The producer then reads one word per step,
-/// prefetched a step ahead, instead of merging the group's columns itself.
-pub fn schedule(ptr: &[i32], idx: &[i32], group: usize) -> Vec<i32> {
+/// group's `group` columns hold a block there. The kernel takes `kr` rows per ring stage, so
+/// every group's list is padded to a whole number of stages (at least one) with rows without
+/// slots (a group without live blocks still writes its output). The producer then reads
+/// `kr` words per stage instead of merging the group's columns itself.
+pub fn schedule(ptr: &[i32], idx: &[i32], group: usize, kr: usize) -> Vec<i32> {
     let nbs = ptr.len() - 1;
     let n_groups = nbs.div_ceil(group);
     let mut sptr = Vec::with_capacity(n_groups + 1);
@@ -287,7 +290,8 @@ pub fn schedule(ptr: &[i32], idx: &[i32], group: usize) -> Vec<i32> {
                 _ => merged.push((kb, bit)),
             }
         }
-        if merged.is_empty() {
+        // Whole steps of `kr` rows: a short last step is padded with rows without slots.
+        while merged.is_empty() || !merged.len().is_multiple_of(kr) {
             merged.push((0, 0));
         }
         words.extend(merged.iter().map(|&(kb, mask)| kb | (mask << 16)));
@@ -295,6 +299,24 @@ pub fn schedule(ptr: &[i32], idx: &[i32], group: usize) -> Vec<i32> {
     sptr.push(words.len() as i32);
     sptr.extend(words);
     sptr
+}
+
+/// Widest group whose live-slot sets each get their own straight-line wgmma path (15 paths
+/// at 4 columns).
+pub const MASK_PATHS_MAX_GROUP: usize = 4;
+
+/// The wgmma paths of a step, one per nonempty set of live slots, for groups of up to
+/// `MASK_PATHS_MAX_GROUP` columns. With one `if` per slot instead, ptxas closes a wgmma group
+/// (`gsb0`) at the end of every slot's block and a dummy one at the commit: the wait for "one
+/// group in flight" then waited for the step's own wgmmas, and no step overlapped the next
+/// (run 18 call 3: the consumers alone took ~650 cycles per step whatever its wgmma count).
+fn mask_paths(group: usize) -> Vec<MaskPath> {
+    if group > MASK_PATHS_MAX_GROUP {
+        return vec![];
+    }
+    (1u32..1 << group)
+        .map(|mask| MaskPath { mask, slots: (0..group).filter(|&c| mask & (1 << c) != 0).collect() })
+        .collect()
 }
 
 /// Whether auto takes the warp-specialized kernel: a supported block shape and not the
@@ -336,6 +358,18 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         g if (1..=8).contains(&g) => g,
         g => return Err(spec_err(format!("warp-specialized wgmma items hold 1 to 8 block columns, not {g}"))),
     };
+    // Two k-block rows per stage by default (run 18 call 4, 4096³ 32×32 f16: 90% 0.0763 →
+    // 0.0705 ms, 50% 0.267 → 0.245; three rows no better): the per-step protocol (barrier
+    // waits, step word, proxy fence, one wgmma wait) is paid once per two rows.
+    let kr = match tile.k_rows {
+        0 => 2,
+        r if (1..=4).contains(&r) && r * group <= 16 => r,
+        r => {
+            return Err(spec_err(format!(
+                "warp-specialized wgmma stages hold 1 to 4 k-block rows of at most 16 slots, not {r} × {group}"
+            )))
+        }
+    };
     let acc_regs = bw / 2;
     if m_tiles * group * acc_regs > 128 {
         return Err(spec_err(format!(
@@ -349,7 +383,7 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let threads = 128 * (warpgroups + 1);
     let a_stage_bytes = bm * bh * esize;
     let w_block_bytes = (bh * bw * esize).next_multiple_of(1024);
-    let stage_bytes = a_stage_bytes + group * w_block_bytes;
+    let stage_bytes = kr * (a_stage_bytes + group * w_block_bytes);
     // The epilogue's staging rows (per consumer warpgroup: its rows × the group's columns,
     // padded by 16 bytes). The accumulating epilogue works in place, and so does a kernel
     // whose accumulators fill 128 registers (staging made ptxas spill there).
@@ -378,8 +412,11 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         bm,
         launch,
         |mode| format!("spmm_block_wgmma_ws_{}_{}x{}_g{group}_{mode}", spec.dtype.name(), bh, bw),
-        |ptr, idx| schedule(ptr, idx, group),
+        |ptr, idx| schedule(ptr, idx, group, kr),
     )?;
+    // A's tiles come by TMA: one instruction per tile from one thread, rows past M zero-filled
+    // by the copy engine.
+    kernel.tma_a = Some(TmaBox { rows: bm as u32, cols: bh as u32, swizzle_bytes: layout.row_bytes() as u32 });
     let nnz = kernel.idx.len();
     let ctx = WgmmaWsCtx {
         head: kernel_head(&kernel.name, spec.dtype, spec),
@@ -388,6 +425,7 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         bw,
         bm,
         group,
+        kr,
         nnz,
         warpgroups,
         m_tiles,
@@ -412,6 +450,7 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         operand_a: acc_regs,
         operand_b: acc_regs + 1,
         operand_one: acc_regs + 2,
+        mask_paths: mask_paths(group),
     };
     kernel.source = render("spmm_block_wgmma_ws.cu.tera", &ctx)?;
     Ok(kernel)
@@ -532,26 +571,34 @@ mod tests {
         // 5 block columns in groups of 2: {0: kb 1, 3}, {1: kb 3}, {2: -}, {3: -}, {4: kb 0, 2}.
         let ptr = [0, 2, 3, 3, 3, 5];
         let idx = [1, 3, 3, 0, 2];
-        let s = schedule(&ptr, &idx, 2);
+        let s = schedule(&ptr, &idx, 2, 1);
         let word = |kb: i32, mask: i32| kb | (mask << 16);
         // Step pointers of the 3 groups, then the steps: kb 1 (slot 0), kb 3 (slots 0 and 1);
         // the empty group's one step without slots; kb 0 and 2 (slot 0 of the last, short group).
         assert_eq!(s, vec![0, 2, 3, 5, word(1, 1), word(3, 3), word(0, 0), word(0, 1), word(2, 1)]);
+        // Two rows per step: the empty group's step and any odd row count are padded with
+        // rows without slots.
+        let s2 = schedule(&ptr, &idx, 2, 2);
+        let pad = word(0, 0);
+        assert_eq!(s2, vec![0, 2, 4, 6, word(1, 1), word(3, 3), pad, pad, word(0, 1), word(2, 1)]);
+        let s3 = schedule(&ptr, &idx, 2, 3);
+        assert_eq!(s3[..4], [0, 3, 6, 9]);
+        assert_eq!(s3[4..7], [word(1, 1), word(3, 3), pad]);
         // The kernel reads it after idx; the block tables and the weight packing are unchanged.
         let mut spec = f16_spec(vec![(1, 0), (3, 0), (3, 1), (0, 2)]);
         spec.engine = Engine::WgmmaWs;
-        spec.tile = Some(Tile { group: 2, ..Tile::new(128, 4) });
+        spec.tile = Some(Tile { group: 2, k_rows: 1, ..Tile::new(128, 4) });
         let k = specialize(&spec).unwrap();
         assert_eq!(k.ptr, vec![0, 2, 3, 4]);
         assert_eq!(k.device_idx()[..4], k.idx[..]);
-        assert_eq!(k.device_idx()[4..], schedule(&k.ptr, &k.idx, 2)[..]);
+        assert_eq!(k.device_idx()[4..], schedule(&k.ptr, &k.idx, 2, 1)[..]);
     }
 
     #[test]
     fn warp_specialized_tiles_and_their_errors() {
         let mut s = f16_spec(vec![(1, 2), (0, 0), (3, 1)]);
         s.engine = Engine::WgmmaWs;
-        s.tile = Some(Tile { group: 3, ..Tile::new(256, 0) });
+        s.tile = Some(Tile { group: 3, k_rows: 1, ..Tile::new(256, 0) });
         let k = specialize(&s).unwrap();
         // 100 rows → one 256-row item of 3 block columns; ring as deep as fits (7 stages of
         // 16 KB A + 3 × 2 KB W), plus the mbarriers and step words, plus the epilogue's
@@ -559,12 +606,26 @@ mod tests {
         assert_eq!((k.launch.grid, k.launch.block), ((1, 1, 1), (384, 1, 1)));
         assert_eq!(k.launch.smem_bytes as usize, 7 * (16384 + 3 * 2048) + 1024 + 24 * 7 + 2 * 128 * (3 * 64 + 16) + 16);
         assert!(k.source.contains("#define G 3"));
+        assert!(k.source.contains("#define KR 1"));
+        // By default two k-block rows per stage: 3 stages of 2 × (16 KB + 3 × 2 KB) fit.
+        s.tile = Some(Tile { group: 3, ..Tile::new(256, 0) });
+        let k = specialize(&s).unwrap();
+        assert!(k.source.contains("#define KR 2"));
+        // A comes by TMA: 256-row boxes of one 32-column k-block, in the 64-byte swizzle.
+        assert_eq!(k.tma_a, Some(TmaBox { rows: 256, cols: 32, swizzle_bytes: 64 }));
+        assert!(k.source.contains("const __grid_constant__ TmaMap tmap_a"));
+        assert_eq!(
+            k.launch.smem_bytes as usize,
+            3 * 2 * (16384 + 3 * 2048) + 1024 + 24 * 3 + 2 * 128 * (3 * 64 + 16) + 16
+        );
         for (tile, needle) in [
+            (Tile { group: 2, k_rows: 5, ..Tile::new(128, 4) }, "1 to 4 k-block rows"),
+            (Tile { group: 8, k_rows: 3, ..Tile::new(64, 3) }, "at most 16 slots"),
             (Tile { group: 9, ..Tile::new(128, 4) }, "1 to 8 block columns"),
             (Tile { group: 8, ..Tile::new(256, 4) }, "at most 128"),
             (Tile { group: 1, ..Tile::new(192, 4) }, "64, 128 or 256 rows"),
             (Tile { group: 1, ..Tile::new(128, 2) }, "3 to 16 stages"),
-            (Tile { group: 8, ..Tile::new(128, 12) }, "exceed the shared memory"),
+            (Tile { group: 8, k_rows: 1, ..Tile::new(128, 12) }, "exceed the shared memory"),
         ] {
             s.tile = Some(tile);
             let e = specialize(&s).unwrap_err().to_string();

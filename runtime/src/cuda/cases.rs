@@ -137,19 +137,20 @@ impl Case {
     /// A fine-kernel tile with `per_sm` CTAs resident per SM and K split over a cluster of
     /// `split` CTAs (see [`Tile`]).
     pub fn with_fine_tile(mut self, rows: usize, stages: usize, per_sm: usize, split: usize) -> Case {
-        self.tile = Some(Tile { rows, stages, per_sm, split, warps: 0, group: 0 });
+        self.tile = Some(Tile { rows, stages, per_sm, split, warps: 0, group: 0, k_rows: 0 });
         self
     }
     /// A tile of the warp-specialized wgmma kernel: `rows` per item, a ring of `stages`,
-    /// `group` block columns per item (see [`Tile`]).
-    pub fn with_ws_tile(mut self, rows: usize, stages: usize, group: usize) -> Case {
-        self.tile = Some(Tile { group, ..Tile::new(rows, stages) });
+    /// `group` block columns per item, `k_rows` k-block rows per stage (see [`Tile`]; 0 = the
+    /// specializer's choice).
+    pub fn with_ws_tile(mut self, rows: usize, stages: usize, group: usize, k_rows: usize) -> Case {
+        self.tile = Some(Tile { group, k_rows, ..Tile::new(rows, stages) });
         self
     }
     /// A tile of the dismantled fine kernel: `32 × cols32` output columns per warp, `warps`
     /// warps per CTA (see [`Tile`]).
     pub fn with_dismantled_tile(mut self, cols32: usize, warps: usize) -> Case {
-        self.tile = Some(Tile { rows: 32, stages: cols32, per_sm: 0, split: 0, warps, group: 0 });
+        self.tile = Some(Tile { rows: 32, stages: cols32, per_sm: 0, split: 0, warps, group: 0, k_rows: 0 });
         self
     }
     pub fn with_epilogue(mut self, bias: bool, activation: Activation) -> Case {
@@ -206,7 +207,8 @@ impl Case {
                     let split = if t.split > 1 { format!("k{}", t.split) } else { String::new() };
                     let warps = if t.warps > 0 { format!("w{}", t.warps) } else { String::new() };
                     let group = if t.group > 0 { format!("g{}", t.group) } else { String::new() };
-                    format!(" tile{}s{}{per_sm}{split}{warps}{group}", t.rows, t.stages)
+                    let k_rows = if t.k_rows > 0 { format!("r{}", t.k_rows) } else { String::new() };
+                    format!(" tile{}s{}{per_sm}{split}{warps}{group}{k_rows}", t.rows, t.stages)
                 })
                 .unwrap_or_default(),
             if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" },
@@ -478,27 +480,28 @@ pub fn correctness_cases() -> Vec<Case> {
             .with_epilogue(true, Relu)
             .with_engine(WgmmaWs),
         Case::new((333, 512, 480), Bf16, b(0.7), Block(32, 32))
-            .with_ws_tile(256, 4, 2)
+            .with_ws_tile(256, 4, 2, 2)
             .with_epilogue(true, Gelu)
             .with_engine(WgmmaWs),
         Case::new((64, 256, 256), Bf16, b(0.5), Block(32, 32))
-            .with_ws_tile(64, 3, 8)
+            .with_ws_tile(64, 3, 8, 2)
             .with_values()
             .with_engine(WgmmaWs),
         Case::new((200, 512, 384), F16, Pattern::Block { bh: 64, bw: 64, sparsity: 0.6 }, Block(64, 64))
-            .with_ws_tile(128, 5, 2)
+            .with_ws_tile(128, 5, 2, 1)
             .with_mode(Mode::IndexStream)
             .with_epilogue(false, Clip { lo: -1.0, hi: 0.25 })
             .with_engine(WgmmaWs),
         Case::new((130, 256, 384), F16, Pattern::Block { bh: 32, bw: 16, sparsity: 0.6 }, Block(32, 16))
-            .with_ws_tile(128, 8, 8)
+            .with_ws_tile(128, 8, 8, 1)
             .with_epilogue(true, None)
             .with_engine(WgmmaWs),
         Case::new((100, 256, 256), Bf16, Pattern::Block { bh: 16, bw: 16, sparsity: 0.8 }, Block(16, 16))
             .with_mode(Mode::Unrolled)
             .with_engine(WgmmaWs),
-        Case::new((1024, 1024, 1024), F16, b(0.97), Block(32, 32)).with_ws_tile(128, 6, 1).with_engine(WgmmaWs),
-        Case::new((512, 2048, 1024), F16, b(0.9), Block(32, 32)).with_ws_tile(256, 6, 4).with_engine(WgmmaWs),
+        Case::new((1024, 1024, 1024), F16, b(0.97), Block(32, 32)).with_ws_tile(128, 6, 1, 3).with_engine(WgmmaWs),
+        Case::new((512, 2048, 1024), F16, b(0.9), Block(32, 32)).with_ws_tile(256, 6, 4, 1).with_engine(WgmmaWs),
+        Case::new((300, 768, 320), F16, b(0.85), Block(32, 32)).with_ws_tile(128, 0, 2, 4).with_engine(WgmmaWs),
         Case::new((256, 512, 512), F16, u(0.0), Dense(32, 32)).with_engine(WgmmaWs),
         Case::new((256, 1024, 1024), F16, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu).with_engine(WgmmaWs),
         // fp32 on tensor cores (3xTF32): ragged M, every epilogue, both modes, values
@@ -738,12 +741,13 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         for (rows, stages) in [(128, 8), (192, 5), (256, 4), (256, 6)] {
             out.push(goal.clone().with_tile(rows, stages).with_engine(Engine::Wgmma));
         }
-        // The warp-specialized kernel: rows × stages × block columns per item.
+        // The warp-specialized kernel: rows × block columns per item × k-block rows per stage
+        // (rings as deep as fit).
         out.push(goal.clone().with_engine(Engine::WgmmaWs));
-        for (rows, stages, group) in
-            [(128, 12, 1), (128, 12, 2), (128, 6, 4), (128, 9, 8), (256, 9, 4), (256, 7, 3), (256, 6, 2), (64, 8, 8)]
+        for (rows, group, k_rows) in
+            [(128, 1, 2), (128, 2, 2), (128, 4, 2), (256, 2, 1), (256, 2, 3), (256, 3, 2), (256, 4, 2), (64, 8, 2)]
         {
-            out.push(goal.clone().with_ws_tile(rows, stages, group).with_engine(Engine::WgmmaWs));
+            out.push(goal.clone().with_ws_tile(rows, 0, group, k_rows).with_engine(Engine::WgmmaWs));
         }
     }
     if dtype == Dtype::F32 {

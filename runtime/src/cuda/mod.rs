@@ -11,6 +11,7 @@ pub mod cublas;
 mod nvrtc;
 pub mod spmm;
 pub mod spmm_int8;
+mod tma;
 
 pub use nvrtc::{compile_ptx, nvrtc_version, preload_nvrtc, Ptx};
 

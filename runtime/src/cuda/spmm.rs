@@ -2,8 +2,9 @@
 //! kernel of a cover, check against an f64 CPU reference, time with CUDA events.
 
 use super::cases::{round_to, Case, Problem};
+use super::tma::{encode_matrix, TensorMap};
 use super::{median, CudaDevice, CudaError, DriverContext};
-use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode, Orientation, Prepass};
 use spartac::rng::SplitMix64;
 use std::path::Path;
@@ -64,6 +65,8 @@ struct Part<T> {
     idx: CudaSlice<i32>,
     /// The kernel's prepass and the scratch it writes (the kernel's dense operand, fp32).
     prepass: Option<(CudaFunction, CudaSlice<u8>)>,
+    /// The tensor map of A, for a kernel that loads A by TMA ([`Kernel::tma_a`]).
+    tma_a: Option<TensorMap>,
 }
 
 /// One step of a cover: a generated kernel, or a library GEMM (the dense fallback on
@@ -158,7 +161,14 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             Some(pre) => Some((load_prepass(dev, pre)?, dev.upload(&vec![0xffu8; pre.scratch_bytes])?)),
             None => None,
         };
-        Ok(Part { kernel, func, w: w_dev, ptr, idx, prepass })
+        let tma_a = match kernel.tma_a {
+            Some(b) => {
+                let (addr, _sync) = a_dev.device_ptr(dev.stream());
+                Some(encode_matrix(addr, a_rows, a_cols, case.dtype, b)?)
+            }
+            None => None,
+        };
+        Ok(Part { kernel, func, w: w_dev, ptr, idx, prepass, tma_a })
     };
     for (i, spec) in specs.iter().enumerate() {
         let part_w = part_weights.as_ref().map_or(&w, |p| &p[i]);
@@ -192,8 +202,12 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
             None => b.arg(&a_dev),
         };
         b.arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c);
-        // SAFETY: the arguments match the signature every family shares (see `Kernel`),
-        // and the buffers hold the sizes the launch geometry covers.
+        if let Some(map) = &p.tma_a {
+            b.arg(map);
+        }
+        // SAFETY: the arguments match the signature every family shares (see `Kernel`), plus
+        // A's tensor map where the kernel takes one, and the buffers hold the sizes the launch
+        // geometry covers.
         unsafe { b.launch(cfg) }.ctx("cuLaunchKernel").map(|_| ())
     };
     let mut launch_all = |c: &mut CudaSlice<T>| -> Result<(), CudaError> {
