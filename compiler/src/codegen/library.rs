@@ -82,6 +82,7 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         prepass: None,
         steps: vec![],
         tma_a: None,
+        w_smem_image: false,
     })
 }
 

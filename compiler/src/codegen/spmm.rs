@@ -115,6 +115,9 @@ pub struct Kernel {
     /// tensor map of it as one more, last parameter (`const __grid_constant__` 128 bytes),
     /// which the caller encodes for the `A` it launches on (see [`TmaBox`]).
     pub tma_a: Option<TmaBox>,
+    /// Block wgmma kernels: each live block of W packed as its shared-memory image (the
+    /// swizzled K-major layout), so one bulk copy lands it (the warp-specialized kernel).
+    pub w_smem_image: bool,
 }
 
 /// The tensor map a kernel wants of its dense operand `A` (row-major `M × K` of the kernel's
@@ -250,6 +253,26 @@ impl Kernel {
             }
             // Each live block column-major (n-major, the block's k contiguous): the int8
             // B fragments via plain ldmatrix, and wgmma's K-major B operand.
+            Family::BlockWgmma if self.w_smem_image => {
+                let (bh, bw) = self.block;
+                let layout = super::CoreLayout { k_chunks: bh / 8 };
+                let esize = self.dtype.bytes();
+                let mut out = vec![T::default(); self.idx.len() * bh * bw];
+                let mut e = 0;
+                for j in 0..self.ptr.len() - 1 {
+                    for &kb in &self.idx[self.ptr[j] as usize..self.ptr[j + 1] as usize] {
+                        let base = e * bh * bw;
+                        for c in 0..bw {
+                            for r in 0..bh {
+                                let at = base + (layout.offset(c, r / 8) / esize) + r % 8;
+                                out[at] = w[(kb as usize * bh + r) * n + j * bw + c];
+                            }
+                        }
+                        e += 1;
+                    }
+                }
+                out
+            }
             Family::BlockInt8 | Family::BlockWgmma => {
                 let (bh, bw) = self.block;
                 let mut out = Vec::with_capacity(self.idx.len() * bh * bw);
@@ -652,6 +675,7 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
         prepass: None,
         steps: vec![],
         tma_a: None,
+        w_smem_image: false,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(_), true) if folded => vec![],
@@ -1268,6 +1292,7 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
         prepass,
         steps: vec![],
         tma_a: None,
+        w_smem_image: false,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),

@@ -296,6 +296,7 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
         prepass: None,
         steps: vec![],
         tma_a: None,
+        w_smem_image: false,
     };
     let ctx = DismantledCtx {
         head: kernel_head(&kernel.name, Dtype::F32, spec),

@@ -73,6 +73,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         prepass: None,
         steps: vec![],
         tma_a: None,
+        w_smem_image: false,
     };
     let ctx = Int8Ctx {
         head: kernel_head(&kernel.name, Dtype::I8.output(), spec),

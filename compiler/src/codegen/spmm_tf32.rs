@@ -133,6 +133,7 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
         prepass: None,
         steps: vec![],
         tma_a: None,
+        w_smem_image: false,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(Dtype::F32, &kernel.pack_weight(v)),

@@ -179,6 +179,7 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         launch,
         |mode| format!("spmm_block_wgmma_{}_{}x{}_{mode}", spec.dtype.name(), bh, bw),
         |_, _| vec![],
+        false,
     )?;
     let ctx = WgmmaCtx {
         head: kernel_head(&kernel.name, spec.dtype, spec),
@@ -221,6 +222,7 @@ fn wgmma_kernel(
     launch: Launch,
     name: impl FnOnce(&str) -> String,
     steps: impl FnOnce(&[i32], &[i32]) -> Vec<i32>,
+    w_smem_image: bool,
 ) -> Result<(Kernel, Vec<String>), CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (bh, bw) = spec.block;
@@ -252,6 +254,7 @@ fn wgmma_kernel(
         prepass: None,
         steps,
         tma_a: None,
+        w_smem_image,
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
@@ -413,6 +416,7 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         launch,
         |mode| format!("spmm_block_wgmma_ws_{}_{}x{}_g{group}_{mode}", spec.dtype.name(), bh, bw),
         |ptr, idx| schedule(ptr, idx, group, kr),
+        true,
     )?;
     // A's tiles come by TMA: one instruction per tile from one thread, rows past M zero-filled
     // by the copy engine.
@@ -532,10 +536,11 @@ mod tests {
         assert_eq!(k.family, Family::BlockWgmma);
         assert!(k.name.starts_with("spmm_block_wgmma_ws_f16_32x32_g1"), "{}", k.name);
         // Few items (2 row tiles × 4 column pairs at 256 rows): 128 rows × 1 column; a
-        // producer warpgroup on top of 2 consumer warpgroups; one CTA per item.
+        // producer warpgroup (one thread: TMA and bulk copies) on top of 2 consumer warpgroups;
+        // one CTA per item.
         assert_eq!((k.launch.grid, k.launch.block), ((16, 1, 1), (384, 1, 1)));
         assert!(k.source.contains("mbarrier.try_wait.parity"));
-        assert!(k.source.contains("cp.async.mbarrier.arrive.noinc"));
+        assert!(k.source.contains("cp.async.bulk.tensor.2d") && k.source.contains("cp.async.bulk.shared::cluster.global"));
         // The staged epilogue, unless the kernel accumulates onto C.
         assert!(k.source.contains("bar.sync %0, 128"));
         let mut acc = s.clone();
@@ -648,5 +653,26 @@ mod tests {
         // Block (0, 0): element [n = 1][k = 0] is W[0][1]; block (1, 0) second, [n = 0][k = 1] = W[33][0].
         assert_eq!(p[32], w[1]);
         assert_eq!(p[1024 + 1], w[33 * 96]);
+        // The warp-specialized kernel packs each block as its shared-memory image (one bulk
+        // copy lands it): element [n][k] at the swizzled offset of chunk k / 8 of row n.
+        s.engine = Engine::WgmmaWs;
+        let k = specialize(&s).unwrap();
+        assert!(k.w_smem_image);
+        let p = k.pack_weight(&w);
+        let layout = CoreLayout { k_chunks: 4 };
+        let mut e = 0;
+        for j in 0..3 {
+            for &kb in &k.idx[k.ptr[j] as usize..k.ptr[j + 1] as usize] {
+                for n in 0..32 {
+                    for kk in 0..32 {
+                        let at = e * 1024 + layout.offset(n, kk / 8) / 2 + kk % 8;
+                        assert_eq!(p[at], w[(kb as usize * 32 + kk) * 96 + j * 32 + n], "block {e} [{n}][{kk}]");
+                    }
+                }
+                e += 1;
+            }
+        }
+        // The 64-byte swizzle: row 2 of the first block starts with its k = 8..15 chunk.
+        assert_eq!(p[64], w[8 * 96 + 2]);
     }
 }
