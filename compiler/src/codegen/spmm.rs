@@ -66,7 +66,8 @@ pub struct Launch {
 /// `W` is the weight packed by [`Kernel::pack_weight`]; in unrolled mode `ptr`/`idx` (and `W`
 /// when the values are embedded) are ignored and may be null. A fine kernel with a
 /// [`Kernel::prepass`] takes the prepass's fp32 output in place of `A` (`const float*`); the
-/// caller launches the prepass on `A` first.
+/// caller launches the prepass on `A` first. A kernel with [`Kernel::tma_a`] takes one more,
+/// last parameter: the tensor map of `A` the caller encodes (the warp-specialized wgmma kernel).
 ///
 /// The int8 family ([`Family::BlockInt8`], dtype [`Dtype::I8`]) extends it additively:
 /// `(const int8* A_q, const int8* W_q, const int* ptr, const int* idx, const f16* bias,
