@@ -329,11 +329,13 @@ fn ws_pays(spec: &SpmmSpec, dense: bool) -> bool {
     !dense && supports(bh, bw)
 }
 
-/// The warp-specialized variant: a producer warpgroup (cp.async into a `stages`-deep ring,
-/// an mbarrier per stage each way) and 1-2 consumer warpgroups of wgmma; a work item is a row
-/// tile × `group` block columns, whose k-block lists the producer merges so that one A tile
-/// copy serves every live block of its k-block row in the group. Per A element the L2 then
-/// serves one read per live k-block row of each group instead of one per live block.
+/// The warp-specialized variant: a producer warpgroup whose one working thread fills a
+/// `stages`-deep ring of `k_rows` k-block rows per stage (A tiles by TMA, W blocks by bulk
+/// copies of their shared-memory image; an mbarrier per stage each way) and 1-2 consumer
+/// warpgroups of wgmma; a work item is a row tile × `group` block columns, whose k-block
+/// lists the host merges ([`schedule`]) so that one A tile copy serves every live block of its
+/// k-block row in the group. Per A element the L2 then serves one read per live k-block row
+/// of each group instead of one per live block.
 fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let (m, n) = (spec.m, spec.n);
     let (bh, bw) = spec.block;
