@@ -365,7 +365,7 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     };
     // Two k-block rows per stage by default (run 18 call 4, 4096³ 32×32 f16: 90% 0.0763 →
     // 0.0705 ms, 50% 0.267 → 0.245; three rows no better): the per-step protocol (barrier
-    // waits, step word, wgmma wait) is paid once per two rows. 256-row tiles take one row per
+    // waits, wgmma wait) is paid once per two rows. 256-row tiles take one row per
     // stage once the producer is a single thread of bulk copies: the ring is then 9 stages
     // deep instead of 4 (call 9: 90% 0.0611 → 0.0598, 50%, 95% and 99% within ±1%).
     let kr = match tile.k_rows {
@@ -401,12 +401,12 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let staging = if staged { warpgroups * stg_bytes + 16 } else { 0 };
     // Default: as deep a ring as fits, up to 12 stages.
     let stages = match tile.stages {
-        0 => ((SMEM_PER_CTA_MAX - 1024 - staging) / (stage_bytes + 24)).clamp(3, 12),
+        0 => ((SMEM_PER_CTA_MAX - 1024 - staging) / (stage_bytes + 16)).clamp(3, 12),
         s if (3..=16).contains(&s) => s,
         s => return Err(spec_err(format!("warp-specialized wgmma rings have 3 to 16 stages, not {s}"))),
     };
-    // + 1024: the ring aligned to the swizzle period; + 24 per stage: two mbarriers and the step word.
-    let smem = stages * stage_bytes + 1024 + 24 * stages + staging;
+    // + 1024: the ring aligned to the swizzle period; + 16 per stage: its two mbarriers.
+    let smem = stages * stage_bytes + 1024 + 16 * stages + staging;
     if smem > SMEM_PER_CTA_MAX {
         return Err(spec_err(format!("{stages} stages of {stage_bytes} bytes exceed the shared memory of a CTA")));
     }
@@ -613,10 +613,10 @@ mod tests {
         s.tile = Some(Tile { group: 3, k_rows: 1, ..Tile::new(256, 0) });
         let k = specialize(&s).unwrap();
         // 100 rows → one 256-row item of 3 block columns; ring as deep as fits (7 stages of
-        // 16 KB A + 3 × 2 KB W), plus the mbarriers and step words, plus the epilogue's
+        // 16 KB A + 3 × 2 KB W), plus the mbarriers, plus the epilogue's
         // staging rows (2 warpgroups × 128 rows × (3 × 64 + 16) bytes).
         assert_eq!((k.launch.grid, k.launch.block), ((1, 1, 1), (384, 1, 1)));
-        assert_eq!(k.launch.smem_bytes as usize, 7 * (16384 + 3 * 2048) + 1024 + 24 * 7 + 2 * 128 * (3 * 64 + 16) + 16);
+        assert_eq!(k.launch.smem_bytes as usize, 7 * (16384 + 3 * 2048) + 1024 + 16 * 7 + 2 * 128 * (3 * 64 + 16) + 16);
         assert!(k.source.contains("#define G 3"));
         assert!(k.source.contains("#define KR 1"));
         // The default is one k-block row per stage at 256 rows (the same kernel as above) and
@@ -625,15 +625,15 @@ mod tests {
         let k128 = specialize(&s).unwrap();
         assert!(k128.source.contains("#define KR 2"));
         let (stage, staging) = (2 * (8192 + 3 * 2048), 2 * 64 * (3 * 64 + 16) + 16);
-        let stages = ((SMEM_PER_CTA_MAX - 1024 - staging) / (stage + 24)).min(12);
-        assert_eq!(k128.launch.smem_bytes as usize, stages * stage + 1024 + 24 * stages + staging);
+        let stages = ((SMEM_PER_CTA_MAX - 1024 - staging) / (stage + 16)).min(12);
+        assert_eq!(k128.launch.smem_bytes as usize, stages * stage + 1024 + 16 * stages + staging);
         s.tile = Some(Tile { group: 3, ..Tile::new(256, 0) });
         let k = specialize(&s).unwrap();
         assert!(k.source.contains("#define KR 1"));
         // A comes by TMA: 256-row boxes of one 32-column k-block, in the 64-byte swizzle.
         assert_eq!(k.tma_a, Some(TmaBox { rows: 256, cols: 32, swizzle_bytes: 64 }));
         assert!(k.source.contains("const __grid_constant__ TmaMap tmap_a"));
-        assert_eq!(k.launch.smem_bytes as usize, 7 * (16384 + 3 * 2048) + 1024 + 24 * 7 + 2 * 128 * (3 * 64 + 16) + 16);
+        assert_eq!(k.launch.smem_bytes as usize, 7 * (16384 + 3 * 2048) + 1024 + 16 * 7 + 2 * 128 * (3 * 64 + 16) + 16);
         for (tile, needle) in [
             (Tile { group: 2, k_rows: 5, ..Tile::new(128, 4) }, "1 to 4 k-block rows"),
             (Tile { group: 8, k_rows: 3, ..Tile::new(64, 3) }, "at most 16 slots"),
