@@ -260,26 +260,23 @@ pub fn render<C: Serialize>(template: &str, ctx: &C) -> Result<String, CodegenEr
     engine()?.render(template, &context).map_err(|e| fail(error_chain(&e)))
 }
 
-/// Context of the wgmma block-sparse template (Hopper, persistent grid).
+/// What both wgmma templates read alike: the tile, the swizzled layout, the ring's stage sizes
+/// and the wgmma inline asm's operand numbers.
 #[derive(Clone, Debug, Serialize)]
-pub struct WgmmaCtx {
-    #[serde(flatten)]
-    pub head: KernelHead,
-    #[serde(flatten)]
-    pub literals: Literals,
+pub struct WgmmaTileCtx {
     pub bh: usize,
     pub bw: usize,
     /// Rows of C per work item (= 64 × warpgroups × m_tiles).
     pub bm: usize,
+    /// Warpgroups running wgmma (the warp-specialized kernel's producer comes on top).
     pub warpgroups: usize,
     /// m64 tiles per warpgroup.
     pub m_tiles: usize,
     pub threads: usize,
-    /// CTAs per SM the launch bounds promise (caps registers).
-    pub min_ctas: usize,
     pub stages: usize,
-    /// Block columns; work items = row tiles × block columns.
+    /// Block columns.
     pub n_blocks: usize,
+    /// Work items (row tiles × block columns, or × column groups).
     pub items: usize,
     /// 16-byte chunks per row of a k-block (bh / 8).
     pub k_chunks: usize,
@@ -291,14 +288,27 @@ pub struct WgmmaCtx {
     pub desc_const: String,
     pub a_stage_bytes: usize,
     pub stage_bytes: usize,
-    /// Bytes of one 64-row slice of the A stage.
+    /// Bytes of one 64-row slice of an A tile.
     pub m64_bytes: usize,
-    /// fp32 accumulator registers per thread per m64 tile (bw / 2).
+    /// fp32 accumulator registers per thread per m64 tile and block column (bw / 2).
     pub acc_regs: usize,
     /// Operand numbers of the wgmma inline asm after the accumulators.
     pub operand_a: usize,
     pub operand_b: usize,
     pub operand_one: usize,
+}
+
+/// Context of the first wgmma template (a CTA barrier per k-block).
+#[derive(Clone, Debug, Serialize)]
+pub struct WgmmaCtx {
+    #[serde(flatten)]
+    pub head: KernelHead,
+    #[serde(flatten)]
+    pub literals: Literals,
+    #[serde(flatten)]
+    pub tile: WgmmaTileCtx,
+    /// CTAs per SM the launch bounds promise (caps registers).
+    pub min_ctas: usize,
 }
 
 /// Context of the warp-specialized wgmma template (producer warpgroup, mbarrier ring, block
@@ -309,30 +319,15 @@ pub struct WgmmaWsCtx {
     pub head: KernelHead,
     #[serde(flatten)]
     pub literals: Literals,
-    pub bh: usize,
-    pub bw: usize,
-    /// Rows of C per work item (= 64 × warpgroups × m_tiles).
-    pub bm: usize,
+    #[serde(flatten)]
+    pub tile: WgmmaTileCtx,
     /// Block columns per work item.
     pub group: usize,
     /// k-block rows per ring stage (step).
     pub kr: usize,
     /// Live blocks: the step schedule starts at this word of the index table.
     pub nnz: usize,
-    /// Consumer warpgroups (the producer warpgroup comes on top).
-    pub warpgroups: usize,
-    pub m_tiles: usize,
-    pub threads: usize,
-    pub stages: usize,
-    pub n_blocks: usize,
     pub n_groups: usize,
-    /// Work items = row tiles × column groups.
-    pub items: usize,
-    pub k_chunks: usize,
-    pub sbo: usize,
-    pub row_bytes: usize,
-    pub desc_const: String,
-    pub a_stage_bytes: usize,
     /// Bytes of one W block slot (1024-aligned: each slot starts a swizzle period).
     pub w_block_bytes: usize,
     /// The staged epilogue: bytes per staging row, per consumer warpgroup, and 16-byte chunks
@@ -342,12 +337,6 @@ pub struct WgmmaWsCtx {
     pub stg_chunks: usize,
     /// Whether the epilogue goes through the staging rows.
     pub staged: bool,
-    pub stage_bytes: usize,
-    pub m64_bytes: usize,
-    pub acc_regs: usize,
-    pub operand_a: usize,
-    pub operand_b: usize,
-    pub operand_one: usize,
     /// One straight-line wgmma path per nonempty set of live slots, each ending in its own
     /// commit (groups of up to `MASK_PATHS_MAX_GROUP` columns); empty for wider groups, which
     /// branch per slot.

@@ -7,7 +7,7 @@
 //! wgmma matrix descriptors read ([`CoreLayout`]); W blocks are packed transposed (`[n][k]`)
 //! so that B is K-major like A.
 
-use super::render::{render, MaskPath, WgmmaCtx, WgmmaWsCtx};
+use super::render::{render, MaskPath, WgmmaCtx, WgmmaTileCtx, WgmmaWsCtx};
 use super::spmm::{
     block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel,
     Launch, TmaBox,
@@ -152,7 +152,6 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         Some(t) => return Err(spec_err(format!("wgmma pipelines have 3 to 8 stages, not {}", t.stages))),
         None => 6,
     };
-    let layout = CoreLayout { k_chunks: bh / 8 };
     let esize = spec.dtype.bytes();
     let bm = rows;
     let threads = 128 * warpgroups;
@@ -184,31 +183,51 @@ fn block_wgmma(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     let ctx = WgmmaCtx {
         head: kernel_head(&kernel.name, spec.dtype, spec),
         literals: kernel_literals(&kernel, kernel.device_idx(), values, 16, 0),
+        tile: tile_ctx(spec, bm, (warpgroups, m_tiles), threads, stages, items, stage_bytes),
+        min_ctas,
+    };
+    kernel.source = render("spmm_block_wgmma.cu.tera", &ctx)?;
+    Ok(kernel)
+}
+
+/// The template context both wgmma kernels fill alike, from the spec, the item's rows and
+/// warpgroups, and the ring.
+fn tile_ctx(
+    spec: &SpmmSpec,
+    bm: usize,
+    (warpgroups, m_tiles): (usize, usize),
+    threads: usize,
+    stages: usize,
+    items: usize,
+    stage_bytes: usize,
+) -> WgmmaTileCtx {
+    let (bh, bw) = spec.block;
+    let esize = spec.dtype.bytes();
+    let layout = CoreLayout { k_chunks: bh / 8 };
+    let acc_regs = bw / 2;
+    WgmmaTileCtx {
         bh,
         bw,
         bm,
         warpgroups,
         m_tiles,
         threads,
-        min_ctas,
         stages,
-        n_blocks: nbs,
+        n_blocks: spec.n / bw,
         items,
         k_chunks: layout.k_chunks,
         lbo: layout.lbo(),
         sbo: layout.sbo(),
         row_bytes: layout.row_bytes(),
         desc_const: format!("0x{:016x}", layout.descriptor_const()),
-        a_stage_bytes,
+        a_stage_bytes: bm * bh * esize,
         stage_bytes,
         m64_bytes: 64 * bh * esize,
         acc_regs,
         operand_a: acc_regs,
         operand_b: acc_regs + 1,
         operand_one: acc_regs + 2,
-    };
-    kernel.source = render("spmm_block_wgmma.cu.tera", &ctx)?;
-    Ok(kernel)
+    }
 }
 
 /// What both wgmma kernels build the same way: the block tables of `bm`-row tiles, the
@@ -430,35 +449,16 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let ctx = WgmmaWsCtx {
         head: kernel_head(&kernel.name, spec.dtype, spec),
         literals: kernel_literals(&kernel, kernel.device_idx(), values, 16, kernel.steps.len()),
-        bh,
-        bw,
-        bm,
+        tile: tile_ctx(spec, bm, (warpgroups, m_tiles), threads, stages, items, stage_bytes),
         group,
         kr,
         nnz,
-        warpgroups,
-        m_tiles,
-        threads,
-        stages,
-        n_blocks: nbs,
         n_groups,
-        items,
-        k_chunks: layout.k_chunks,
-        sbo: layout.sbo(),
-        row_bytes: layout.row_bytes(),
-        desc_const: format!("0x{:016x}", layout.descriptor_const()),
-        a_stage_bytes,
         w_block_bytes,
         stg_stride,
         stg_bytes,
         stg_chunks: group * bw * esize / 16,
         staged,
-        stage_bytes,
-        m64_bytes: 64 * bh * esize,
-        acc_regs,
-        operand_a: acc_regs,
-        operand_b: acc_regs + 1,
-        operand_one: acc_regs + 2,
         mask_paths: mask_paths(group),
     };
     kernel.source = render("spmm_block_wgmma_ws.cu.tera", &ctx)?;
