@@ -198,8 +198,9 @@ pub enum Engine {
     MmaSync,
     /// Warpgroup-level `wgmma.mma_async` from shared memory (Hopper, sm_90a only).
     Wgmma,
-    /// `wgmma.mma_async` fed by a producer warpgroup through an mbarrier ring, each work
-    /// item a row tile × a group of block columns sharing its A tiles (Hopper, sm_90a only).
+    /// `wgmma.mma_async` fed through an mbarrier ring by one producer thread (A by TMA, W by
+    /// bulk copies), each work item a row tile × a group of block columns sharing its A tiles
+    /// (Hopper, sm_90a only).
     WgmmaWs,
     /// fp32 on tensor cores: `mma.sync` m16n8k8 TF32 on each operand split into a TF32 part
     /// and a TF32 remainder, three products summed in fp32 (fp32-level accuracy; right
