@@ -92,6 +92,11 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
                 assert!(ptx.ptx.contains("fence.proxy.async.shared::cta"), "{}: no proxy fence in PTX", kernel.name);
                 assert!(!ptx.ptx.contains("mma.sync"), "{}: mma.sync in a wgmma kernel", kernel.name);
             }
+            if kernel.family == spartac::codegen::Family::FineTf32 {
+                let op = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32";
+                assert!(ptx.ptx.contains(op), "{}: no {op} in PTX", kernel.name);
+                assert!(ptx.ptx.contains("cp.async.bulk.shared"), "{}: no bulk copy of the steps in PTX", kernel.name);
+            }
             if kernel.tma_a.is_some() {
                 assert!(ptx.ptx.contains("cp.async.bulk.tensor.2d"), "{}: no TMA copy in PTX", kernel.name);
                 assert!(ptx.ptx.contains("mbarrier.expect_tx"), "{}: no transaction count in PTX", kernel.name);
@@ -129,6 +134,7 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
         "fine_left",
         "block_wgmma",
         "fine_dismantled",
+        "fine_tf32",
         "transpose prepass",
     ] {
         assert!(seen_families.contains(family), "family {family} not compiled: {seen_families:?}");
@@ -168,6 +174,7 @@ fn rendered_kernels_snapshot() {
     let mut spec = SpmmSpec::new(32, 16, 16, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (15, 0), (2, 9)]);
     spec.values = Some((0..16 * 16).map(|i| i as f32 * 0.5).collect());
     spec.mode = Mode::Auto;
+    spec.engine = spartac::codegen::Engine::Simt;
     let k = specialize(&spec).unwrap();
     assert_eq!(k.mode, Mode::Unrolled);
     assert!(k.values_embedded);
@@ -177,6 +184,12 @@ fn rendered_kernels_snapshot() {
     let k = specialize(&spec).unwrap();
     assert_eq!(k.family, spartac::codegen::Family::FineDismantled);
     insta::assert_snapshot!("fine_dismantled_values", k.source);
+    // The same weight on tensor cores (3xTF32 on gathered k), the engine's choice at this size.
+    spec.mode = Mode::Auto;
+    spec.engine = spartac::codegen::Engine::Auto;
+    let k = specialize(&spec).unwrap();
+    assert_eq!(k.family, spartac::codegen::Family::FineTf32);
+    insta::assert_snapshot!("fine_tf32_stream", k.source);
     // Left orientation: W[32,16] · B[16,24], W element-sparse, index stream, bias + relu.
     let mut spec = SpmmSpec::new(32, 16, 24, Dtype::F32, (1, 1), vec![(0, 3), (5, 3), (31, 0), (2, 9)]);
     spec.orientation = spartac::codegen::Orientation::Left;

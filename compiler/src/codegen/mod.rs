@@ -16,6 +16,7 @@ pub mod quant;
 mod render;
 mod spmm;
 mod spmm_dismantled;
+mod spmm_fine_tf32;
 mod spmm_int8;
 mod spmm_tf32;
 mod spmm_wgmma;
@@ -186,13 +187,15 @@ pub fn fine_first(dtype: Dtype) -> bool {
     dtype == Dtype::F32
 }
 
-/// Which tensor-core path a block kernel takes: fp16/bf16 on mma.sync or wgmma, fp32 on
-/// SIMT FMAs or on tensor cores at fp32 accuracy (3xTF32). Fine kernels ignore it.
+/// Which tensor-core path a kernel takes: fp16/bf16 blocks on mma.sync or wgmma, fp32 blocks
+/// and fp32 element-sparse weights (right orientation) on SIMT FMAs or on tensor cores at
+/// fp32 accuracy (3xTF32); other fine kernels ignore it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Engine {
     /// The specializer's choice: fp16/bf16 right-orientation blocks take `WgmmaWs` (the dense
     /// kernel and the left orientation mma.sync; run 17 in benches/results/spmm_notes.md);
-    /// fp32 blocks take 3xTF32 where it applies.
+    /// fp32 blocks take 3xTF32 where it applies, fp32 element-sparse weights on the right
+    /// where it measured faster (`spmm_fine_tf32::auto_prefers`).
     Auto,
     /// Warp-level `mma.sync` m16n8k16 (any tensor-core GPU).
     MmaSync,
@@ -204,9 +207,10 @@ pub enum Engine {
     WgmmaWs,
     /// fp32 on tensor cores: `mma.sync` m16n8k8 TF32 on each operand split into a TF32 part
     /// and a TF32 remainder, three products summed in fp32 (fp32-level accuracy; right
-    /// orientation).
+    /// orientation). Element-sparse weights: columns in groups of 8 on gathered k
+    /// (`Family::FineTf32`).
     Tf32x3,
-    /// fp32 on the SIMT FMA pipe.
+    /// fp32 on the SIMT FMA pipe (element-sparse weights: the loop or dismantled kernels).
     Simt,
 }
 

@@ -33,6 +33,10 @@ pub enum Family {
     /// m16n8k8 on the operands split into TF32 big and small parts); W blocks packed as their
     /// big part then their small part. See `spmm_tf32.rs`.
     BlockTf32,
+    /// Element-sparse fp32 weight on tensor cores at fp32 accuracy (3xTF32): columns in
+    /// groups of 8, each multiplying the gathered k where any of them is nonzero. See
+    /// `spmm_fine_tf32.rs`.
+    FineTf32,
 }
 
 impl Family {
@@ -48,6 +52,7 @@ impl Family {
             Family::BlockWgmma => "block_wgmma",
             Family::FineDismantled => "fine_dismantled",
             Family::BlockTf32 => "block_tf32",
+            Family::FineTf32 => "fine_tf32",
         }
     }
 }
@@ -228,6 +233,7 @@ impl Kernel {
         match self.family {
             Family::Epilogue => vec![],
             Family::FineDismantled => super::spmm_dismantled::pack(self, w),
+            Family::FineTf32 => super::spmm_fine_tf32::pack(self, w),
             Family::Fine | Family::FineLeft => {
                 // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
                 // left: row `col` of W (`M × K`, row-major).
@@ -311,7 +317,7 @@ impl Kernel {
         let m = if self.orientation == Orientation::Left { n } else { m };
         match self.family {
             Family::Epilogue => 0.0,
-            Family::Fine | Family::FineDismantled => 2.0 * m as f64 * self.live_instances as f64,
+            Family::Fine | Family::FineDismantled | Family::FineTf32 => 2.0 * m as f64 * self.live_instances as f64,
             Family::FineLeft => 2.0 * self.spec_shape.2 as f64 * self.live_instances as f64,
             _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
         }
@@ -1079,6 +1085,9 @@ fn fine_tables(
 }
 
 fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+    if let Some(kernel) = super::spmm_fine_tf32::try_specialize(spec, live)? {
+        return Ok(kernel);
+    }
     if super::spmm_dismantled::applies(spec)? {
         return super::spmm_dismantled::specialize(spec, live);
     }
@@ -1335,6 +1344,13 @@ fn fine_kernel(spec: &SpmmSpec, left: bool, live: &dyn Fn(usize, usize) -> bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `spec` on the SIMT fine kernels (the tests of their tables and tiles; `Engine::Auto`
+    /// may take the tensor cores for fp32).
+    fn simt(mut spec: SpmmSpec) -> SpmmSpec {
+        spec.engine = Engine::Simt;
+        spec
+    }
     use crate::codegen::Tile;
 
     /// An fp32 spec on the SIMT kernels (auto takes 3xTF32, see `spmm_tf32.rs`).
@@ -1521,7 +1537,7 @@ mod tests {
     /// A right-orientation fp32 fine spec with every 20th element of the weight kept.
     fn fine_spec(m: usize, k: usize, n: usize, dtype: Dtype) -> SpmmSpec {
         let blocks = (0..k * n).filter(|i| i % 20 == 7).map(|i| (i / n, i % n)).collect();
-        SpmmSpec::new(m, k, n, dtype, (1, 1), blocks)
+        simt(SpmmSpec::new(m, k, n, dtype, (1, 1), blocks))
     }
 
     #[test]
@@ -1608,7 +1624,7 @@ mod tests {
     #[test]
     fn fine_right_tables_are_columns_of_w_and_pack_weight_follows_them() {
         // W is K × N = 8 × 3; column 0 empty, column 1 holds k = 2 and 7, column 2 holds k = 0.
-        let k = specialize(&SpmmSpec::new(4, 8, 3, Dtype::F32, (1, 1), vec![(2, 1), (7, 1), (0, 2)])).unwrap();
+        let k = specialize(&simt(SpmmSpec::new(4, 8, 3, Dtype::F32, (1, 1), vec![(2, 1), (7, 1), (0, 2)]))).unwrap();
         assert_eq!(k.family, Family::Fine);
         // Run positions 0, 2, 4 hold columns 0, 1, 2 (warp j owns columns j and j + 16).
         assert_eq!(k.ptr[..6], [0, 0, 0, 4, 4, 8]);
@@ -1628,8 +1644,8 @@ mod tests {
                 .filter(|&(r, c)| (r * 31 + c * 17) % 100 < keep)
                 .collect()
         };
-        let sparse = specialize(&SpmmSpec::new(256, 512, 512, Dtype::F32, (1, 1), pattern(1))).unwrap();
-        let dense = specialize(&SpmmSpec::new(256, 512, 512, Dtype::F32, (1, 1), pattern(50))).unwrap();
+        let sparse = specialize(&simt(SpmmSpec::new(256, 512, 512, Dtype::F32, (1, 1), pattern(1)))).unwrap();
+        let dense = specialize(&simt(SpmmSpec::new(256, 512, 512, Dtype::F32, (1, 1), pattern(50)))).unwrap();
         assert_eq!(sparse.family, Family::Fine);
         assert!(sparse.source.contains("Short runs") && !sparse.source.contains("DGroup dc, dn"));
         assert!(dense.source.contains("DGroup dc, dn") && !dense.source.contains("Short runs"));
@@ -1694,7 +1710,7 @@ mod tests {
             b
         };
         let tile = |s: &SpmmSpec| {
-            let k = specialize(s).unwrap();
+            let k = specialize(&simt(s.clone())).unwrap();
             let src = &k.source;
             let def = |name: &str| -> usize {
                 let at = src.find(&format!("#define {name} ")).unwrap() + name.len() + 9;

@@ -327,7 +327,7 @@ pub(super) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::{specialize, Tile};
+    use crate::codegen::{specialize, Engine, Tile};
 
     /// A deterministic scatter of `nnz` distinct elements over `k × n` (a stride coprime to
     /// `k × n` visits each element once).
@@ -439,15 +439,19 @@ mod tests {
     #[test]
     fn the_loop_kernel_stays_the_default_and_bad_dismantled_tiles_are_errors() {
         // Auto dismantles under 1.5% kept when one CTA covers every column (N ≤ 256), within
-        // the budget; 5% kept, wider weights and a zero budget keep the loop kernel.
+        // the budget; 5% kept, wider weights and a zero budget keep the loop kernel (on the
+        // SIMT engine; `Engine::Auto` would take the 3xTF32 fine kernel at these sizes).
         let s = SpmmSpec::new(64, 1024, 256, Dtype::F32, (1, 1), pattern(1024, 256, 2600));
         assert_eq!(specialize(&s).unwrap().family, Family::FineDismantled);
         let mut b = s.clone();
         b.unroll_budget = 0;
+        b.engine = Engine::Simt;
         assert_eq!(specialize(&b).unwrap().family, Family::Fine);
-        let dense = SpmmSpec::new(64, 1024, 256, Dtype::F32, (1, 1), pattern(1024, 256, 13000));
+        let mut dense = SpmmSpec::new(64, 1024, 256, Dtype::F32, (1, 1), pattern(1024, 256, 13000));
+        dense.engine = Engine::Simt;
         assert_eq!(specialize(&dense).unwrap().family, Family::Fine);
-        let wide = SpmmSpec::new(64, 1024, 512, Dtype::F32, (1, 1), pattern(1024, 512, 5200));
+        let mut wide = SpmmSpec::new(64, 1024, 512, Dtype::F32, (1, 1), pattern(1024, 512, 5200));
+        wide.engine = Engine::Simt;
         assert_eq!(specialize(&wide).unwrap().family, Family::Fine);
         let s = SpmmSpec::new(64, 256, 128, Dtype::F32, (1, 1), pattern(256, 128, 500));
         for (tile, mode, dtype, needle) in [

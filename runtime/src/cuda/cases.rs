@@ -527,10 +527,23 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((256, 512, 384), F32, u(0.0), Dense(32, 32)).with_epilogue(true, None).with_engine(Tf32x3),
         Case::new((512, 1024, 1024), F32, mixed.clone(), Mixed(32, 32)).with_epilogue(true, Relu).with_engine(Tf32x3),
         // fine-grained
-        Case::new((1024, 1024, 1024), F32, u(0.95), Fine).with_mode(Mode::IndexStream),
+        Case::new((1024, 1024, 1024), F32, u(0.95), Fine).with_mode(Mode::IndexStream).with_engine(Simt),
+        // fp32 fine on tensor cores (3xTF32 on gathered k): the goal shape, ragged M / K chunk /
+        // column group, odd N (scalar stores), forced tiles
+        // (rows × column groups × chunk depth / 32), epilogues, 50% and 99%.
+        Case::new((1024, 1024, 1024), F32, u(0.95), Fine).with_engine(Tf32x3),
+        Case::new((300, 200, 100), F32, u(0.9), Fine).with_epilogue(true, Relu).with_engine(Tf32x3),
+        Case::new((100, 132, 77), F32, u(0.7), Fine).with_epilogue(true, Gelu).with_engine(Tf32x3),
+        Case::new((333, 700, 520), F32, u(0.99), Fine).with_ws_tile(32, 2, 8, 2).with_engine(Tf32x3),
+        Case::new((256, 512, 256), F32, u(0.95), Fine).with_ws_tile(128, 3, 4, 2).with_engine(Tf32x3),
+        Case::new((200, 1000, 300), F32, u(0.95), Fine)
+            .with_ws_tile(64, 2, 16, 4)
+            .with_epilogue(false, Clip { lo: -0.5, hi: 0.5 })
+            .with_engine(Tf32x3),
+        Case::new((128, 512, 256), F32, u(0.5), Fine).with_engine(Tf32x3),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
-        Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu),
-        Case::new((128, 512, 256), F32, u(0.5), Fine).with_mode(Mode::IndexStream),
+        Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu).with_engine(Simt),
+        Case::new((128, 512, 256), F32, u(0.5), Fine).with_mode(Mode::IndexStream).with_engine(Simt),
         // fine-grained dismantled to the element (fp32, right): streamed and embedded values,
         // all of K resident and a ring (K = 4096), ragged rows and columns, every tile shape
         Case::new((256, 1024, 512), F32, u(0.95), Fine).with_mode(Mode::Unrolled).with_epilogue(true, Gelu),
@@ -540,7 +553,7 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((96, 256, 256), F32, u(0.9), Fine).with_dismantled_tile(1, 8).with_values(),
         // the default's own choice (under 1.5% kept, N ≤ 256), once with more CTAs than SMs
         // (a two-stage ring, two CTAs per SM)
-        Case::new((300, 1024, 200), F32, u(0.99), Fine).with_epilogue(true, Relu),
+        Case::new((300, 1024, 200), F32, u(0.99), Fine).with_epilogue(true, Relu).with_engine(Simt),
         Case::new((4500, 512, 128), F32, u(0.99), Fine),
         Case::new((256, 512, 512), F16, u(0.95), Fine).with_epilogue(true, None),
         // fine-grained: ragged rows, columns and chunks, K not a multiple of 4 (scalar staging),
@@ -675,6 +688,19 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     let mut out = vec![];
     for s in [0.5, 0.9, 0.95, 0.99] {
         out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine));
+        if dtype == Dtype::F32 {
+            // Both fp32 fine engines forced: on tensor cores (3xTF32 on gathered k) and SIMT.
+            for engine in [Engine::Tf32x3, Engine::Simt] {
+                out.push(Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine).with_engine(engine));
+            }
+        }
+    }
+    if dtype == Dtype::F32 {
+        // Its tiles at 95%: rows × column groups × chunk depth / 32 (stages as fit).
+        let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.95 }, Cover::Fine).with_engine(Engine::Tf32x3);
+        for (rows, group, k_rows) in [(64, 16, 2), (64, 16, 6), (64, 8, 4), (32, 16, 4), (32, 24, 4), (128, 8, 2)] {
+            out.push(fine.clone().with_ws_tile(rows, 0, group, k_rows));
+        }
     }
     for s in [0.5, 0.9, 0.95, 0.99] {
         out.push(Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: s }, Cover::Block(32, 32)));

@@ -1,0 +1,535 @@
+//! Element-sparse fp32 weight on tensor cores at fp32 accuracy ([`Family::FineTf32`]).
+//!
+//! The fine SIMT kernel pays a shared-memory load of A per multiply-add. This one gathers:
+//! the weight's columns go in groups of eight (one n8 tile of `mma.sync` m16n8k8), and each
+//! group multiplies only the k where at least one of its columns has a nonzero (at 95%
+//! sparsity a third of K), as a dense TF32 product on the gathered columns of A, split into
+//! big and small parts as the block kernel does (3xTF32, see `spmm_tf32`). The tensor cores
+//! do about seven times the useful work, at a much higher rate than the FMA pipe, and A's
+//! tiles are copied into shared memory as they are (no transposition).
+//!
+//! Layout and tables (`templates/spmm_fine_tf32.cu.tera`):
+//! - K goes in chunks of `chunk` (a multiple of 32); a CTA takes `bm` rows of A (each
+//!   consumer warp all of them, `bm / 16` m16 tiles) and `groups` column groups (one per
+//!   consumer warp). One producer thread lands A's tile by TMA as `chunk / 32` boxes of
+//!   `bm` rows × 32 k (128-byte rows, the 16-byte units of row r swizzled by XOR with r % 8;
+//!   K must be a multiple of 4), followed in the stage by a zero box for padding slots.
+//! - Per (chunk, group) a run of k8 steps; a step names 8 gathered k by their byte offsets in
+//!   the stage as row 0 has them ([`stage_offset`]), two per thread of a quad (`t` and
+//!   `t + 4`, the fragment's columns), 16 bits each in one `idx` word per `t` (4 words per
+//!   step); a lane XORs in its row's swizzle. The 32 lanes' loads of a fragment register
+//!   then hit 32 banks exactly when the four k of a quad have distinct residues mod 4, so
+//!   [`steps_of`] deals each quad from the residue classes, fullest first; padding slots
+//!   point at the zero box (one word per residue).
+//! - `ptr[c × groups_padded + j]` is the first step of (chunk `c`, group `j`); the runs of one
+//!   chunk are in group order, so a CTA's steps of a chunk are one contiguous range, which
+//!   lands in its stage by two bulk copies (at most `max_steps` steps).
+//! - The weight packs 64 floats per step, lane `4g + t` taking `W[k_t][8j + g]` and
+//!   `W[k_{t+4}][8j + g]` (its B fragment), zero for padding and for columns past N.
+
+use super::render::{render, KernelHead};
+use super::spmm::{kernel_head, spec_err};
+use super::{CodegenError, DenseCopy, Dtype, Engine, Family, FineTable, Kernel, Launch, Mode, Orientation, SpmmSpec, TmaBox};
+use serde::Serialize;
+
+/// Shared memory a CTA may take (227 KiB on sm_90).
+const SMEM_MAX: usize = 227 * 1024;
+/// Steps (three truncating tensor-core adds each) a partial sum takes before it joins the
+/// accumulator by a rounded fp32 add: at most this plus one chunk's steps per partial.
+const FLUSH_STEPS: usize = 12;
+/// Bytes of one step in a stage: 64 weight words and 4 index words.
+const STEP_BYTES: usize = 64 * 4 + 4 * 4;
+
+/// The tiling of one kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tiling {
+    /// Rows of C per CTA (16 × m16 tiles per warp).
+    bm: usize,
+    /// Column groups (of 8) per CTA, one warp each.
+    groups: usize,
+    /// Depth of a k-chunk.
+    chunk: usize,
+    stages: usize,
+}
+
+#[derive(Serialize)]
+struct FineTf32Ctx {
+    #[serde(flatten)]
+    head: KernelHead,
+    bm: usize,
+    m_tiles: usize,
+    groups: usize,
+    groups_padded: usize,
+    threads: usize,
+    chunk: usize,
+    chunks: usize,
+    /// 32-column boxes of A per chunk.
+    subs: usize,
+    /// Bytes of one ring stage (1024-byte multiple).
+    stage_bytes: usize,
+    stages: usize,
+    max_steps: usize,
+    /// Words of the CTA's run table in shared memory (`chunks × (groups + 1)`, padded to 4).
+    runs_words: usize,
+    /// Steps a partial sum takes before it joins the accumulator (see [`FLUSH_STEPS`]).
+    flush_steps: usize,
+    /// N is even: 8-byte stores of each thread's column pair.
+    vec_out: bool,
+}
+
+/// The kernel for a fine right-orientation spec if its engine selects it; `None` hands it on
+/// (to the dismantled or the SIMT loop kernel). `Engine::Auto` takes it where it measured
+/// faster ([`auto_prefers`]); `Engine::Simt` never.
+pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Option<Kernel>, CodegenError> {
+    match spec.engine {
+        Engine::Tf32x3 if spec.dtype != Dtype::F32 => {
+            Err(spec_err(format!("the 3xTF32 engine takes f32 weights, not {}", spec.dtype.name())))
+        }
+        Engine::Tf32x3 if spec.mode == Mode::Unrolled => {
+            Err(spec_err("the 3xTF32 fine kernel streams its tables (no unrolled mode)".into()))
+        }
+        Engine::Tf32x3 if spec.k % 4 != 0 => Err(spec_err(format!(
+            "the 3xTF32 fine kernel copies A's rows in 16-byte units and needs K a multiple of 4, got {}",
+            spec.k
+        ))),
+        Engine::Tf32x3 => fine_tf32(spec, live).map(Some),
+        Engine::Auto if auto_prefers(spec)? => fine_tf32(spec, live).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// Whether `Engine::Auto` takes the 3xTF32 fine kernel: fp32, right orientation, K a multiple
+/// of 4, nothing forced that belongs to the other fine kernels (a tile, a dense-copy method,
+/// the unrolled mode, a dismantled weight), and either at least 7.5% of W kept or an output of
+/// at most 2^22 elements. Measured on the H200 (run 19, same binary, same call): at 1024³ it
+/// beats the SIMT loop kernel at every density (50% 0.047 against 0.112 ms, 90% 0.0315 against
+/// 0.0371, 95% 0.0224 against 0.0250, 99% 0.0121 against 0.0144); at 4096³ it wins at 50%
+/// (2.63 against 6.07) and 90% (1.61 against 1.64) and loses at 95% (1.03 against 0.93) and
+/// 99% (0.387 against 0.385), where the loop kernel's many waves hide its costs better and
+/// the gathered k (a third of K at 95% for groups of 8 columns) cost the tensor cores 7× the
+/// useful work. The 2^22 edge between the two measured sizes is not measured.
+fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
+    if spec.dtype != Dtype::F32
+        || spec.orientation != Orientation::Right
+        || spec.k % 4 != 0
+        || spec.tile.is_some()
+        || spec.dense_copy != DenseCopy::Auto
+        || spec.mode == Mode::Unrolled
+        || super::spmm_dismantled::applies(spec)?
+    {
+        return Ok(false);
+    }
+    let density = spec.blocks.len() as f64 / (spec.k * spec.n) as f64;
+    Ok(density >= 0.075 || spec.m * spec.n <= 1 << 22)
+}
+
+/// The k8 steps of one (chunk, column group): `ks` are the chunk-relative k of the group's
+/// nonzero rows (increasing). Each step is 8 slots, quads `[0..4]` and `[4..8]`; a quad takes
+/// one k from each of the fullest residue classes (mod 4) while at least one remains, then
+/// pads with the zero column `chunk + r` of a residue it does not hold yet. Returns slot values
+/// (chunk-relative k, `>= chunk` for padding).
+pub fn steps_of(ks: &[usize], chunk: usize) -> Vec<[usize; 8]> {
+    let mut classes: [Vec<usize>; 4] = Default::default();
+    for &k in ks.iter().rev() {
+        classes[k % 4].push(k); // popped from the back: increasing k
+    }
+    let mut quads = vec![];
+    while classes.iter().any(|c| !c.is_empty()) {
+        let mut order = [0usize, 1, 2, 3];
+        order.sort_by_key(|&r| std::cmp::Reverse(classes[r].len()));
+        let mut quad = [usize::MAX; 4];
+        let mut used = [false; 4];
+        for (slot, &r) in order.iter().enumerate() {
+            if let Some(k) = classes[r].pop() {
+                quad[slot] = k;
+                used[r] = true;
+            }
+        }
+        // Fewer than four classes left: the fullest one fills the rest (a bank conflict is
+        // cheaper than a padded slot while entries remain).
+        for slot in 0..4 {
+            if quad[slot] == usize::MAX {
+                let r = (0..4).max_by_key(|&r| classes[r].len()).unwrap();
+                if let Some(k) = classes[r].pop() {
+                    quad[slot] = k;
+                } else if let Some(r) = (0..4).find(|&r| !used[r]) {
+                    used[r] = true;
+                    quad[slot] = chunk + r;
+                } else {
+                    quad[slot] = chunk + slot;
+                }
+            }
+        }
+        quads.push(quad);
+    }
+    if quads.len() % 2 == 1 {
+        quads.push([chunk, chunk + 1, chunk + 2, chunk + 3]);
+    }
+    quads.chunks(2).map(|q| [q[0][0], q[0][1], q[0][2], q[0][3], q[1][0], q[1][1], q[1][2], q[1][3]]).collect()
+}
+
+fn tiling(spec: &SpmmSpec, n_groups: usize, step_counts: &dyn Fn(usize, usize) -> usize) -> Result<Tiling, CodegenError> {
+    let (bm, groups, chunk, stages) = match spec.tile {
+        Some(t) => {
+            if ![32, 64, 128].contains(&t.rows) {
+                return Err(spec_err(format!("3xTF32 fine tiles hold 32, 64 or 128 rows, not {}", t.rows)));
+            }
+            if !(1..=31).contains(&t.group) {
+                // One warp per group and a producer warp: at most 1024 threads.
+                return Err(spec_err(format!("3xTF32 fine tiles take 1 to 31 column groups, not {}", t.group)));
+            }
+            if !(1..=8).contains(&t.k_rows) {
+                return Err(spec_err(format!("3xTF32 fine chunks are 32 to 256 deep (k_rows 1-8), not {}", t.k_rows)));
+            }
+            (t.rows, t.group, 32 * t.k_rows, t.stages)
+        }
+        // 64 × 128 tiles (128 CTAs at 1024³), k in chunks of 192 (1024³ 95%: 0.0218 ms against
+        // 0.0224 at 128 and 0.0245 at 64; 4096³ 95%: 0.995 against 1.034 and 1.197; run 19).
+        None => (64, 16.min(n_groups.next_power_of_two()), 192, 0),
+    };
+    let mut chunk = chunk.min(spec.k.next_multiple_of(32));
+    loop {
+        if a_bytes(bm, chunk) > 1 << 16 {
+            // Byte offsets into the stage's A boxes are 16-bit.
+            if spec.tile.is_none() && chunk > 32 {
+                chunk /= 2;
+                continue;
+            }
+            return Err(spec_err(format!("a {bm}-row CTA takes chunks of at most {} k", (1 << 16) / (bm * 128) * 32 - 32)));
+        }
+        let max_steps = step_counts(groups, chunk).max(1);
+        let stage = stage_bytes(bm, chunk, max_steps);
+        // 1024 bytes of alignment slack, the run table and two barriers per stage.
+        let fixed = 1024 + 4 * runs_words(spec.k.div_ceil(chunk), groups);
+        let fit = SMEM_MAX.saturating_sub(fixed) / (stage + 16);
+        match stages {
+            // As many stages as fit, up to 8 and no more than the chunks (at least 2).
+            0 if fit >= 2 => {
+                return Ok(Tiling { bm, groups, chunk, stages: fit.min(8).min(spec.k.div_ceil(chunk).max(2)) })
+            }
+            s if s >= 2 && s <= fit => return Ok(Tiling { bm, groups, chunk, stages: s }),
+            _ if spec.tile.is_none() && chunk > 32 => chunk /= 2,
+            _ => {
+                return Err(spec_err(format!(
+                    "a {bm}-row, {groups}-group CTA with {chunk}-deep chunks needs {stage} bytes per stage; \
+                     {} stages do not fit in {SMEM_MAX}",
+                    stages.max(2)
+                )))
+            }
+        }
+    }
+}
+
+/// The (chunk, group) runs of steps of a `k × n` pattern, chunks of `chunk`, `groups_padded`
+/// groups per chunk (those past N empty).
+fn runs(live: &[bool], k: usize, n: usize, chunk: usize, groups_padded: usize) -> Vec<Vec<[usize; 8]>> {
+    let chunks = k.div_ceil(chunk);
+    let mut out = Vec::with_capacity(chunks * groups_padded);
+    for c in 0..chunks {
+        for j in 0..groups_padded {
+            let cols = (8 * j).min(n)..(8 * j + 8).min(n);
+            let ks: Vec<usize> = (c * chunk..((c + 1) * chunk).min(k))
+                .filter(|&kk| cols.clone().any(|col| live[kk * n + col]))
+                .map(|kk| kk - c * chunk)
+                .collect();
+            out.push(steps_of(&ks, chunk));
+        }
+    }
+    out
+}
+
+/// Bytes of a stage's A boxes (`chunk / 32` of `bm` rows × 128 bytes) and its zero box.
+fn a_bytes(bm: usize, chunk: usize) -> usize {
+    (chunk / 32 + 1) * bm * 128
+}
+
+/// Bytes of one ring stage: the A boxes, the zero box and `max_steps` steps, to 1024 bytes (the
+/// 128-byte swizzle repeats every 8 rows, so each box starts 1024-byte aligned).
+fn stage_bytes(bm: usize, chunk: usize, max_steps: usize) -> usize {
+    (a_bytes(bm, chunk) + max_steps * STEP_BYTES).next_multiple_of(1024)
+}
+
+/// Byte offset in a stage of chunk-relative `k` in row 0 (its box, its 16-byte unit, its word);
+/// `k >= chunk` is a padding slot of residue `k - chunk`, in the zero box.
+fn stage_offset(bm: usize, chunk: usize, k: usize) -> usize {
+    if k >= chunk {
+        return (chunk / 32) * bm * 128 + 4 * (k - chunk);
+    }
+    (k / 32) * bm * 128 + (k % 32) / 4 * 16 + 4 * (k % 4)
+}
+
+/// Words of a CTA's run table: `groups + 1` run starts per chunk, padded to 16 bytes.
+fn runs_words(chunks: usize, groups: usize) -> usize {
+    (chunks * (groups + 1)).next_multiple_of(4)
+}
+
+fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+    let (m, k, n) = (spec.m, spec.k, spec.n);
+    if spec.orientation != Orientation::Right {
+        return Err(spec_err("the 3xTF32 fine kernel takes the right orientation (A · W, W sparse) only".into()));
+    }
+    let n_groups = n.div_ceil(8);
+    // The largest number of steps one CTA copies for one chunk, at a trial tiling.
+    let step_counts = |groups: usize, chunk: usize| {
+        let gp = n_groups.next_multiple_of(groups);
+        let r = runs(live, k, n, chunk, gp);
+        r.chunks(groups).map(|tile| tile.iter().map(Vec::len).sum::<usize>()).max().unwrap_or(0)
+    };
+    let t = tiling(spec, n_groups, &step_counts)?;
+    let groups_padded = n_groups.next_multiple_of(t.groups);
+    let chunks = k.div_ceil(t.chunk);
+    let runs = runs(live, k, n, t.chunk, groups_padded);
+    let max_steps = runs.chunks(t.groups).map(|tile| tile.iter().map(Vec::len).sum::<usize>()).max().unwrap_or(0).max(1);
+    let mut ptr = Vec::with_capacity(runs.len() + 1);
+    let mut idx = vec![];
+    ptr.push(0);
+    let off = |kk: usize| stage_offset(t.bm, t.chunk, kk);
+    for run in &runs {
+        for step in run {
+            for q in 0..4 {
+                idx.push((off(step[q]) | (off(step[q + 4]) << 16)) as i32);
+            }
+        }
+        ptr.push((idx.len() / 4) as i32);
+    }
+    let nnz = live.iter().filter(|&&l| l).count();
+    let runs_words = runs_words(chunks, t.groups);
+    let stage_bytes = stage_bytes(t.bm, t.chunk, max_steps);
+    let smem = 1024 + 4 * runs_words + t.stages * (16 + stage_bytes);
+    // One consumer warp per column group and one producer warp.
+    let threads = 32 * (t.groups + 1);
+    let mut kernel = Kernel {
+        name: format!("spmm_fine_tf32x3_{}x{}c{}", t.bm, 8 * t.groups, t.chunk),
+        family: Family::FineTf32,
+        mode: Mode::IndexStream,
+        source: String::new(),
+        launch: Launch {
+            grid: ((groups_padded / t.groups) as u32, m.div_ceil(t.bm) as u32, 1),
+            block: (threads as u32, 1, 1),
+            smem_bytes: smem as u32,
+        },
+        spec_shape: (m, k, n),
+        dtype: Dtype::F32,
+        block: (1, 1),
+        orientation: Orientation::Right,
+        ptr,
+        idx,
+        // `ld` is the rows of an A box (the offsets' row stride is 128 bytes).
+        fine: Some(FineTable { chunk: t.chunk, ld: t.bm, cols: 8 * t.groups, warps: t.groups }),
+        live_instances: nnz,
+        dead_instances: k * n - nnz,
+        literal_words: 0,
+        values_embedded: false,
+        prepass: None,
+        steps: vec![],
+        tma_a: Some(TmaBox { rows: t.bm as u32, cols: 32, swizzle_bytes: 128 }),
+        w_smem_image: false,
+    };
+    let ctx = FineTf32Ctx {
+        head: kernel_head(&kernel.name, Dtype::F32, spec),
+        bm: t.bm,
+        m_tiles: t.bm / 16,
+        groups: t.groups,
+        groups_padded,
+        threads,
+        chunk: t.chunk,
+        chunks,
+        subs: t.chunk / 32,
+        stage_bytes,
+        stages: t.stages,
+        max_steps,
+        runs_words,
+        flush_steps: FLUSH_STEPS,
+        vec_out: n % 2 == 0,
+    };
+    kernel.source = render("spmm_fine_tf32.cu.tera", &ctx)?;
+    Ok(kernel)
+}
+
+/// The chunk-relative k at stage offset `off` (see [`stage_offset`]); `>= chunk` for padding.
+fn chunk_k(table: FineTable, off: usize) -> usize {
+    let box_bytes = table.ld * 128;
+    if off >= (table.chunk / 32) * box_bytes {
+        return table.chunk + (off % 16) / 4;
+    }
+    (off / box_bytes) * 32 + (off % 128) / 16 * 4 + (off % 16) / 4
+}
+
+/// The weight (row-major `K × N`) in the kernel's step order: 64 floats per step, lane
+/// `4g + t` holding `W[k_t][8j + g]` then `W[k_{t+4}][8j + g]`.
+pub(super) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
+    let (_, k, n) = kernel.spec_shape;
+    let table = kernel.fine.expect("the 3xTF32 fine kernel carries its table layout");
+    let groups_padded = (kernel.ptr.len() - 1) / k.div_ceil(table.chunk);
+    let mut out = vec![T::default(); 16 * kernel.idx.len()];
+    for run in 0..kernel.ptr.len() - 1 {
+        let (c, j) = (run / groups_padded, run % groups_padded);
+        for s in kernel.ptr[run] as usize..kernel.ptr[run + 1] as usize {
+            for lane in 0..32 {
+                let (g, t) = (lane / 4, lane % 4);
+                let word = kernel.idx[4 * s + t] as u32;
+                for (h, off) in [word & 0xffff, word >> 16].into_iter().enumerate() {
+                    let kk = chunk_k(table, off as usize);
+                    let col = 8 * j + g;
+                    if kk < table.chunk && col < n {
+                        out[64 * s + 2 * lane + h] = w[(c * table.chunk + kk) * n + col];
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_hold_every_k_once_and_quads_take_distinct_residues_while_they_can() {
+        let ks: Vec<usize> = vec![0, 1, 2, 3, 4, 8, 12, 16, 5, 9, 6, 7, 11, 20, 24, 28, 29];
+        let mut sorted = ks.clone();
+        sorted.sort();
+        let steps = steps_of(&sorted, 32);
+        let mut seen: Vec<usize> = steps.iter().flatten().copied().filter(|&k| k < 32).collect();
+        seen.sort();
+        assert_eq!(seen, sorted);
+        // 17 entries: 3 steps (24 slots), the rest padding at the zero columns 32..36.
+        assert_eq!(steps.len(), 3);
+        assert!(steps.iter().flatten().all(|&k| k < 36));
+        // The residue classes hold 8, 4, 2 and 3 entries: the first two quads deal four
+        // distinct residues; a quad with padding holds four distinct residues too (padding
+        // starts only when every class is empty).
+        for quad in [&steps[0][..4], &steps[0][4..]] {
+            let mut r: Vec<usize> = quad.iter().map(|k| k % 4).collect();
+            r.sort();
+            r.dedup();
+            assert_eq!(r.len(), 4, "{quad:?}");
+        }
+        for quad in steps.iter().flat_map(|s| [&s[..4], &s[4..]]) {
+            if quad.iter().any(|&k| k >= 32) {
+                let mut r: Vec<usize> = quad.iter().map(|k| k % 4).collect();
+                r.sort();
+                r.dedup();
+                assert_eq!(r.len(), 4, "{quad:?}");
+            }
+        }
+        assert!(steps_of(&[], 64).is_empty());
+    }
+
+    #[test]
+    fn offsets_round_trip_and_a_quad_of_distinct_residues_loads_without_bank_conflicts() {
+        let table = FineTable { chunk: 128, ld: 64, cols: 128, warps: 16 };
+        for k in 0..132 {
+            assert_eq!(chunk_k(table, stage_offset(64, 128, k)), k);
+        }
+        // Lane (g, t) reads row g (128 bytes apart) at the offset of k_t XOR its swizzle.
+        let bank = |g: usize, k: usize| ((g * 128 + (stage_offset(64, 128, k) ^ (g << 4))) / 4) % 32;
+        for quad in [[0, 5, 10, 15], [33, 64, 127, 2], [128, 129, 130, 131], [96, 1, 130, 7]] {
+            let mut banks: Vec<usize> = (0..8).flat_map(|g| quad.iter().map(move |&k| bank(g, k))).collect();
+            banks.sort();
+            banks.dedup();
+            assert_eq!(banks.len(), 32, "{quad:?}");
+        }
+        // Two k of one residue in a quad share a bank for some pair of rows.
+        let banks: Vec<usize> = (0..8).flat_map(|g| [0, 4, 1, 2].map(|k| bank(g, k))).collect();
+        let mut unique = banks.clone();
+        unique.sort();
+        unique.dedup();
+        assert!(unique.len() < 32);
+    }
+
+    #[test]
+    fn auto_takes_the_tensor_cores_where_they_measured_faster() {
+        // `n` nonzeros spread over a k × n weight (only their count matters to the rule).
+        let spec = |m: usize, k: usize, n: usize, kept: f64| {
+            let nnz = (kept * (k * n) as f64) as usize;
+            let step = (k * n) / nnz;
+            SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), (0..nnz).map(|i| (i * step / n, i * step % n)).collect())
+        };
+        assert!(auto_prefers(&spec(1024, 1024, 1024, 0.05)).unwrap());
+        assert!(auto_prefers(&spec(1024, 1024, 1024, 0.01)).unwrap());
+        assert!(!auto_prefers(&spec(4096, 4096, 4096, 0.05)).unwrap());
+        assert!(auto_prefers(&spec(4096, 4096, 4096, 0.1)).unwrap());
+        // Anything forced for the other fine kernels keeps them; so do K % 4 != 0 and fp16.
+        let mut s = spec(1024, 1024, 1024, 0.05);
+        s.tile = Some(super::super::Tile::new(64, 4));
+        assert!(!auto_prefers(&s).unwrap());
+        s.tile = None;
+        s.dense_copy = DenseCopy::Prepass;
+        assert!(!auto_prefers(&s).unwrap());
+        s.dense_copy = DenseCopy::Auto;
+        s.mode = Mode::Unrolled;
+        assert!(!auto_prefers(&s).unwrap());
+        assert!(!auto_prefers(&spec(1024, 1026, 1024, 0.05)).unwrap());
+        let mut h = spec(1024, 1024, 1024, 0.05);
+        h.dtype = Dtype::F16;
+        assert!(!auto_prefers(&h).unwrap());
+        // And the engine decides before the rule.
+        let mut small = spec(64, 64, 64, 0.1);
+        assert_eq!(super::super::specialize(&small).unwrap().family, Family::FineTf32);
+        small.engine = Engine::Simt;
+        assert_eq!(super::super::specialize(&small).unwrap().family, Family::Fine);
+    }
+
+    #[test]
+    fn tables_and_packing_round_trip_the_weight() {
+        // 72 × 21 (ragged groups and chunks), about a third live.
+        let (m, k, n) = (40, 72, 21);
+        let mut rng = crate::rng::SplitMix64::new(3);
+        let live: Vec<bool> = (0..k * n).map(|_| rng.uniform(0.0, 1.0) < 0.3).collect();
+        let blocks: Vec<(usize, usize)> = (0..k * n).filter(|&i| live[i]).map(|i| (i / n, i % n)).collect();
+        let mut s = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), blocks);
+        s.engine = Engine::Tf32x3;
+        let kern = super::super::specialize(&s).unwrap();
+        assert_eq!(kern.family, Family::FineTf32);
+        assert!(kern.source.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+        let w: Vec<f32> = (0..k * n).map(|i| if live[i] { 1.0 + i as f32 } else { 0.0 }).collect();
+        let packed = kern.pack_weight(&w);
+        assert_eq!(packed.len(), 16 * kern.idx.len());
+        // Every nonzero appears exactly once in the packing, and nothing else but zeros.
+        let mut got: Vec<f32> = packed.iter().copied().filter(|&v| v != 0.0).collect();
+        let mut want: Vec<f32> = w.iter().copied().filter(|&v| v != 0.0).collect();
+        got.sort_by(f32::total_cmp);
+        want.sort_by(f32::total_cmp);
+        assert_eq!(got, want);
+        // Multiplying through the tables gives the dense product.
+        let t = kern.fine.unwrap();
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let gp = (kern.ptr.len() - 1) / k.div_ceil(t.chunk);
+        let mut c = vec![0.0f32; m * n];
+        for run in 0..kern.ptr.len() - 1 {
+            let (ch, j) = (run / gp, run % gp);
+            for st in kern.ptr[run] as usize..kern.ptr[run + 1] as usize {
+                for lane in 0..32 {
+                    let (g, tt) = (lane / 4, lane % 4);
+                    let word = kern.idx[4 * st + tt] as u32;
+                    for (h, off) in [word & 0xffff, word >> 16].into_iter().enumerate() {
+                        let kk = chunk_k(t, off as usize);
+                        let col = 8 * j + g;
+                        if kk < t.chunk && col < n {
+                            for r in 0..m {
+                                c[r * n + col] += a[r * k + ch * t.chunk + kk] * packed[64 * st + 2 * lane + h];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for r in 0..m {
+            for col in 0..n {
+                let want: f32 = (0..k).map(|kk| a[r * k + kk] * w[kk * n + col]).sum();
+                assert_eq!(c[r * n + col], want, "({r}, {col})");
+            }
+        }
+        // The unrolled mode, K not a multiple of 4 and other dtypes are refused.
+        s.mode = Mode::Unrolled;
+        assert!(super::super::specialize(&s).unwrap_err().to_string().contains("streams its tables"));
+        let mut odd = SpmmSpec::new(8, 70, 8, Dtype::F32, (1, 1), vec![(3, 4)]);
+        odd.engine = Engine::Tf32x3;
+        assert!(super::super::specialize(&odd).unwrap_err().to_string().contains("K a multiple of 4"));
+        odd.k = 72;
+        odd.dtype = Dtype::F16;
+        assert!(super::super::specialize(&odd).unwrap_err().to_string().contains("takes f32 weights"));
+    }
+}
