@@ -100,14 +100,16 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Option<Ke
 
 /// Whether `Engine::Auto` takes the 3xTF32 fine kernel: fp32, right orientation, K a multiple
 /// of 4, nothing forced that belongs to the other fine kernels (a tile, a dense-copy method,
-/// the unrolled mode, a dismantled weight), and either at least 7.5% of W kept or an output of
-/// at most 2^22 elements. Measured on the H200 (run 19, same binary, same call): at 1024³ it
-/// beats the SIMT loop kernel at every density (50% 0.047 against 0.112 ms, 90% 0.0315 against
-/// 0.0371, 95% 0.0224 against 0.0250, 99% 0.0121 against 0.0144); at 4096³ it wins at 50%
-/// (2.63 against 6.07) and 90% (1.61 against 1.64) and loses at 95% (1.03 against 0.93) and
-/// 99% (0.387 against 0.385), where the loop kernel's many waves hide its costs better and
-/// the gathered k (a third of K at 95% for groups of 8 columns) cost the tensor cores 7× the
-/// useful work. The 2^22 edge between the two measured sizes is not measured.
+/// the unrolled mode, a dismantled weight); then always for outputs of at most 2^22 elements,
+/// and above that unless the gathered k cost the tensor cores 5× the useful work or more
+/// ([`gathered_work`]) at 2% kept or more. Measured on the H200 (run 19, call 7, same binary,
+/// same call): at 1024³ it beats the SIMT loop kernel at every density (50% 0.048 against
+/// 0.112 ms, 90% 0.0325 against 0.0372, 95% 0.0221 against 0.0251, 99% 0.0118 against
+/// 0.0145); at 4096³ it wins at 50% (2.65 against 6.07, 2× the useful work) and 99% (0.349
+/// against 0.385, where the loop kernel's runs are short) and loses at 90% (1.67 against
+/// 1.64) and 95% (0.995 against 0.926), about 6× and 7× the useful work; the whole mixed
+/// pattern (32×32 blocks at 90% + 1%) gathers 1.6× and runs 0.644 ms. The 2^22 edge between
+/// the two measured sizes is not measured.
 fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
     if spec.dtype != Dtype::F32
         || spec.orientation != Orientation::Right
@@ -120,7 +122,26 @@ fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
         return Ok(false);
     }
     let density = spec.blocks.len() as f64 / (spec.k * spec.n) as f64;
-    Ok(density >= 0.075 || spec.m * spec.n <= 1 << 22)
+    Ok(spec.m * spec.n <= 1 << 22 || density < 0.02 || gathered_work(spec) < 5.0)
+}
+
+/// Multiply-adds the kernel's steps issue per nonzero of W: each group of 8 columns takes
+/// every k where one of them is nonzero (before padding).
+fn gathered_work(spec: &SpmmSpec) -> f64 {
+    let groups = spec.n.div_ceil(8);
+    let mut rows: Vec<Vec<u32>> = vec![vec![]; groups];
+    for &(k, n) in &spec.blocks {
+        rows[n / 8].push(k as u32);
+    }
+    let union: usize = rows
+        .iter_mut()
+        .map(|r| {
+            r.sort_unstable();
+            r.dedup();
+            r.len()
+        })
+        .sum();
+    (8 * union) as f64 / spec.blocks.len().max(1) as f64
 }
 
 /// The k8 steps of one (chunk, column group): `ks` are the chunk-relative k of the group's
@@ -449,8 +470,15 @@ mod tests {
         };
         assert!(auto_prefers(&spec(1024, 1024, 1024, 0.05)).unwrap());
         assert!(auto_prefers(&spec(1024, 1024, 1024, 0.01)).unwrap());
+        // At 4096³ the scattered 5% gather ~7× their work: the SIMT kernel; 1% and 50% not.
         assert!(!auto_prefers(&spec(4096, 4096, 4096, 0.05)).unwrap());
-        assert!(auto_prefers(&spec(4096, 4096, 4096, 0.1)).unwrap());
+        assert!(auto_prefers(&spec(4096, 4096, 4096, 0.01)).unwrap());
+        assert!(auto_prefers(&spec(4096, 4096, 4096, 0.5)).unwrap());
+        // 10% kept as whole 8-column rows gathers nothing extra: tensor cores.
+        let rows: Vec<(usize, usize)> = (0..4096).step_by(10).flat_map(|k| (0..4096).map(move |n| (k, n))).collect();
+        let banded = SpmmSpec::new(4096, 4096, 4096, Dtype::F32, (1, 1), rows);
+        assert!((gathered_work(&banded) - 1.0).abs() < 1e-9);
+        assert!(auto_prefers(&banded).unwrap());
         // Anything forced for the other fine kernels keeps them; so do K % 4 != 0 and fp16.
         let mut s = spec(1024, 1024, 1024, 0.05);
         s.tile = Some(super::super::Tile::new(64, 4));
