@@ -160,7 +160,9 @@ pub enum Mode {
 /// `stages` (output columns per warp / 32: 1 or 2), with `rows` = 32. 0 = the specializer's choice.
 /// The warp-specialized wgmma kernel reads `group`: block columns per work item (1..=8), and
 /// `k_rows`: k-block rows per ring stage (1..=4). Other block kernels ignore `per_sm`,
-/// `split`, `warps`, `group` and `k_rows`.
+/// `split`, `warps`, `group` and `k_rows`. The 3xTF32 fine kernel (`Engine::Tf32x3`) reads
+/// `rows` (32, 64 or 128), `group` (column groups of 8 per CTA, 1..=31), `k_rows` (k-chunk
+/// depth / 32, 1..=8) and `stages` (0 = as many as fit, up to 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,

@@ -159,6 +159,9 @@ pub struct Prepass {
 /// Runs are in (chunk, position) order: the sparse columns are numbered tile by tile (`cols`
 /// per CTA, the last tile completed with empty runs) and, inside a tile, warp by warp, each
 /// warp owning every `warps`-th column, so the runs one warp walks in a chunk are contiguous.
+/// The 3xTF32 fine kernel ([`Family::FineTf32`]) keeps its own layout (see
+/// `spmm_fine_tf32.rs`): `chunk` its k-chunk, `ld` the rows of an A box, `cols` its columns per
+/// CTA, `warps` its consumer warps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct FineTable {
     /// Depth of a k-chunk.
