@@ -189,7 +189,21 @@ pub fn steps_of(ks: &[usize], chunk: usize) -> Vec<[usize; 8]> {
     quads.chunks(2).map(|q| [q[0][0], q[0][1], q[0][2], q[0][3], q[1][0], q[1][1], q[1][2], q[1][3]]).collect()
 }
 
-fn tiling(spec: &SpmmSpec, n_groups: usize, step_counts: &dyn Fn(usize, usize) -> usize) -> Result<Tiling, CodegenError> {
+/// Runs of steps per (chunk, group) of a trial tiling (`groups` per CTA, `chunk` deep).
+type Runs = Vec<Vec<[usize; 8]>>;
+
+/// The largest number of steps one CTA copies for one chunk (at least 1).
+fn max_steps(runs: &Runs, groups: usize) -> usize {
+    runs.chunks(groups).map(|tile| tile.iter().map(Vec::len).sum::<usize>()).max().unwrap_or(0).max(1)
+}
+
+/// The tiling and the runs it was sized on (`runs_of(groups, chunk)` builds them; a chunk that
+/// does not fit is halved and the runs rebuilt).
+fn tiling(
+    spec: &SpmmSpec,
+    n_groups: usize,
+    runs_of: &dyn Fn(usize, usize) -> Runs,
+) -> Result<(Tiling, Runs), CodegenError> {
     let (bm, groups, chunk, stages) = match spec.tile {
         Some(t) => {
             if ![32, 64, 128].contains(&t.rows) {
@@ -218,17 +232,18 @@ fn tiling(spec: &SpmmSpec, n_groups: usize, step_counts: &dyn Fn(usize, usize) -
             }
             return Err(spec_err(format!("a {bm}-row CTA takes chunks of at most {} k", (1 << 16) / (bm * 128) * 32 - 32)));
         }
-        let max_steps = step_counts(groups, chunk).max(1);
-        let stage = stage_bytes(bm, chunk, max_steps);
+        let runs = runs_of(groups, chunk);
+        let stage = stage_bytes(bm, chunk, max_steps(&runs, groups));
         // 1024 bytes of alignment slack, the run table and two barriers per stage.
         let fixed = 1024 + 4 * runs_words(spec.k.div_ceil(chunk), groups);
         let fit = SMEM_MAX.saturating_sub(fixed) / (stage + 16);
         match stages {
             // As many stages as fit, up to 8 and no more than the chunks (at least 2).
             0 if fit >= 2 => {
-                return Ok(Tiling { bm, groups, chunk, stages: fit.min(8).min(spec.k.div_ceil(chunk).max(2)) })
+                let stages = fit.min(8).min(spec.k.div_ceil(chunk).max(2));
+                return Ok((Tiling { bm, groups, chunk, stages }, runs));
             }
-            s if s >= 2 && s <= fit => return Ok(Tiling { bm, groups, chunk, stages: s }),
+            s if s >= 2 && s <= fit => return Ok((Tiling { bm, groups, chunk, stages: s }, runs)),
             _ if spec.tile.is_none() && chunk > 32 => chunk /= 2,
             _ => {
                 return Err(spec_err(format!(
@@ -290,17 +305,11 @@ fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         return Err(spec_err("the 3xTF32 fine kernel takes the right orientation (A · W, W sparse) only".into()));
     }
     let n_groups = n.div_ceil(8);
-    // The largest number of steps one CTA copies for one chunk, at a trial tiling.
-    let step_counts = |groups: usize, chunk: usize| {
-        let gp = n_groups.next_multiple_of(groups);
-        let r = runs(live, k, n, chunk, gp);
-        r.chunks(groups).map(|tile| tile.iter().map(Vec::len).sum::<usize>()).max().unwrap_or(0)
-    };
-    let t = tiling(spec, n_groups, &step_counts)?;
+    let runs_of = |groups: usize, chunk: usize| runs(live, k, n, chunk, n_groups.next_multiple_of(groups));
+    let (t, runs) = tiling(spec, n_groups, &runs_of)?;
     let groups_padded = n_groups.next_multiple_of(t.groups);
     let chunks = k.div_ceil(t.chunk);
-    let runs = runs(live, k, n, t.chunk, groups_padded);
-    let max_steps = runs.chunks(t.groups).map(|tile| tile.iter().map(Vec::len).sum::<usize>()).max().unwrap_or(0).max(1);
+    let max_steps = max_steps(&runs, t.groups);
     let mut ptr = Vec::with_capacity(runs.len() + 1);
     let mut idx = vec![];
     ptr.push(0);
