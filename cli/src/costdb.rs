@@ -8,6 +8,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
+use spartac::codegen::FineTf32Work;
 use spartac::plan::calibrate::{fit, validate, Part, Sample};
 use spartac::plan::cost::{CostDb, CostModel};
 use spartac::plan::cover::BlockShape;
@@ -58,6 +59,11 @@ struct KernelRec {
     live_instances: usize,
     #[serde(default)]
     block: Option<(usize, usize)>,
+    #[serde(default)]
+    grid: Option<(usize, usize, usize)>,
+    /// The 3xTF32 fine kernel's k8 steps (records from before they carried them are skipped).
+    #[serde(default)]
+    steps: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -106,6 +112,14 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
     let mut parts = vec![];
     if !dense {
         for kr in &product {
+            if kr.family == "fine_tf32" {
+                // Its time follows its steps and column tiles (grid x), not its nonzeros.
+                let (Some(steps), Some((col_tiles, _, _))) = (kr.steps, kr.grid) else { return Ok(None) };
+                // The tile does not enter the model (the steps and column tiles carry it).
+                let gathered = Some(FineTf32Work { steps, col_tiles, tile: (0, 0, 0) });
+                parts.push(Part { shape: BlockShape::new(1, 1), n_blocks: kr.live_instances, gathered });
+                continue;
+            }
             // Records from before kernels carried their block shape: take it from the cover.
             let shape = match (kr.block, cover_shape(&rec.cover)) {
                 (Some((h, w)), _) if h > 0 => BlockShape::new(h, w),
@@ -113,7 +127,7 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
                 (None, Some(s)) => s,
                 _ => return Ok(None),
             };
-            parts.push(Part { shape, n_blocks: kr.live_instances });
+            parts.push(Part { shape, n_blocks: kr.live_instances, gathered: None });
         }
     }
     Ok(Some(Sample { label: rec.label.clone(), dtype: rec.dtype.clone(), m, k, n, dense, parts, seconds: ms * 1e-3 }))
@@ -156,11 +170,13 @@ pub fn run(args: CostdbArgs) -> Result<()> {
     }
     let before = CostModel::new(HardwareProfile::sm_90(), db.clone())?;
     let sources: Vec<String> = bench.iter().map(|p| p.display().to_string()).collect();
-    let (mut fitted, mut rows) =
+    let (mut fitted, mut rows, mut fine) =
         fit(&before, &samples, &format!("fitted by `spartac costdb fit` to {}", sources.join(", ")))?;
     if dense_only {
         fitted.blocks = before.db.blocks.clone();
+        fitted.fine_tf32 = before.db.fine_tf32.clone();
         rows.clear();
+        fine = None;
     }
     let after = CostModel::new(HardwareProfile::sm_90(), fitted.clone())?;
 
@@ -185,6 +201,18 @@ pub fn run(args: CostdbArgs) -> Result<()> {
         if samples.iter().any(|s| s.dense && s.dtype == d.dtype) {
             writeln!(md, "| {} | dense (cuBLAS) | {:.1} | - | - | - |", d.dtype, d.tflops)?;
         }
+    }
+    if let Some(f) = &fine {
+        writeln!(
+            md,
+            "\n3xTF32 fine kernel (`fine_tf32`): steps at {:.1} TFLOP/s (one product of 2·M·8·8 per step), \
+             A re-read per column tile at {:.1} TB/s, {:.0} ns fixed; {} samples, max fit error {:.1}%.",
+            f.entry.step_tflops,
+            f.entry.a_tb_s,
+            f.entry.fixed_ns,
+            f.samples,
+            100.0 * f.max_rel_err
+        )?;
     }
     writeln!(md, "\n## Every measured case, predicted by the old and the fitted DB\n")?;
     writeln!(md, "| case | measured µs | old DB µs (error) | fitted DB µs (error) |")?;

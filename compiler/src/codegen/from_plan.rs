@@ -191,7 +191,7 @@ pub fn plan_single_weight_oriented(
 
 /// The one-MatMul graph [`plan_single_weight_oriented`] plans: input `x`, initializer `w`
 /// pruned where zero and marked with `dtype`'s width and format (int8: the activation too).
-fn single_weight_graph(
+pub fn single_weight_graph(
     m: usize,
     k: usize,
     n: usize,

@@ -313,6 +313,12 @@ impl Kernel {
         }
     }
 
+    /// The k8 steps of a 3xTF32 fine kernel (each an `M × 8 × 8` TF32 product on gathered k;
+    /// what the planner's cost model counts), `None` for other families.
+    pub fn tensor_steps(&self) -> Option<usize> {
+        (self.family == Family::FineTf32).then(|| self.ptr.last().map_or(0, |&p| p as usize))
+    }
+
     /// Multiply-adds the kernel executes (live blocks or entries only) times 2.
     pub fn flops(&self) -> f64 {
         let (m, _, n) = self.spec_shape;
@@ -1104,6 +1110,13 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
 /// `M × K`; the bias, as in the right orientation, is indexed by the output column.
 fn fine_left(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let (m, k) = (spec.m, spec.k);
+    if spec.engine == Engine::Tf32x3 {
+        return Err(spec_err(
+            "the 3xTF32 fine kernel takes the right orientation (A · W) only; a left-orientation \
+             element-sparse weight runs on the SIMT kernel (Engine::Auto or Engine::Simt)"
+                .into(),
+        ));
+    }
     if let Some(v) = &spec.values {
         if v.len() != m * k {
             return Err(spec_err(format!("values hold {} elements, the weight {m}x{k} has {}", v.len(), m * k)));

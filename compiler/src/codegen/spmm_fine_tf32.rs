@@ -88,7 +88,7 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Option<Ke
         Engine::Tf32x3 if spec.mode == Mode::Unrolled => {
             Err(spec_err("the 3xTF32 fine kernel streams its tables (no unrolled mode)".into()))
         }
-        Engine::Tf32x3 if spec.k % 4 != 0 => Err(spec_err(format!(
+        Engine::Tf32x3 if !spec.k.is_multiple_of(4) => Err(spec_err(format!(
             "the 3xTF32 fine kernel copies A's rows in 16-byte units and needs K a multiple of 4, got {}",
             spec.k
         ))),
@@ -113,7 +113,7 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Option<Ke
 fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
     if spec.dtype != Dtype::F32
         || spec.orientation != Orientation::Right
-        || spec.k % 4 != 0
+        || !spec.k.is_multiple_of(4)
         || spec.tile.is_some()
         || spec.dense_copy != DenseCopy::Auto
         || spec.mode == Mode::Unrolled
@@ -123,6 +123,33 @@ fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
     }
     let density = spec.blocks.len() as f64 / (spec.k * spec.n) as f64;
     Ok(spec.m * spec.n <= 1 << 22 || density < 0.02 || gathered_work(spec) < 5.0)
+}
+
+/// What the 3xTF32 fine kernel does for a pattern, for the planner's cost model
+/// (`plan::cost::CostModel::fine_tf32_time`): its k8 steps, each an `M × 8 × 8` TF32 product
+/// (three with the split), and its CTA column tiles, each of which reads all of A.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FineTf32Work {
+    pub steps: usize,
+    pub col_tiles: usize,
+    /// The CTA tile `(rows, columns, chunk depth)`.
+    pub tile: (usize, usize, usize),
+}
+
+/// The work of the kernel `Engine::Auto` would build for `spec` (pattern `live`, row-major
+/// `K × N`), `None` when Auto hands the spec to another fine kernel ([`auto_prefers`]).
+pub fn auto_work(spec: &SpmmSpec, live: &[bool]) -> Result<Option<FineTf32Work>, CodegenError> {
+    if spec.engine != Engine::Auto || !auto_prefers(spec)? {
+        return Ok(None);
+    }
+    let n_groups = spec.n.div_ceil(8);
+    let runs_of = |groups: usize, chunk: usize| runs(live, spec.k, spec.n, chunk, n_groups.next_multiple_of(groups));
+    let (t, runs) = tiling(spec, n_groups, &runs_of)?;
+    Ok(Some(FineTf32Work {
+        steps: runs.iter().map(Vec::len).sum(),
+        col_tiles: n_groups.div_ceil(t.groups),
+        tile: (t.bm, 8 * t.groups, t.chunk),
+    }))
 }
 
 /// Multiply-adds the kernel's steps issue per nonzero of W: each group of 8 columns takes
@@ -168,16 +195,16 @@ pub fn steps_of(ks: &[usize], chunk: usize) -> Vec<[usize; 8]> {
         }
         // Fewer than four classes left: the fullest one fills the rest (a bank conflict is
         // cheaper than a padded slot while entries remain).
-        for slot in 0..4 {
-            if quad[slot] == usize::MAX {
+        for (slot, q) in quad.iter_mut().enumerate() {
+            if *q == usize::MAX {
                 let r = (0..4).max_by_key(|&r| classes[r].len()).unwrap();
                 if let Some(k) = classes[r].pop() {
-                    quad[slot] = k;
+                    *q = k;
                 } else if let Some(r) = (0..4).find(|&r| !used[r]) {
                     used[r] = true;
-                    quad[slot] = chunk + r;
+                    *q = chunk + r;
                 } else {
-                    quad[slot] = chunk + slot;
+                    *q = chunk + slot;
                 }
             }
         }
@@ -507,6 +534,35 @@ mod tests {
         assert_eq!(super::super::specialize(&small).unwrap().family, Family::FineTf32);
         small.engine = Engine::Simt;
         assert_eq!(super::super::specialize(&small).unwrap().family, Family::Fine);
+    }
+
+    /// The planner's count of the kernel's work is the kernel's: the steps in its table and
+    /// its CTA column tiles (grid x); `None` where Auto hands the spec on, and the left
+    /// orientation refuses the forced engine instead of running another kernel.
+    #[test]
+    fn auto_work_counts_what_the_kernel_does() {
+        let (m, k, n) = (256, 1000, 300);
+        let mut rng = crate::rng::SplitMix64::new(5);
+        let live: Vec<bool> = (0..k * n).map(|_| rng.uniform(0.0, 1.0) < 0.05).collect();
+        let blocks: Vec<(usize, usize)> = (0..k * n).filter(|&i| live[i]).map(|i| (i / n, i % n)).collect();
+        let spec = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), blocks.clone());
+        let work = auto_work(&spec, &live).unwrap().expect("auto takes it at this size");
+        let kern = super::super::specialize(&spec).unwrap();
+        assert_eq!(kern.family, Family::FineTf32);
+        assert_eq!(Some(work.steps), kern.tensor_steps());
+        assert!(work.steps > 0);
+        assert_eq!(work.col_tiles, kern.launch.grid.0 as usize);
+        assert_eq!((work.tile.0, work.tile.1), (64, 128));
+        let mut simt = spec.clone();
+        simt.engine = Engine::Simt;
+        assert_eq!(auto_work(&simt, &live).unwrap(), None);
+        // W on the left is m × k: its nonzeros are (row < m, col < k).
+        let left_blocks: Vec<(usize, usize)> = blocks.iter().filter(|&&(_, nn)| nn < m).map(|&(kk, nn)| (nn, kk)).collect();
+        let mut left = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), left_blocks);
+        left.orientation = Orientation::Left;
+        left.engine = Engine::Tf32x3;
+        let err = super::super::specialize(&left).unwrap_err().to_string();
+        assert!(err.contains("right orientation"), "{err}");
     }
 
     #[test]

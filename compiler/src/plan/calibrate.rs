@@ -9,7 +9,8 @@
 //! [`validate`] then predicts every measured case (mixed and planned covers included, which
 //! the fit never saw) so the report shows how far the model is from the GPU.
 
-use super::cost::{BlockEntry, CostDb, CostModel, DenseEntry};
+use super::cost::{BlockEntry, CostDb, CostModel, DenseEntry, FineTf32Entry};
+use crate::codegen::FineTf32Work;
 use super::cover::BlockShape;
 use super::hardware::NumberFormat;
 use crate::Error;
@@ -20,6 +21,9 @@ pub struct Part {
     pub shape: BlockShape,
     /// Live blocks (elements for 1×1) the kernel multiplies.
     pub n_blocks: usize,
+    /// The 3xTF32 fine kernel's work, when this part ran on it (its time follows the work,
+    /// not `n_blocks`).
+    pub gathered: Option<FineTf32Work>,
 }
 
 /// One measured case: `m × k` activations times a `k × n` weight covered by `parts`
@@ -55,7 +59,14 @@ pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
     if s.dense {
         return Ok(model.dense_time(nf, s.m, s.k, s.n));
     }
-    Ok(s.parts.iter().map(|p| model.sparse_time(nf, p.shape, p.n_blocks, s.m, s.k, s.n)).sum())
+    Ok(s
+        .parts
+        .iter()
+        .map(|p| match &p.gathered {
+            Some(work) => model.fine_tf32_time(nf, s.m, s.k, s.n, work),
+            None => model.sparse_time(nf, p.shape, p.n_blocks, s.m, s.k, s.n),
+        })
+        .sum())
 }
 
 /// Fits every (shape, dtype) that has single-kernel samples, and the dense rate of every
@@ -63,7 +74,11 @@ pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
 /// entries replaced) and the per-entry fit quality. Shapes need samples at two or more
 /// different `m · area` per block to separate rate from overhead; with one, the overhead
 /// stays at the DB default and only the rate is fitted.
-pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<(CostDb, Vec<FitRow>), Error> {
+pub fn fit(
+    model: &CostModel,
+    samples: &[Sample],
+    source: &str,
+) -> Result<(CostDb, Vec<FitRow>, Option<FineTf32Fit>), Error> {
     let mut db = model.db.clone();
     db.source = source.to_string();
     let mut rows = vec![];
@@ -93,7 +108,7 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<(CostD
     // (1/rate, overhead); least squares on relative residuals.
     let mut keys: Vec<(String, BlockShape)> = samples
         .iter()
-        .filter(|s| !s.dense && s.parts.len() == 1)
+        .filter(|s| !s.dense && s.parts.len() == 1 && s.parts[0].gathered.is_none())
         .map(|s| (s.dtype.clone(), s.parts[0].shape))
         .collect();
     keys.sort_by(|a, b| (a.0.as_str(), a.1.h, a.1.w).cmp(&(b.0.as_str(), b.1.h, b.1.w)));
@@ -105,8 +120,7 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<(CostD
         // Rows: [flops, blocks, activation elements / 1024] · [1/rate, overhead, per-k] ≈ y,
         // each divided by the measured time (relative residuals).
         let mut eqs: Vec<([f64; 3], f64)> = vec![];
-        for s in samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == dt && s.parts[0].shape == shape)
-        {
+        for s in samples.iter().filter(|s| single_block(s) && s.dtype == dt && s.parts[0].shape == shape) {
             let nb = s.parts[0].n_blocks as f64;
             let m = s.m as f64;
             let fixed = model.suboperator_fixed(nf, s.m, s.n);
@@ -133,15 +147,60 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<(CostD
     let fitted = CostModel::new(model.hw.clone(), db.clone())?;
     for row in &mut rows {
         let shape = BlockShape::new(row.entry.block[0], row.entry.block[1]);
-        for s in samples
-            .iter()
-            .filter(|s| !s.dense && s.parts.len() == 1 && s.dtype == row.entry.dtype && s.parts[0].shape == shape)
-        {
+        for s in samples.iter().filter(|s| single_block(s) && s.dtype == row.entry.dtype && s.parts[0].shape == shape) {
             let e = (predict(&fitted, s)? - s.seconds).abs() / s.seconds;
             row.max_rel_err = row.max_rel_err.max(e);
         }
     }
-    Ok((db, rows))
+    let fine = fit_fine_tf32(model, &mut db, samples)?;
+    Ok((db, rows, fine))
+}
+
+/// One sparse kernel of the block model (not the 3xTF32 fine kernel).
+fn single_block(s: &Sample) -> bool {
+    !s.dense && s.parts.len() == 1 && s.parts[0].gathered.is_none()
+}
+
+/// The fit of the 3xTF32 fine kernel's entry: its samples and worst error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FineTf32Fit {
+    pub entry: FineTf32Entry,
+    pub samples: usize,
+    pub max_rel_err: f64,
+}
+
+/// Fits `db.fine_tf32` to the samples that ran the 3xTF32 fine kernel alone: the time beyond
+/// the launch and output is linear in (step flops, A bytes, 1), least squares on relative
+/// residuals. `None` (and the DB unchanged) without such samples.
+fn fit_fine_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Result<Option<FineTf32Fit>, Error> {
+    let fine: Vec<&Sample> =
+        samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.parts[0].gathered.is_some()).collect();
+    if fine.is_empty() {
+        return Ok(None);
+    }
+    let mut eqs = vec![];
+    for s in &fine {
+        let nf = format_of(model, &s.dtype)?;
+        let w = s.parts[0].gathered.expect("filtered on gathered");
+        let (m, k, t) = (s.m as f64, s.k as f64, s.seconds);
+        let y = t - model.suboperator_fixed(nf, s.m, s.n);
+        eqs.push(([w.steps as f64 * m * 128.0 / t, w.col_tiles as f64 * m * k * 4.0 / t, 1.0 / t], y / t));
+    }
+    let [inv_step, inv_a, fixed] = nonneg_least_squares(&eqs);
+    let lead = model.fine_tf32_entry();
+    let entry = FineTf32Entry {
+        step_tflops: if inv_step > 0.0 { 1.0 / inv_step / 1e12 } else { lead.step_tflops },
+        // A term the samples put at zero: the A reads hide under the steps.
+        a_tb_s: if inv_a > 0.0 { 1.0 / inv_a / 1e12 } else { 1e6 },
+        fixed_ns: fixed * 1e9,
+    };
+    db.fine_tf32 = Some(entry.clone());
+    let fitted = CostModel::new(model.hw.clone(), db.clone())?;
+    let mut max_rel_err: f64 = 0.0;
+    for s in &fine {
+        max_rel_err = max_rel_err.max((predict(&fitted, s)? - s.seconds).abs() / s.seconds);
+    }
+    Ok(Some(FineTf32Fit { entry, samples: fine.len(), max_rel_err }))
 }
 
 /// Least squares `A·x ≈ y` with `x ≥ 0` over three unknowns: the best of the
@@ -253,7 +312,7 @@ mod tests {
                     k: size,
                     n: size,
                     dense: false,
-                    parts: vec![Part { shape, n_blocks: nb }],
+                    parts: vec![Part { shape, n_blocks: nb, gathered: None }],
                     seconds: 0.0,
                 };
                 s.seconds = predict(&truth, &s).unwrap();
@@ -272,7 +331,8 @@ mod tests {
         };
         dense.seconds = predict(&truth, &dense).unwrap();
         samples.push(dense);
-        let (db, rows) = fit(&base, &samples, "test").unwrap();
+        let (db, rows, fine) = fit(&base, &samples, "test").unwrap();
+        assert!(fine.is_none() && db.fine_tf32 == base.db.fine_tf32);
         let get = |b: [usize; 2]| db.blocks.iter().find(|e| e.block == b && e.dtype == "f32").unwrap();
         assert!((get([32, 32]).tflops - 31.0).abs() < 0.01, "{:?}", get([32, 32]));
         assert!((get([32, 32]).overhead_ns.unwrap() - 4.0).abs() < 0.01);
@@ -288,6 +348,45 @@ mod tests {
         let fitted = CostModel::new(base.hw.clone(), db).unwrap();
         let sum = predict(&fitted, &samples[0]).unwrap() + predict(&fitted, &samples[1]).unwrap();
         assert!((predict(&fitted, &mixed).unwrap() - sum).abs() < 1e-12);
+    }
+
+    /// The 3xTF32 fine kernel's entry comes back from samples it generated, and its samples
+    /// do not touch the 1×1 block entry (a different kernel).
+    #[test]
+    fn fit_recovers_the_fine_tf32_entry() {
+        let base = CostModel::sm_90();
+        let mut truth_db = base.db.clone();
+        truth_db.fine_tf32 = Some(FineTf32Entry { step_tflops: 55.0, a_tb_s: 14.0, fixed_ns: 2500.0 });
+        let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
+        let mut samples = vec![];
+        for (size, steps, col_tiles) in
+            [(1024, 1570, 8), (1024, 8150, 8), (4096, 26_000, 32), (4096, 262_000, 32), (2048, 30_000, 16)]
+        {
+            let mut s = Sample {
+                label: format!("{size} {steps}"),
+                dtype: "f32".into(),
+                m: size,
+                k: size,
+                n: size,
+                dense: false,
+                parts: vec![Part {
+                    shape: BlockShape::new(1, 1),
+                    n_blocks: steps * 10,
+                    gathered: Some(FineTf32Work { steps, col_tiles, tile: (64, 128, 192) }),
+                }],
+                seconds: 0.0,
+            };
+            s.seconds = predict(&truth, &s).unwrap();
+            samples.push(s);
+        }
+        let (db, rows, fine) = fit(&base, &samples, "test").unwrap();
+        let fine = fine.unwrap();
+        assert!(rows.is_empty() && db.blocks.is_empty(), "{rows:?}");
+        assert_eq!(fine.samples, 5);
+        assert!(fine.max_rel_err < 1e-6, "{fine:?}");
+        let e = db.fine_tf32.unwrap();
+        assert!((e.step_tflops - 55.0).abs() < 0.01 && (e.a_tb_s - 14.0).abs() < 0.01, "{e:?}");
+        assert!((e.fixed_ns - 2500.0).abs() < 1.0, "{e:?}");
     }
 
     #[test]
@@ -309,7 +408,7 @@ mod tests {
             k: 1024,
             n: 1024,
             dense: false,
-            parts: vec![Part { shape: BlockShape::new(32, 32), n_blocks: 102 }],
+            parts: vec![Part { shape: BlockShape::new(32, 32), n_blocks: 102, gathered: None }],
             seconds: 20e-6,
         };
         assert!(fit(&base, &[s], "bad").unwrap_err().to_string().contains("f7"));

@@ -7,6 +7,7 @@
 
 use super::cover::BlockShape;
 use super::hardware::{HardwareProfile, NumberFormat};
+use crate::codegen::FineTf32Work;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +33,20 @@ pub struct BlockEntry {
     pub activation_ns_per_k: Option<f64>,
 }
 
+/// The 3xTF32 fine kernel (fp32 element-sparse weights on tensor cores): its time is a
+/// launch and the output, plus A re-read once per CTA column tile, plus its k8 steps
+/// (`codegen::FineTf32Work`). Fitted by `spartac costdb fit`; without it the model assumes
+/// half a third of the TF32 rate (three products per step, issue-bound) and A at the L2 rate.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct FineTf32Entry {
+    /// Rate of the steps, counted as `2 · M · 8 · 8` flops each (one product, not three), TFLOP/s.
+    pub step_tflops: f64,
+    /// Rate at which the column tiles read A (`col_tiles · M · K · 4` bytes), TB/s.
+    pub a_tb_s: f64,
+    /// Fixed cost beyond the launch and the output, ns.
+    pub fixed_ns: f64,
+}
+
 /// A parsed cost DB.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +60,8 @@ pub struct CostDb {
     pub block_overhead_ns: f64,
     pub dense: Vec<DenseEntry>,
     pub blocks: Vec<BlockEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fine_tf32: Option<FineTf32Entry>,
 }
 
 impl CostDb {
@@ -178,6 +195,24 @@ impl CostModel {
                 + (weight_bytes + mf * kf * Self::bytes(nf)) / self.dram()
                 + self.suboperator_fixed(nf, m, n),
         )
+    }
+
+    /// The rates of the 3xTF32 fine kernel: the DB's entry, or the analytic lead.
+    pub fn fine_tf32_entry(&self) -> FineTf32Entry {
+        self.db.fine_tf32.clone().unwrap_or_else(|| {
+            let tf32 = self.db.dense.iter().find(|d| d.dtype == "tf32").map_or(300.0, |d| d.tflops);
+            FineTf32Entry { step_tflops: tf32 / 3.0 * 0.5, a_tb_s: self.db.l2_tb_s, fixed_ns: 0.0 }
+        })
+    }
+
+    /// The 3xTF32 fine kernel over `m` rows of a `k × n` weight doing `work`.
+    pub fn fine_tf32_time(&self, nf: &NumberFormat, m: usize, k: usize, n: usize, work: &FineTf32Work) -> f64 {
+        let e = self.fine_tf32_entry();
+        let (mf, kf) = (m as f64, k as f64);
+        self.suboperator_fixed(nf, m, n)
+            + work.col_tiles as f64 * mf * kf * 4.0 / (e.a_tb_s * 1e12)
+            + work.steps as f64 * mf * 128.0 / (e.step_tflops * 1e12)
+            + e.fixed_ns * 1e-9
     }
 
     /// Elementwise epilogue (bias, activation) as its own kernel over `m × n`.

@@ -172,8 +172,10 @@ pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Opera
                 subops: from_cover(&cover, &nf, site.orientation, cm, m),
             });
         }
-        // One block shape only (what SparTA's own code supports), for each square shape.
-        for shape in opts.shapes.iter().filter(|s| s.h == s.w && s.h >= 8) {
+        // One block shape only (what SparTA's own code supports), for each square shape, and
+        // every element on its own (the fine kernels; on fp32 tensor cores a gathering kernel
+        // that covers blocks and scattered elements alike, see `suboperator::from_cover`).
+        for shape in opts.shapes.iter().filter(|s| s.h == s.w && (s.h >= 8 || s.h == 1)) {
             let weight = cm.block_time(&nf, *shape, m);
             let cover = single_shape_cover(&pruned, rows, cols, *shape, weight);
             candidates.push(Candidate {

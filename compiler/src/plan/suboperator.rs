@@ -12,6 +12,7 @@
 use super::cover::{BlockShape, Cover, CoverPart};
 use super::hardware::NumberFormat;
 use crate::tesa::Format;
+use crate::codegen::{fine_tf32_auto_work, Dtype, FineTf32Work, SpmmSpec};
 
 /// Which side the sparse weight is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -272,10 +273,44 @@ pub fn from_cover(
         .iter()
         .map(|p| {
             let (_, tc) = cost.block_rate(nf, p.shape);
-            let t = cost.sparse_time(nf, p.shape, p.blocks.len(), m, cover.rows, cover.cols);
-            SubOperator::from_part(p, nf, tc, orientation, t)
+            match fine_tf32_work(p, nf, orientation, m, cover.rows, cover.cols) {
+                Some(work) => {
+                    let t = cost.fine_tf32_time(nf, m, cover.rows, cover.cols, &work);
+                    let mut sub = SubOperator::from_part(p, nf, true, orientation, t);
+                    sub.hints.tile = work.tile;
+                    sub
+                }
+                None => {
+                    let t = cost.sparse_time(nf, p.shape, p.blocks.len(), m, cover.rows, cover.cols);
+                    SubOperator::from_part(p, nf, tc, orientation, t)
+                }
+            }
         })
         .collect()
+}
+
+/// The work of the 3xTF32 fine kernel on an fp32 right-orientation 1×1 part, where the
+/// specializer's `Engine::Auto` would run the part on it (`codegen::fine_tf32_auto_work`): its
+/// time follows the k its column groups gather, not the count of elements.
+fn fine_tf32_work(
+    p: &CoverPart,
+    nf: &NumberFormat,
+    orientation: Orientation,
+    m: usize,
+    rows: usize,
+    cols: usize,
+) -> Option<FineTf32Work> {
+    if p.shape != BlockShape::new(1, 1) || nf.dtype != "f32" || orientation != Orientation::WeightRight {
+        return None;
+    }
+    let mut live = vec![false; rows * cols];
+    let mut blocks = Vec::with_capacity(p.owned.len());
+    for &i in &p.owned {
+        live[i as usize] = true;
+        blocks.push((i as usize / cols, i as usize % cols));
+    }
+    let spec = SpmmSpec::new(m, rows, cols, Dtype::F32, (1, 1), blocks);
+    fine_tf32_auto_work(&spec, &live).ok().flatten()
 }
 
 #[cfg(test)]

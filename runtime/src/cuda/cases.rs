@@ -701,6 +701,12 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         for (rows, group, k_rows) in [(64, 16, 2), (64, 16, 6), (64, 8, 4), (32, 16, 4), (32, 24, 4), (128, 8, 2)] {
             out.push(fine.clone().with_ws_tile(rows, 0, group, k_rows));
         }
+        // At 99% every CTA reads all of A's rows (its 128 columns leave no chunk empty): wider
+        // CTAs read A fewer times.
+        let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.99 }, Cover::Fine).with_engine(Engine::Tf32x3);
+        for (rows, group, k_rows) in [(64, 16, 6), (64, 24, 6), (64, 31, 6), (32, 31, 6), (128, 16, 2)] {
+            out.push(fine.clone().with_ws_tile(rows, 0, group, k_rows));
+        }
     }
     for s in [0.5, 0.9, 0.95, 0.99] {
         out.push(Case::new(mkn, dtype, Pattern::Block { bh: 32, bw: 32, sparsity: s }, Cover::Block(32, 32)));

@@ -32,6 +32,9 @@ pub struct KernelInfo {
     pub dead_instances: usize,
     /// Block shape `(h, w)` the kernel multiplies (`(1, 1)` fine-grained, `(0, 0)` library).
     pub block: (usize, usize),
+    /// The 3xTF32 fine kernel's k8 steps (its work, for `spartac costdb fit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<usize>,
 }
 
 /// The outcome of one case.
@@ -286,6 +289,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
                     live_instances: 0,
                     dead_instances: 0,
                     block: (0, 0),
+                    steps: None,
                 });
                 kernels.extend(epilogue.iter().map(info));
                 flops += 2.0 * (gemm.m * gemm.k * gemm.n) as f64;
@@ -331,6 +335,7 @@ impl KernelInfo {
             live_instances: kernel.live_instances,
             dead_instances: kernel.dead_instances,
             block: kernel.block,
+            steps: kernel.tensor_steps(),
         }
     }
 }
