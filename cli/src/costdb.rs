@@ -64,6 +64,9 @@ struct KernelRec {
     /// The 3xTF32 fine kernel's k8 steps (records from before they carried them are skipped).
     #[serde(default)]
     steps: Option<usize>,
+    /// Its n8 tiles per step (records without it: 1, the only width before it was recorded).
+    #[serde(default)]
+    n_tiles: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -116,7 +119,7 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
                 // Its time follows its steps and column tiles (grid x), not its nonzeros.
                 let (Some(steps), Some((col_tiles, _, _))) = (kr.steps, kr.grid) else { return Ok(None) };
                 // The tile does not enter the model (the steps and column tiles carry it).
-                let gathered = Some(FineTf32Work { steps, col_tiles, tile: (0, 0, 0) });
+                let gathered = Some(FineTf32Work { steps, nt: kr.n_tiles.unwrap_or(1), col_tiles, tile: (0, 0, 0) });
                 parts.push(Part { shape: BlockShape::new(1, 1), n_blocks: kr.live_instances, gathered });
                 continue;
             }

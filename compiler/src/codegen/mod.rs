@@ -162,8 +162,9 @@ pub enum Mode {
 /// The warp-specialized wgmma kernel reads `group`: block columns per work item (1..=8), and
 /// `k_rows`: k-block rows per ring stage (1..=4). Other block kernels ignore `per_sm`,
 /// `split`, `warps`, `group` and `k_rows`. The 3xTF32 fine kernel (`Engine::Tf32x3`) reads
-/// `rows` (32, 64 or 128), `group` (column groups of 8 per CTA, 1..=31), `k_rows` (k-chunk
-/// depth / 32, 1..=8) and `stages` (0 = as many as fit, up to 8).
+/// `rows` (32, 64 or 128), `group` (column groups per CTA, 1..=31), `k_rows` (k-chunk
+/// depth / 32, 1..=8), `stages` (0 = as many as fit, up to 8) and `n_tiles` (n8 tiles per
+/// group: 1 or 2, groups of 8 or 16 columns; 0 = 1 under a forced tile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Tile {
     pub rows: usize,
@@ -173,11 +174,12 @@ pub struct Tile {
     pub warps: usize,
     pub group: usize,
     pub k_rows: usize,
+    pub n_tiles: usize,
 }
 
 impl Tile {
     pub fn new(rows: usize, stages: usize) -> Tile {
-        Tile { rows, stages, per_sm: 0, split: 0, warps: 0, group: 0, k_rows: 0 }
+        Tile { rows, stages, per_sm: 0, split: 0, warps: 0, group: 0, k_rows: 0, n_tiles: 0 }
     }
 }
 

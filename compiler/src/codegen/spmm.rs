@@ -319,6 +319,12 @@ impl Kernel {
         (self.family == Family::FineTf32).then(|| self.ptr.last().map_or(0, |&p| p as usize))
     }
 
+    /// The n8 tiles per step of a 3xTF32 fine kernel (1 or 2), `None` for other families.
+    pub fn tensor_n_tiles(&self) -> Option<usize> {
+        let t = self.fine.filter(|_| self.family == Family::FineTf32)?;
+        Some(t.cols / (8 * t.warps).max(1))
+    }
+
     /// Multiply-adds the kernel executes (live blocks or entries only) times 2.
     pub fn flops(&self) -> f64 {
         let (m, _, n) = self.spec_shape;
@@ -1592,7 +1598,7 @@ mod tests {
         // registers (32 × 512 tiles leaving SMs idle) and 2-CTAs-per-SM tiles.
         let mut s = fine_spec(256, 256, 2048, Dtype::F32);
         s.blocks.truncate(s.blocks.len() / 4);
-        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0 });
+        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0, n_tiles: 0 });
         s.dense_copy = DenseCopy::Prepass;
         let k = specialize(&s).unwrap();
         assert!(k.prepass.is_some() && k.source.contains("STAGE_WORDS"));
@@ -1695,14 +1701,14 @@ mod tests {
         let mut s = SpmmSpec::new(200, 700, 300, Dtype::F32, (1, 1), pattern);
         s.blocks.sort();
         s.blocks.dedup();
-        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0, group: 0, k_rows: 0 });
+        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0, group: 0, k_rows: 0, n_tiles: 0 });
         let k = specialize(&s).unwrap();
         assert_eq!(k.launch.grid, (3, 4, 2));
         assert!(k.source.contains("__cluster_dims__(1, 1, 2)") && k.source.contains("barrier.cluster.arrive.release"));
         for (tile, needle) in [
-            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0, group: 0, k_rows: 0 }, "1, 2 or 4 CTAs"),
-            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0 }, "2 fine CTAs per SM"),
-            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0 }, "2 fine CTAs per SM"),
+            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0, group: 0, k_rows: 0, n_tiles: 0 }, "1, 2 or 4 CTAs"),
+            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0, n_tiles: 0 }, "2 fine CTAs per SM"),
+            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0, n_tiles: 0 }, "2 fine CTAs per SM"),
         ] {
             s.tile = Some(tile);
             let e = specialize(&s).unwrap_err().to_string();

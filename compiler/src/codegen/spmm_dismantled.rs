@@ -391,7 +391,7 @@ mod tests {
                 258,
                 100,
                 1500,
-                Some(Tile { rows: 32, stages: 1, per_sm: 0, split: 0, warps: 2, group: 0, k_rows: 0 }),
+                Some(Tile { rows: 32, stages: 1, per_sm: 0, split: 0, warps: 2, group: 0, k_rows: 0, n_tiles: 0 }),
             ),
         ] {
             let mut s = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), pattern(k, n, nnz));
@@ -456,25 +456,25 @@ mod tests {
         let s = SpmmSpec::new(64, 256, 128, Dtype::F32, (1, 1), pattern(256, 128, 500));
         for (tile, mode, dtype, needle) in [
             (
-                Tile { rows: 64, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
+                Tile { rows: 64, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
                 Mode::Auto,
                 Dtype::F32,
                 "32 rows",
             ),
             (
-                Tile { rows: 32, stages: 4, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
+                Tile { rows: 32, stages: 4, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
                 Mode::Auto,
                 Dtype::F32,
                 "32 or 64 columns",
             ),
             (
-                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
+                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
                 Mode::IndexStream,
                 Dtype::F32,
                 "pattern in the code",
             ),
             (
-                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0 },
+                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
                 Mode::Auto,
                 Dtype::F16,
                 "needs fp32",

@@ -37,8 +37,17 @@ const SMEM_MAX: usize = 227 * 1024;
 /// Steps (three truncating tensor-core adds each) a partial sum takes before it joins the
 /// accumulator by a rounded fp32 add: at most this plus one chunk's steps per partial.
 const FLUSH_STEPS: usize = 12;
-/// Bytes of one step in a stage: 64 weight words and 4 index words.
-const STEP_BYTES: usize = 64 * 4 + 4 * 4;
+/// Bytes of one step in a stage of a kernel with `nt` n8 tiles per group: 64 weight words per
+/// tile and 4 index words.
+fn step_bytes(nt: usize) -> usize {
+    64 * 4 * nt + 4 * 4
+}
+/// Cost of a step of two n8 tiles against one of one (the A fragments, offsets and loop are
+/// shared; the tensor-core products and W's split double). Predicted 1.35; measured 1.5-1.6
+/// (run 20 call 4, both widths forced at 96-deep chunks: 4096³ 50% 2.160 against 2.666 ms at
+/// half the steps, 90% 1.844 against 1.659 at 0.72 of them, 95% 1.358 against 1.082; the
+/// mixed pattern 0.762 against 0.726; 116 registers and 8 warps per CTA against 80 and 16).
+const NT2_STEP_COST: f64 = 1.6;
 
 /// The tiling of one kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +59,8 @@ struct Tiling {
     /// Depth of a k-chunk.
     chunk: usize,
     stages: usize,
+    /// n8 tiles per group (a group is `8 · nt` columns on one set of gathered k).
+    nt: usize,
 }
 
 #[derive(Serialize)]
@@ -75,6 +86,7 @@ struct FineTf32Ctx {
     flush_steps: usize,
     /// N is even: 8-byte stores of each thread's column pair.
     vec_out: bool,
+    nt: usize,
 }
 
 /// The kernel for a fine right-orientation spec if its engine selects it; `None` hands it on
@@ -132,9 +144,18 @@ fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FineTf32Work {
     pub steps: usize,
+    /// n8 tiles per step (1 or 2: a step of 2 multiplies 16 columns on its 8 gathered k).
+    pub nt: usize,
     pub col_tiles: usize,
     /// The CTA tile `(rows, columns, chunk depth)`.
     pub tile: (usize, usize, usize),
+}
+
+impl FineTf32Work {
+    /// The steps in units of a one-tile step (a two-tile step counts [`NT2_STEP_COST`]).
+    pub fn step_units(&self) -> f64 {
+        self.steps as f64 * if self.nt == 2 { NT2_STEP_COST } else { 1.0 }
+    }
 }
 
 /// The work of the kernel `Engine::Auto` would build for `spec` (pattern `live`, row-major
@@ -143,14 +164,45 @@ pub fn auto_work(spec: &SpmmSpec, live: &[bool]) -> Result<Option<FineTf32Work>,
     if spec.engine != Engine::Auto || !auto_prefers(spec)? {
         return Ok(None);
     }
-    let n_groups = spec.n.div_ceil(8);
-    let runs_of = |groups: usize, chunk: usize| runs(live, spec.k, spec.n, chunk, n_groups.next_multiple_of(groups));
-    let (t, runs) = tiling(spec, n_groups, &runs_of)?;
+    let (t, runs) = layout(spec, live)?;
     Ok(Some(FineTf32Work {
         steps: runs.iter().map(Vec::len).sum(),
-        col_tiles: n_groups.div_ceil(t.groups),
-        tile: (t.bm, 8 * t.groups, t.chunk),
+        nt: t.nt,
+        col_tiles: spec.n.div_ceil(8 * t.nt).div_ceil(t.groups),
+        tile: (t.bm, 8 * t.nt * t.groups, t.chunk),
     }))
+}
+
+/// The kernel's tiling and runs: the group width (`nt` n8 tiles) forced by the tile or chosen
+/// by [`pick_nt`], then [`tiling`].
+fn layout(spec: &SpmmSpec, live: &[bool]) -> Result<(Tiling, Runs), CodegenError> {
+    // A forced tile keeps groups of 8 unless it names the width.
+    let nt = match spec.tile.map(|t| t.n_tiles) {
+        None => pick_nt(spec, live),
+        Some(0) => 1,
+        Some(nt @ (1 | 2)) => nt,
+        Some(other) => return Err(spec_err(format!("3xTF32 fine groups take 1 or 2 n8 tiles, not {other}"))),
+    };
+    let n_groups = spec.n.div_ceil(8 * nt);
+    let runs_of =
+        |groups: usize, chunk: usize| runs(live, spec.k, spec.n, chunk, n_groups.next_multiple_of(groups), nt);
+    tiling(spec, n_groups, nt, &runs_of)
+}
+
+/// Groups of 16 columns (two n8 tiles on one set of gathered k) where their steps, each
+/// [`NT2_STEP_COST`] of a one-tile step, cost less than the 8-column groups' steps: where the
+/// union of 16 columns' k is not much larger than that of 8 (dense patterns, block patterns);
+/// compared at the default chunk.
+fn pick_nt(spec: &SpmmSpec, live: &[bool]) -> usize {
+    let steps = |nt: usize| -> usize {
+        let groups = spec.n.div_ceil(8 * nt);
+        runs(live, spec.k, spec.n, 192, groups, nt).iter().map(Vec::len).sum()
+    };
+    if (steps(2) as f64) * NT2_STEP_COST < steps(1) as f64 {
+        2
+    } else {
+        1
+    }
 }
 
 /// Multiply-adds the kernel's steps issue per nonzero of W: each group of 8 columns takes
@@ -230,6 +282,7 @@ fn max_steps(runs: &Runs, groups: usize) -> usize {
 fn tiling(
     spec: &SpmmSpec,
     n_groups: usize,
+    nt: usize,
     runs_of: &dyn Fn(usize, usize) -> Runs,
 ) -> Result<(Tiling, Runs), CodegenError> {
     let (bm, groups, chunk, stages) = match spec.tile {
@@ -248,7 +301,9 @@ fn tiling(
         }
         // 64 × 128 tiles (128 CTAs at 1024³), k in chunks of 192 (1024³ 95%: 0.0218 ms against
         // 0.0224 at 128 and 0.0245 at 64; 4096³ 95%: 0.995 against 1.034 and 1.197; run 19).
-        None => (64, 16.min(n_groups.next_power_of_two()), 192, 0),
+        // Groups of 16 columns: 8 per CTA (the same 128 columns, and registers for the doubled
+        // accumulators).
+        None => (64, (16 / nt).min(n_groups.next_power_of_two()), 192, 0),
     };
     let mut chunk = chunk.min(spec.k.next_multiple_of(32));
     loop {
@@ -261,7 +316,7 @@ fn tiling(
             return Err(spec_err(format!("a {bm}-row CTA takes chunks of at most {} k", (1 << 16) / (bm * 128) * 32 - 32)));
         }
         let runs = runs_of(groups, chunk);
-        let stage = stage_bytes(bm, chunk, max_steps(&runs, groups));
+        let stage = stage_bytes(bm, chunk, max_steps(&runs, groups), nt);
         // 1024 bytes of alignment slack, the run table and two barriers per stage.
         let fixed = 1024 + 4 * runs_words(spec.k.div_ceil(chunk), groups);
         let fit = SMEM_MAX.saturating_sub(fixed) / (stage + 16);
@@ -269,9 +324,9 @@ fn tiling(
             // As many stages as fit, up to 8 and no more than the chunks (at least 2).
             0 if fit >= 2 => {
                 let stages = fit.min(8).min(spec.k.div_ceil(chunk).max(2));
-                return Ok((Tiling { bm, groups, chunk, stages }, runs));
+                return Ok((Tiling { bm, groups, chunk, stages, nt }, runs));
             }
-            s if s >= 2 && s <= fit => return Ok((Tiling { bm, groups, chunk, stages: s }, runs)),
+            s if s >= 2 && s <= fit => return Ok((Tiling { bm, groups, chunk, stages: s, nt }, runs)),
             _ if spec.tile.is_none() && chunk > 32 => chunk /= 2,
             _ => {
                 return Err(spec_err(format!(
@@ -286,12 +341,12 @@ fn tiling(
 
 /// The (chunk, group) runs of steps of a `k × n` pattern, chunks of `chunk`, `groups_padded`
 /// groups per chunk (those past N empty).
-fn runs(live: &[bool], k: usize, n: usize, chunk: usize, groups_padded: usize) -> Vec<Vec<[usize; 8]>> {
+fn runs(live: &[bool], k: usize, n: usize, chunk: usize, groups_padded: usize, nt: usize) -> Vec<Vec<[usize; 8]>> {
     let chunks = k.div_ceil(chunk);
     let mut out = Vec::with_capacity(chunks * groups_padded);
     for c in 0..chunks {
         for j in 0..groups_padded {
-            let cols = (8 * j).min(n)..(8 * j + 8).min(n);
+            let cols = (8 * nt * j).min(n)..(8 * nt * (j + 1)).min(n);
             let ks: Vec<usize> = (c * chunk..((c + 1) * chunk).min(k))
                 .filter(|&kk| cols.clone().any(|col| live[kk * n + col]))
                 .map(|kk| kk - c * chunk)
@@ -309,8 +364,8 @@ fn a_bytes(bm: usize, chunk: usize) -> usize {
 
 /// Bytes of one ring stage: the A boxes, the zero box and `max_steps` steps, to 1024 bytes (the
 /// 128-byte swizzle repeats every 8 rows, so each box starts 1024-byte aligned).
-fn stage_bytes(bm: usize, chunk: usize, max_steps: usize) -> usize {
-    (a_bytes(bm, chunk) + max_steps * STEP_BYTES).next_multiple_of(1024)
+fn stage_bytes(bm: usize, chunk: usize, max_steps: usize, nt: usize) -> usize {
+    (a_bytes(bm, chunk) + max_steps * step_bytes(nt)).next_multiple_of(1024)
 }
 
 /// Byte offset in a stage of chunk-relative `k` in row 0 (its box, its 16-byte unit, its word);
@@ -332,9 +387,8 @@ fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     if spec.orientation != Orientation::Right {
         return Err(spec_err("the 3xTF32 fine kernel takes the right orientation (A · W, W sparse) only".into()));
     }
-    let n_groups = n.div_ceil(8);
-    let runs_of = |groups: usize, chunk: usize| runs(live, k, n, chunk, n_groups.next_multiple_of(groups));
-    let (t, runs) = tiling(spec, n_groups, &runs_of)?;
+    let (t, runs) = layout(spec, live)?;
+    let n_groups = n.div_ceil(8 * t.nt);
     let groups_padded = n_groups.next_multiple_of(t.groups);
     let chunks = k.div_ceil(t.chunk);
     let max_steps = max_steps(&runs, t.groups);
@@ -352,12 +406,12 @@ fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     }
     let nnz = live.iter().filter(|&&l| l).count();
     let runs_words = runs_words(chunks, t.groups);
-    let stage_bytes = stage_bytes(t.bm, t.chunk, max_steps);
+    let stage_bytes = stage_bytes(t.bm, t.chunk, max_steps, t.nt);
     let smem = 1024 + 4 * runs_words + t.stages * (16 + stage_bytes);
     // One consumer warp per column group and one producer warp.
     let threads = 32 * (t.groups + 1);
     let mut kernel = Kernel {
-        name: format!("spmm_fine_tf32x3_{}x{}c{}", t.bm, 8 * t.groups, t.chunk),
+        name: format!("spmm_fine_tf32x3_{}x{}c{}{}", t.bm, 8 * t.nt * t.groups, t.chunk, if t.nt == 2 { "n16" } else { "" }),
         family: Family::FineTf32,
         mode: Mode::IndexStream,
         source: String::new(),
@@ -373,7 +427,8 @@ fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         ptr,
         idx,
         // `ld` is the rows of an A box (the offsets' row stride is 128 bytes).
-        fine: Some(FineTable { chunk: t.chunk, ld: t.bm, cols: 8 * t.groups, warps: t.groups }),
+        // (`cols / warps` = the group width, 8 or 16.)
+        fine: Some(FineTable { chunk: t.chunk, ld: t.bm, cols: 8 * t.nt * t.groups, warps: t.groups }),
         live_instances: nnz,
         dead_instances: k * n - nnz,
         literal_words: 0,
@@ -399,6 +454,7 @@ fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         runs_words,
         flush_steps: FLUSH_STEPS,
         vec_out: n % 2 == 0,
+        nt: t.nt,
     };
     kernel.source = render("spmm_fine_tf32.cu.tera", &ctx)?;
     Ok(kernel)
@@ -419,18 +475,22 @@ pub(super) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
     let (_, k, n) = kernel.spec_shape;
     let table = kernel.fine.expect("the 3xTF32 fine kernel carries its table layout");
     let groups_padded = (kernel.ptr.len() - 1) / k.div_ceil(table.chunk);
-    let mut out = vec![T::default(); 16 * kernel.idx.len()];
+    let nt = table.cols / (8 * table.warps);
+    let mut out = vec![T::default(); 16 * nt * kernel.idx.len()];
     for run in 0..kernel.ptr.len() - 1 {
         let (c, j) = (run / groups_padded, run % groups_padded);
         for s in kernel.ptr[run] as usize..kernel.ptr[run + 1] as usize {
             for lane in 0..32 {
                 let (g, t) = (lane / 4, lane % 4);
                 let word = kernel.idx[4 * s + t] as u32;
+                // Lane words: (tile 0: k_t, k_t+4), (tile 1: k_t, k_t+4).
                 for (h, off) in [word & 0xffff, word >> 16].into_iter().enumerate() {
                     let kk = chunk_k(table, off as usize);
-                    let col = 8 * j + g;
-                    if kk < table.chunk && col < n {
-                        out[64 * s + 2 * lane + h] = w[(c * table.chunk + kk) * n + col];
+                    for q in 0..nt {
+                        let col = 8 * (nt * j + q) + g;
+                        if kk < table.chunk && col < n {
+                            out[64 * nt * s + 2 * nt * lane + 2 * q + h] = w[(c * table.chunk + kk) * n + col];
+                        }
                     }
                 }
             }
@@ -442,6 +502,7 @@ pub(super) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codegen::Tile;
 
     #[test]
     fn steps_hold_every_k_once_and_quads_take_distinct_residues_while_they_can() {
@@ -553,7 +614,7 @@ mod tests {
         assert_eq!(Some(work.steps), kern.tensor_steps());
         assert!(work.steps > 0);
         assert_eq!(work.col_tiles, kern.launch.grid.0 as usize);
-        assert_eq!((work.tile.0, work.tile.1), (64, 128));
+        assert_eq!((work.tile.0, work.tile.1, work.nt), (64, 128, 1));
         let mut simt = spec.clone();
         simt.engine = Engine::Simt;
         assert_eq!(auto_work(&simt, &live).unwrap(), None);
@@ -568,54 +629,67 @@ mod tests {
 
     #[test]
     fn tables_and_packing_round_trip_the_weight() {
-        // 72 × 21 (ragged groups and chunks), about a third live.
-        let (m, k, n) = (40, 72, 21);
+        // 72 × 37 (ragged groups and chunks), about half live.
+        let (m, k, n) = (40, 72, 37);
         let mut rng = crate::rng::SplitMix64::new(3);
-        let live: Vec<bool> = (0..k * n).map(|_| rng.uniform(0.0, 1.0) < 0.3).collect();
+        let live: Vec<bool> = (0..k * n).map(|_| rng.uniform(0.0, 1.0) < 0.5).collect();
         let blocks: Vec<(usize, usize)> = (0..k * n).filter(|&i| live[i]).map(|i| (i / n, i % n)).collect();
         let mut s = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), blocks);
         s.engine = Engine::Tf32x3;
-        let kern = super::super::specialize(&s).unwrap();
-        assert_eq!(kern.family, Family::FineTf32);
-        assert!(kern.source.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
         let w: Vec<f32> = (0..k * n).map(|i| if live[i] { 1.0 + i as f32 } else { 0.0 }).collect();
-        let packed = kern.pack_weight(&w);
-        assert_eq!(packed.len(), 16 * kern.idx.len());
-        // Every nonzero appears exactly once in the packing, and nothing else but zeros.
-        let mut got: Vec<f32> = packed.iter().copied().filter(|&v| v != 0.0).collect();
-        let mut want: Vec<f32> = w.iter().copied().filter(|&v| v != 0.0).collect();
-        got.sort_by(f32::total_cmp);
-        want.sort_by(f32::total_cmp);
-        assert_eq!(got, want);
-        // Multiplying through the tables gives the dense product.
-        let t = kern.fine.unwrap();
         let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
-        let gp = (kern.ptr.len() - 1) / k.div_ceil(t.chunk);
-        let mut c = vec![0.0f32; m * n];
-        for run in 0..kern.ptr.len() - 1 {
-            let (ch, j) = (run / gp, run % gp);
-            for st in kern.ptr[run] as usize..kern.ptr[run + 1] as usize {
-                for lane in 0..32 {
-                    let (g, tt) = (lane / 4, lane % 4);
-                    let word = kern.idx[4 * st + tt] as u32;
-                    for (h, off) in [word & 0xffff, word >> 16].into_iter().enumerate() {
-                        let kk = chunk_k(t, off as usize);
-                        let col = 8 * j + g;
-                        if kk < t.chunk && col < n {
-                            for r in 0..m {
-                                c[r * n + col] += a[r * k + ch * t.chunk + kk] * packed[64 * st + 2 * lane + h];
+        // The default layout (at half kept, groups of 16: their k union is barely larger than
+        // that of 8) and both widths forced.
+        let forced = |nt: usize| Some(Tile { group: 2, k_rows: 1, n_tiles: nt, ..Tile::new(32, 0) });
+        for (tile, want_nt) in [(None, 2), (forced(1), 1), (forced(2), 2)] {
+            s.tile = tile;
+            let kern = super::super::specialize(&s).unwrap();
+            assert_eq!(kern.family, Family::FineTf32);
+            assert!(kern.source.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+            let t = kern.fine.unwrap();
+            let nt = t.cols / (8 * t.warps);
+            assert_eq!(nt, want_nt, "{}", kern.name);
+            let packed = kern.pack_weight(&w);
+            assert_eq!(packed.len(), 16 * nt * kern.idx.len());
+            // Every nonzero appears exactly once in the packing, and nothing else but zeros.
+            let mut got: Vec<f32> = packed.iter().copied().filter(|&v| v != 0.0).collect();
+            let mut want: Vec<f32> = w.iter().copied().filter(|&v| v != 0.0).collect();
+            got.sort_by(f32::total_cmp);
+            want.sort_by(f32::total_cmp);
+            assert_eq!(got, want);
+            // Multiplying through the tables gives the dense product: lane (g, t) of step st holds,
+            // per n8 tile q, column 8 · (nt · j + q) + g at the k of its index word's halves.
+            let gp = (kern.ptr.len() - 1) / k.div_ceil(t.chunk);
+            let mut c = vec![0.0f32; m * n];
+            for run in 0..kern.ptr.len() - 1 {
+                let (ch, j) = (run / gp, run % gp);
+                for st in kern.ptr[run] as usize..kern.ptr[run + 1] as usize {
+                    for lane in 0..32 {
+                        let (g, tt) = (lane / 4, lane % 4);
+                        let word = kern.idx[4 * st + tt] as u32;
+                        for (h, off) in [word & 0xffff, word >> 16].into_iter().enumerate() {
+                            let kk = chunk_k(t, off as usize);
+                            for q in 0..nt {
+                                let col = 8 * (nt * j + q) + g;
+                                if kk < t.chunk && col < n {
+                                    let wv = packed[64 * nt * st + 2 * nt * lane + 2 * q + h];
+                                    for r in 0..m {
+                                        c[r * n + col] += a[r * k + ch * t.chunk + kk] * wv;
+                                    }
+                                }
                             }
                         }
                     }
                 }
             }
-        }
-        for r in 0..m {
-            for col in 0..n {
-                let want: f32 = (0..k).map(|kk| a[r * k + kk] * w[kk * n + col]).sum();
-                assert_eq!(c[r * n + col], want, "({r}, {col})");
+            for r in 0..m {
+                for col in 0..n {
+                    let want: f32 = (0..k).map(|kk| a[r * k + kk] * w[kk * n + col]).sum();
+                    assert_eq!(c[r * n + col], want, "({r}, {col}) {}", kern.name);
+                }
             }
         }
+        s.tile = None;
         // The unrolled mode, K not a multiple of 4 and other dtypes are refused.
         s.mode = Mode::Unrolled;
         assert!(super::super::specialize(&s).unwrap_err().to_string().contains("streams its tables"));

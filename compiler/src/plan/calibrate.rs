@@ -184,7 +184,7 @@ fn fit_fine_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Resu
         let w = s.parts[0].gathered.expect("filtered on gathered");
         let (m, k, t) = (s.m as f64, s.k as f64, s.seconds);
         let y = t - model.suboperator_fixed(nf, s.m, s.n);
-        eqs.push(([w.steps as f64 * m * 128.0 / t, w.col_tiles as f64 * m * k * 4.0 / t, 1.0 / t], y / t));
+        eqs.push(([w.step_units() * m * 128.0 / t, w.col_tiles as f64 * m * k * 4.0 / t, 1.0 / t], y / t));
     }
     let [inv_step, inv_a, fixed] = nonneg_least_squares(&eqs);
     let lead = model.fine_tf32_entry();
@@ -372,7 +372,7 @@ mod tests {
                 parts: vec![Part {
                     shape: BlockShape::new(1, 1),
                     n_blocks: steps * 10,
-                    gathered: Some(FineTf32Work { steps, col_tiles, tile: (64, 128, 192) }),
+                    gathered: Some(FineTf32Work { steps, nt: 1, col_tiles, tile: (64, 128, 192) }),
                 }],
                 seconds: 0.0,
             };

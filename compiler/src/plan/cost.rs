@@ -211,7 +211,7 @@ impl CostModel {
         let (mf, kf) = (m as f64, k as f64);
         self.suboperator_fixed(nf, m, n)
             + work.col_tiles as f64 * mf * kf * 4.0 / (e.a_tb_s * 1e12)
-            + work.steps as f64 * mf * 128.0 / (e.step_tflops * 1e12)
+            + work.step_units() * mf * 128.0 / (e.step_tflops * 1e12)
             + e.fixed_ns * 1e-9
     }
 

@@ -137,7 +137,7 @@ impl Case {
     /// A fine-kernel tile with `per_sm` CTAs resident per SM and K split over a cluster of
     /// `split` CTAs (see [`Tile`]).
     pub fn with_fine_tile(mut self, rows: usize, stages: usize, per_sm: usize, split: usize) -> Case {
-        self.tile = Some(Tile { rows, stages, per_sm, split, warps: 0, group: 0, k_rows: 0 });
+        self.tile = Some(Tile { per_sm, split, ..Tile::new(rows, stages) });
         self
     }
     /// A tile of the warp-specialized wgmma kernel: `rows` per item, a ring of `stages`,
@@ -147,10 +147,15 @@ impl Case {
         self.tile = Some(Tile { group, k_rows, ..Tile::new(rows, stages) });
         self
     }
+    /// The 3xTF32 fine kernel's group width on a forced tile: `n_tiles` n8 tiles (1 or 2).
+    pub fn with_n_tiles(mut self, n_tiles: usize) -> Case {
+        self.tile = Some(Tile { n_tiles, ..self.tile.unwrap_or(Tile::new(64, 0)) });
+        self
+    }
     /// A tile of the dismantled fine kernel: `32 × cols32` output columns per warp, `warps`
     /// warps per CTA (see [`Tile`]).
     pub fn with_dismantled_tile(mut self, cols32: usize, warps: usize) -> Case {
-        self.tile = Some(Tile { rows: 32, stages: cols32, per_sm: 0, split: 0, warps, group: 0, k_rows: 0 });
+        self.tile = Some(Tile { warps, ..Tile::new(32, cols32) });
         self
     }
     pub fn with_epilogue(mut self, bias: bool, activation: Activation) -> Case {
@@ -208,7 +213,8 @@ impl Case {
                     let warps = if t.warps > 0 { format!("w{}", t.warps) } else { String::new() };
                     let group = if t.group > 0 { format!("g{}", t.group) } else { String::new() };
                     let k_rows = if t.k_rows > 0 { format!("r{}", t.k_rows) } else { String::new() };
-                    format!(" tile{}s{}{per_sm}{split}{warps}{group}{k_rows}", t.rows, t.stages)
+                    let n_tiles = if t.n_tiles > 0 { format!("n{}", t.n_tiles) } else { String::new() };
+                    format!(" tile{}s{}{per_sm}{split}{warps}{group}{k_rows}{n_tiles}", t.rows, t.stages)
                 })
                 .unwrap_or_default(),
             if self.cublas_dense && self.cover != Cover::Planned { " cublas" } else { "" },
@@ -541,6 +547,16 @@ pub fn correctness_cases() -> Vec<Case> {
             .with_epilogue(false, Clip { lo: -0.5, hi: 0.5 })
             .with_engine(Tf32x3),
         Case::new((128, 512, 256), F32, u(0.5), Fine).with_engine(Tf32x3),
+        // Groups of 16 columns (two n8 tiles per step): chosen (dense enough), ragged M and a
+        // last group half past N, odd N, forced on a sparse pattern, and a block pattern.
+        Case::new((300, 200, 100), F32, u(0.5), Fine).with_epilogue(true, Relu).with_engine(Tf32x3),
+        Case::new((100, 132, 77), F32, u(0.6), Fine)
+            .with_ws_tile(64, 0, 4, 2)
+            .with_n_tiles(2)
+            .with_epilogue(true, Gelu)
+            .with_engine(Tf32x3),
+        Case::new((256, 640, 200), F32, u(0.97), Fine).with_ws_tile(32, 3, 6, 3).with_n_tiles(2).with_engine(Tf32x3),
+        Case::new((512, 1024, 512), F32, b(0.8), Fine).with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
         Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu).with_engine(Simt),
         Case::new((128, 512, 256), F32, u(0.5), Fine).with_mode(Mode::IndexStream).with_engine(Simt),
@@ -701,6 +717,17 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         for (rows, group, k_rows) in [(64, 16, 2), (64, 16, 6), (64, 8, 4), (32, 16, 4), (32, 24, 4), (128, 8, 2)] {
             out.push(fine.clone().with_ws_tile(rows, 0, group, k_rows));
         }
+        // Both group widths forced (8 columns: 16 groups per CTA; 16 columns: 8), every density
+        // and the mixed pattern's fine cover.
+        for s in [0.5, 0.9, 0.95, 0.99] {
+            let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine).with_engine(Engine::Tf32x3);
+            out.push(fine.clone().with_ws_tile(64, 0, 16, 3).with_n_tiles(1));
+            out.push(fine.with_ws_tile(64, 0, 8, 3).with_n_tiles(2));
+        }
+        let p = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 };
+        let fine = Case::new(mkn, dtype, p, Cover::Fine).with_engine(Engine::Tf32x3);
+        out.push(fine.clone().with_ws_tile(64, 0, 16, 3).with_n_tiles(1));
+        out.push(fine.with_ws_tile(64, 0, 8, 3).with_n_tiles(2));
         // At 99% every CTA reads all of A's rows (its 128 columns leave no chunk empty): wider
         // CTAs read A fewer times.
         let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.99 }, Cover::Fine).with_engine(Engine::Tf32x3);

@@ -35,6 +35,9 @@ pub struct KernelInfo {
     /// The 3xTF32 fine kernel's k8 steps (its work, for `spartac costdb fit`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<usize>,
+    /// Its n8 tiles per step (1 or 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_tiles: Option<usize>,
 }
 
 /// The outcome of one case.
@@ -290,6 +293,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
                     dead_instances: 0,
                     block: (0, 0),
                     steps: None,
+                    n_tiles: None,
                 });
                 kernels.extend(epilogue.iter().map(info));
                 flops += 2.0 * (gemm.m * gemm.k * gemm.n) as f64;
@@ -336,6 +340,7 @@ impl KernelInfo {
             dead_instances: kernel.dead_instances,
             block: kernel.block,
             steps: kernel.tensor_steps(),
+            n_tiles: kernel.tensor_n_tiles(),
         }
     }
 }
