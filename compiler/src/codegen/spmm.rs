@@ -313,7 +313,7 @@ impl Kernel {
         }
     }
 
-    /// The k8 steps of a 3xTF32 fine kernel (each an `M × 8 × 8` TF32 product on gathered k;
+    /// The k8 steps of a 3xTF32 fine kernel (each an `M × 8·n_tiles × 8` TF32 product on gathered k;
     /// what the planner's cost model counts), `None` for other families.
     pub fn tensor_steps(&self) -> Option<usize> {
         (self.family == Family::FineTf32).then(|| self.ptr.last().map_or(0, |&p| p as usize))
@@ -1598,7 +1598,7 @@ mod tests {
         // registers (32 × 512 tiles leaving SMs idle) and 2-CTAs-per-SM tiles.
         let mut s = fine_spec(256, 256, 2048, Dtype::F32);
         s.blocks.truncate(s.blocks.len() / 4);
-        s.tile = Some(crate::codegen::Tile { rows: 32, stages: 4, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0, n_tiles: 0 });
+        s.tile = Some(crate::codegen::Tile { per_sm: 2, split: 1, ..crate::codegen::Tile::new(32, 4) });
         s.dense_copy = DenseCopy::Prepass;
         let k = specialize(&s).unwrap();
         assert!(k.prepass.is_some() && k.source.contains("STAGE_WORDS"));
@@ -1701,14 +1701,14 @@ mod tests {
         let mut s = SpmmSpec::new(200, 700, 300, Dtype::F32, (1, 1), pattern);
         s.blocks.sort();
         s.blocks.dedup();
-        s.tile = Some(Tile { rows: 64, stages: 4, per_sm: 1, split: 2, warps: 0, group: 0, k_rows: 0, n_tiles: 0 });
+        s.tile = Some(Tile { per_sm: 1, split: 2, ..Tile::new(64, 4) });
         let k = specialize(&s).unwrap();
         assert_eq!(k.launch.grid, (3, 4, 2));
         assert!(k.source.contains("__cluster_dims__(1, 1, 2)") && k.source.contains("barrier.cluster.arrive.release"));
         for (tile, needle) in [
-            (Tile { rows: 64, stages: 4, per_sm: 1, split: 3, warps: 0, group: 0, k_rows: 0, n_tiles: 0 }, "1, 2 or 4 CTAs"),
-            (Tile { rows: 64, stages: 2, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0, n_tiles: 0 }, "2 fine CTAs per SM"),
-            (Tile { rows: 32, stages: 16, per_sm: 2, split: 1, warps: 0, group: 0, k_rows: 0, n_tiles: 0 }, "2 fine CTAs per SM"),
+            (Tile { per_sm: 1, split: 3, ..Tile::new(64, 4) }, "1, 2 or 4 CTAs"),
+            (Tile { per_sm: 2, split: 1, ..Tile::new(64, 2) }, "2 fine CTAs per SM"),
+            (Tile { per_sm: 2, split: 1, ..Tile::new(32, 16) }, "2 fine CTAs per SM"),
         ] {
             s.tile = Some(tile);
             let e = specialize(&s).unwrap_err().to_string();

@@ -29,7 +29,9 @@
 
 use super::render::{render, KernelHead};
 use super::spmm::{kernel_head, spec_err};
-use super::{CodegenError, DenseCopy, Dtype, Engine, Family, FineTable, Kernel, Launch, Mode, Orientation, SpmmSpec, TmaBox};
+use super::{
+    CodegenError, DenseCopy, Dtype, Engine, Family, FineTable, Kernel, Launch, Mode, Orientation, SpmmSpec, TmaBox,
+};
 use serde::Serialize;
 
 /// Shared memory a CTA may take (227 KiB on sm_90).
@@ -139,7 +141,7 @@ fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
 }
 
 /// What the 3xTF32 fine kernel does for a pattern, for the planner's cost model
-/// (`plan::cost::CostModel::fine_tf32_time`): its k8 steps, each an `M × 8 × 8` TF32 product
+/// (`plan::cost::CostModel::fine_tf32_time`): its k8 steps, each an `M × 8·nt × 8` TF32 product
 /// (three with the split), and its CTA column tiles, each of which reads all of A.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FineTf32Work {
@@ -313,7 +315,10 @@ fn tiling(
                 chunk /= 2;
                 continue;
             }
-            return Err(spec_err(format!("a {bm}-row CTA takes chunks of at most {} k", (1 << 16) / (bm * 128) * 32 - 32)));
+            return Err(spec_err(format!(
+                "a {bm}-row CTA takes chunks of at most {} k",
+                (1 << 16) / (bm * 128) * 32 - 32
+            )));
         }
         let runs = runs_of(groups, chunk);
         let stage = stage_bytes(bm, chunk, max_steps(&runs, groups), nt);
@@ -411,7 +416,13 @@ fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     // One consumer warp per column group and one producer warp.
     let threads = 32 * (t.groups + 1);
     let mut kernel = Kernel {
-        name: format!("spmm_fine_tf32x3_{}x{}c{}{}", t.bm, 8 * t.nt * t.groups, t.chunk, if t.nt == 2 { "n16" } else { "" }),
+        name: format!(
+            "spmm_fine_tf32x3_{}x{}c{}{}",
+            t.bm,
+            8 * t.nt * t.groups,
+            t.chunk,
+            if t.nt == 2 { "n16" } else { "" }
+        ),
         family: Family::FineTf32,
         mode: Mode::IndexStream,
         source: String::new(),
@@ -619,7 +630,8 @@ mod tests {
         simt.engine = Engine::Simt;
         assert_eq!(auto_work(&simt, &live).unwrap(), None);
         // W on the left is m × k: its nonzeros are (row < m, col < k).
-        let left_blocks: Vec<(usize, usize)> = blocks.iter().filter(|&&(_, nn)| nn < m).map(|&(kk, nn)| (nn, kk)).collect();
+        let left_blocks: Vec<(usize, usize)> =
+            blocks.iter().filter(|&&(_, nn)| nn < m).map(|&(kk, nn)| (nn, kk)).collect();
         let mut left = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), left_blocks);
         left.orientation = Orientation::Left;
         left.engine = Engine::Tf32x3;

@@ -10,9 +10,9 @@
 //! the fit never saw) so the report shows how far the model is from the GPU.
 
 use super::cost::{BlockEntry, CostDb, CostModel, DenseEntry, FineTf32Entry};
-use crate::codegen::FineTf32Work;
 use super::cover::BlockShape;
 use super::hardware::NumberFormat;
+use crate::codegen::FineTf32Work;
 use crate::Error;
 
 /// One kernel of a measured case.
@@ -59,8 +59,7 @@ pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
     if s.dense {
         return Ok(model.dense_time(nf, s.m, s.k, s.n));
     }
-    Ok(s
-        .parts
+    Ok(s.parts
         .iter()
         .map(|p| match &p.gathered {
             Some(work) => model.fine_tf32_time(nf, s.m, s.k, s.n, work),

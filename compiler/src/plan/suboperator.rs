@@ -11,8 +11,8 @@
 
 use super::cover::{BlockShape, Cover, CoverPart};
 use super::hardware::NumberFormat;
-use crate::tesa::Format;
 use crate::codegen::{fine_tf32_auto_work, Dtype, FineTf32Work, SpmmSpec};
+use crate::tesa::Format;
 
 /// Which side the sparse weight is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

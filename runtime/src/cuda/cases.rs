@@ -558,7 +558,10 @@ pub fn correctness_cases() -> Vec<Case> {
         Case::new((256, 640, 200), F32, u(0.97), Fine).with_ws_tile(32, 3, 6, 3).with_n_tiles(2).with_engine(Tf32x3),
         Case::new((512, 1024, 512), F32, b(0.8), Fine).with_epilogue(false, Clip { lo: -0.5, hi: 0.5 }),
         Case::new((96, 64, 80), F32, u(0.9), Fine).with_values().with_epilogue(true, Relu),
-        Case::new((200, 1536, 300), F32, u(0.99), Fine).with_mode(Mode::IndexStream).with_epilogue(true, Gelu).with_engine(Simt),
+        Case::new((200, 1536, 300), F32, u(0.99), Fine)
+            .with_mode(Mode::IndexStream)
+            .with_epilogue(true, Gelu)
+            .with_engine(Simt),
         Case::new((128, 512, 256), F32, u(0.5), Fine).with_mode(Mode::IndexStream).with_engine(Simt),
         // fine-grained dismantled to the element (fp32, right): streamed and embedded values,
         // all of K resident and a ring (K = 4096), ragged rows and columns, every tile shape
@@ -713,14 +716,16 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     }
     if dtype == Dtype::F32 {
         // Its tiles at 95%: rows × column groups × chunk depth / 32 (stages as fit).
-        let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.95 }, Cover::Fine).with_engine(Engine::Tf32x3);
+        let fine =
+            Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.95 }, Cover::Fine).with_engine(Engine::Tf32x3);
         for (rows, group, k_rows) in [(64, 16, 2), (64, 16, 6), (64, 8, 4), (32, 16, 4), (32, 24, 4), (128, 8, 2)] {
             out.push(fine.clone().with_ws_tile(rows, 0, group, k_rows));
         }
         // Both group widths forced (8 columns: 16 groups per CTA; 16 columns: 8), every density
         // and the mixed pattern's fine cover.
         for s in [0.5, 0.9, 0.95, 0.99] {
-            let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine).with_engine(Engine::Tf32x3);
+            let fine =
+                Case::new(mkn, dtype, Pattern::Unstructured { sparsity: s }, Cover::Fine).with_engine(Engine::Tf32x3);
             out.push(fine.clone().with_ws_tile(64, 0, 16, 3).with_n_tiles(1));
             out.push(fine.with_ws_tile(64, 0, 8, 3).with_n_tiles(2));
         }
@@ -730,7 +735,8 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
         out.push(fine.with_ws_tile(64, 0, 8, 3).with_n_tiles(2));
         // At 99% every CTA reads all of A's rows (its 128 columns leave no chunk empty): wider
         // CTAs read A fewer times.
-        let fine = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.99 }, Cover::Fine).with_engine(Engine::Tf32x3);
+        let fine =
+            Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.99 }, Cover::Fine).with_engine(Engine::Tf32x3);
         for (rows, group, k_rows) in [(64, 16, 6), (64, 24, 6), (64, 31, 6), (32, 31, 6), (128, 16, 2)] {
             out.push(fine.clone().with_ws_tile(rows, 0, group, k_rows));
         }
