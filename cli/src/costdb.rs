@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use spartac::codegen::FineTf32Work;
-use spartac::plan::calibrate::{fit, validate, Part, Sample};
+use spartac::plan::calibrate::{fit, validate, Fitted, Part, PartKernel, Sample};
 use spartac::plan::cost::{CostDb, CostModel};
 use spartac::plan::cover::BlockShape;
 use spartac::plan::hardware::HardwareProfile;
@@ -119,8 +119,9 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
                 // Its time follows its steps and column tiles (grid x), not its nonzeros.
                 let (Some(steps), Some((col_tiles, _, _))) = (kr.steps, kr.grid) else { return Ok(None) };
                 // The tile does not enter the model (the steps and column tiles carry it).
-                let gathered = Some(FineTf32Work { steps, nt: kr.n_tiles.unwrap_or(1), col_tiles, tile: (0, 0, 0) });
-                parts.push(Part { shape: BlockShape::new(1, 1), n_blocks: kr.live_instances, gathered });
+                let work = FineTf32Work { steps, nt: kr.n_tiles.unwrap_or(1), col_tiles, tile: (0, 0, 0) };
+                let kernel = PartKernel::FineTf32(work);
+                parts.push(Part { shape: BlockShape::new(1, 1), n_blocks: kr.live_instances, kernel });
                 continue;
             }
             // Records from before kernels carried their block shape: take it from the cover.
@@ -130,7 +131,9 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
                 (None, Some(s)) => s,
                 _ => return Ok(None),
             };
-            parts.push(Part { shape, n_blocks: kr.live_instances, gathered: None });
+            // The 3xTF32 block kernel has its own entry, one for all the shapes it takes.
+            let kernel = if kr.family == "block_tf32" { PartKernel::Tf32Blocks } else { PartKernel::Blocks };
+            parts.push(Part { shape, n_blocks: kr.live_instances, kernel });
         }
     }
     Ok(Some(Sample { label: rec.label.clone(), dtype: rec.dtype.clone(), m, k, n, dense, parts, seconds: ms * 1e-3 }))
@@ -173,13 +176,15 @@ pub fn run(args: CostdbArgs) -> Result<()> {
     }
     let before = CostModel::new(HardwareProfile::sm_90(), db.clone())?;
     let sources: Vec<String> = bench.iter().map(|p| p.display().to_string()).collect();
-    let (mut fitted, mut rows, mut fine) =
+    let Fitted { db: mut fitted, mut rows, mut fine, mut block_tf32 } =
         fit(&before, &samples, &format!("fitted by `spartac costdb fit` to {}", sources.join(", ")))?;
     if dense_only {
         fitted.blocks = before.db.blocks.clone();
         fitted.fine_tf32 = before.db.fine_tf32.clone();
+        fitted.block_tf32 = before.db.block_tf32.clone();
         rows.clear();
         fine = None;
+        block_tf32 = None;
     }
     let after = CostModel::new(HardwareProfile::sm_90(), fitted.clone())?;
 
@@ -212,6 +217,20 @@ pub fn run(args: CostdbArgs) -> Result<()> {
              A re-read per column tile at {:.1} TB/s, {:.0} ns fixed; {} samples, max fit error {:.1}%.",
             f.entry.step_tflops,
             f.entry.a_tb_s,
+            f.entry.fixed_ns,
+            f.samples,
+            100.0 * f.max_rel_err
+        )?;
+    }
+    if let Some(f) = &block_tf32 {
+        writeln!(
+            md,
+            "\n3xTF32 block kernel (`block_tf32`, every shape it takes): math at {:.1} TFLOP/s (one product \
+             of three counted), each block's A slice (M·h·4 bytes) at {:.1} TB/s, {:.1} ns per block, {:.0} ns fixed; \
+             {} samples, max fit error {:.1}%.",
+            f.entry.tflops,
+            f.entry.a_tb_s,
+            f.entry.overhead_ns,
             f.entry.fixed_ns,
             f.samples,
             100.0 * f.max_rel_err

@@ -13,13 +13,17 @@ use spartac::plan::cover::{
 use spartac::plan::explain::micros;
 use spartac::plan::hardware::NumberFormat;
 use spartac::plan::ilp::exact_cover;
+use spartac::plan::suboperator::Orientation;
 use spartac::tesa::patterns::Pattern;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Weights on the right of the activations (`Y = X·W`, as ONNX MatMul has them).
+const RIGHT: Orientation = Orientation::WeightRight;
+
 fn predicted(cm: &CostModel, nf: &NumberFormat, cover: &Cover, m: usize) -> f64 {
-    cover.parts.iter().map(|p| cm.sparse_time(nf, p.shape, p.blocks.len(), m, cover.rows, cover.cols)).sum()
+    cover.parts.iter().map(|p| cm.sparse_time(nf, p.shape, RIGHT, p.blocks.len(), m, cover.rows, cover.cols)).sum()
 }
 
 fn zeros(cover: &Cover) -> usize {
@@ -34,7 +38,7 @@ fn fig16() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for dtype in ["f32", "f16"] {
         let nf = cm.hw.by_dtype(dtype).unwrap().clone();
-        let weights = cm.shape_weights(&nf, &DEFAULT_SHAPES, m);
+        let weights = cm.shape_weights(&nf, &DEFAULT_SHAPES, m, RIGHT);
         for bs in [0.7, 0.8, 0.9] {
             let mask = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: bs, scattered: 0.01 }.mask(n, n, 16);
             let density = mask.iter().filter(|p| !**p).count() as f64 / (n * n) as f64;
@@ -42,7 +46,7 @@ fn fig16() {
             let cover = cover_blocks_fewer_parts(&mask, n, n, &weights, cm.suboperator_fixed(&nf, m, n));
             let cover_s = t.elapsed().as_secs_f64();
             let s32 = BlockShape::new(32, 32);
-            let only = single_shape_cover(&mask, n, n, s32, cm.block_time(&nf, s32, m));
+            let only = single_shape_cover(&mask, n, n, s32, cm.block_time(&nf, s32, m, RIGHT));
             println!(
                 "| {dtype} | {bs} | {density:.4} | {} | {} | {} | {} | {} | {} | {} | {:.1} ms |",
                 cover.summary(),
@@ -105,7 +109,7 @@ fn hpec() {
     let m = 1024;
     let cm = CostModel::sm_90();
     let nf = cm.hw.by_dtype("f32").unwrap().clone();
-    let weights = cm.shape_weights(&nf, &DEFAULT_SHAPES, m);
+    let weights = cm.shape_weights(&nf, &DEFAULT_SHAPES, m, RIGHT);
     println!("## Real HPEC 1024-neuron layers ({} layers, f32, m = {m})\n", network.n_layers());
     let mut shapes: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
     let mut times = vec![];
@@ -134,7 +138,7 @@ fn hpec() {
             .or_default() += 1;
         t_cover += predicted(&cm, &nf, &cover, m);
         let s32 = BlockShape::new(32, 32);
-        t_32 += predicted(&cm, &nf, &single_shape_cover(&mask, rows, cols, s32, cm.block_time(&nf, s32, m)), m);
+        t_32 += predicted(&cm, &nf, &single_shape_cover(&mask, rows, cols, s32, cm.block_time(&nf, s32, m, RIGHT)), m);
         t_dense += cm.dense_time(&nf, m, rows, cols);
     }
     println!("| block shape | layers using it | blocks (all layers) | elements owned |");
@@ -164,7 +168,7 @@ fn big() {
     let (n, m) = (4096, 4096);
     let cm = CostModel::sm_90();
     let nf = cm.hw.by_dtype("f32").unwrap().clone();
-    let weights = cm.shape_weights(&nf, &DEFAULT_SHAPES, m);
+    let weights = cm.shape_weights(&nf, &DEFAULT_SHAPES, m, RIGHT);
     println!("## Cover time on a 4096×4096 weight (14 shapes, one thread)\n");
     println!("| pattern | cover | time |");
     println!("|---|---|---|");

@@ -72,7 +72,12 @@ fn cover_subops(graph: &Graph, site: &Site) -> Vec<SubOperator> {
     let cm = CostModel::sm_90();
     let nf = cm.hw.by_dtype("f32").unwrap().clone();
     let pruned = site.pruned(graph);
-    let cover = cover_blocks(&pruned, site.rows, site.cols, &cm.shape_weights(&nf, &DEFAULT_SHAPES, site.m));
+    let cover = cover_blocks(
+        &pruned,
+        site.rows,
+        site.cols,
+        &cm.shape_weights(&nf, &DEFAULT_SHAPES, site.m, Orientation::WeightRight),
+    );
     // Ownership is exact: every unpruned element once, nothing else.
     let owners = cover.owner_map();
     for (i, p) in pruned.iter().enumerate() {

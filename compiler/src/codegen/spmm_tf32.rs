@@ -50,6 +50,13 @@ fn supports(bh: usize, bw: usize) -> bool {
     bh.is_power_of_two() && bw.is_power_of_two() && (8..=128).contains(&bh) && (8..=32).contains(&bw)
 }
 
+/// Whether `Engine::Auto` runs blocks of this dtype, orientation and `(bh, bw)` on the 3xTF32
+/// block kernel (unless known values make a block uniform, which the SIMT kernel folds). The
+/// planner prices such parts with the kernel's own cost entry (`plan::cost::BlockTf32Entry`).
+pub fn auto_takes(dtype: Dtype, orientation: Orientation, (bh, bw): (usize, usize)) -> bool {
+    dtype == Dtype::F32 && orientation == Orientation::Right && supports(bh, bw)
+}
+
 /// The 3xTF32 kernel for `spec` if its engine selects it; `None` hands the spec on.
 pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Option<Kernel>, CodegenError> {
     let (bh, bw) = spec.block;
@@ -65,12 +72,7 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
         // 0.270 ms against 0.430 on SIMT, 50% 1.35 against 2.05, 99% 0.049 against 0.062; dense
         // 2.59 against cuBLAS's 2.68), except known weights with uniform blocks, which the SIMT
         // kernel folds to one literal each.
-        Engine::Auto
-            if spec.dtype == Dtype::F32
-                && spec.orientation == Orientation::Right
-                && supports(bh, bw)
-                && !has_uniform_block(spec, live) =>
-        {
+        Engine::Auto if auto_takes(spec.dtype, spec.orientation, spec.block) && !has_uniform_block(spec, live) => {
             block_tf32(spec, live, dense).map(Some)
         }
         _ => Ok(None),

@@ -9,7 +9,7 @@
 //! [`validate`] then predicts every measured case (mixed and planned covers included, which
 //! the fit never saw) so the report shows how far the model is from the GPU.
 
-use super::cost::{BlockEntry, CostDb, CostModel, DenseEntry, FineTf32Entry};
+use super::cost::{BlockEntry, BlockKernel, BlockTf32Entry, CostDb, CostModel, DenseEntry, FineTf32Entry};
 use super::cover::BlockShape;
 use super::hardware::NumberFormat;
 use crate::codegen::FineTf32Work;
@@ -21,9 +21,27 @@ pub struct Part {
     pub shape: BlockShape,
     /// Live blocks (elements for 1×1) the kernel multiplies.
     pub n_blocks: usize,
-    /// The 3xTF32 fine kernel's work, when this part ran on it (its time follows the work,
-    /// not `n_blocks`).
-    pub gathered: Option<FineTf32Work>,
+    pub kernel: PartKernel,
+}
+
+/// The kernel a part ran on, which picks the model's term that prices it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PartKernel {
+    /// A kernel of the per-(shape, dtype) table (SIMT, mma.sync/wgmma, int8, the fine kernels).
+    Blocks,
+    /// The 3xTF32 block kernel (`BlockTf32Entry`).
+    Tf32Blocks,
+    /// The 3xTF32 fine kernel, with its work (its time follows the work, not `n_blocks`).
+    FineTf32(FineTf32Work),
+}
+
+/// What [`fit`] returns: the calibrated DB and the quality of each fitted entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fitted {
+    pub db: CostDb,
+    pub rows: Vec<FitRow>,
+    pub fine: Option<FineTf32Fit>,
+    pub block_tf32: Option<BlockTf32Fit>,
 }
 
 /// One measured case: `m × k` activations times a `k × n` weight covered by `parts`
@@ -61,9 +79,10 @@ pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
     }
     Ok(s.parts
         .iter()
-        .map(|p| match &p.gathered {
-            Some(work) => model.fine_tf32_time(nf, s.m, s.k, s.n, work),
-            None => model.sparse_time(nf, p.shape, p.n_blocks, s.m, s.k, s.n),
+        .map(|p| match &p.kernel {
+            PartKernel::FineTf32(work) => model.fine_tf32_time(nf, s.m, s.k, s.n, work),
+            PartKernel::Tf32Blocks => model.sparse_time_on(BlockKernel::Tf32x3, nf, p.shape, p.n_blocks, s.m, s.k, s.n),
+            PartKernel::Blocks => model.sparse_time_on(BlockKernel::Table, nf, p.shape, p.n_blocks, s.m, s.k, s.n),
         })
         .sum())
 }
@@ -73,11 +92,7 @@ pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
 /// entries replaced) and the per-entry fit quality. Shapes need samples at two or more
 /// different `m · area` per block to separate rate from overhead; with one, the overhead
 /// stays at the DB default and only the rate is fitted.
-pub fn fit(
-    model: &CostModel,
-    samples: &[Sample],
-    source: &str,
-) -> Result<(CostDb, Vec<FitRow>, Option<FineTf32Fit>), Error> {
+pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted, Error> {
     let mut db = model.db.clone();
     db.source = source.to_string();
     let mut rows = vec![];
@@ -105,11 +120,8 @@ pub fn fit(
 
     // Blocks: t = fixed + nb·bytes_terms + nb·(2·m·area/rate + overhead), linear in
     // (1/rate, overhead); least squares on relative residuals.
-    let mut keys: Vec<(String, BlockShape)> = samples
-        .iter()
-        .filter(|s| !s.dense && s.parts.len() == 1 && s.parts[0].gathered.is_none())
-        .map(|s| (s.dtype.clone(), s.parts[0].shape))
-        .collect();
+    let mut keys: Vec<(String, BlockShape)> =
+        samples.iter().filter(|s| single_block(s)).map(|s| (s.dtype.clone(), s.parts[0].shape)).collect();
     keys.sort_by(|a, b| (a.0.as_str(), a.1.h, a.1.w).cmp(&(b.0.as_str(), b.1.h, b.1.w)));
     keys.dedup();
     for (dt, shape) in keys {
@@ -152,12 +164,67 @@ pub fn fit(
         }
     }
     let fine = fit_fine_tf32(model, &mut db, samples)?;
-    Ok((db, rows, fine))
+    let block_tf32 = fit_block_tf32(model, &mut db, samples)?;
+    Ok(Fitted { db, rows, fine, block_tf32 })
 }
 
-/// One sparse kernel of the block model (not the 3xTF32 fine kernel).
+/// One sparse kernel of the per-shape table (not a 3xTF32 kernel).
 fn single_block(s: &Sample) -> bool {
-    !s.dense && s.parts.len() == 1 && s.parts[0].gathered.is_none()
+    !s.dense && s.parts.len() == 1 && s.parts[0].kernel == PartKernel::Blocks
+}
+
+/// The fit of the 3xTF32 block kernel's entry: its samples and worst error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockTf32Fit {
+    pub entry: BlockTf32Entry,
+    pub samples: usize,
+    pub max_rel_err: f64,
+}
+
+/// Fits `db.block_tf32` to the samples that ran the 3xTF32 block kernel alone: the time beyond
+/// the launch, the output and the weight's bytes is linear in (flops, A slice bytes, blocks, 1),
+/// least squares on relative residuals. The flops and A columns separate only across block
+/// heights against widths (one shape makes them proportional; the fit then puts the time on
+/// one of them). `None` (and the DB unchanged) without such samples.
+fn fit_block_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Result<Option<BlockTf32Fit>, Error> {
+    let tf: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| !s.dense && s.parts.len() == 1 && s.parts[0].kernel == PartKernel::Tf32Blocks)
+        .collect();
+    if tf.is_empty() {
+        return Ok(None);
+    }
+    let mut eqs = vec![];
+    for s in &tf {
+        let nf = format_of(model, &s.dtype)?;
+        let p = &s.parts[0];
+        let (nb, m, t) = (p.n_blocks as f64, s.m as f64, s.seconds);
+        let (area, h) = (p.shape.area() as f64, p.shape.h as f64);
+        let y = t - model.suboperator_fixed(nf, s.m, s.n) - nb * area * 4.0 / (db.dram_tb_s * 1e12);
+        eqs.push(([nb * 2.0 * m * area / t, nb * m * h * 4.0 / t, nb / t, 1.0 / t], y / t));
+    }
+    let [inv_rate, inv_a, overhead, fixed] = nonneg_least_squares(&eqs);
+    let lead = model.block_tf32_entry();
+    let entry = BlockTf32Entry {
+        tflops: if inv_rate > 0.0 { 1.0 / inv_rate / 1e12 } else { 1e6 },
+        // A term the samples put at zero: the A reads hide under the math.
+        a_tb_s: if inv_a > 0.0 { 1.0 / inv_a / 1e12 } else { 1e6 },
+        overhead_ns: overhead * 1e9,
+        fixed_ns: fixed * 1e9,
+    };
+    // Neither the math nor A carries any time: keep the lead's rates (degenerate samples).
+    let entry = if inv_rate == 0.0 && inv_a == 0.0 {
+        BlockTf32Entry { tflops: lead.tflops, a_tb_s: lead.a_tb_s, ..entry }
+    } else {
+        entry
+    };
+    db.block_tf32 = Some(entry.clone());
+    let fitted = CostModel::new(model.hw.clone(), db.clone())?;
+    let mut max_rel_err: f64 = 0.0;
+    for s in &tf {
+        max_rel_err = max_rel_err.max((predict(&fitted, s)? - s.seconds).abs() / s.seconds);
+    }
+    Ok(Some(BlockTf32Fit { entry, samples: tf.len(), max_rel_err }))
 }
 
 /// The fit of the 3xTF32 fine kernel's entry: its samples and worst error.
@@ -172,15 +239,20 @@ pub struct FineTf32Fit {
 /// the launch and output is linear in (step flops, A bytes, 1), least squares on relative
 /// residuals. `None` (and the DB unchanged) without such samples.
 fn fit_fine_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Result<Option<FineTf32Fit>, Error> {
-    let fine: Vec<&Sample> =
-        samples.iter().filter(|s| !s.dense && s.parts.len() == 1 && s.parts[0].gathered.is_some()).collect();
+    let fine: Vec<(&Sample, FineTf32Work)> = samples
+        .iter()
+        .filter(|s| !s.dense && s.parts.len() == 1)
+        .filter_map(|s| match s.parts[0].kernel {
+            PartKernel::FineTf32(w) => Some((s, w)),
+            _ => None,
+        })
+        .collect();
     if fine.is_empty() {
         return Ok(None);
     }
     let mut eqs = vec![];
-    for s in &fine {
+    for (s, w) in &fine {
         let nf = format_of(model, &s.dtype)?;
-        let w = s.parts[0].gathered.expect("filtered on gathered");
         let (m, k, t) = (s.m as f64, s.k as f64, s.seconds);
         let y = t - model.suboperator_fixed(nf, s.m, s.n);
         eqs.push(([w.step_units() * m * 128.0 / t, w.col_tiles as f64 * m * k * 4.0 / t, 1.0 / t], y / t));
@@ -196,20 +268,20 @@ fn fit_fine_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Resu
     db.fine_tf32 = Some(entry.clone());
     let fitted = CostModel::new(model.hw.clone(), db.clone())?;
     let mut max_rel_err: f64 = 0.0;
-    for s in &fine {
+    for (s, _) in &fine {
         max_rel_err = max_rel_err.max((predict(&fitted, s)? - s.seconds).abs() / s.seconds);
     }
     Ok(Some(FineTf32Fit { entry, samples: fine.len(), max_rel_err }))
 }
 
-/// Least squares `A·x ≈ y` with `x ≥ 0` over three unknowns: the best of the
-/// unconstrained solutions on every subset of the unknowns (the others held at 0) that
-/// comes out non-negative. Exact for three unknowns; columns the samples cannot tell apart
-/// make a subset singular, and it is skipped.
-fn nonneg_least_squares(eqs: &[([f64; 3], f64)]) -> [f64; 3] {
-    let mut best = ([0.0; 3], f64::INFINITY);
-    for subset in 1u32..8 {
-        let cols: Vec<usize> = (0..3).filter(|c| subset & (1 << c) != 0).collect();
+/// Least squares `A·x ≈ y` with `x ≥ 0` over `N` unknowns: the best of the unconstrained
+/// solutions on every subset of the unknowns (the others held at 0) that comes out
+/// non-negative. Exact for the few unknowns the fits have (2^N subsets); columns the samples
+/// cannot tell apart make a subset singular, and it is skipped.
+fn nonneg_least_squares<const N: usize>(eqs: &[([f64; N], f64)]) -> [f64; N] {
+    let mut best = ([0.0; N], f64::INFINITY);
+    for subset in 1u32..(1 << N) {
+        let cols: Vec<usize> = (0..N).filter(|c| subset & (1 << c) != 0).collect();
         let Some(sol) = solve_normal(eqs, &cols) else { continue };
         // Round-off around an exact zero is not a negative weight.
         let scale = sol.iter().fold(0.0f64, |a, v| a.max(v.abs()));
@@ -217,11 +289,11 @@ fn nonneg_least_squares(eqs: &[([f64; 3], f64)]) -> [f64; 3] {
             continue;
         }
         let sol: Vec<f64> = sol.iter().map(|v| v.max(0.0)).collect();
-        let mut x = [0.0; 3];
+        let mut x = [0.0; N];
         for (c, v) in cols.iter().zip(&sol) {
             x[*c] = *v;
         }
-        let resid: f64 = eqs.iter().map(|(a, y)| (a[0] * x[0] + a[1] * x[1] + a[2] * x[2] - y).powi(2)).sum();
+        let resid: f64 = eqs.iter().map(|(a, y)| (a.iter().zip(&x).map(|(a, x)| a * x).sum::<f64>() - y).powi(2)).sum();
         if resid < best.1 * (1.0 - 1e-9) {
             best = (x, resid);
         }
@@ -231,7 +303,7 @@ fn nonneg_least_squares(eqs: &[([f64; 3], f64)]) -> [f64; 3] {
 
 /// Normal equations on the columns `cols`, by Gaussian elimination with partial pivoting;
 /// `None` when singular.
-fn solve_normal(eqs: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
+fn solve_normal<const N: usize>(eqs: &[([f64; N], f64)], cols: &[usize]) -> Option<Vec<f64>> {
     let n = cols.len();
     // Columns differ by many orders of magnitude (flops vs block counts): scale each to
     // unit norm first, and the solution back after.
@@ -311,7 +383,7 @@ mod tests {
                     k: size,
                     n: size,
                     dense: false,
-                    parts: vec![Part { shape, n_blocks: nb, gathered: None }],
+                    parts: vec![Part { shape, n_blocks: nb, kernel: PartKernel::Blocks }],
                     seconds: 0.0,
                 };
                 s.seconds = predict(&truth, &s).unwrap();
@@ -330,8 +402,9 @@ mod tests {
         };
         dense.seconds = predict(&truth, &dense).unwrap();
         samples.push(dense);
-        let (db, rows, fine) = fit(&base, &samples, "test").unwrap();
+        let Fitted { db, rows, fine, block_tf32 } = fit(&base, &samples, "test").unwrap();
         assert!(fine.is_none() && db.fine_tf32 == base.db.fine_tf32);
+        assert!(block_tf32.is_none() && db.block_tf32 == base.db.block_tf32);
         let get = |b: [usize; 2]| db.blocks.iter().find(|e| e.block == b && e.dtype == "f32").unwrap();
         assert!((get([32, 32]).tflops - 31.0).abs() < 0.01, "{:?}", get([32, 32]));
         assert!((get([32, 32]).overhead_ns.unwrap() - 4.0).abs() < 0.01);
@@ -371,14 +444,14 @@ mod tests {
                 parts: vec![Part {
                     shape: BlockShape::new(1, 1),
                     n_blocks: steps * 10,
-                    gathered: Some(FineTf32Work { steps, nt: 1, col_tiles, tile: (64, 128, 192) }),
+                    kernel: PartKernel::FineTf32(FineTf32Work { steps, nt: 1, col_tiles, tile: (64, 128, 192) }),
                 }],
                 seconds: 0.0,
             };
             s.seconds = predict(&truth, &s).unwrap();
             samples.push(s);
         }
-        let (db, rows, fine) = fit(&base, &samples, "test").unwrap();
+        let Fitted { db, rows, fine, .. } = fit(&base, &samples, "test").unwrap();
         let fine = fine.unwrap();
         assert!(rows.is_empty() && db.blocks.is_empty(), "{rows:?}");
         assert_eq!(fine.samples, 5);
@@ -386,6 +459,46 @@ mod tests {
         let e = db.fine_tf32.unwrap();
         assert!((e.step_tflops - 55.0).abs() < 0.01 && (e.a_tb_s - 14.0).abs() < 0.01, "{e:?}");
         assert!((e.fixed_ns - 2500.0).abs() < 1.0, "{e:?}");
+    }
+
+    /// The 3xTF32 block kernel's entry comes back from samples of several shapes it generated
+    /// (heights against widths separate the math from the A slices), apart from the table.
+    #[test]
+    fn fit_recovers_the_block_tf32_entry() {
+        let base = CostModel::sm_90();
+        let mut truth_db = base.db.clone();
+        truth_db.block_tf32 = Some(BlockTf32Entry { tflops: 70.0, a_tb_s: 6.0, overhead_ns: 9.0, fixed_ns: 4000.0 });
+        let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
+        let mut samples = vec![];
+        for (size, h, w, nb) in [
+            (1024, 32, 32, 102),
+            (4096, 32, 32, 1638),
+            (4096, 16, 16, 6554),
+            (4096, 64, 32, 819),
+            (1024, 8, 32, 410),
+            (2048, 8, 8, 6000),
+        ] {
+            let mut s = Sample {
+                label: format!("{size} {h}x{w}"),
+                dtype: "f32".into(),
+                m: size,
+                k: size,
+                n: size,
+                dense: false,
+                parts: vec![Part { shape: BlockShape::new(h, w), n_blocks: nb, kernel: PartKernel::Tf32Blocks }],
+                seconds: 0.0,
+            };
+            s.seconds = predict(&truth, &s).unwrap();
+            samples.push(s);
+        }
+        let Fitted { db, rows, block_tf32, .. } = fit(&base, &samples, "test").unwrap();
+        assert!(rows.is_empty() && db.blocks.is_empty(), "{rows:?}");
+        let f = block_tf32.unwrap();
+        assert_eq!(f.samples, 6);
+        assert!(f.max_rel_err < 1e-6, "{f:?}");
+        let e = db.block_tf32.unwrap();
+        assert!((e.tflops - 70.0).abs() < 0.01 && (e.a_tb_s - 6.0).abs() < 0.001, "{e:?}");
+        assert!((e.overhead_ns - 9.0).abs() < 0.01 && (e.fixed_ns - 4000.0).abs() < 1.0, "{e:?}");
     }
 
     #[test]
@@ -407,7 +520,7 @@ mod tests {
             k: 1024,
             n: 1024,
             dense: false,
-            parts: vec![Part { shape: BlockShape::new(32, 32), n_blocks: 102, gathered: None }],
+            parts: vec![Part { shape: BlockShape::new(32, 32), n_blocks: 102, kernel: PartKernel::Blocks }],
             seconds: 20e-6,
         };
         assert!(fit(&base, &[s], "bad").unwrap_err().to_string().contains("f7"));

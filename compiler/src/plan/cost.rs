@@ -7,7 +7,8 @@
 
 use super::cover::BlockShape;
 use super::hardware::{HardwareProfile, NumberFormat};
-use crate::codegen::FineTf32Work;
+use super::suboperator::Orientation;
+use crate::codegen::{block_tf32_auto_takes, Dtype, FineTf32Work, Orientation as KernelOrientation};
 use crate::Error;
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +48,31 @@ pub struct FineTf32Entry {
     pub fixed_ns: f64,
 }
 
+/// The 3xTF32 block kernel (fp32 blocks on tensor cores, the kernel `Engine::Auto` runs for
+/// right-orientation fp32 blocks of 8..=128 × 8..=32, powers of two): one block against `M`
+/// rows costs `2·M·h·w / tflops` (one product of three counted) plus its A slice
+/// (`M·h·4` bytes, re-read for every block) at `a_tb_s`, plus `overhead_ns`; a sub-operator
+/// adds `fixed_ns` to its launch and output. One entry for
+/// every shape the kernel takes, so no measured shape is weighed against an analytic one of
+/// the same kernel. Fitted by `spartac costdb fit`; without it the model assumes a third of
+/// the TF32 rate and A at the L2 rate.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct BlockTf32Entry {
+    pub tflops: f64,
+    pub a_tb_s: f64,
+    pub overhead_ns: f64,
+    #[serde(default)]
+    pub fixed_ns: f64,
+}
+
+/// Which of the model's block terms prices a part: the per-(shape, dtype) table (a DB entry or
+/// the analytic model), or the 3xTF32 block kernel's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockKernel {
+    Table,
+    Tf32x3,
+}
+
 /// A parsed cost DB.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +88,8 @@ pub struct CostDb {
     pub blocks: Vec<BlockEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fine_tf32: Option<FineTf32Entry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_tf32: Option<BlockTf32Entry>,
 }
 
 impl CostDb {
@@ -124,8 +152,44 @@ impl CostModel {
         2.0 * m * k * n / self.dense_rate(nf) + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch()
     }
 
-    /// Effective compute rate (FLOP/s) for blocks of `shape`, and whether tensor cores run them.
-    pub fn block_rate(&self, nf: &NumberFormat, shape: BlockShape) -> (f64, bool) {
+    /// The kernel that runs blocks of `shape` in `orientation` under `Engine::Auto`: the 3xTF32
+    /// block kernel for the fp32 shapes it takes (the specializer's own rule), else the table.
+    pub fn block_kernel(nf: &NumberFormat, shape: BlockShape, orientation: Orientation) -> BlockKernel {
+        let o = match orientation {
+            Orientation::WeightRight => KernelOrientation::Right,
+            Orientation::WeightLeft => KernelOrientation::Left,
+        };
+        if nf.dtype == "f32" && block_tf32_auto_takes(Dtype::F32, o, (shape.h, shape.w)) {
+            BlockKernel::Tf32x3
+        } else {
+            BlockKernel::Table
+        }
+    }
+
+    /// The rates of the 3xTF32 block kernel: the DB's entry, or the analytic lead.
+    pub fn block_tf32_entry(&self) -> BlockTf32Entry {
+        self.db.block_tf32.clone().unwrap_or_else(|| {
+            let tf32 = self.db.dense.iter().find(|d| d.dtype == "tf32").map_or(300.0, |d| d.tflops);
+            BlockTf32Entry {
+                tflops: tf32 / 3.0,
+                a_tb_s: self.db.l2_tb_s,
+                overhead_ns: self.db.block_overhead_ns,
+                fixed_ns: 0.0,
+            }
+        })
+    }
+
+    /// Effective compute rate (FLOP/s) for blocks of `shape` in `orientation`, and whether
+    /// tensor cores run them.
+    pub fn block_rate(&self, nf: &NumberFormat, shape: BlockShape, orientation: Orientation) -> (f64, bool) {
+        if Self::block_kernel(nf, shape, orientation) == BlockKernel::Tf32x3 {
+            return (self.block_tf32_entry().tflops * 1e12, true);
+        }
+        self.table_rate(nf, shape)
+    }
+
+    /// The table's rate for `shape`: its DB entry, else the analytic model.
+    fn table_rate(&self, nf: &NumberFormat, shape: BlockShape) -> (f64, bool) {
         if let Some(e) = self.db.blocks.iter().find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype) {
             return (e.tflops * 1e12, nf.mma_tile.is_some());
         }
@@ -143,11 +207,25 @@ impl CostModel {
         }
     }
 
-    /// Time of one weight block of `shape` against `m` activation rows. A measured DB
-    /// entry's rate already includes the kernel's re-reads of activations, so the
-    /// analytic L2 term applies only to shapes without one.
-    pub fn block_time(&self, nf: &NumberFormat, shape: BlockShape, m: usize) -> f64 {
-        let (rate, _) = self.block_rate(nf, shape);
+    /// Time of one weight block of `shape` in `orientation` against `m` activation rows. A
+    /// measured DB entry's rate already includes the kernel's re-reads of activations, so the
+    /// analytic L2 term applies only to shapes without one; the 3xTF32 block kernel's entry
+    /// prices its A slice on its own.
+    pub fn block_time(&self, nf: &NumberFormat, shape: BlockShape, m: usize, orientation: Orientation) -> f64 {
+        self.block_time_on(Self::block_kernel(nf, shape, orientation), nf, shape, m)
+    }
+
+    /// [`CostModel::block_time`] on a given kernel.
+    pub fn block_time_on(&self, kernel: BlockKernel, nf: &NumberFormat, shape: BlockShape, m: usize) -> f64 {
+        if kernel == BlockKernel::Tf32x3 {
+            let e = self.block_tf32_entry();
+            let (area, m) = (shape.area() as f64, m as f64);
+            return 2.0 * m * area / (e.tflops * 1e12)
+                + m * shape.h as f64 * 4.0 / (e.a_tb_s * 1e12)
+                + area * 4.0 / self.dram()
+                + e.overhead_ns * 1e-9;
+        }
+        let (rate, _) = self.table_rate(nf, shape);
         let entry = self.db.blocks.iter().find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype);
         let overhead = entry.and_then(|e| e.overhead_ns).unwrap_or(self.db.block_overhead_ns) * 1e-9;
         let (area, m, b) = (shape.area() as f64, m as f64, Self::bytes(nf));
@@ -161,9 +239,27 @@ impl CostModel {
         self.launch() + 2.0 * (m * n) as f64 * 4.0f64.max(Self::bytes(nf)) / self.dram()
     }
 
-    /// A block-sparse sub-operator of `n_blocks` blocks of `shape` over a `k`-deep weight.
+    /// A block-sparse sub-operator of `n_blocks` blocks of `shape` in `orientation` over a
+    /// `k`-deep weight.
+    #[allow(clippy::too_many_arguments)]
     pub fn sparse_time(
         &self,
+        nf: &NumberFormat,
+        shape: BlockShape,
+        orientation: Orientation,
+        n_blocks: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> f64 {
+        self.sparse_time_on(Self::block_kernel(nf, shape, orientation), nf, shape, n_blocks, m, k, n)
+    }
+
+    /// [`CostModel::sparse_time`] on a given kernel.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sparse_time_on(
+        &self,
+        kernel: BlockKernel,
         nf: &NumberFormat,
         shape: BlockShape,
         n_blocks: usize,
@@ -171,6 +267,11 @@ impl CostModel {
         k: usize,
         n: usize,
     ) -> f64 {
+        let block = self.block_time_on(kernel, nf, shape, m);
+        if kernel == BlockKernel::Tf32x3 {
+            let fixed = self.block_tf32_entry().fixed_ns * 1e-9;
+            return block * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + fixed;
+        }
         let streamed = self
             .db
             .blocks
@@ -178,7 +279,7 @@ impl CostModel {
             .find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype)
             .and_then(|e| e.activation_ns_per_k)
             .map_or(0.0, |ns| ns * 1e-9 * (m * k) as f64 / 1024.0);
-        self.block_time(nf, shape, m) * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + streamed
+        block * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + streamed
     }
 
     /// A 2:4 sub-operator (`mma.sp`): half the math of dense at the tensor-core rate, half
@@ -221,8 +322,14 @@ impl CostModel {
     }
 
     /// `(shape, block weight)` for the greedy cover: the predicted time of one block.
-    pub fn shape_weights(&self, nf: &NumberFormat, shapes: &[BlockShape], m: usize) -> Vec<(BlockShape, f64)> {
-        shapes.iter().map(|s| (*s, self.block_time(nf, *s, m))).collect()
+    pub fn shape_weights(
+        &self,
+        nf: &NumberFormat,
+        shapes: &[BlockShape],
+        m: usize,
+        orientation: Orientation,
+    ) -> Vec<(BlockShape, f64)> {
+        shapes.iter().map(|s| (*s, self.block_time(nf, *s, m, orientation))).collect()
     }
 }
 
@@ -234,13 +341,15 @@ mod tests {
     fn bundled_db_parses_and_bigger_blocks_are_cheaper_per_element() {
         let cm = CostModel::sm_90();
         let f32 = cm.hw.by_dtype("f32").unwrap().clone();
-        let per_elem = |s: BlockShape| cm.block_time(&f32, s, 128) / s.area() as f64;
-        assert!(per_elem(BlockShape::new(32, 32)) < per_elem(BlockShape::new(8, 8)));
-        assert!(per_elem(BlockShape::new(8, 8)) < per_elem(BlockShape::new(1, 1)));
-        assert!(per_elem(BlockShape::new(1, 32)) < per_elem(BlockShape::new(1, 1)));
+        for o in [Orientation::WeightRight, Orientation::WeightLeft] {
+            let per_elem = |s: BlockShape| cm.block_time(&f32, s, 128, o) / s.area() as f64;
+            assert!(per_elem(BlockShape::new(32, 32)) < per_elem(BlockShape::new(8, 8)));
+            assert!(per_elem(BlockShape::new(8, 8)) < per_elem(BlockShape::new(1, 1)));
+            assert!(per_elem(BlockShape::new(1, 32)) < per_elem(BlockShape::new(1, 1)));
+        }
         let f16 = cm.hw.by_dtype("f16").unwrap().clone();
-        assert!(cm.block_rate(&f16, BlockShape::new(32, 32)).1, "f16 32x32 on tensor cores");
-        assert!(!cm.block_rate(&f16, BlockShape::new(1, 32)).1);
+        assert!(cm.block_rate(&f16, BlockShape::new(32, 32), Orientation::WeightRight).1, "f16 32x32 on tensor cores");
+        assert!(!cm.block_rate(&f16, BlockShape::new(1, 32), Orientation::WeightRight).1);
         assert!(cm.two_four_time(&f32, 128, 1024, 1024).is_none());
         assert!(cm.two_four_time(&f16, 128, 1024, 1024).unwrap() < cm.dense_time(&f16, 128, 1024, 1024));
     }
@@ -259,8 +368,38 @@ mod tests {
         });
         let slow = CostModel::new(HardwareProfile::sm_90(), db).unwrap();
         let s = BlockShape::new(32, 32);
-        assert!(slow.block_time(&f32, s, 128) > 5.0 * base.block_time(&f32, s, 128));
+        let left = Orientation::WeightLeft;
+        assert!(slow.block_time(&f32, s, 128, left) > 5.0 * base.block_time(&f32, s, 128, left));
         let bad = SM_90_COSTDB.replace("\"version\": 1", "\"version\": 9");
         assert!(CostDb::parse(&bad).unwrap_err().to_string().contains("version 9"));
+    }
+
+    /// fp32 blocks the 3xTF32 kernel takes (right orientation, 8..=128 × 8..=32) are priced by
+    /// its entry, on tensor cores; other shapes, and the left orientation, stay on the SIMT model.
+    #[test]
+    fn fp32_blocks_the_tf32_kernel_takes_use_its_entry() {
+        let base = CostModel::sm_90();
+        let f32 = base.hw.by_dtype("f32").unwrap().clone();
+        let (right, left) = (Orientation::WeightRight, Orientation::WeightLeft);
+        let b = BlockShape::new(32, 32);
+        assert!((CostModel::block_kernel(&f32, b, right) == BlockKernel::Tf32x3));
+        assert!(!(CostModel::block_kernel(&f32, b, left) == BlockKernel::Tf32x3));
+        assert!(
+            !(CostModel::block_kernel(&f32, BlockShape::new(64, 64), right) == BlockKernel::Tf32x3),
+            "64 columns stay SIMT"
+        );
+        assert!(!(CostModel::block_kernel(&f32, BlockShape::new(1, 32), right) == BlockKernel::Tf32x3));
+        let f16 = base.hw.by_dtype("f16").unwrap().clone();
+        assert!(!(CostModel::block_kernel(&f16, b, right) == BlockKernel::Tf32x3));
+        assert!(base.block_rate(&f32, b, right).1 && !base.block_rate(&f32, b, left).1);
+        let mut db = base.db.clone();
+        db.block_tf32 = Some(BlockTf32Entry { tflops: 50.0, a_tb_s: 5.0, overhead_ns: 10.0, fixed_ns: 1500.0 });
+        let cm = CostModel::new(base.hw.clone(), db).unwrap();
+        let m = 4096;
+        let want = 2.0 * 4096.0 * 1024.0 / 50e12 + 4096.0 * 32.0 * 4.0 / 5e12 + 1024.0 * 4.0 / cm.dram() + 10e-9;
+        assert!((cm.block_time(&f32, b, m, right) - want).abs() < 1e-15);
+        assert_eq!(cm.block_time(&f32, b, m, left), base.block_time(&f32, b, m, left), "left ignores the entry");
+        let t = cm.sparse_time(&f32, b, right, 100, m, 4096, 4096);
+        assert!((t - 100.0 * want - cm.suboperator_fixed(&f32, m, 4096) - 1.5e-6).abs() < 1e-12);
     }
 }

@@ -154,7 +154,13 @@ pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Opera
     if density < 1.0 && !groups.is_empty() {
         let cover_with = |mask: &[bool], nf: &hardware::NumberFormat| -> Cover {
             let part_fixed = cm.suboperator_fixed(nf, m, cols);
-            cover_blocks_fewer_parts(mask, rows, cols, &cm.shape_weights(nf, &opts.shapes, m), part_fixed)
+            cover_blocks_fewer_parts(
+                mask,
+                rows,
+                cols,
+                &cm.shape_weights(nf, &opts.shapes, m, site.orientation),
+                part_fixed,
+            )
         };
         // Split by block shape, per rounded width (by bit width when there are several).
         let mut per_width = vec![];
@@ -176,7 +182,7 @@ pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Opera
         // every element on its own (the fine kernels; on fp32 tensor cores a gathering kernel
         // that covers blocks and scattered elements alike, see `suboperator::from_cover`).
         for shape in opts.shapes.iter().filter(|s| s.h == s.w && (s.h >= 8 || s.h == 1)) {
-            let weight = cm.block_time(&nf, *shape, m);
+            let weight = cm.block_time(&nf, *shape, m, site.orientation);
             let cover = single_shape_cover(&pruned, rows, cols, *shape, weight);
             candidates.push(Candidate {
                 split: SplitKind::OneShape,

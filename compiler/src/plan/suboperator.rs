@@ -101,7 +101,9 @@ pub struct SubOperator {
 pub const UNROLL_LIMIT: usize = 256;
 
 fn tile_for(nf: &NumberFormat, shape: BlockShape, tensor_cores: bool) -> (usize, usize, usize) {
-    match nf.mma_tile {
+    // fp32 on tensor cores runs as 3xTF32, on TF32's m16n8k8.
+    let tf32 = (nf.dtype == "f32").then_some((16, 8, 8));
+    match nf.mma_tile.or(tf32) {
         Some((_, tn, tk)) if tensor_cores => (64, shape.w.div_ceil(tn) * tn, shape.h.div_ceil(tk) * tk),
         _ => (32, shape.w.max(1), shape.h.max(1)),
     }
@@ -272,7 +274,7 @@ pub fn from_cover(
         .parts
         .iter()
         .map(|p| {
-            let (_, tc) = cost.block_rate(nf, p.shape);
+            let (_, tc) = cost.block_rate(nf, p.shape, orientation);
             match fine_tf32_work(p, nf, orientation, m, cover.rows, cover.cols) {
                 Some(work) => {
                     let t = cost.fine_tf32_time(nf, m, cover.rows, cover.cols, &work);
@@ -281,7 +283,7 @@ pub fn from_cover(
                     sub
                 }
                 None => {
-                    let t = cost.sparse_time(nf, p.shape, p.blocks.len(), m, cover.rows, cover.cols);
+                    let t = cost.sparse_time(nf, p.shape, orientation, p.blocks.len(), m, cover.rows, cover.cols);
                     SubOperator::from_part(p, nf, tc, orientation, t)
                 }
             }

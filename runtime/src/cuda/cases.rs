@@ -835,6 +835,13 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
             Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 0.0 }, Cover::Dense(32, 32))
                 .with_engine(Engine::Tf32x3),
         );
+        // The 3xTF32 block kernel's other shapes (auto runs them on it), for the cost DB's
+        // `block_tf32` entry: heights against widths separate its math from its A slices.
+        for (bh, bw) in [(8, 8), (16, 16), (32, 8), (32, 16), (8, 32), (64, 32), (128, 32)] {
+            for s in [0.5, 0.9, 0.99] {
+                out.push(Case::new(mkn, dtype, Pattern::Block { bh, bw, sparsity: s }, Cover::Block(bh, bw)));
+            }
+        }
     }
     // The same matmul with the sparse weight on the left (C = W·B).
     out.push(goal.with_orientation(Orientation::Left));
