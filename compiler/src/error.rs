@@ -9,9 +9,9 @@ pub enum Error {
     Io { path: PathBuf, source: std::io::Error },
     #[error("not a valid ONNX model ({reason})")]
     Decode { path: String, reason: String },
-    #[error("node {node:?}: unsupported op {op_type} (domain {domain:?}, opset {opset})")]
+    #[error("node {node:?}: unsupported op {} (domain {domain:?}, opset {opset})", OneLine(.op_type))]
     UnknownOp { node: String, op_type: String, domain: String, opset: i64 },
-    #[error("node {node:?} ({op_type}): {message}")]
+    #[error("node {node:?} ({}): {message}", OneLine(.op_type))]
     Op { node: String, op_type: String, message: String },
     #[error("tensor {name:?}: {message}")]
     Tensor { name: String, message: String },
@@ -26,6 +26,23 @@ pub enum Error {
     TesaAttrs(String),
 }
 
+/// Text from the model (an op type) shown as is, with control characters escaped so the
+/// message stays on one line whatever bytes the model holds.
+struct OneLine<'a>(&'a str);
+
+impl std::fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Error {
     pub fn op(node: &crate::ir::Node, err: crate::ops::OpError) -> Error {
         Error::Op { node: node.name.clone(), op_type: node.op_type.clone(), message: err.0 }
@@ -37,5 +54,21 @@ impl Error {
 
     pub fn input(name: impl Into<String>, message: impl Into<String>) -> Error {
         Error::Input { name: name.into(), message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model's op type with a newline in it (a corrupted file) still gives a one-line error.
+    #[test]
+    fn op_types_with_control_characters_stay_on_one_line() {
+        let e = Error::UnknownOp { node: "t".into(), op_type: "Tran\npose".into(), domain: String::new(), opset: 17 };
+        assert_eq!(e.to_string(), "node \"t\": unsupported op Tran\\npose (domain \"\", opset 17)");
+        let e = Error::Op { node: "n".into(), op_type: "A\tB".into(), message: "bad".into() };
+        assert_eq!(e.to_string(), "node \"n\" (A\\tB): bad");
+        let plain = Error::UnknownOp { node: "x".into(), op_type: "FancyOp".into(), domain: String::new(), opset: 19 };
+        assert_eq!(plain.to_string(), "node \"x\": unsupported op FancyOp (domain \"\", opset 19)");
     }
 }

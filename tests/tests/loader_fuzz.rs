@@ -32,6 +32,20 @@ fn check_load(bytes: &[u8]) {
     }
 }
 
+/// A corrupted op type with a newline in it (found by `mutated_bytes_never_panic`): unknown
+/// to the loader, and named on one line.
+#[test]
+fn op_type_with_a_newline_gives_a_one_line_error() {
+    let bytes = ModelBuilder::new("nl", 17)
+        .input("x", DType::F32, &fixed(&[2, 3]))
+        .node("t", "Tran\npose", &["x"], &["z"], vec![])
+        .output("z", DType::F32, &fixed(&[3, 2]))
+        .bytes();
+    let err = load_model_bytes(&bytes, "nl.onnx", &LoadOptions::default()).unwrap_err().to_string();
+    assert_eq!(err, "node \"t\": unsupported op Tran\\npose (domain \"\", opset 17)");
+    check_load(&bytes);
+}
+
 #[derive(Debug, Clone)]
 enum Mutation {
     Flip(usize, u8),

@@ -249,7 +249,8 @@ fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> R
             } else if !known.contains_key(i.as_str()) {
                 return Err(Error::Invalid(format!(
                     "node {:?} ({}) reads {i:?}, which is no graph input, initializer or node output",
-                    n.name, n.op_type
+                    n.name,
+                    n.op_type.escape_debug()
                 )));
             }
         }

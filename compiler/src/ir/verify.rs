@@ -35,7 +35,11 @@ pub fn verify(graph: &Graph) -> Result<(), Error> {
     for (i, node) in graph.nodes.iter().enumerate() {
         for input in node.inputs.iter().flatten() {
             if input.index() >= n_values || !defined[input.index()] {
-                return bad(format!("node {:?} ({}) reads {input} before it is defined", node.name, node.op_type));
+                return bad(format!(
+                    "node {:?} ({}) reads {input} before it is defined",
+                    node.name,
+                    node.op_type.escape_debug()
+                ));
             }
         }
         for out in &node.outputs {
