@@ -386,13 +386,7 @@ mod tests {
         for (m, k, n, nnz, tile) in [
             (64, 512, 200, 3000, None),
             (70, 4096, 136, 2000, None),
-            (
-                40,
-                258,
-                100,
-                1500,
-                Some(Tile { rows: 32, stages: 1, per_sm: 0, split: 0, warps: 2, group: 0, k_rows: 0, n_tiles: 0 }),
-            ),
+            (40, 258, 100, 1500, Some(Tile { warps: 2, ..Tile::new(32, 1) })),
         ] {
             let mut s = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), pattern(k, n, nnz));
             s.mode = Mode::Unrolled;
@@ -455,30 +449,10 @@ mod tests {
         assert_eq!(specialize(&wide).unwrap().family, Family::Fine);
         let s = SpmmSpec::new(64, 256, 128, Dtype::F32, (1, 1), pattern(256, 128, 500));
         for (tile, mode, dtype, needle) in [
-            (
-                Tile { rows: 64, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
-                Mode::Auto,
-                Dtype::F32,
-                "32 rows",
-            ),
-            (
-                Tile { rows: 32, stages: 4, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
-                Mode::Auto,
-                Dtype::F32,
-                "32 or 64 columns",
-            ),
-            (
-                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
-                Mode::IndexStream,
-                Dtype::F32,
-                "pattern in the code",
-            ),
-            (
-                Tile { rows: 32, stages: 2, per_sm: 0, split: 0, warps: 4, group: 0, k_rows: 0, n_tiles: 0 },
-                Mode::Auto,
-                Dtype::F16,
-                "needs fp32",
-            ),
+            (Tile { warps: 4, ..Tile::new(64, 2) }, Mode::Auto, Dtype::F32, "32 rows"),
+            (Tile { warps: 4, ..Tile::new(32, 4) }, Mode::Auto, Dtype::F32, "32 or 64 columns"),
+            (Tile { warps: 4, ..Tile::new(32, 2) }, Mode::IndexStream, Dtype::F32, "pattern in the code"),
+            (Tile { warps: 4, ..Tile::new(32, 2) }, Mode::Auto, Dtype::F16, "needs fp32"),
         ] {
             let mut t = s.clone();
             t.tile = Some(tile);

@@ -158,19 +158,28 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
     let fitted = CostModel::new(model.hw.clone(), db.clone())?;
     for row in &mut rows {
         let shape = BlockShape::new(row.entry.block[0], row.entry.block[1]);
-        for s in samples.iter().filter(|s| single_block(s) && s.dtype == row.entry.dtype && s.parts[0].shape == shape) {
-            let e = (predict(&fitted, s)? - s.seconds).abs() / s.seconds;
-            row.max_rel_err = row.max_rel_err.max(e);
-        }
+        let of_row =
+            samples.iter().filter(|s| single_block(s) && s.dtype == row.entry.dtype && s.parts[0].shape == shape);
+        row.max_rel_err = worst_rel_err(&fitted, of_row)?;
     }
     let fine = fit_fine_tf32(model, &mut db, samples)?;
     let block_tf32 = fit_block_tf32(model, &mut db, samples)?;
     Ok(Fitted { db, rows, fine, block_tf32 })
 }
 
+/// The kernel of a sample that ran one sparse kernel alone.
+fn only_kernel(s: &Sample) -> Option<PartKernel> {
+    (!s.dense && s.parts.len() == 1).then(|| s.parts[0].kernel)
+}
+
 /// One sparse kernel of the per-shape table (not a 3xTF32 kernel).
 fn single_block(s: &Sample) -> bool {
-    !s.dense && s.parts.len() == 1 && s.parts[0].kernel == PartKernel::Blocks
+    only_kernel(s) == Some(PartKernel::Blocks)
+}
+
+/// Largest |predicted − measured| / measured over `samples` under `model`.
+fn worst_rel_err<'a>(model: &CostModel, samples: impl IntoIterator<Item = &'a Sample>) -> Result<f64, Error> {
+    samples.into_iter().try_fold(0.0f64, |w, s| Ok(w.max((predict(model, s)? - s.seconds).abs() / s.seconds)))
 }
 
 /// The fit of the 3xTF32 block kernel's entry: its samples and worst error.
@@ -187,10 +196,7 @@ pub struct BlockTf32Fit {
 /// heights against widths (one shape makes them proportional; the fit then puts the time on
 /// one of them). `None` (and the DB unchanged) without such samples.
 fn fit_block_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Result<Option<BlockTf32Fit>, Error> {
-    let tf: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| !s.dense && s.parts.len() == 1 && s.parts[0].kernel == PartKernel::Tf32Blocks)
-        .collect();
+    let tf: Vec<&Sample> = samples.iter().filter(|s| only_kernel(s) == Some(PartKernel::Tf32Blocks)).collect();
     if tf.is_empty() {
         return Ok(None);
     }
@@ -205,25 +211,26 @@ fn fit_block_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Res
     }
     let [inv_rate, inv_a, overhead, fixed] = nonneg_least_squares(&eqs);
     let lead = model.block_tf32_entry();
+    // A term the samples put at zero hides under the other (its rate is taken as unlimited);
+    // when both are zero the samples say nothing of either, and the lead's rates stay.
+    let degenerate = inv_rate == 0.0 && inv_a == 0.0;
+    let rate = |inv: f64, lead: f64| {
+        if inv > 0.0 {
+            1.0 / inv / 1e12
+        } else if degenerate {
+            lead
+        } else {
+            1e6
+        }
+    };
     let entry = BlockTf32Entry {
-        tflops: if inv_rate > 0.0 { 1.0 / inv_rate / 1e12 } else { 1e6 },
-        // A term the samples put at zero: the A reads hide under the math.
-        a_tb_s: if inv_a > 0.0 { 1.0 / inv_a / 1e12 } else { 1e6 },
+        tflops: rate(inv_rate, lead.tflops),
+        a_tb_s: rate(inv_a, lead.a_tb_s),
         overhead_ns: overhead * 1e9,
         fixed_ns: fixed * 1e9,
     };
-    // Neither the math nor A carries any time: keep the lead's rates (degenerate samples).
-    let entry = if inv_rate == 0.0 && inv_a == 0.0 {
-        BlockTf32Entry { tflops: lead.tflops, a_tb_s: lead.a_tb_s, ..entry }
-    } else {
-        entry
-    };
     db.block_tf32 = Some(entry.clone());
-    let fitted = CostModel::new(model.hw.clone(), db.clone())?;
-    let mut max_rel_err: f64 = 0.0;
-    for s in &tf {
-        max_rel_err = max_rel_err.max((predict(&fitted, s)? - s.seconds).abs() / s.seconds);
-    }
+    let max_rel_err = worst_rel_err(&CostModel::new(model.hw.clone(), db.clone())?, tf.iter().copied())?;
     Ok(Some(BlockTf32Fit { entry, samples: tf.len(), max_rel_err }))
 }
 
@@ -241,9 +248,8 @@ pub struct FineTf32Fit {
 fn fit_fine_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Result<Option<FineTf32Fit>, Error> {
     let fine: Vec<(&Sample, FineTf32Work)> = samples
         .iter()
-        .filter(|s| !s.dense && s.parts.len() == 1)
-        .filter_map(|s| match s.parts[0].kernel {
-            PartKernel::FineTf32(w) => Some((s, w)),
+        .filter_map(|s| match only_kernel(s) {
+            Some(PartKernel::FineTf32(w)) => Some((s, w)),
             _ => None,
         })
         .collect();
@@ -266,11 +272,7 @@ fn fit_fine_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Resu
         fixed_ns: fixed * 1e9,
     };
     db.fine_tf32 = Some(entry.clone());
-    let fitted = CostModel::new(model.hw.clone(), db.clone())?;
-    let mut max_rel_err: f64 = 0.0;
-    for (s, _) in &fine {
-        max_rel_err = max_rel_err.max((predict(&fitted, s)? - s.seconds).abs() / s.seconds);
-    }
+    let max_rel_err = worst_rel_err(&CostModel::new(model.hw.clone(), db.clone())?, fine.iter().map(|(s, _)| *s))?;
     Ok(Some(FineTf32Fit { entry, samples: fine.len(), max_rel_err }))
 }
 
