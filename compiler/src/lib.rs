@@ -12,6 +12,7 @@ pub mod ir;
 pub mod npy;
 pub mod ops;
 pub mod plan;
+pub mod program;
 pub mod propagate;
 pub mod reference;
 pub mod rng;

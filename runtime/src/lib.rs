@@ -8,6 +8,7 @@
 
 pub mod cuda;
 pub mod engine;
+pub mod exec;
 pub mod host_memory;
 pub mod hpec;
 pub mod npz;

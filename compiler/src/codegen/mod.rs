@@ -14,6 +14,7 @@ mod library;
 pub mod loopnest;
 pub mod quant;
 mod render;
+pub mod rows;
 mod spmm;
 mod spmm_dismantled;
 mod spmm_fine_tf32;
@@ -270,6 +271,13 @@ pub struct SpmmSpec {
     pub engine: Engine,
     /// How the right-orientation fine kernel reads A's columns.
     pub dense_copy: DenseCopy,
+    /// Only a prefix of the `m` rows of A is live, its length read at run time: the kernel takes
+    /// one more, last parameter `const int* live_rows` and row tiles at or past `*live_rows` do
+    /// nothing (rows past it in a live tile are computed from whatever A holds there and must not
+    /// be read). The batched networks that drop dead rows use it ([`crate::program::hpec`]).
+    /// Right-orientation element-sparse kernels only (the fine loop kernel without its prepass,
+    /// and the 3xTF32 fine kernel).
+    pub live_rows: bool,
 }
 
 impl SpmmSpec {
@@ -292,6 +300,7 @@ impl SpmmSpec {
             tile: None,
             engine: Engine::Auto,
             dense_copy: DenseCopy::Auto,
+            live_rows: false,
         }
     }
 

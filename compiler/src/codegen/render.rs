@@ -27,6 +27,9 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_block_tf32.cu.tera", include_str!("../../../templates/spmm_block_tf32.cu.tera")),
     ("transpose.cu.tera", include_str!("../../../templates/transpose.cu.tera")),
     ("widen.cu.tera", include_str!("../../../templates/widen.cu.tera")),
+    ("rows_load.cu.tera", include_str!("../../../templates/rows_load.cu.tera")),
+    ("rows_compact.cu.tera", include_str!("../../../templates/rows_compact.cu.tera")),
+    ("rows_mark.cu.tera", include_str!("../../../templates/rows_mark.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.
@@ -50,6 +53,8 @@ pub struct KernelHead {
     pub k: usize,
     pub n: usize,
     pub epilogue: EpilogueCtx,
+    /// The kernel takes `const int* live_rows` last and skips row tiles past it.
+    pub live_rows: bool,
 }
 
 /// The sparsity pattern and values baked into the source: the index tables when unrolled

@@ -367,6 +367,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if m == 0 || k == 0 || n == 0 {
         return Err(spec_err(format!("empty matmul {m}x{k}x{n}")));
     }
+    if spec.live_rows && (spec.orientation == Orientation::Left || spec.block != (1, 1)) {
+        return Err(spec_err("live rows (a run-time row count) are built for right-orientation element-sparse kernels only".into()));
+    }
     if spec.orientation == Orientation::Left && spec.block == (1, 1) {
         return fine_left(spec);
     }
@@ -431,6 +434,7 @@ pub(super) fn kernel_head(name: &str, dtype: Dtype, spec: &SpmmSpec) -> KernelHe
         k: spec.k,
         n: spec.n,
         epilogue: epilogue_ctx(spec),
+        live_rows: spec.live_rows,
     }
 }
 
@@ -1103,7 +1107,7 @@ fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
     if let Some(kernel) = super::spmm_fine_tf32::try_specialize(spec, live)? {
         return Ok(kernel);
     }
-    if super::spmm_dismantled::applies(spec)? {
+    if !spec.live_rows && super::spmm_dismantled::applies(spec)? {
         return super::spmm_dismantled::specialize(spec, live);
     }
     let n = spec.n;
@@ -1152,7 +1156,8 @@ fn runs_are_long(nnz: usize, k: usize, fc: usize, chunk: usize) -> bool {
 /// Whether a fine kernel's dense operand can go through a prepass: A of the right orientation
 /// (transposed), or 16-bit B of the left (widened); fp32 B is copied as it is.
 fn prepass_applies(spec: &SpmmSpec) -> bool {
-    spec.orientation == Orientation::Right || spec.dtype != Dtype::F32
+    // The prepass transposes all M rows of A; a run-time row count would leave it copying dead ones.
+    !spec.live_rows && (spec.orientation == Orientation::Right || spec.dtype != Dtype::F32)
 }
 
 /// Whether the prepass pays for a fine tiling (`DenseCopy::Auto`). Right orientation, fp32:

@@ -11,7 +11,7 @@ pub mod cublas;
 mod nvrtc;
 pub mod spmm;
 pub mod spmm_int8;
-mod tma;
+pub(crate) mod tma;
 
 pub use nvrtc::{compile_ptx, nvrtc_version, preload_nvrtc, Ptx};
 
@@ -130,6 +130,21 @@ impl CudaDevice {
         let b = cublas::Blas::new(self)?;
         *slot = Some(b.clone());
         Ok(b)
+    }
+
+    /// Makes this device's context current on the calling thread (raw driver calls need it).
+    pub fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().ctx("cuCtxSetCurrent")
+    }
+
+    /// The raw context handle.
+    pub fn cu_ctx(&self) -> cudarc::driver::sys::CUcontext {
+        self.ctx.cu_ctx()
+    }
+
+    /// Loads compiled PTX as a module.
+    pub fn load_ptx(&self, ptx: String) -> Result<Arc<CudaModule>, CudaError> {
+        self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).ctx("cuModuleLoadData")
     }
 
     /// Number of modules compiled so far (the cache's size).

@@ -27,6 +27,7 @@ pub mod reference;
 pub mod relabellings;
 pub mod source;
 pub mod sparse;
+pub mod task_graph;
 pub mod tsv_reader;
 pub mod tsv_writer;
 

@@ -1,0 +1,374 @@
+//! Lowering of an HPEC Sparse DNN Challenge network to a [`Program`]: the SNIG-style task
+//! graph of one batch (SNIG §3), which the runtime captures once as a CUDA graph and relaunches
+//! per batch with the batch's first image as its one [`Param`](super::Param).
+//!
+//! Each layer's weight goes through the compiler like any MatMul weight: its TeSA comes from its
+//! nonzeros, the planner covers it ([`plan_single_weight`]), and every sub-operator is
+//! specialized by `codegen` (values embedded as literals where the kernel family folds them and
+//! [`HpecOptions::fold_values`] asks, never assumed). The last kernel of a layer fuses the bias,
+//! the ReLU and the cap at 32 (`Clip(0, 32)`).
+//!
+//! One batch:
+//! 1. `load_rows` scatters the batch's images (CSR, resident on the device) into dense rows of
+//!    the first activation buffer and writes the live-row count;
+//! 2. each layer multiplies the live rows of one activation buffer into the other; its fine
+//!    kernels read the live count at run time and skip the dead row tiles ([`SpmmSpec::live_rows`]);
+//! 3. every `compact_every` layers, `compact_rows` packs the rows that are still nonzero (dead
+//!    images dropped) back into the first buffer with their image ids;
+//! 4. `mark_rows` flags the images whose last row holds a nonzero: the categories, found on the
+//!    GPU and read back once after every batch ran.
+//!
+//! Weights stay resident when they fit `HpecOptions::weight_budget`; otherwise every layer's
+//! packed weight and tables live in pinned host memory and stream through `stream_slots`
+//! rotating device slots, each copy ordered only after the layer that last read its slot.
+//!
+//! [`SpmmSpec::live_rows`]: crate::codegen::SpmmSpec::live_rows
+
+use super::{Arg, BufferId, Csr, Data, Elem, Launch, Op, Program, ProgramBuilder, ProgramError, Rows, Storage};
+use crate::codegen::from_plan::{plan_single_weight, PlannedKernel};
+use crate::codegen::{rows, specialize, Activation, CodegenError, Dtype, Epilogue, Family, Mode};
+
+/// The challenge's cap on activations.
+pub const YMAX: f32 = 32.0;
+
+/// How a network is lowered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HpecOptions {
+    /// Images per batch (rows of the activation buffers).
+    pub batch: usize,
+    /// Drop all-zero rows after every this many layers (0: never).
+    pub compact_every: usize,
+    /// Most bytes of packed weights kept on the device; above it they stream from host memory.
+    pub weight_budget: usize,
+    /// Device slots the streamed weights rotate through.
+    pub stream_slots: usize,
+    /// Hand the weight values to the specializer so families that embed them do.
+    pub fold_values: bool,
+}
+
+impl Default for HpecOptions {
+    fn default() -> HpecOptions {
+        HpecOptions { batch: 60_000, compact_every: 1, weight_budget: usize::MAX, stream_slots: 4, fold_values: true }
+    }
+}
+
+/// One layer's kernels as the compiler planned and specialized them.
+#[derive(Clone, Debug)]
+pub struct LayerKernels {
+    /// Per launch: the kernel and its packed weight (empty when the values are embedded).
+    pub parts: Vec<(crate::codegen::Kernel, Vec<f32>)>,
+    /// Labels of the planned sub-operators, e.g. `fine_tf32 (1x1, 32768 nnz)`.
+    pub summary: String,
+}
+
+fn spec_err(message: String) -> CodegenError {
+    CodegenError::Spec(message)
+}
+
+/// Plans and specializes one `n × n` layer for `batch` rows (see the module docs).
+pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, fold_values: bool) -> Result<LayerKernels, CodegenError> {
+    let (k, n) = (layer.rows, layer.cols);
+    let mut dense = vec![0.0f32; k * n];
+    for r in 0..k {
+        for e in layer.offsets[r] as usize..layer.offsets[r + 1] as usize {
+            let v = layer.values[e];
+            if v == 0.0 {
+                return Err(spec_err(format!("row {r} stores an explicit zero: a stored weight must be nonzero")));
+            }
+            dense[r * n + layer.indices[e] as usize] = v;
+        }
+    }
+    let planned: Vec<PlannedKernel> = plan_single_weight(batch, k, n, &dense, Dtype::F32)?;
+    if planned.is_empty() {
+        return Err(spec_err("the planner gave no kernel for a layer".into()));
+    }
+    let last = planned.len() - 1;
+    let mut parts = vec![];
+    let mut labels = vec![];
+    for (i, pk) in planned.into_iter().enumerate() {
+        let mut spec = pk.spec;
+        if i == last {
+            spec.epilogue = Epilogue { bias, activation: Activation::Clip { lo: 0.0, hi: YMAX } };
+        }
+        spec.live_rows = spec.block == (1, 1);
+        if fold_values {
+            spec.values = Some(pk.weight.clone());
+        }
+        let kernel = specialize(&spec)?;
+        if kernel.family == Family::Epilogue || kernel.prepass.is_some() {
+            return Err(spec_err(format!("layer kernel family {} is not built into the HPEC program", kernel.family.name())));
+        }
+        labels.push(format!(
+            "{} {}x{} {} live{}",
+            kernel.family.name(),
+            kernel.block.0,
+            kernel.block.1,
+            kernel.live_instances,
+            if kernel.values_embedded { " folded" } else { "" }
+        ));
+        let packed = if kernel.values_embedded { vec![] } else { kernel.pack_weight(&pk.weight) };
+        parts.push((kernel, packed));
+    }
+    Ok(LayerKernels { parts, summary: labels.join(" + ") })
+}
+
+/// Where a layer kernel's constant inputs are: packed weight, `ptr`, `idx` (and their lengths).
+struct PartBuffers {
+    w: (BufferId, usize),
+    ptr: (BufferId, usize),
+    idx: (BufferId, usize),
+}
+
+/// The images of a run, as the program reads them (CSR over `neurons` columns).
+pub struct HpecImages<'a> {
+    pub n_images: usize,
+    pub offsets: &'a [u32],
+    pub indices: &'a [u32],
+    pub values: &'a [f32],
+}
+
+/// What [`lower`] produced besides the program.
+#[derive(Clone, Debug)]
+pub struct HpecLowering {
+    pub program: Program,
+    /// The buffer of per-image category flags (u8, one per image).
+    pub flags: BufferId,
+    /// The counters buffer: element 0 the batch's rows, element c + 1 the rows after compaction c.
+    pub live: BufferId,
+    /// Packed weight bytes (values, tables) over all layers.
+    pub weight_bytes: usize,
+    pub streamed: bool,
+    /// Per layer, what the planner and the specializer chose.
+    pub layer_summaries: Vec<String>,
+}
+
+fn u32_data(v: &[u32]) -> Data {
+    Data::I32(v.iter().map(|&x| x as i32).collect())
+}
+
+/// Lowers a network whose layers are compiled already (see [`compile_layer`]) to the program
+/// of one batch. `layers[l]` is layer l's weight (kept in the program for the CPU executor).
+pub fn lower(
+    neurons: usize,
+    bias: f32,
+    layers: Vec<Csr>,
+    kernels: &[LayerKernels],
+    images: &HpecImages,
+    options: &HpecOptions,
+) -> Result<HpecLowering, ProgramError> {
+    let invalid = |message: String| ProgramError::Invalid { program: "hpec".into(), message };
+    if layers.len() != kernels.len() || layers.is_empty() {
+        return Err(invalid(format!("{} layers but {} compiled", layers.len(), kernels.len())));
+    }
+    if options.batch == 0 || images.n_images == 0 {
+        return Err(invalid("a batch needs at least one image".into()));
+    }
+    let batch = options.batch.min(images.n_images);
+    let name = format!("hpec_n{neurons}_l{}_b{batch}", layers.len());
+    let mut b = ProgramBuilder::new(&name);
+    let codegen = |e: CodegenError| invalid(e.to_string());
+
+    // Inputs on the device: every image, as CSR.
+    let img_off = b.constant("images.offsets", u32_data(images.offsets), false);
+    let img_idx = b.constant("images.indices", u32_data(images.indices), false);
+    let img_val = b.constant("images.values", Data::F32(images.values.to_vec()), false);
+    let act = [
+        b.buffer("act0", Elem::F32, batch * neurons, Storage::Scratch),
+        b.buffer("act1", Elem::F32, batch * neurons, Storage::Scratch),
+    ];
+    let ids = [b.buffer("ids0", Elem::I32, batch, Storage::Scratch), b.buffer("ids1", Elem::I32, batch, Storage::Scratch)];
+    let n_layers = layers.len();
+    let compactions = if options.compact_every == 0 { 0 } else { n_layers.div_ceil(options.compact_every) };
+    let live = b.buffer("live", Elem::I32, compactions + 1, Storage::Scratch);
+    let bias_buf = b.constant("bias", Data::F32(vec![bias; neurons]), false);
+    let flags = b.buffer("categories", Elem::U8, images.n_images, Storage::Output);
+    let first = b.param("first_image", 0);
+
+    // Weights: resident or streamed.
+    let weight_bytes: usize =
+        kernels.iter().flat_map(|l| &l.parts).map(|(k, w)| 4 * (w.len() + table_len(k, true) + table_len(k, false))).sum();
+    let streamed = weight_bytes > options.weight_budget;
+    let slots = options.stream_slots.max(1);
+    let max_parts = kernels.iter().map(|l| l.parts.len()).max().unwrap_or(0);
+    // Streaming: per slot and part position, device buffers as large as the largest layer's.
+    let mut slot_bufs: Vec<Vec<PartBuffers>> = vec![];
+    if streamed {
+        for s in 0..slots {
+            let mut per_part = vec![];
+            for p in 0..max_parts {
+                let size = |f: &dyn Fn(&(crate::codegen::Kernel, Vec<f32>)) -> usize| {
+                    kernels.iter().filter_map(|l| l.parts.get(p)).map(f).max().unwrap_or(1).max(1)
+                };
+                let (wl, pl, il) = (size(&|x| x.1.len()), size(&|x| table_len(&x.0, true)), size(&|x| table_len(&x.0, false)));
+                per_part.push(PartBuffers {
+                    w: (b.buffer(&format!("slot{s}.p{p}.w"), Elem::F32, wl, Storage::Scratch), wl),
+                    ptr: (b.buffer(&format!("slot{s}.p{p}.ptr"), Elem::I32, pl, Storage::Scratch), pl),
+                    idx: (b.buffer(&format!("slot{s}.p{p}.idx"), Elem::I32, il, Storage::Scratch), il),
+                });
+            }
+            slot_bufs.push(per_part);
+        }
+    }
+
+    let load = rows::load_rows(batch, neurons, images.n_images, compactions).map_err(codegen)?;
+    let load_k = b.kernel(&load.name, &load.source, 0);
+    b.step(
+        "load batch",
+        Op::LoadRows {
+            offsets: img_off,
+            indices: img_idx,
+            values: img_val,
+            images: images.n_images,
+            first,
+            count: batch,
+            cols: neurons,
+            dst: act[0],
+            ids: ids[0],
+            live,
+            at: 0,
+            clear: compactions,
+        },
+        vec![Launch::Kernel {
+            kernel: load_k,
+            grid: load.launch.grid,
+            block: load.launch.block,
+            args: vec![
+                Arg::Buf(img_off, 0),
+                Arg::Buf(img_idx, 0),
+                Arg::Buf(img_val, 0),
+                Arg::Buf(act[0], 0),
+                Arg::Buf(ids[0], 0),
+                Arg::Buf(live, 0),
+                Arg::Param(first),
+            ],
+        }],
+    );
+    let compact = rows::compact_rows(batch, neurons).map_err(codegen)?;
+    let compact_k = b.kernel(&compact.name, &compact.source, 0);
+
+    let (mut cur, mut cur_ids, mut count_at) = (0usize, 0usize, 0usize);
+    let mut summaries = vec![];
+    for (l, (layer, lk)) in layers.into_iter().zip(kernels).enumerate() {
+        if layer.rows != neurons || layer.cols != neurons {
+            return Err(invalid(format!("layer {l} is {}x{}, the network has {neurons} neurons", layer.rows, layer.cols)));
+        }
+        summaries.push(lk.summary.clone());
+        let matrix = b.matrix(layer);
+        let (a, c) = (act[cur], act[1 - cur]);
+        let rows = Rows::Live { max: batch, count: live, at: count_at };
+        let mut launches = vec![];
+        let mut packed = vec![];
+        for (p, (kernel, w)) in lk.parts.iter().enumerate() {
+            let pl = table_len(kernel, true);
+            let il = table_len(kernel, false);
+            let wdata = if w.is_empty() { vec![0.0] } else { w.clone() };
+            let ptr = tables(kernel, true);
+            let idx = tables(kernel, false);
+            let bufs = if streamed {
+                // Host copies, then a copy step per table into this layer's slot.
+                let slot = &slot_bufs[l % slots][p];
+                let hw = b.constant(&format!("l{l}.p{p}.w"), Data::F32(wdata.clone()), true);
+                let hp = b.constant(&format!("l{l}.p{p}.ptr"), Data::I32(ptr.clone()), true);
+                let hi = b.constant(&format!("l{l}.p{p}.idx"), Data::I32(idx.clone()), true);
+                for (src, dst, len) in [(hw, slot.w.0, wdata.len()), (hp, slot.ptr.0, pl), (hi, slot.idx.0, il)] {
+                    b.step(
+                        &format!("layer {l} stream in"),
+                        Op::Move,
+                        vec![Launch::Copy { src, src_at: 0, dst, dst_at: 0, len }],
+                    );
+                }
+                PartBuffers { w: (slot.w.0, wdata.len()), ptr: (slot.ptr.0, pl), idx: (slot.idx.0, il) }
+            } else {
+                let wl = wdata.len();
+                PartBuffers {
+                    w: (b.constant(&format!("l{l}.p{p}.w"), Data::F32(wdata.clone()), false), wl),
+                    ptr: (b.constant(&format!("l{l}.p{p}.ptr"), Data::I32(ptr.clone()), false), pl),
+                    idx: (b.constant(&format!("l{l}.p{p}.idx"), Data::I32(idx.clone()), false), il),
+                }
+            };
+            packed.push((bufs.w.0, bufs.w.1, Data::F32(wdata).checksum()));
+            packed.push((bufs.ptr.0, bufs.ptr.1, Data::I32(ptr).checksum()));
+            packed.push((bufs.idx.0, bufs.idx.1, Data::I32(idx).checksum()));
+            let kid = b.kernel(&kernel.name, &kernel.source, kernel.launch.smem_bytes);
+            let mut args = vec![
+                Arg::Buf(a, 0),
+                Arg::Buf(bufs.w.0, 0),
+                Arg::Buf(bufs.ptr.0, 0),
+                Arg::Buf(bufs.idx.0, 0),
+                Arg::Buf(bias_buf, 0),
+                Arg::Buf(c, 0),
+            ];
+            if let Some(tma) = kernel.tma_a {
+                args.push(Arg::TensorMap { buf: a, rows: batch, cols: neurons, tma });
+            }
+            if kernel.block == (1, 1) {
+                args.push(Arg::Buf(live, count_at));
+            }
+            launches.push(Launch::Kernel { kernel: kid, grid: kernel.launch.grid, block: kernel.launch.block, args });
+        }
+        if lk.parts.is_empty() {
+            return Err(invalid(format!("layer {l} has no kernel")));
+        }
+        b.step(
+            &format!("layer {l}"),
+            Op::Spmm {
+                a,
+                c,
+                rows,
+                weight: matrix,
+                packed,
+                bias: Some(bias_buf),
+                epilogue: Epilogue { bias: true, activation: Activation::Clip { lo: 0.0, hi: YMAX } },
+                accumulate: false,
+            },
+            launches,
+        );
+        cur = 1 - cur;
+        if options.compact_every > 0 && ((l + 1) % options.compact_every == 0 || l + 1 == n_layers) {
+            let (src, dst) = (act[cur], act[1 - cur]);
+            let (sids, dids) = (ids[cur_ids], ids[1 - cur_ids]);
+            b.step(
+                &format!("compact after layer {l}"),
+                Op::CompactRows { src, src_ids: sids, dst, dst_ids: dids, cols: neurons, live, at: count_at },
+                vec![Launch::Kernel {
+                    kernel: compact_k,
+                    grid: compact.launch.grid,
+                    block: compact.launch.block,
+                    args: vec![Arg::Buf(src, 0), Arg::Buf(sids, 0), Arg::Buf(dst, 0), Arg::Buf(dids, 0), Arg::Buf(live, count_at)],
+                }],
+            );
+            cur = 1 - cur;
+            cur_ids = 1 - cur_ids;
+            count_at += 1;
+        }
+    }
+    let mark = rows::mark_rows(batch, neurons).map_err(codegen)?;
+    let mark_k = b.kernel(&mark.name, &mark.source, 0);
+    b.step(
+        "categories",
+        Op::MarkRows { src: act[cur], ids: ids[cur_ids], cols: neurons, live, at: count_at, flags },
+        vec![Launch::Kernel {
+            kernel: mark_k,
+            grid: mark.launch.grid,
+            block: mark.launch.block,
+            args: vec![Arg::Buf(act[cur], 0), Arg::Buf(ids[cur_ids], 0), Arg::Buf(live, count_at), Arg::Buf(flags, 0)],
+        }],
+    );
+    let program = b.finish()?;
+    Ok(HpecLowering { program, flags, live, weight_bytes, streamed, layer_summaries: summaries })
+}
+
+/// A kernel's `ptr` (or `idx`) table as its launch reads it: the table when it streams, one
+/// unread word when the pattern is in the code.
+fn tables(kernel: &crate::codegen::Kernel, ptr: bool) -> Vec<i32> {
+    let t = if ptr { kernel.ptr.clone() } else { kernel.device_idx() };
+    if kernel.mode == Mode::IndexStream && !t.is_empty() {
+        t
+    } else {
+        vec![0]
+    }
+}
+
+fn table_len(kernel: &crate::codegen::Kernel, ptr: bool) -> usize {
+    tables(kernel, ptr).len()
+}

@@ -1,0 +1,702 @@
+//! The program: the GPU-free description of compiled work that the runtime executes.
+//!
+//! The compiler lowers a model (or an HPEC network, [`hpec`]) to a [`Program`]: typed
+//! [`Buffer`]s (inputs, outputs, constants packed the way their kernels read them, host-resident
+//! constants that stream in, scratch), the kernel sources ([`KernelCode`]) and an ordered list
+//! of [`Step`]s. Every step has an [`Op`]: what it computes, in terms of buffers, which the
+//! runtime's CPU executor simulates on the same buffers in the same order, and, for the GPU,
+//! the [`Launch`]es (kernels of [`KernelCode`], memcpys, memsets) that realize it. Steps name
+//! the steps they wait for (`after`); [`ProgramBuilder`] derives those edges from what each op
+//! reads and writes, so the runtime can turn the list into a CUDA graph whose edges are exactly
+//! the data dependencies (copies overlap kernels where nothing orders them).
+//!
+//! Per-run parameters ([`Param`], e.g. the first image of a batch) are named slots whose values
+//! the runtime sets before each launch of the graph (graph-exec parameter updates, no rebuild).
+//!
+//! Invariants ([`Program::verify`]): every buffer and kernel reference is in range, every
+//! access stays inside its buffer, and any two steps that touch one buffer, one of them
+//! writing, are ordered by a path of `after` edges. The text form ([`Program::to_text`]) is
+//! deterministic and is what the snapshot tests hold.
+
+pub mod hpec;
+
+use crate::codegen::{Epilogue, TmaBox};
+use std::fmt::Write as _;
+
+/// Index of a buffer in [`Program::buffers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BufferId(pub u32);
+
+/// Index of a kernel in [`Program::kernels`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KernelId(pub u32);
+
+/// Index of a per-run parameter in [`Program::params`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ParamId(pub u32);
+
+/// Element type of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    F32,
+    I32,
+    U8,
+}
+
+impl Elem {
+    pub fn bytes(self) -> usize {
+        match self {
+            Elem::F32 | Elem::I32 => 4,
+            Elem::U8 => 1,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Elem::F32 => "f32",
+            Elem::I32 => "i32",
+            Elem::U8 => "u8",
+        }
+    }
+}
+
+/// Contents of a constant buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+    U8(Vec<u8>),
+}
+
+impl Data {
+    pub fn len(&self) -> usize {
+        match self {
+            Data::F32(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::U8(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn elem(&self) -> Elem {
+        match self {
+            Data::F32(_) => Elem::F32,
+            Data::I32(_) => Elem::I32,
+            Data::U8(_) => Elem::U8,
+        }
+    }
+    /// The contents as little-endian bytes (what a device buffer holds).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Data::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Data::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Data::U8(v) => v.clone(),
+        }
+    }
+    /// FNV-1a 64 of the bytes: how a copy's destination is checked against its source.
+    pub fn checksum(&self) -> u64 {
+        checksum(&self.to_bytes())
+    }
+}
+
+/// FNV-1a 64 of a byte string.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Where a buffer lives and what it starts as.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    /// Device memory the host fills before a run (`name` is the input's name).
+    Input,
+    /// Device memory the host reads after a run.
+    Output,
+    /// Device memory, uploaded once when the program is loaded.
+    Constant(Data),
+    /// Pinned host memory: constants too large to keep on the device, copied in by steps.
+    Host(Data),
+    /// Device memory with no defined contents until a step writes it.
+    Scratch,
+}
+
+/// One buffer: `len` elements of `elem`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    pub name: String,
+    pub elem: Elem,
+    pub len: usize,
+    pub storage: Storage,
+}
+
+impl Buffer {
+    pub fn bytes(&self) -> usize {
+        self.len * self.elem.bytes()
+    }
+    pub fn on_device(&self) -> bool {
+        !matches!(self.storage, Storage::Host(_))
+    }
+}
+
+/// A kernel source and its entry point; the runtime compiles it (NVRTC) and caches it by the
+/// hash of the source and the arch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelCode {
+    pub name: String,
+    pub source: String,
+    /// Dynamic shared memory the kernel is launched with (the runtime raises the limit).
+    pub smem_bytes: u32,
+}
+
+/// A per-run parameter: an `i32` the host sets before each launch of the program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    pub name: String,
+    pub default: i32,
+}
+
+/// A kernel argument.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    /// The device address of element `offset` of a buffer.
+    Buf(BufferId, usize),
+    I32(i32),
+    F32(f32),
+    /// A per-run parameter.
+    Param(ParamId),
+    /// A TMA tensor map of a row-major `rows × cols` buffer of f32 (the runtime encodes it).
+    TensorMap { buf: BufferId, rows: usize, cols: usize, tma: TmaBox },
+}
+
+/// One GPU action of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Launch {
+    Kernel { kernel: KernelId, grid: (u32, u32, u32), block: (u32, u32, u32), args: Vec<Arg> },
+    /// `len` elements from `src[src_at..]` to `dst[dst_at..]` (same element type).
+    Copy { src: BufferId, src_at: usize, dst: BufferId, dst_at: usize, len: usize },
+    /// Zero `len` elements of `dst` from `at`.
+    Zero { dst: BufferId, at: usize, len: usize },
+}
+
+/// A sparse weight in CSR, as the CPU executor multiplies it (`rows × cols`, row-major view).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Csr {
+    pub rows: usize,
+    pub cols: usize,
+    pub offsets: Vec<u32>,
+    pub indices: Vec<u32>,
+    pub values: Vec<f32>,
+}
+
+impl Csr {
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+}
+
+/// Where a step finds the number of live rows of its operand.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Rows {
+    /// All of them (a compile-time constant).
+    All(usize),
+    /// At most `max`; the count is element `at` of an i32 buffer written by an earlier step.
+    Live { max: usize, count: BufferId, at: usize },
+}
+
+impl Rows {
+    pub fn max(&self) -> usize {
+        match self {
+            Rows::All(m) => *m,
+            Rows::Live { max, .. } => *max,
+        }
+    }
+}
+
+/// What a step computes, on buffers. The CPU executor runs exactly this; the step's
+/// [`Launch`]es do it on the GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `C[r, :] = epilogue(A[r, :] · W (+ C[r, :]))` for the live rows `r` of `rows`, `A` row-major
+    /// `rows × k`, `W` = [`Program::matrices`]`[weight]` (`k × n`); the packed forms the kernels
+    /// read are `packed` (buffer, elements used, checksum of those: checked against what the compiler packed, so a weight read
+    /// before its copy landed is caught), bias `n` elements.
+    Spmm {
+        a: BufferId,
+        c: BufferId,
+        rows: Rows,
+        weight: usize,
+        packed: Vec<(BufferId, usize, u64)>,
+        bias: Option<BufferId>,
+        epilogue: Epilogue,
+        accumulate: bool,
+    },
+    /// Rows `first .. first + count` (clamped to the `rows` of the CSR `images`: offsets, indices,
+    /// values) scattered into dense rows `0..` of `dst` (`cols` wide; the rest of each row zero);
+    /// `ids[r] = first + r`; `live[at] = ` the number of rows written; `live[at + 1..]` zeroed
+    /// (`clear` counters: the compactions' counts start at zero).
+    LoadRows {
+        offsets: BufferId,
+        indices: BufferId,
+        values: BufferId,
+        images: usize,
+        first: ParamId,
+        count: usize,
+        cols: usize,
+        dst: BufferId,
+        ids: BufferId,
+        live: BufferId,
+        at: usize,
+        clear: usize,
+    },
+    /// The rows `r < live[at]` of `src` (`cols` wide) that hold any nonzero, with their `ids`,
+    /// packed into `dst`/`dst_ids`; their count into `live[at + 1]` (which must start at zero).
+    /// The order of the packed rows is unspecified (atomic slots on the GPU); each row's values
+    /// do not depend on it.
+    CompactRows { src: BufferId, src_ids: BufferId, dst: BufferId, dst_ids: BufferId, cols: usize, live: BufferId, at: usize },
+    /// `flags[ids[r]] = 1` for the rows `r < live[at]` of `src` that hold any nonzero.
+    MarkRows { src: BufferId, ids: BufferId, cols: usize, live: BufferId, at: usize, flags: BufferId },
+    /// A plain copy or fill ([`Launch::Copy`] / [`Launch::Zero`]): the op is its launch.
+    Move,
+}
+
+/// One step: its op, the GPU launches that realize it, and the steps it waits for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub label: String,
+    pub op: Op,
+    pub launches: Vec<Launch>,
+    /// Indices of earlier steps this one waits for (sorted, no duplicates).
+    pub after: Vec<usize>,
+}
+
+/// A compiled program. See the module docs.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Program {
+    pub name: String,
+    pub buffers: Vec<Buffer>,
+    pub kernels: Vec<KernelCode>,
+    pub params: Vec<Param>,
+    pub matrices: Vec<Csr>,
+    pub steps: Vec<Step>,
+}
+
+/// A buffer range one step touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub buf: BufferId,
+    pub at: usize,
+    pub len: usize,
+    pub write: bool,
+}
+
+impl Access {
+    fn overlaps(&self, other: &Access) -> bool {
+        self.buf == other.buf && self.at < other.at + other.len && other.at < self.at + self.len
+    }
+}
+
+/// Errors of program construction and checking.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    #[error("program {program}: {message}")]
+    Invalid { program: String, message: String },
+}
+
+impl Program {
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+
+    /// Bytes of device memory the buffers take (inputs, outputs, constants, scratch).
+    pub fn device_bytes(&self) -> usize {
+        self.buffers.iter().filter(|b| b.on_device()).map(|b| b.bytes()).sum()
+    }
+
+    /// Bytes of pinned host memory (streamed constants).
+    pub fn host_bytes(&self) -> usize {
+        self.buffers.iter().filter(|b| !b.on_device()).map(|b| b.bytes()).sum()
+    }
+
+    /// What step `i` reads and writes.
+    pub fn accesses(&self, i: usize) -> Vec<Access> {
+        let step = &self.steps[i];
+        let mut out = vec![];
+        let whole = |buf: BufferId, write: bool| Access { buf, at: 0, len: self.buffer(buf).len, write };
+        let rows_of = |r: &Rows| match r {
+            Rows::All(_) => None,
+            Rows::Live { count, at, .. } => Some(Access { buf: *count, at: *at, len: 1, write: false }),
+        };
+        match &step.op {
+            Op::Spmm { a, c, rows, weight, packed, bias, accumulate, .. } => {
+                let m = self.matrices[*weight].rows;
+                let n = self.matrices[*weight].cols;
+                let rmax = rows.max();
+                out.push(Access { buf: *a, at: 0, len: rmax * m, write: false });
+                if *accumulate {
+                    out.push(Access { buf: *c, at: 0, len: rmax * n, write: false });
+                }
+                out.push(Access { buf: *c, at: 0, len: rmax * n, write: true });
+                out.extend(packed.iter().map(|&(buf, len, _)| Access { buf, at: 0, len, write: false }));
+                out.extend(bias.iter().map(|b| Access { buf: *b, at: 0, len: n, write: false }));
+                out.extend(rows_of(rows));
+            }
+            Op::LoadRows { offsets, indices, values, count, cols, dst, ids, live, at, clear, .. } => {
+                out.extend([whole(*offsets, false), whole(*indices, false), whole(*values, false)]);
+                out.push(Access { buf: *dst, at: 0, len: count * cols, write: true });
+                out.push(Access { buf: *ids, at: 0, len: *count, write: true });
+                out.push(Access { buf: *live, at: *at, len: 1 + clear, write: true });
+            }
+            Op::CompactRows { src, src_ids, dst, dst_ids, live, at, .. } => {
+                out.extend([whole(*src, false), whole(*src_ids, false)]);
+                out.push(Access { buf: *live, at: *at, len: 1, write: false });
+                out.extend([whole(*dst, true), whole(*dst_ids, true)]);
+                out.push(Access { buf: *live, at: at + 1, len: 1, write: true });
+            }
+            Op::MarkRows { src, ids, live, at, flags, .. } => {
+                out.extend([whole(*src, false), whole(*ids, false)]);
+                out.push(Access { buf: *live, at: *at, len: 1, write: false });
+                out.push(whole(*flags, true));
+            }
+            Op::Move => {}
+        }
+        for l in &step.launches {
+            match l {
+                Launch::Copy { src, src_at, dst, dst_at, len } => {
+                    out.push(Access { buf: *src, at: *src_at, len: *len, write: false });
+                    out.push(Access { buf: *dst, at: *dst_at, len: *len, write: true });
+                }
+                Launch::Zero { dst, at, len } => out.push(Access { buf: *dst, at: *at, len: *len, write: true }),
+                Launch::Kernel { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// Checks the invariants of the module docs.
+    pub fn verify(&self) -> Result<(), ProgramError> {
+        let fail = |message: String| ProgramError::Invalid { program: self.name.clone(), message };
+        let nb = self.buffers.len();
+        for b in &self.buffers {
+            if let Storage::Constant(d) | Storage::Host(d) = &b.storage {
+                if d.len() != b.len || d.elem() != b.elem {
+                    return Err(fail(format!("buffer {}: data holds {} {} for {} {}", b.name, d.len(), d.elem().name(), b.len, b.elem.name())));
+                }
+            }
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            if step.after.iter().any(|&j| j >= i) {
+                return Err(fail(format!("step {i} ({}) waits for a later step", step.label)));
+            }
+            for l in &step.launches {
+                match l {
+                    Launch::Kernel { kernel, args, .. } => {
+                        if kernel.0 as usize >= self.kernels.len() {
+                            return Err(fail(format!("step {i} ({}): kernel {} out of range", step.label, kernel.0)));
+                        }
+                        for a in args {
+                            match a {
+                                Arg::Buf(b, at) | Arg::TensorMap { buf: b, rows: at, .. } => {
+                                    if b.0 as usize >= nb || *at > self.buffer(*b).len && matches!(a, Arg::Buf(..)) {
+                                        return Err(fail(format!("step {i} ({}): argument past its buffer", step.label)));
+                                    }
+                                }
+                                Arg::Param(p) if p.0 as usize >= self.params.len() => {
+                                    return Err(fail(format!("step {i} ({}): parameter {} out of range", step.label, p.0)))
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    Launch::Copy { src, dst, .. } if self.buffer(*src).elem != self.buffer(*dst).elem => {
+                        return Err(fail(format!("step {i} ({}): copy between element types", step.label)));
+                    }
+                    _ => {}
+                }
+            }
+            for acc in self.accesses(i) {
+                if acc.buf.0 as usize >= nb {
+                    return Err(fail(format!("step {i} ({}): buffer {} out of range", step.label, acc.buf.0)));
+                }
+                let b = self.buffer(acc.buf);
+                if acc.at + acc.len > b.len {
+                    return Err(fail(format!(
+                        "step {i} ({}): touches {}..{} of {} ({} elements)",
+                        step.label,
+                        acc.at,
+                        acc.at + acc.len,
+                        b.name,
+                        b.len
+                    )));
+                }
+                if acc.write && matches!(b.storage, Storage::Constant(_) | Storage::Host(_)) {
+                    return Err(fail(format!("step {i} ({}): writes constant {}", step.label, b.name)));
+                }
+            }
+        }
+        // Ordering: reachability over `after`, as bitsets.
+        let n = self.steps.len();
+        let words = n.div_ceil(64);
+        let mut reach = vec![0u64; n * words];
+        for i in 0..n {
+            for &j in &self.steps[i].after {
+                reach[i * words + j / 64] |= 1 << (j % 64);
+                for w in 0..words {
+                    let v = reach[j * words + w];
+                    reach[i * words + w] |= v;
+                }
+            }
+        }
+        let ordered = |i: usize, j: usize| reach[i * words + j / 64] >> (j % 64) & 1 == 1;
+        // Conflicts can only be between accesses of one buffer: group them.
+        let mut by_buffer: Vec<Vec<(usize, Access)>> = vec![vec![]; nb];
+        for i in 0..n {
+            for a in self.accesses(i) {
+                by_buffer[a.buf.0 as usize].push((i, a));
+            }
+        }
+        for list in &by_buffer {
+            for (x, (i, a)) in list.iter().enumerate() {
+                for (j, b) in &list[..x] {
+                    if i != j && (a.write || b.write) && a.overlaps(b) && !ordered(*i, *j) {
+                        return Err(fail(format!(
+                            "steps {j} ({}) and {i} ({}) touch {} and are not ordered",
+                            self.steps[*j].label,
+                            self.steps[*i].label,
+                            self.buffer(a.buf).name
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The deterministic text form: buffers, kernels (name, bytes of source, hash), params,
+    /// matrices (shape, nonzeros, checksum) and steps with their launches and edges.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "program {}", self.name);
+        for (i, b) in self.buffers.iter().enumerate() {
+            let storage = match &b.storage {
+                Storage::Input => "input".to_string(),
+                Storage::Output => "output".to_string(),
+                Storage::Scratch => "scratch".to_string(),
+                Storage::Constant(d) => format!("const #{:016x}", d.checksum()),
+                Storage::Host(d) => format!("host #{:016x}", d.checksum()),
+            };
+            let _ = writeln!(s, "  buf%{i} {}: {}[{}] {storage}", b.name, b.elem.name(), b.len);
+        }
+        for (i, k) in self.kernels.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "  kernel@{i} {}: {} bytes #{:016x} smem {}",
+                k.name,
+                k.source.len(),
+                crate::codegen::source_hash(&k.source),
+                k.smem_bytes
+            );
+        }
+        for (i, p) in self.params.iter().enumerate() {
+            let _ = writeln!(s, "  param${i} {} = {}", p.name, p.default);
+        }
+        for (i, m) in self.matrices.iter().enumerate() {
+            let mut bytes = vec![];
+            m.offsets.iter().chain(&m.indices).for_each(|v| bytes.extend(v.to_le_bytes()));
+            m.values.iter().for_each(|v| bytes.extend(v.to_le_bytes()));
+            let _ = writeln!(s, "  matrix#{i} {}x{} nnz {} #{:016x}", m.rows, m.cols, m.nnz(), checksum(&bytes));
+        }
+        for (i, st) in self.steps.iter().enumerate() {
+            let after: Vec<String> = st.after.iter().map(|j| j.to_string()).collect();
+            let _ = writeln!(s, "  step {i} {} after [{}]", st.label, after.join(","));
+            let _ = writeln!(s, "    op {}", op_text(&st.op));
+            for l in &st.launches {
+                let _ = writeln!(s, "    {}", launch_text(l));
+            }
+        }
+        s
+    }
+}
+
+fn rows_text(r: &Rows) -> String {
+    match r {
+        Rows::All(m) => format!("{m}"),
+        Rows::Live { max, count, at } => format!("live(buf%{}[{at}]) <= {max}", count.0),
+    }
+}
+
+fn op_text(op: &Op) -> String {
+    match op {
+        Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate } => {
+            let packed: Vec<String> = packed.iter().map(|(b, len, _)| format!("buf%{}[..{len}]", b.0)).collect();
+            format!(
+                "spmm c=buf%{} a=buf%{} rows={} w=matrix#{weight} packed=[{}] bias={} epilogue={:?}{}",
+                c.0,
+                a.0,
+                rows_text(rows),
+                packed.join(","),
+                bias.map_or("none".into(), |b| format!("buf%{}", b.0)),
+                epilogue,
+                if *accumulate { " accumulate" } else { "" }
+            )
+        }
+        Op::LoadRows { images, first, count, cols, dst, ids, live, at, clear, .. } => format!(
+            "load_rows dst=buf%{} ids=buf%{} images={images} first=param${} count={count} cols={cols} live=buf%{}[{at}] clear={clear}",
+            dst.0, ids.0, first.0, live.0
+        ),
+        Op::CompactRows { src, src_ids, dst, dst_ids, cols, live, at } => format!(
+            "compact_rows buf%{}+ids buf%{} -> buf%{}+ids buf%{} cols={cols} live=buf%{}[{at}->{}]",
+            src.0,
+            src_ids.0,
+            dst.0,
+            dst_ids.0,
+            live.0,
+            at + 1
+        ),
+        Op::MarkRows { src, ids, cols, live, at, flags } => format!(
+            "mark_rows buf%{} ids=buf%{} cols={cols} live=buf%{}[{at}] flags=buf%{}",
+            src.0, ids.0, live.0, flags.0
+        ),
+        Op::Move => "move".into(),
+    }
+}
+
+fn launch_text(l: &Launch) -> String {
+    match l {
+        Launch::Kernel { kernel, grid, block, args } => {
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    Arg::Buf(b, 0) => format!("buf%{}", b.0),
+                    Arg::Buf(b, at) => format!("buf%{}+{at}", b.0),
+                    Arg::I32(v) => format!("{v}i"),
+                    Arg::F32(v) => format!("{v:?}f"),
+                    Arg::Param(p) => format!("param${}", p.0),
+                    Arg::TensorMap { buf, rows, cols, tma } => {
+                        format!("tmap(buf%{} {rows}x{cols} box {}x{} swz {})", buf.0, tma.rows, tma.cols, tma.swizzle_bytes)
+                    }
+                })
+                .collect();
+            format!(
+                "launch kernel@{} grid {}x{}x{} block {}x{}x{} ({})",
+                kernel.0,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                args.join(", ")
+            )
+        }
+        Launch::Copy { src, src_at, dst, dst_at, len } => {
+            format!("copy buf%{}[{src_at}..+{len}] -> buf%{}[{dst_at}..]", src.0, dst.0)
+        }
+        Launch::Zero { dst, at, len } => format!("zero buf%{}[{at}..+{len}]", dst.0),
+    }
+}
+
+/// Builds a [`Program`], deriving each step's `after` edges from the buffer ranges it touches:
+/// a step waits for the last earlier writer of every range it reads or writes, and for every
+/// earlier reader of a range it writes (since that writer). Redundant edges are kept out by
+/// taking only the latest conflicting step per buffer range.
+#[derive(Debug, Default)]
+pub struct ProgramBuilder {
+    program: Program,
+    /// Per buffer, the accesses not yet hidden by a covering write, oldest first.
+    history: std::collections::HashMap<BufferId, Vec<(usize, Access)>>,
+}
+
+impl ProgramBuilder {
+    pub fn new(name: &str) -> ProgramBuilder {
+        ProgramBuilder { program: Program { name: name.to_string(), ..Program::default() }, history: Default::default() }
+    }
+
+    pub fn buffer(&mut self, name: &str, elem: Elem, len: usize, storage: Storage) -> BufferId {
+        self.program.buffers.push(Buffer { name: name.to_string(), elem, len, storage });
+        BufferId(self.program.buffers.len() as u32 - 1)
+    }
+
+    /// A constant buffer holding `data` (device, or pinned host memory when `host`).
+    pub fn constant(&mut self, name: &str, data: Data, host: bool) -> BufferId {
+        let (elem, len) = (data.elem(), data.len());
+        let storage = if host { Storage::Host(data) } else { Storage::Constant(data) };
+        self.buffer(name, elem, len, storage)
+    }
+
+    /// The kernel with this source, added once (kernels are shared by identical source).
+    pub fn kernel(&mut self, name: &str, source: &str, smem_bytes: u32) -> KernelId {
+        if let Some(i) = self.program.kernels.iter().position(|k| k.source == source && k.smem_bytes == smem_bytes) {
+            return KernelId(i as u32);
+        }
+        self.program.kernels.push(KernelCode { name: name.to_string(), source: source.to_string(), smem_bytes });
+        KernelId(self.program.kernels.len() as u32 - 1)
+    }
+
+    pub fn param(&mut self, name: &str, default: i32) -> ParamId {
+        self.program.params.push(Param { name: name.to_string(), default });
+        ParamId(self.program.params.len() as u32 - 1)
+    }
+
+    pub fn matrix(&mut self, m: Csr) -> usize {
+        self.program.matrices.push(m);
+        self.program.matrices.len() - 1
+    }
+
+    /// Appends a step, waiting for exactly the earlier steps it conflicts with (see the type's
+    /// docs); returns its index.
+    pub fn step(&mut self, label: &str, op: Op, launches: Vec<Launch>) -> usize {
+        let i = self.program.steps.len();
+        self.program.steps.push(Step { label: label.to_string(), op, launches, after: vec![] });
+        let mine = self.program.accesses(i);
+        let mut after = vec![];
+        for acc in &mine {
+            let history = self.history.entry(acc.buf).or_default();
+            // Newest first: the last overlapping writer orders everything before it; for a
+            // write, every overlapping reader since that writer too.
+            for (j, theirs) in history.iter().rev() {
+                if !theirs.overlaps(acc) {
+                    continue;
+                }
+                if theirs.write {
+                    after.push(*j);
+                    if theirs.at <= acc.at && acc.at + acc.len <= theirs.at + theirs.len {
+                        break;
+                    }
+                    continue;
+                }
+                if acc.write {
+                    after.push(*j);
+                }
+            }
+        }
+        for acc in mine {
+            let history = self.history.entry(acc.buf).or_default();
+            // A write hides every older access it covers completely.
+            if acc.write {
+                history.retain(|(_, h)| !(h.at >= acc.at && h.at + h.len <= acc.at + acc.len));
+            }
+            history.push((i, acc));
+        }
+        after.sort_unstable();
+        after.dedup();
+        after.retain(|&j| j != i);
+        self.program.steps[i].after = after;
+        i
+    }
+
+    pub fn finish(self) -> Result<Program, ProgramError> {
+        self.program.verify()?;
+        Ok(self.program)
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+}
+
+#[cfg(test)]
+mod tests;

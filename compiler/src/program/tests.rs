@@ -1,0 +1,61 @@
+use super::*;
+
+fn zero(dst: BufferId, len: usize) -> Vec<Launch> {
+    vec![Launch::Zero { dst, at: 0, len }]
+}
+
+fn copy(src: BufferId, dst: BufferId, len: usize) -> Vec<Launch> {
+    vec![Launch::Copy { src, src_at: 0, dst, dst_at: 0, len }]
+}
+
+#[test]
+fn builder_orders_each_step_after_exactly_its_conflicts() {
+    let mut b = ProgramBuilder::new("t");
+    let host = b.constant("h", Data::F32(vec![1.0; 8]), true);
+    let x = b.buffer("x", Elem::F32, 8, Storage::Scratch);
+    let y = b.buffer("y", Elem::F32, 8, Storage::Scratch);
+    let s0 = b.step("fill x", Op::Move, copy(host, x, 8)); // writes x
+    let s1 = b.step("x to y", Op::Move, copy(x, y, 8)); // reads x (after s0), writes y
+    let s2 = b.step("h to y?", Op::Move, copy(host, y, 4)); // writes y: after s1 (WAW)
+    let s3 = b.step("zero x", Op::Move, zero(x, 8)); // writes x: after s1 (WAR) and s0 (WAW)
+    let p = b.finish().unwrap();
+    assert_eq!(p.steps[s0].after, Vec::<usize>::new());
+    assert_eq!(p.steps[s1].after, vec![s0]);
+    assert_eq!(p.steps[s2].after, vec![s1]);
+    assert_eq!(p.steps[s3].after, vec![s0, s1]);
+}
+
+#[test]
+fn disjoint_ranges_of_one_buffer_stay_unordered() {
+    let mut b = ProgramBuilder::new("t");
+    let x = b.buffer("x", Elem::F32, 8, Storage::Scratch);
+    b.step("lo", Op::Move, vec![Launch::Zero { dst: x, at: 0, len: 4 }]);
+    let hi = b.step("hi", Op::Move, vec![Launch::Zero { dst: x, at: 4, len: 4 }]);
+    let p = b.finish().unwrap();
+    assert!(p.steps[hi].after.is_empty());
+}
+
+#[test]
+fn verify_rejects_unordered_conflicts_and_out_of_range_access() {
+    let mut b = ProgramBuilder::new("t");
+    let x = b.buffer("x", Elem::F32, 8, Storage::Scratch);
+    b.step("a", Op::Move, zero(x, 8));
+    b.step("b", Op::Move, zero(x, 8));
+    let mut p = b.finish().unwrap();
+    p.steps[1].after.clear();
+    let e = p.verify().unwrap_err().to_string();
+    assert!(e.contains("not ordered"), "{e}");
+    p.steps[1].after = vec![0];
+    p.steps[1].launches = zero(x, 9);
+    let e = p.verify().unwrap_err().to_string();
+    assert!(e.contains("touches 0..9 of x"), "{e}");
+}
+
+#[test]
+fn verify_rejects_writes_to_constants() {
+    let mut b = ProgramBuilder::new("t");
+    let c = b.constant("w", Data::F32(vec![0.5; 4]), false);
+    b.step("clobber", Op::Move, zero(c, 4));
+    let e = b.finish().unwrap_err().to_string();
+    assert!(e.contains("writes constant w"), "{e}");
+}

@@ -1,0 +1,219 @@
+//! Runs a [`Program`] on the host: the same buffers, the same steps in the same order, each
+//! op's semantics computed in f32 (f64 accumulation for matmuls). This is how a program is
+//! tested without a GPU: a step that reads a weight slot before its copy landed, a counter
+//! that was never set, or a row range past a buffer fails here as it would corrupt the GPU run.
+
+use spartac::program::{BufferId, Data, Launch, Op, Program, Rows, Storage};
+
+use super::ExecError;
+
+/// Host memory of every buffer of a program, as little-endian bytes.
+pub struct CpuMemory {
+    bufs: Vec<Vec<u8>>,
+    /// Whether each buffer's bytes were ever written (constants and inputs start written).
+    written: Vec<bool>,
+}
+
+impl CpuMemory {
+    /// Buffers allocated and constants filled; inputs, outputs and scratch zeroed.
+    pub fn new(program: &Program) -> CpuMemory {
+        let bufs = program
+            .buffers
+            .iter()
+            .map(|b| match &b.storage {
+                Storage::Constant(d) | Storage::Host(d) => d.to_bytes(),
+                _ => vec![0u8; b.bytes()],
+            })
+            .collect();
+        let written = program.buffers.iter().map(|b| !matches!(b.storage, Storage::Scratch)).collect();
+        CpuMemory { bufs, written }
+    }
+
+    pub fn bytes(&self, id: BufferId) -> &[u8] {
+        &self.bufs[id.0 as usize]
+    }
+
+    pub fn set(&mut self, id: BufferId, data: &Data) -> Result<(), ExecError> {
+        let b = &mut self.bufs[id.0 as usize];
+        let bytes = data.to_bytes();
+        if bytes.len() != b.len() {
+            return Err(ExecError::Shape(format!("buffer {}: {} bytes given for {}", id.0, bytes.len(), b.len())));
+        }
+        *b = bytes;
+        self.written[id.0 as usize] = true;
+        Ok(())
+    }
+
+    fn f32s(&self, id: BufferId) -> Vec<f32> {
+        self.bufs[id.0 as usize].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+    fn i32_at(&self, id: BufferId, at: usize) -> i32 {
+        let b = &self.bufs[id.0 as usize][4 * at..4 * at + 4];
+        i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn set_i32(&mut self, id: BufferId, at: usize, v: i32) {
+        self.bufs[id.0 as usize][4 * at..4 * at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    fn f32_at(&self, id: BufferId, at: usize) -> f32 {
+        let b = &self.bufs[id.0 as usize][4 * at..4 * at + 4];
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn set_f32(&mut self, id: BufferId, at: usize, v: f32) {
+        self.bufs[id.0 as usize][4 * at..4 * at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Runs every step of `program` in order on `mem`, with the per-run parameters `params`.
+pub fn run(program: &Program, mem: &mut CpuMemory, params: &[i32]) -> Result<(), ExecError> {
+    if params.len() != program.params.len() {
+        return Err(ExecError::Shape(format!("{} parameters given, the program takes {}", params.len(), program.params.len())));
+    }
+    for (i, step) in program.steps.iter().enumerate() {
+        let fail = |m: String| ExecError::Step { step: i, label: step.label.clone(), message: m };
+        for acc in program.accesses(i) {
+            if !acc.write && !mem.written[acc.buf.0 as usize] {
+                return Err(fail(format!("reads {} before any step wrote it", program.buffer(acc.buf).name)));
+            }
+        }
+        run_op(program, mem, &step.op, params).map_err(fail)?;
+        for l in &step.launches {
+            match *l {
+                Launch::Copy { src, src_at, dst, dst_at, len } => {
+                    let e = program.buffer(src).elem.bytes();
+                    let bytes = mem.bufs[src.0 as usize][e * src_at..e * (src_at + len)].to_vec();
+                    mem.bufs[dst.0 as usize][e * dst_at..e * (dst_at + len)].copy_from_slice(&bytes);
+                }
+                Launch::Zero { dst, at, len } => {
+                    let e = program.buffer(dst).elem.bytes();
+                    mem.bufs[dst.0 as usize][e * at..e * (at + len)].fill(0);
+                }
+                Launch::Kernel { .. } => {}
+            }
+        }
+        for acc in program.accesses(i) {
+            if acc.write {
+                mem.written[acc.buf.0 as usize] = true;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn live_rows(mem: &CpuMemory, rows: &Rows) -> Result<usize, String> {
+    match *rows {
+        Rows::All(m) => Ok(m),
+        Rows::Live { max, count, at } => {
+            let v = mem.i32_at(count, at);
+            usize::try_from(v).ok().filter(|&v| v <= max).ok_or_else(|| format!("live row count {v} outside 0..={max}"))
+        }
+    }
+}
+
+fn row_nonzero(mem: &CpuMemory, buf: BufferId, r: usize, cols: usize) -> bool {
+    mem.bufs[buf.0 as usize][4 * r * cols..4 * (r + 1) * cols]
+        .chunks_exact(4)
+        .any(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0.0)
+}
+
+fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Result<(), String> {
+    match op {
+        Op::Move => Ok(()),
+        Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate } => {
+            for &(buf, len, sum) in packed {
+                let got = spartac::program::checksum(&mem.bufs[buf.0 as usize][..4 * len]);
+                if got != sum {
+                    return Err(format!(
+                        "weight buffer {} does not hold the packed weight this layer reads (copy not landed?)",
+                        program.buffer(buf).name
+                    ));
+                }
+            }
+            let w = &program.matrices[*weight];
+            let live = live_rows(mem, rows)?;
+            let av = mem.f32s(*a);
+            let bias: Vec<f32> = bias.map(|b| mem.f32s(b)).unwrap_or_else(|| vec![0.0; w.cols]);
+            for r in 0..live {
+                let mut acc = vec![0.0f64; w.cols];
+                if *accumulate {
+                    for (j, x) in acc.iter_mut().enumerate() {
+                        *x = mem.f32_at(*c, r * w.cols + j) as f64;
+                    }
+                }
+                let arow = &av[r * w.rows..(r + 1) * w.rows];
+                for (kk, &x) in arow.iter().enumerate() {
+                    if x == 0.0 {
+                        continue;
+                    }
+                    for e in w.offsets[kk] as usize..w.offsets[kk + 1] as usize {
+                        acc[w.indices[e] as usize] += x as f64 * w.values[e] as f64;
+                    }
+                }
+                for (j, x) in acc.iter().enumerate() {
+                    mem.set_f32(*c, r * w.cols + j, epilogue.apply(*x as f32 as f64, bias[j] as f64) as f32);
+                }
+            }
+            Ok(())
+        }
+        Op::LoadRows { offsets, indices, values, images, first, count, cols, dst, ids, live, at, clear } => {
+            let first = params[first.0 as usize];
+            let first = usize::try_from(first).map_err(|_| format!("negative first row {first}"))?;
+            let avail = images.saturating_sub(first).min(*count);
+            for r in 0..avail {
+                let row = first + r;
+                let (b, e) = (mem.i32_at(*offsets, row) as usize, mem.i32_at(*offsets, row + 1) as usize);
+                let base = r * cols;
+                mem.bufs[dst.0 as usize][4 * base..4 * (base + cols)].fill(0);
+                for i in b..e {
+                    let col = mem.i32_at(*indices, i) as usize;
+                    if col >= *cols {
+                        return Err(format!("row {row} has column {col} of {cols}"));
+                    }
+                    let v = mem.f32_at(*values, i);
+                    mem.set_f32(*dst, base + col, v);
+                }
+                mem.set_i32(*ids, r, row as i32);
+            }
+            mem.set_i32(*live, *at, avail as i32);
+            for j in 1..=*clear {
+                mem.set_i32(*live, at + j, 0);
+            }
+            Ok(())
+        }
+        Op::CompactRows { src, src_ids, dst, dst_ids, cols, live, at } => {
+            let n = live_rows(mem, &Rows::Live { max: program.buffer(*src_ids).len, count: *live, at: *at })?;
+            if mem.i32_at(*live, at + 1) != 0 {
+                return Err("the compaction's counter does not start at zero".into());
+            }
+            let mut slot = 0usize;
+            for r in 0..n {
+                if !row_nonzero(mem, *src, r, *cols) {
+                    continue;
+                }
+                let bytes = mem.bufs[src.0 as usize][4 * r * cols..4 * (r + 1) * cols].to_vec();
+                mem.bufs[dst.0 as usize][4 * slot * cols..4 * (slot + 1) * cols].copy_from_slice(&bytes);
+                let id = mem.i32_at(*src_ids, r);
+                mem.set_i32(*dst_ids, slot, id);
+                slot += 1;
+            }
+            mem.set_i32(*live, at + 1, slot as i32);
+            Ok(())
+        }
+        Op::MarkRows { src, ids, cols, live, at, flags } => {
+            let n = live_rows(mem, &Rows::Live { max: program.buffer(*ids).len, count: *live, at: *at })?;
+            let n_flags = program.buffer(*flags).len;
+            for r in 0..n {
+                if row_nonzero(mem, *src, r, *cols) {
+                    let id = mem.i32_at(*ids, r);
+                    let id = usize::try_from(id).ok().filter(|&i| i < n_flags).ok_or_else(|| format!("image id {id} out of range"))?;
+                    mem.bufs[flags.0 as usize][id] = 1;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The elements of an output buffer as f32 (for `Elem::F32` buffers) or bytes.
+pub fn read_u8(mem: &CpuMemory, id: BufferId) -> Vec<u8> {
+    mem.bytes(id).to_vec()
+}

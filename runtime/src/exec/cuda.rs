@@ -1,0 +1,599 @@
+//! Runs a [`Program`] on one GPU as a CUDA graph.
+//!
+//! Loading ([`GpuProgram::load`]): every kernel is compiled by NVRTC in parallel, or read from the
+//! on-disk PTX cache (keyed by the hash of its source, the arch and the spartac version; an entry
+//! that fails its checksum is rebuilt); every buffer is allocated (device memory, or pinned host
+//! memory for streamed constants) and the constants uploaded. Then one graph is built with the
+//! driver's explicit graph API: a kernel node per kernel launch, a memcpy node per copy, a memset
+//! node per fill, each node depending on the last nodes of the steps its step waits for, and
+//! instantiated once. [`GpuProgram::launch`] sets the per-run parameters (an exec-graph update of
+//! the kernel nodes that take one; nothing is re-instantiated) and launches the graph.
+//! [`GpuProgram::launch_stream`] issues the same work as plain stream operations in step order,
+//! the ablation the graph is measured against.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use rayon::prelude::*;
+use spartac::program::{Arg, Launch, Program, Storage};
+
+use super::ExecError;
+use crate::cuda::tma::{encode_matrix, TensorMap};
+use crate::cuda::{compile_ptx, CudaDevice, CudaError};
+
+fn drv(what: &'static str, r: sys::CUresult) -> Result<(), CudaError> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Driver { what, source: cudarc::driver::DriverError(r) })
+    }
+}
+
+/// Where compiled PTX is kept between runs: `$SPARTAC_CACHE_DIR/ptx`, else
+/// `$XDG_CACHE_HOME/spartac/ptx`, else `~/.cache/spartac/ptx`; `None` when none can be named.
+pub fn ptx_cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("SPARTAC_CACHE_DIR") {
+        return Some(PathBuf::from(d).join("ptx"));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("spartac").join("ptx"))
+}
+
+/// What kernel loading did.
+#[derive(Clone, Debug, Default)]
+pub struct CompileStats {
+    pub kernels: usize,
+    pub compiled: usize,
+    pub from_cache: usize,
+    pub seconds: f64,
+}
+
+/// PTX of `source` for `arch`: from the disk cache when a valid entry exists, else NVRTC (and
+/// the entry written atomically). Entries are `<checksum hex>\n<ptx>`.
+fn cached_ptx(name: &str, source: &str, arch: &str, dir: Option<&PathBuf>) -> Result<(String, bool), CudaError> {
+    let key = format!(
+        "{:016x}-{arch}-{}",
+        spartac::codegen::source_hash(source),
+        env!("CARGO_PKG_VERSION")
+    );
+    let path = dir.map(|d| d.join(format!("{key}.ptx")));
+    if let Some(p) = &path {
+        if let Ok(text) = std::fs::read_to_string(p) {
+            if let Some((sum, ptx)) = text.split_once('\n') {
+                if format!("{:016x}", spartac::program::checksum(ptx.as_bytes())) == sum {
+                    return Ok((ptx.to_string(), true));
+                }
+            }
+            // A corrupted entry: rebuilt below.
+        }
+    }
+    let ptx = compile_ptx(name, source, arch)?.ptx;
+    if let Some(p) = &path {
+        let text = format!("{:016x}\n{ptx}", spartac::program::checksum(ptx.as_bytes()));
+        if let Some(d) = p.parent() {
+            let _ = std::fs::create_dir_all(d);
+        }
+        // Atomic: a unique temp file renamed over the entry; a failure only costs the cache.
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, p).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok((ptx, false))
+}
+
+/// A device allocation, freed on drop.
+struct DeviceBuf {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+/// Pinned host memory, freed on drop.
+struct HostBuf {
+    ptr: *mut std::ffi::c_void,
+}
+
+enum Mem {
+    Device(DeviceBuf),
+    Host(HostBuf),
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            // SAFETY: allocated by cuMemAlloc_v2 in this context, freed once.
+            unsafe {
+                sys::cuMemFree_v2(self.ptr);
+            }
+        }
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        unsafe {
+            sys::cuMemFreeHost(self.ptr);
+        }
+    }
+}
+
+/// One kernel argument's bytes, kept alive while the node parameters point at them.
+enum ArgValue {
+    U64(u64),
+    I32(i32),
+    F32(f32),
+    Map(Box<TensorMap>),
+}
+
+impl ArgValue {
+    fn ptr(&mut self) -> *mut std::ffi::c_void {
+        match self {
+            ArgValue::U64(v) => v as *mut u64 as *mut _,
+            ArgValue::I32(v) => v as *mut i32 as *mut _,
+            ArgValue::F32(v) => v as *mut f32 as *mut _,
+            ArgValue::Map(m) => &mut **m as *mut TensorMap as *mut _,
+        }
+    }
+}
+
+/// A kernel launch resolved to the device: function, geometry and the arguments (parameter
+/// slots resolved at launch time).
+struct KernelLaunch {
+    func: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    smem: u32,
+    args: Vec<Arg>,
+    /// Whether an argument is a per-run parameter (the node is updated per launch).
+    takes_param: bool,
+}
+
+/// A program loaded on a GPU, with its graph instantiated.
+pub struct GpuProgram {
+    dev: Arc<CudaDevice>,
+    program: Program,
+    mems: Vec<Mem>,
+    /// Kernel functions, their modules kept alive.
+    _modules: Vec<Arc<cudarc::driver::CudaModule>>,
+    launches: Vec<Vec<Option<KernelLaunch>>>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    /// Kernel nodes that take a per-run parameter: (step, launch index, node).
+    param_nodes: Vec<(usize, usize, sys::CUgraphNode)>,
+    params: Vec<i32>,
+    pub compile: CompileStats,
+}
+
+// SAFETY: the raw driver handles (context-owned graph, exec graph, functions, allocations) may be
+// used from any thread that binds the device's context first; every entry point that a moved
+// program runs on another thread starts with `CudaDevice::bind` (the callers do, see
+// `hpec::task_graph`), and a program is used by one thread at a time (`&mut self` launches).
+unsafe impl Send for GpuProgram {}
+
+impl Drop for GpuProgram {
+    fn drop(&mut self) {
+        // SAFETY: created by this program, destroyed once, after the stream is idle.
+        unsafe {
+            let _ = self.dev.synchronize();
+            if !self.exec.is_null() {
+                sys::cuGraphExecDestroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}
+
+impl GpuProgram {
+    /// Compiles, allocates, uploads and builds the graph (see the module docs).
+    pub fn load(dev: Arc<CudaDevice>, program: Program) -> Result<GpuProgram, ExecError> {
+        program.verify().map_err(|e| ExecError::Shape(e.to_string()))?;
+        dev.bind()?;
+        let started = std::time::Instant::now();
+        let dir = ptx_cache_dir();
+        let arch = dev.arch().to_string();
+        let ptxs: Vec<Result<(String, bool), CudaError>> =
+            program.kernels.par_iter().map(|k| cached_ptx(&k.name, &k.source, &arch, dir.as_ref())).collect();
+        let mut modules = vec![];
+        let mut funcs = vec![];
+        let mut compile = CompileStats { kernels: program.kernels.len(), ..Default::default() };
+        for (k, ptx) in program.kernels.iter().zip(ptxs) {
+            let (ptx, hit) = ptx?;
+            if hit {
+                compile.from_cache += 1;
+            } else {
+                compile.compiled += 1;
+            }
+            let m = dev.load_ptx(ptx)?;
+            let f = m.load_function(&k.name).map_err(|source| CudaError::Driver { what: "cuModuleGetFunction", source })?;
+            if k.smem_bytes > 48 * 1024 {
+                f.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    k.smem_bytes as i32,
+                )
+                .map_err(|source| CudaError::Driver { what: "cuFuncSetAttribute", source })?;
+            }
+            funcs.push(f.cu_function());
+            modules.push(m);
+        }
+        compile.seconds = started.elapsed().as_secs_f64();
+
+        // Memory: everything at once, with a one-line error naming what did not fit.
+        let mut mems = Vec::with_capacity(program.buffers.len());
+        for b in &program.buffers {
+            let bytes = b.bytes().max(4);
+            let mem = if b.on_device() {
+                let mut ptr = 0;
+                // SAFETY: plain allocation in the bound context.
+                let r = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) };
+                if r != sys::CUresult::CUDA_SUCCESS {
+                    return Err(ExecError::Shape(format!(
+                        "out of GPU memory: buffer {} needs {:.1} MiB ({:.1} GiB for the whole program, {:?})",
+                        b.name,
+                        bytes as f64 / (1 << 20) as f64,
+                        program.device_bytes() as f64 / (1u64 << 30) as f64,
+                        r
+                    )));
+                }
+                Mem::Device(DeviceBuf { ptr, bytes })
+            } else {
+                let mut ptr = std::ptr::null_mut();
+                // SAFETY: pinned host allocation; freed by HostBuf.
+                let r = unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, 0) };
+                if r != sys::CUresult::CUDA_SUCCESS {
+                    return Err(ExecError::Shape(format!(
+                        "out of pinned host memory: buffer {} needs {:.1} MiB",
+                        b.name,
+                        bytes as f64 / (1 << 20) as f64
+                    )));
+                }
+                Mem::Host(HostBuf { ptr })
+            };
+            match (&b.storage, &mem) {
+                (Storage::Constant(d), Mem::Device(m)) => {
+                    let bytes = d.to_bytes();
+                    // SAFETY: m holds at least bytes.len() bytes.
+                    drv("upload constant", unsafe {
+                        sys::cuMemcpyHtoD_v2(m.ptr, bytes.as_ptr() as *const _, bytes.len())
+                    })?;
+                }
+                (Storage::Host(d), Mem::Host(h)) => {
+                    let bytes = d.to_bytes();
+                    // SAFETY: h holds at least bytes.len() bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), h.ptr as *mut u8, bytes.len()) };
+                }
+                (Storage::Output, Mem::Device(m)) => {
+                    // SAFETY: m holds m.bytes bytes.
+                    drv("zero output", unsafe { sys::cuMemsetD8_v2(m.ptr, 0, m.bytes) })?;
+                }
+                _ => {}
+            }
+            mems.push(mem);
+        }
+
+        let launches = program
+            .steps
+            .iter()
+            .map(|s| {
+                s.launches
+                    .iter()
+                    .map(|l| match l {
+                        Launch::Kernel { kernel, grid, block, args } => Some(KernelLaunch {
+                            func: funcs[kernel.0 as usize],
+                            grid: *grid,
+                            block: *block,
+                            smem: program.kernels[kernel.0 as usize].smem_bytes,
+                            takes_param: args.iter().any(|a| matches!(a, Arg::Param(_))),
+                            args: args.clone(),
+                        }),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        let params = program.params.iter().map(|p| p.default).collect();
+        let mut gp = GpuProgram {
+            dev,
+            program,
+            mems,
+            _modules: modules,
+            launches,
+            graph: std::ptr::null_mut(),
+            exec: std::ptr::null_mut(),
+            param_nodes: vec![],
+            params,
+            compile,
+        };
+        gp.build_graph()?;
+        Ok(gp)
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    fn device_ptr(&self, buf: spartac::program::BufferId, at: usize) -> u64 {
+        let e = self.program.buffer(buf).elem.bytes();
+        match &self.mems[buf.0 as usize] {
+            Mem::Device(d) => d.ptr + (at * e) as u64,
+            Mem::Host(h) => h.ptr as u64 + (at * e) as u64,
+        }
+    }
+
+    fn arg_values(&self, args: &[Arg]) -> Result<Vec<ArgValue>, CudaError> {
+        args.iter()
+            .map(|a| {
+                Ok(match a {
+                    Arg::Buf(b, at) => ArgValue::U64(self.device_ptr(*b, *at)),
+                    Arg::I32(v) => ArgValue::I32(*v),
+                    Arg::F32(v) => ArgValue::F32(*v),
+                    Arg::Param(p) => ArgValue::I32(self.params[p.0 as usize]),
+                    Arg::TensorMap { buf, rows, cols, tma } => ArgValue::Map(Box::new(encode_matrix(
+                        self.device_ptr(*buf, 0),
+                        *rows,
+                        *cols,
+                        spartac::codegen::Dtype::F32,
+                        *tma,
+                    )?)),
+                })
+            })
+            .collect()
+    }
+
+    fn node_params(&self, k: &KernelLaunch, ptrs: &mut [*mut std::ffi::c_void]) -> sys::CUDA_KERNEL_NODE_PARAMS {
+        sys::CUDA_KERNEL_NODE_PARAMS {
+            func: k.func,
+            gridDimX: k.grid.0,
+            gridDimY: k.grid.1,
+            gridDimZ: k.grid.2,
+            blockDimX: k.block.0,
+            blockDimY: k.block.1,
+            blockDimZ: k.block.2,
+            sharedMemBytes: k.smem,
+            kernelParams: ptrs.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        }
+    }
+
+    fn copy_params(&self, src: u64, src_host: bool, dst: u64, dst_host: bool, bytes: usize) -> sys::CUDA_MEMCPY3D {
+        use sys::CUmemorytype as T;
+        // SAFETY: an all-zero CUDA_MEMCPY3D is the documented starting point.
+        let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+        p.srcMemoryType = if src_host { T::CU_MEMORYTYPE_HOST } else { T::CU_MEMORYTYPE_DEVICE };
+        p.dstMemoryType = if dst_host { T::CU_MEMORYTYPE_HOST } else { T::CU_MEMORYTYPE_DEVICE };
+        if src_host {
+            p.srcHost = src as *const _;
+        } else {
+            p.srcDevice = src;
+        }
+        if dst_host {
+            p.dstHost = dst as *mut _;
+        } else {
+            p.dstDevice = dst;
+        }
+        p.WidthInBytes = bytes;
+        p.Height = 1;
+        p.Depth = 1;
+        p
+    }
+
+    fn build_graph(&mut self) -> Result<(), ExecError> {
+        let ctx = self.dev.cu_ctx();
+        // SAFETY: graph calls on handles this function creates; parameter arrays live across
+        // each call (the driver copies them).
+        unsafe {
+            drv("cuGraphCreate", sys::cuGraphCreate(&mut self.graph, 0))?;
+            // The last node of each step (its launches are chained in order).
+            let mut last: Vec<Option<sys::CUgraphNode>> = vec![None; self.program.steps.len()];
+            for (i, step) in self.program.steps.iter().enumerate() {
+                let mut deps: Vec<sys::CUgraphNode> = step.after.iter().filter_map(|&j| last[j]).collect();
+                for (li, l) in step.launches.iter().enumerate() {
+                    let mut node: sys::CUgraphNode = std::ptr::null_mut();
+                    match l {
+                        Launch::Kernel { .. } => {
+                            let k = self.launches[i][li].as_ref().expect("kernel launch resolved");
+                            let mut values = self.arg_values(&k.args)?;
+                            let mut ptrs: Vec<_> = values.iter_mut().map(|v| v.ptr()).collect();
+                            let p = self.node_params(k, &mut ptrs);
+                            drv(
+                                "cuGraphAddKernelNode",
+                                sys::cuGraphAddKernelNode_v2(&mut node, self.graph, deps.as_ptr(), deps.len(), &p),
+                            )?;
+                            if k.takes_param {
+                                self.param_nodes.push((i, li, node));
+                            }
+                        }
+                        Launch::Copy { src, src_at, dst, dst_at, len } => {
+                            let bytes = len * self.program.buffer(*src).elem.bytes();
+                            let p = self.copy_params(
+                                self.device_ptr(*src, *src_at),
+                                !self.program.buffer(*src).on_device(),
+                                self.device_ptr(*dst, *dst_at),
+                                !self.program.buffer(*dst).on_device(),
+                                bytes,
+                            );
+                            drv(
+                                "cuGraphAddMemcpyNode",
+                                sys::cuGraphAddMemcpyNode(&mut node, self.graph, deps.as_ptr(), deps.len(), &p, ctx),
+                            )?;
+                        }
+                        Launch::Zero { dst, at, len } => {
+                            let p = sys::CUDA_MEMSET_NODE_PARAMS {
+                                dst: self.device_ptr(*dst, *at),
+                                pitch: 0,
+                                value: 0,
+                                elementSize: 1,
+                                width: len * self.program.buffer(*dst).elem.bytes(),
+                                height: 1,
+                            };
+                            drv(
+                                "cuGraphAddMemsetNode",
+                                sys::cuGraphAddMemsetNode(&mut node, self.graph, deps.as_ptr(), deps.len(), &p, ctx),
+                            )?;
+                        }
+                    }
+                    deps = vec![node];
+                    last[i] = Some(node);
+                }
+                if step.launches.is_empty() {
+                    // A step with no GPU work orders through its predecessors: an empty node.
+                    let mut node: sys::CUgraphNode = std::ptr::null_mut();
+                    drv(
+                        "cuGraphAddEmptyNode",
+                        sys::cuGraphAddEmptyNode(&mut node, self.graph, deps.as_ptr(), deps.len()),
+                    )?;
+                    last[i] = Some(node);
+                }
+            }
+            drv("cuGraphInstantiate", sys::cuGraphInstantiateWithFlags(&mut self.exec, self.graph, 0))?;
+        }
+        Ok(())
+    }
+
+    /// Sets the per-run parameters and launches the graph (asynchronously). Only the kernel
+    /// nodes that take a parameter are updated, and only when it changed.
+    pub fn launch(&mut self, params: &[i32]) -> Result<(), ExecError> {
+        self.set_params(params)?;
+        // SAFETY: the exec graph belongs to this context; the stream is the device's.
+        drv("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.exec, self.dev.stream().cu_stream()) })?;
+        Ok(())
+    }
+
+    fn set_params(&mut self, params: &[i32]) -> Result<(), ExecError> {
+        if params.len() != self.params.len() {
+            return Err(ExecError::Shape(format!("{} parameters given, the program takes {}", params.len(), self.params.len())));
+        }
+        if params == self.params.as_slice() {
+            return Ok(());
+        }
+        self.params = params.to_vec();
+        for &(i, li, node) in &self.param_nodes {
+            let k = self.launches[i][li].as_ref().expect("kernel launch resolved");
+            let mut values = self.arg_values(&k.args)?;
+            let mut ptrs: Vec<_> = values.iter_mut().map(|v| v.ptr()).collect();
+            let p = self.node_params(k, &mut ptrs);
+            // SAFETY: node belongs to the graph this exec was instantiated from.
+            drv("cuGraphExecKernelNodeSetParams", unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, node, &p) })?;
+        }
+        Ok(())
+    }
+
+    /// The same work as plain stream operations in step order (no graph).
+    pub fn launch_stream(&mut self, params: &[i32]) -> Result<(), ExecError> {
+        if params.len() != self.params.len() {
+            return Err(ExecError::Shape(format!("{} parameters given, the program takes {}", params.len(), self.params.len())));
+        }
+        self.params = params.to_vec();
+        let stream = self.dev.stream().cu_stream();
+        for (i, step) in self.program.steps.iter().enumerate() {
+            for (li, l) in step.launches.iter().enumerate() {
+                // SAFETY: launches on this context's stream with arguments that match the kernel's
+                // signature (the compiler emitted both) and buffers of the sizes the program verified.
+                unsafe {
+                    match l {
+                        Launch::Kernel { .. } => {
+                            let k = self.launches[i][li].as_ref().expect("kernel launch resolved");
+                            let mut values = self.arg_values(&k.args)?;
+                            let mut ptrs: Vec<_> = values.iter_mut().map(|v| v.ptr()).collect();
+                            drv(
+                                "cuLaunchKernel",
+                                sys::cuLaunchKernel(
+                                    k.func,
+                                    k.grid.0,
+                                    k.grid.1,
+                                    k.grid.2,
+                                    k.block.0,
+                                    k.block.1,
+                                    k.block.2,
+                                    k.smem,
+                                    stream,
+                                    ptrs.as_mut_ptr(),
+                                    std::ptr::null_mut(),
+                                ),
+                            )?;
+                        }
+                        Launch::Copy { src, src_at, dst, dst_at, len } => {
+                            let bytes = len * self.program.buffer(*src).elem.bytes();
+                            let p = self.copy_params(
+                                self.device_ptr(*src, *src_at),
+                                !self.program.buffer(*src).on_device(),
+                                self.device_ptr(*dst, *dst_at),
+                                !self.program.buffer(*dst).on_device(),
+                                bytes,
+                            );
+                            drv("cuMemcpy3DAsync", sys::cuMemcpy3DAsync_v2(&p, stream))?;
+                        }
+                        Launch::Zero { dst, at, len } => {
+                            let bytes = len * self.program.buffer(*dst).elem.bytes();
+                            drv("cuMemsetD8Async", sys::cuMemsetD8Async(self.device_ptr(*dst, *at), 0, bytes, stream))?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn synchronize(&self) -> Result<(), ExecError> {
+        self.dev.synchronize().map_err(|e| ExecError::Shape(format!("a kernel of the program failed: {e}")))
+    }
+
+    /// Reads a device buffer back (after [`GpuProgram::synchronize`]).
+    pub fn read(&self, buf: spartac::program::BufferId) -> Result<Vec<u8>, ExecError> {
+        let b = self.program.buffer(buf);
+        let mut out = vec![0u8; b.bytes()];
+        match &self.mems[buf.0 as usize] {
+            // SAFETY: out holds b.bytes() bytes, the allocation at least as many.
+            Mem::Device(d) => drv("memcpy device to host", unsafe {
+                sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut _, d.ptr, out.len())
+            })?,
+            // SAFETY: as above, pinned host memory.
+            Mem::Host(h) => unsafe { std::ptr::copy_nonoverlapping(h.ptr as *const u8, out.as_mut_ptr(), out.len()) },
+        }
+        Ok(out)
+    }
+
+    /// Zeroes a device buffer (an output accumulated over runs, say).
+    pub fn zero(&self, buf: spartac::program::BufferId) -> Result<(), ExecError> {
+        if let Mem::Device(d) = &self.mems[buf.0 as usize] {
+            // SAFETY: the allocation holds d.bytes bytes.
+            drv("memset", unsafe { sys::cuMemsetD8_v2(d.ptr, 0, d.bytes) })?;
+        }
+        Ok(())
+    }
+
+    /// Fills a device buffer from the host (an input).
+    pub fn write(&self, buf: spartac::program::BufferId, bytes: &[u8]) -> Result<(), ExecError> {
+        let b = self.program.buffer(buf);
+        if bytes.len() != b.bytes() {
+            return Err(ExecError::Shape(format!("buffer {}: {} bytes given for {}", b.name, bytes.len(), b.bytes())));
+        }
+        if let Mem::Device(d) = &self.mems[buf.0 as usize] {
+            // SAFETY: sizes checked above.
+            drv("memcpy host to device", unsafe { sys::cuMemcpyHtoD_v2(d.ptr, bytes.as_ptr() as *const _, bytes.len()) })?;
+        }
+        Ok(())
+    }
+
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+}
+
+/// Kernel-count statistics by name prefix (for reports).
+pub fn kernel_histogram(program: &Program) -> HashMap<String, usize> {
+    let mut h = HashMap::new();
+    for k in &program.kernels {
+        let family = k.name.split('_').take(2).collect::<Vec<_>>().join("_");
+        *h.entry(family).or_insert(0) += 1;
+    }
+    h
+}

@@ -1,0 +1,211 @@
+//! The HPEC challenge through the compiler: every layer planned and specialized
+//! ([`spartac::program::hpec::compile_layer`]), the network lowered to the program of one batch
+//! ([`spartac::program::hpec::lower`]), and that program run batch after batch on the CPU
+//! executor (the simulation CI checks) or as one CUDA graph relaunched per batch with the
+//! batch's first image as its parameter ([`run_gpu`]).
+//!
+//! Multi-GPU: [`run_gpu_devices`] gives every device its own copy of the program and graph; the
+//! devices take batches from one shared atomic counter (SNIG's scheme). Balancing batches by the
+//! input hashing of seed `001_*` is not built yet.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use spartac::program::hpec::{compile_layer, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels};
+use spartac::program::Csr;
+
+use super::error::{HpecError, HpecResult};
+use super::images::Images;
+use super::network::Network;
+use crate::cuda::CudaDevice;
+use crate::exec::{cpu, cuda::GpuProgram};
+
+/// The network compiled for one batch size.
+pub struct CompiledNetwork {
+    pub lowering: HpecLowering,
+    /// Seconds spent planning and specializing the layers.
+    pub compile_seconds: f64,
+    pub images: usize,
+}
+
+fn layer_csr(network: &Network, l: usize) -> Csr {
+    let m = &network.layers[l].csr;
+    Csr { rows: m.n_outer, cols: m.n_inner, offsets: m.offsets.clone(), indices: m.indices.clone(), values: m.values.clone() }
+}
+
+/// Plans and specializes every layer (in parallel; `progress` is called once per layer done)
+/// and lowers the network to the program of one batch.
+pub fn compile(
+    network: &Network,
+    images: &Images,
+    options: &HpecOptions,
+    progress: &(dyn Fn() + Sync),
+) -> HpecResult<CompiledNetwork> {
+    if images.neurons() != network.neurons {
+        return Err(HpecError::NeuronMismatch {
+            message: format!("images have {} pixels, network has {} neurons", images.neurons(), network.neurons),
+        });
+    }
+    let started = Instant::now();
+    let batch = options.batch.min(images.n_images()).max(1);
+    let kernels: Vec<LayerKernels> = (0..network.n_layers())
+        .into_par_iter()
+        .map(|l| {
+            let k = compile_layer(&layer_csr(network, l), batch, true, options.fold_values)
+                .map_err(|e| HpecError::InvalidArgument(format!("layer {l}: {e}")));
+            progress();
+            k
+        })
+        .collect::<HpecResult<_>>()?;
+    let layers: Vec<Csr> = (0..network.n_layers()).map(|l| layer_csr(network, l)).collect();
+    let px = &images.pixels;
+    let view = HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
+    let lowering = lower(network.neurons, network.bias, layers, &kernels, &view, options)
+        .map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
+    Ok(CompiledNetwork { lowering, compile_seconds: started.elapsed().as_secs_f64(), images: images.n_images() })
+}
+
+/// Rows of one batch (the length of its id buffers).
+fn batch_rows(program: &spartac::program::Program) -> usize {
+    program.buffers.iter().find(|b| b.name == "ids0").map_or(1, |b| b.len)
+}
+
+/// The 1-based ids of the images whose flag is set.
+fn categories_of(flags: &[u8]) -> Vec<u32> {
+    flags.iter().enumerate().filter(|(_, f)| **f != 0).map(|(i, _)| i as u32 + 1).collect()
+}
+
+/// Runs the compiled program batch after batch on the CPU executor; returns the categories.
+pub fn run_cpu(compiled: &CompiledNetwork) -> HpecResult<Vec<u32>> {
+    let program = &compiled.lowering.program;
+    let batch = batch_rows(program);
+    let mut mem = cpu::CpuMemory::new(program);
+    for first in (0..compiled.images).step_by(batch) {
+        cpu::run(program, &mut mem, &[first as i32]).map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
+    }
+    Ok(categories_of(mem.bytes(compiled.lowering.flags)))
+}
+
+/// What a GPU run measured.
+#[derive(Clone, Debug)]
+pub struct GpuRun {
+    pub categories: Vec<u32>,
+    /// Inference seconds (challenge definition: images on the device to categories found), the
+    /// median over the timed repetitions.
+    pub seconds: f64,
+    pub seconds_all: Vec<f64>,
+    /// Kernel loading (NVRTC or the PTX cache) and graph building, seconds.
+    pub load_seconds: f64,
+    pub kernels: usize,
+    pub kernels_compiled: usize,
+    pub kernels_cached: usize,
+    /// Device bytes the program allocates.
+    pub device_bytes: usize,
+    /// Per batch: rows alive when loaded and after each compaction (the last batch's).
+    pub live_rows: Vec<i32>,
+    pub batches: usize,
+    pub devices: usize,
+    pub batches_per_device: Vec<usize>,
+}
+
+/// How the GPU run is driven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuRunOptions {
+    /// Launch the CUDA graph (true) or the same work as plain stream launches.
+    pub graph: bool,
+    /// Untimed runs first, then timed ones.
+    pub warmup: usize,
+    pub repeats: usize,
+}
+
+/// Runs the compiled program on one GPU (see [`run_gpu_devices`]).
+pub fn run_gpu(dev: Arc<CudaDevice>, compiled: &CompiledNetwork, options: GpuRunOptions) -> HpecResult<GpuRun> {
+    run_gpu_devices(vec![dev], compiled, options)
+}
+
+fn gpu_err(e: impl std::fmt::Display) -> HpecError {
+    HpecError::InvalidArgument(e.to_string())
+}
+
+/// Runs the compiled program on every device in `devs`: each device loads the program and
+/// builds its graph once; one inference = every batch taken from a shared atomic counter by the
+/// devices' threads, each relaunching its graph with the batch's first image, with no host
+/// synchronization inside a batch; then the flags of every device are read back and merged.
+pub fn run_gpu_devices(devs: Vec<Arc<CudaDevice>>, compiled: &CompiledNetwork, options: GpuRunOptions) -> HpecResult<GpuRun> {
+    let lowering = &compiled.lowering;
+    let program = &lowering.program;
+    let batch = batch_rows(program);
+    let n_batches = compiled.images.div_ceil(batch);
+    let started = Instant::now();
+    let mut gps = devs
+        .iter()
+        .map(|d| GpuProgram::load(d.clone(), program.clone()).map_err(gpu_err))
+        .collect::<HpecResult<Vec<_>>>()?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    let mut times = vec![];
+    let mut per_device = vec![0usize; gps.len()];
+    for rep in 0..options.warmup + options.repeats {
+        for gp in &gps {
+            gp.zero(lowering.flags).map_err(gpu_err)?;
+            gp.synchronize().map_err(gpu_err)?;
+        }
+        let counter = AtomicUsize::new(0);
+        let t0 = Instant::now();
+        let counter = &counter;
+        let counts: Vec<HpecResult<usize>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = gps.iter_mut().map(|gp| scope.spawn(move || -> HpecResult<usize> {
+                gp.device().bind().map_err(gpu_err)?;
+                let mut done = 0;
+                loop {
+                    let b = counter.fetch_add(1, Ordering::Relaxed);
+                    if b >= n_batches {
+                        break;
+                    }
+                    let params = [(b * batch) as i32];
+                    if options.graph {
+                        gp.launch(&params).map_err(gpu_err)?;
+                    } else {
+                        gp.launch_stream(&params).map_err(gpu_err)?;
+                    }
+                    done += 1;
+                }
+                gp.synchronize().map_err(gpu_err)?;
+                Ok(done)
+            })).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(gpu_err("a device thread panicked")))).collect()
+        });
+        let elapsed = t0.elapsed().as_secs_f64();
+        let counts = counts.into_iter().collect::<HpecResult<Vec<_>>>()?;
+        if rep >= options.warmup {
+            times.push(elapsed);
+            per_device = counts;
+        }
+    }
+    let mut flags = vec![0u8; compiled.images];
+    for gp in &gps {
+        for (f, g) in flags.iter_mut().zip(gp.read(lowering.flags).map_err(gpu_err)?) {
+            *f |= g;
+        }
+    }
+    let live_bytes = gps[0].read(lowering.live).map_err(gpu_err)?;
+    let live_rows = live_bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let compile = &gps[0].compile;
+    Ok(GpuRun {
+        categories: categories_of(&flags),
+        seconds: sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN),
+        seconds_all: times,
+        load_seconds,
+        kernels: compile.kernels,
+        kernels_compiled: compile.compiled,
+        kernels_cached: compile.from_cache,
+        device_bytes: program.device_bytes(),
+        live_rows,
+        batches: n_batches,
+        devices: gps.len(),
+        batches_per_device: per_device,
+    })
+}
