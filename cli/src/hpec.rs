@@ -63,8 +63,12 @@ pub struct GenerateArgs {
 pub enum Backend {
     /// The exact fp32 CPU engine.
     Cpu,
-    /// The CUDA engine (not in this build yet: selecting it is an error).
+    /// The compiled task graph on the GPU: every layer planned and specialized, the batch's
+    /// work one CUDA graph relaunched per batch.
     Cuda,
+    /// The same compiled program run by the CPU executor (a simulation of the GPU's buffers and
+    /// order; slow, for checking without a GPU).
+    Sim,
     /// The best available backend (the CPU engine for now).
     Auto,
 }
@@ -134,6 +138,50 @@ pub struct RunArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+/// Settings of the compiled backends (`--backend cuda` and `sim`).
+#[derive(Args, Debug)]
+pub struct GpuArgs {
+    /// Images per batch (rows of the activation buffers; default: all images in one batch).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Drop dead images (all-zero rows) after every N layers; 0 keeps every row to the end.
+    #[arg(long, default_value_t = 1)]
+    pub compact_every: usize,
+    /// Stream every layer's weights from pinned host memory, even when they fit on the device.
+    #[arg(long)]
+    pub stream_weights: bool,
+    /// Most MiB of packed weights to keep on the device before streaming the rest.
+    #[arg(long)]
+    pub weight_budget_mib: Option<usize>,
+    /// Device slots streamed weights rotate through.
+    #[arg(long, default_value_t = 4)]
+    pub stream_slots: usize,
+    /// Do not hand weight values to the specializer (no value folding).
+    #[arg(long)]
+    pub no_fold: bool,
+    /// Fine-kernel engine: auto (the specializer's rule), simt (FP32 FMAs) or tf32x3 (tensor
+    /// cores at fp32 accuracy).
+    #[arg(long, default_value = "auto", value_parser = parse_engine)]
+    pub engine: spartac::codegen::Engine,
+    /// Issue the batch's work as plain stream launches instead of the CUDA graph.
+    #[arg(long)]
+    pub no_graph: bool,
+    /// GPUs to spread batches over (one graph each, a shared batch counter).
+    #[arg(long, default_value_t = 1)]
+    pub gpus: usize,
+    /// Timed inferences (the median is reported), after --warmup untimed ones.
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// For 1024 neurons, use the 60,000 MNIST-derived challenge images instead of the 1,200 bundled
+    /// real ones (truth: the f64 reference).
+    #[arg(long)]
+    pub mnist_images: bool,
 }
 
 pub fn run(args: HpecArgs) -> anyhow::Result<()> {
@@ -244,9 +292,6 @@ enum Truth {
 }
 
 fn run_network(args: RunArgs) -> anyhow::Result<()> {
-    if args.backend == Backend::Cuda {
-        bail!("the cuda backend is not available in this build yet; use --backend cpu");
-    }
     let cache = match (&args.cache_dir, args.no_cache) {
         (_, true) => CacheConfig::Disabled,
         (Some(dir), false) => CacheConfig::Directory(dir.clone()),
@@ -256,19 +301,30 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     let (network, network_name, real_network) = select_network(&args.net, &cache)?;
     let mut images = match &args.images {
         Some(path) => hpec::load_images(path, network.neurons)?,
+        None if args.gpu.mnist_images => hpec::mnist::mnist_images(
+            &bundled::mnist_digits()?,
+            network.neurons,
+            args.image_count.unwrap_or(60_000),
+        )?,
         None => bundled::images_for_neurons(network.neurons, args.image_count.unwrap_or(bundled::DEFAULT_IMAGE_COUNT))?,
     };
     if let Some(count) = args.image_count {
         images = images.first(count);
     }
     let load_seconds = load_start.elapsed().as_secs_f64();
-    let truth_kind = match (&args.categories, real_network && args.images.is_none(), args.no_check) {
+    if images.n_images() == 0 {
+        bail!("no images to run (--image-count 0 or an empty image file)");
+    }
+    let truth_kind = match (&args.categories, real_network && args.images.is_none() && !args.gpu.mnist_images, args.no_check) {
         (Some(path), _, _) => Truth::File(path.clone()),
         (None, true, _) => Truth::Bundled,
         (None, false, false) => Truth::Reference,
         (None, false, true) => Truth::Unchecked,
     };
 
+    if matches!(args.backend, Backend::Cuda | Backend::Sim) {
+        return run_compiled(&args, &network, &network_name, &images, load_seconds, &truth_kind);
+    }
     let options = InferOptions {
         threads: args.threads,
         kernel: match args.kernel {
@@ -357,4 +413,188 @@ fn report(
     );
     println!("categories: {} images; truth: {truth_name}: {verdict_text}", result.categories.len());
     Ok(())
+}
+
+fn parse_engine(s: &str) -> Result<spartac::codegen::Engine, String> {
+    use spartac::codegen::Engine;
+    match s {
+        "auto" => Ok(Engine::Auto),
+        "simt" => Ok(Engine::Simt),
+        "tf32x3" => Ok(Engine::Tf32x3),
+        other => Err(format!("unknown engine {other:?} (choose auto, simt or tf32x3)")),
+    }
+}
+
+/// The truth a run is checked against, with its name.
+fn truth_categories(kind: &Truth, network: &hpec::Network, images: &hpec::Images) -> anyhow::Result<(Option<Vec<u32>>, String)> {
+    Ok(match kind {
+        Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
+        Truth::Bundled => {
+            let mut truth = bundled::real_1024_categories()?;
+            let count = images.n_images() as u32;
+            truth.retain(|&id| id <= count);
+            (Some(truth), "bundled neuron1024-l120-categories-first1200.tsv".to_string())
+        }
+        Truth::Reference => (Some(hpec::reference_categories(network, images)?), "f64 reference run".to_string()),
+        Truth::Unchecked => (None, "none".to_string()),
+    })
+}
+
+/// `--backend cuda|sim`: compile every layer, lower to the batch program, run it.
+fn run_compiled(
+    args: &RunArgs,
+    network: &hpec::Network,
+    network_name: &str,
+    images: &hpec::Images,
+    load_seconds: f64,
+    truth_kind: &Truth,
+) -> anyhow::Result<()> {
+    use spartac::program::hpec::HpecOptions;
+    use spartac_runtime::hpec::task_graph;
+    let g = &args.gpu;
+    if g.gpus == 0 || g.repeat == 0 {
+        bail!("--gpus and --repeat must be at least 1");
+    }
+    // Open the GPUs first: no driver or too few devices is a one-line error before compiling.
+    let devices = if args.backend == Backend::Cuda {
+        let mut devs = vec![];
+        for ordinal in 0..g.gpus {
+            devs.push(std::sync::Arc::new(
+                spartac_runtime::cuda::CudaDevice::open(ordinal)
+                    .with_context(|| format!("cannot open GPU {ordinal} (asked for {} with --gpus)", g.gpus))?,
+            ));
+        }
+        devs
+    } else {
+        vec![]
+    };
+    let options = HpecOptions {
+        batch: g.batch.unwrap_or(images.n_images()),
+        compact_every: g.compact_every,
+        weight_budget: if g.stream_weights { 0 } else { g.weight_budget_mib.map_or(usize::MAX, |m| m << 20) },
+        stream_slots: g.stream_slots,
+        fold_values: !g.no_fold,
+        engine: g.engine,
+    };
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(network.n_layers() as u64)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("compiling layers {bar:30} {pos}/{len} [{elapsed} < {eta}]")
+            .expect("static template"),
+    );
+    let compiled = task_graph::compile(network, images, &options, &|| bar.inc(1))?;
+    bar.finish_and_clear();
+    let low = &compiled.lowering;
+    let edges = images.n_images() as f64 * network.total_nonzeros() as f64;
+    let (categories, run) = if args.backend == Backend::Cuda {
+        let run = task_graph::run_gpu_devices(
+            devices,
+            &compiled,
+            task_graph::GpuRunOptions { graph: !g.no_graph, warmup: g.warmup, repeats: g.repeat },
+        )?;
+        (run.categories.clone(), Some(run))
+    } else {
+        let t0 = Instant::now();
+        let c = task_graph::run_cpu(&compiled)?;
+        eprintln!("simulated on the CPU executor in {:.2} s", t0.elapsed().as_secs_f64());
+        (c, None)
+    };
+    let (truth, truth_name) = truth_categories(truth_kind, network, images)?;
+    let verdict = truth.as_ref().map(|t| *t == categories);
+    let verdict_text = match verdict {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "UNCHECKED",
+    };
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for s in &low.layer_summaries {
+        for part in s.split(" + ") {
+            *kinds.entry(part.split(':').take(2).collect::<Vec<_>>().join(" ")).or_default() += 1;
+        }
+    }
+    if args.json {
+        let r = run.as_ref();
+        let value = serde_json::json!({
+            "network": network_name,
+            "neurons": network.neurons,
+            "layers": network.n_layers(),
+            "nonzeros": network.total_nonzeros(),
+            "images": images.n_images(),
+            "backend": if args.backend == Backend::Cuda { "cuda" } else { "sim" },
+            "batch": options.batch,
+            "compact_every": options.compact_every,
+            "streamed_weights": low.streamed,
+            "fold_values": options.fold_values,
+            "graph": !g.no_graph,
+            "engine": format!("{:?}", g.engine),
+            "gpus": g.gpus,
+            "load_seconds": load_seconds,
+            "compile_seconds": compiled.compile_seconds,
+            "kernel_load_seconds": r.map(|r| r.load_seconds),
+            "kernels": low.program.kernels.len(),
+            "kernels_compiled": r.map(|r| r.kernels_compiled),
+            "kernels_cached": r.map(|r| r.kernels_cached),
+            "layer_kernels": kinds,
+            "weight_bytes": low.weight_bytes,
+            "device_bytes": low.program.device_bytes(),
+            "seconds": r.map(|r| r.seconds),
+            "seconds_all": r.map(|r| r.seconds_all.clone()),
+            "edges_per_second": r.map(|r| edges / r.seconds),
+            "live_rows_last_batch": r.map(|r| r.live_rows.clone()),
+            "batches_per_gpu": r.map(|r| r.batches_per_device.clone()),
+            "categories": categories.len(),
+            "truth": truth_name,
+            "verdict": verdict_text,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!(
+            "network: {network_name}: {} neurons, {} layers, {} nonzeros; {} images (loading {:.2} s)",
+            network.neurons,
+            network.n_layers(),
+            network.total_nonzeros(),
+            images.n_images(),
+            load_seconds
+        );
+        let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{v} x {k}")).collect();
+        println!(
+            "compiled: {:.2} s; layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}, compaction every {} layer(s)",
+            compiled.compile_seconds,
+            kinds.join(", "),
+            low.program.kernels.len(),
+            low.weight_bytes as f64 / (1 << 20) as f64,
+            if low.streamed { "streamed" } else { "resident" },
+            options.batch,
+            options.compact_every
+        );
+        if let Some(r) = &run {
+            println!(
+                "kernels loaded in {:.2} s ({} compiled, {} from the PTX cache); device memory {:.1} MiB",
+                r.load_seconds,
+                r.kernels_compiled,
+                r.kernels_cached,
+                low.program.device_bytes() as f64 / (1 << 20) as f64
+            );
+            println!(
+                "inference (cuda x{}, {}): {:.3} ms median of {}, {:.3e} edges/s",
+                r.devices,
+                if g.no_graph { "stream launches" } else { "CUDA graph" },
+                r.seconds * 1e3,
+                r.seconds_all.len(),
+                edges / r.seconds
+            );
+        }
+        println!("categories: {} images; truth: {truth_name}: {verdict_text}", categories.len());
+    }
+    match verdict {
+        Some(false) => bail!(
+            "categories differ from the truth ({truth_name}): got {} images, expected {}",
+            categories.len(),
+            truth.map(|t| t.len()).unwrap_or(0)
+        ),
+        _ => Ok(()),
+    }
 }

@@ -40,7 +40,7 @@ struct LoadCtx {
 /// Signature `(offsets, indices, values, D, ids, live, int first)`.
 pub fn load_rows(count: usize, cols: usize, images: usize, clear: usize) -> Result<RowsKernel, CodegenError> {
     check_cols(cols)?;
-    if count == 0 || clear + 1 > WARPS * 32 {
+    if count == 0 {
         return Err(CodegenError::Spec(format!("load_rows: {count} rows, {clear} counters to clear")));
     }
     let name = format!("load_rows_{count}x{cols}_of_{images}_c{clear}");

@@ -367,8 +367,8 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if m == 0 || k == 0 || n == 0 {
         return Err(spec_err(format!("empty matmul {m}x{k}x{n}")));
     }
-    if spec.live_rows && (spec.orientation == Orientation::Left || spec.block != (1, 1)) {
-        return Err(spec_err("live rows (a run-time row count) are built for right-orientation element-sparse kernels only".into()));
+    if spec.live_rows && (spec.orientation == Orientation::Left || spec.dtype != Dtype::F32) {
+        return Err(spec_err("live rows (a run-time row count) are built for right-orientation fp32 kernels only".into()));
     }
     if spec.orientation == Orientation::Left && spec.block == (1, 1) {
         return fine_left(spec);
@@ -413,7 +413,11 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if let Some(kernel) = super::spmm_tf32::try_specialize(spec, &live, dense)? {
         return Ok(kernel);
     }
-    block(spec, &live, dense, false)
+    let kernel = block(spec, &live, dense, false)?;
+    if spec.live_rows && !matches!(kernel.family, Family::BlockSimt | Family::Dense) {
+        return Err(spec_err(format!("live rows are not built into the {} kernel", kernel.family.name())));
+    }
+    Ok(kernel)
 }
 
 /// Resolves `Auto` against the budget.

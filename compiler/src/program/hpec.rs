@@ -26,7 +26,7 @@
 
 use super::{Arg, BufferId, Csr, Data, Elem, Launch, Op, Program, ProgramBuilder, ProgramError, Rows, Storage};
 use crate::codegen::from_plan::{plan_single_weight, PlannedKernel};
-use crate::codegen::{rows, specialize, Activation, CodegenError, Dtype, Epilogue, Family, Mode};
+use crate::codegen::{rows, specialize, Activation, CodegenError, Dtype, Engine, Epilogue, Family, Mode};
 
 /// The challenge's cap on activations.
 pub const YMAX: f32 = 32.0;
@@ -44,11 +44,20 @@ pub struct HpecOptions {
     pub stream_slots: usize,
     /// Hand the weight values to the specializer so families that embed them do.
     pub fold_values: bool,
+    /// Tensor-core path of the fine kernels (`Auto`: the specializer's rule).
+    pub engine: Engine,
 }
 
 impl Default for HpecOptions {
     fn default() -> HpecOptions {
-        HpecOptions { batch: 60_000, compact_every: 1, weight_budget: usize::MAX, stream_slots: 4, fold_values: true }
+        HpecOptions {
+            batch: 60_000,
+            compact_every: 1,
+            weight_budget: usize::MAX,
+            stream_slots: 4,
+            fold_values: true,
+            engine: Engine::Auto,
+        }
     }
 }
 
@@ -66,7 +75,7 @@ fn spec_err(message: String) -> CodegenError {
 }
 
 /// Plans and specializes one `n × n` layer for `batch` rows (see the module docs).
-pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, fold_values: bool) -> Result<LayerKernels, CodegenError> {
+pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, options: &HpecOptions) -> Result<LayerKernels, CodegenError> {
     let (k, n) = (layer.rows, layer.cols);
     let mut dense = vec![0.0f32; k * n];
     for r in 0..k {
@@ -90,8 +99,9 @@ pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, fold_values: bool) -
         if i == last {
             spec.epilogue = Epilogue { bias, activation: Activation::Clip { lo: 0.0, hi: YMAX } };
         }
-        spec.live_rows = spec.block == (1, 1);
-        if fold_values {
+        spec.live_rows = true;
+        spec.engine = options.engine;
+        if options.fold_values {
             spec.values = Some(pk.weight.clone());
         }
         let kernel = specialize(&spec)?;
@@ -99,12 +109,12 @@ pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, fold_values: bool) -
             return Err(spec_err(format!("layer kernel family {} is not built into the HPEC program", kernel.family.name())));
         }
         labels.push(format!(
-            "{} {}x{} {} live{}",
+            "{}:{}x{}:{}{}",
             kernel.family.name(),
             kernel.block.0,
             kernel.block.1,
             kernel.live_instances,
-            if kernel.values_embedded { " folded" } else { "" }
+            if kernel.values_embedded { ":folded" } else { "" }
         ));
         let packed = if kernel.values_embedded { vec![] } else { kernel.pack_weight(&pk.weight) };
         parts.push((kernel, packed));
@@ -301,9 +311,7 @@ pub fn lower(
             if let Some(tma) = kernel.tma_a {
                 args.push(Arg::TensorMap { buf: a, rows: batch, cols: neurons, tma });
             }
-            if kernel.block == (1, 1) {
-                args.push(Arg::Buf(live, count_at));
-            }
+            args.push(Arg::Buf(live, count_at));
             launches.push(Launch::Kernel { kernel: kid, grid: kernel.launch.grid, block: kernel.launch.block, args });
         }
         if lk.parts.is_empty() {

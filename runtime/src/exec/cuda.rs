@@ -365,24 +365,34 @@ impl GpuProgram {
 
     fn copy_params(&self, src: u64, src_host: bool, dst: u64, dst_host: bool, bytes: usize) -> sys::CUDA_MEMCPY3D {
         use sys::CUmemorytype as T;
-        // SAFETY: an all-zero CUDA_MEMCPY3D is the documented starting point.
-        let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-        p.srcMemoryType = if src_host { T::CU_MEMORYTYPE_HOST } else { T::CU_MEMORYTYPE_DEVICE };
-        p.dstMemoryType = if dst_host { T::CU_MEMORYTYPE_HOST } else { T::CU_MEMORYTYPE_DEVICE };
-        if src_host {
-            p.srcHost = src as *const _;
-        } else {
-            p.srcDevice = src;
+        // A one-row, one-slice copy: every field named (the memory-type enums have no zero value).
+        sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: if src_host { T::CU_MEMORYTYPE_HOST } else { T::CU_MEMORYTYPE_DEVICE },
+            srcHost: if src_host { src as *const _ } else { std::ptr::null() },
+            srcDevice: if src_host { 0 } else { src },
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: 0,
+            srcHeight: 0,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: if dst_host { T::CU_MEMORYTYPE_HOST } else { T::CU_MEMORYTYPE_DEVICE },
+            dstHost: if dst_host { dst as *mut _ } else { std::ptr::null_mut() },
+            dstDevice: if dst_host { 0 } else { dst },
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: 0,
+            dstHeight: 0,
+            WidthInBytes: bytes,
+            Height: 1,
+            Depth: 1,
         }
-        if dst_host {
-            p.dstHost = dst as *mut _;
-        } else {
-            p.dstDevice = dst;
-        }
-        p.WidthInBytes = bytes;
-        p.Height = 1;
-        p.Depth = 1;
-        p
     }
 
     fn build_graph(&mut self) -> Result<(), ExecError> {

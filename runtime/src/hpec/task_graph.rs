@@ -53,7 +53,7 @@ pub fn compile(
     let kernels: Vec<LayerKernels> = (0..network.n_layers())
         .into_par_iter()
         .map(|l| {
-            let k = compile_layer(&layer_csr(network, l), batch, true, options.fold_values)
+            let k = compile_layer(&layer_csr(network, l), batch, true, options)
                 .map_err(|e| HpecError::InvalidArgument(format!("layer {l}: {e}")));
             progress();
             k

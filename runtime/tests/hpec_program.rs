@@ -1,0 +1,155 @@
+//! The HPEC task graph without a GPU: the real 1024-neuron network compiled through the planner
+//! and the specializer, lowered to the batch program, and run by the CPU executor (the same
+//! buffers, steps and order the CUDA graph gets) gives the CPU engine's categories; the
+//! streaming schedule and the dependency edges are checked; the layer and row kernels compile
+//! with NVRTC for sm_90a.
+
+use spartac::codegen::Engine;
+use spartac::program::hpec::HpecOptions;
+use spartac::program::{Launch, Op, Storage};
+use spartac_runtime::cuda::{compile_ptx, nvrtc_version, preload_nvrtc};
+use spartac_runtime::exec::cpu;
+use spartac_runtime::hpec::{self, bundled, task_graph, GeneratorConfig, InferOptions};
+use std::path::Path;
+
+fn real_network(layers: usize) -> hpec::Network {
+    let relabellings = Some(bundled::real_1024_relabellings().unwrap());
+    hpec::generate_with(&GeneratorConfig { neurons: 1024, layers, seed: 0, relabellings }).unwrap()
+}
+
+fn options(batch: usize) -> HpecOptions {
+    HpecOptions { batch, ..HpecOptions::default() }
+}
+
+#[test]
+fn simulated_program_matches_the_cpu_engine_and_the_truth_on_the_real_network() {
+    let network = real_network(120);
+    let images = bundled::real_1024_images().unwrap().first(600);
+    // Three batches, the last one partial.
+    let compiled = task_graph::compile(&network, &images, &options(250), &|| {}).unwrap();
+    let got = task_graph::run_cpu(&compiled).unwrap();
+    let engine = hpec::infer(&network, &images, &InferOptions::default()).unwrap().categories;
+    let mut truth = bundled::real_1024_categories().unwrap();
+    truth.retain(|&id| id <= 600);
+    assert!(!truth.is_empty(), "the sample must hold categories for the check to mean anything");
+    assert_eq!(got, engine);
+    assert_eq!(got, truth);
+}
+
+#[test]
+fn without_compaction_and_with_streamed_weights_the_categories_stay() {
+    let network = real_network(24);
+    // MNIST-derived inputs: more of them survive than of the first real images.
+    let images = hpec::mnist::mnist_images(&bundled::mnist_digits().unwrap(), 1024, 200).unwrap();
+    let engine = hpec::infer(&network, &images, &InferOptions::default()).unwrap().categories;
+    assert!(!engine.is_empty(), "24 layers keep some images alive");
+    for opts in [
+        HpecOptions { compact_every: 0, ..options(200) },
+        HpecOptions { compact_every: 5, ..options(64) },
+        HpecOptions { weight_budget: 0, stream_slots: 3, ..options(200) },
+        HpecOptions { fold_values: false, engine: Engine::Simt, ..options(128) },
+    ] {
+        let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+        assert_eq!(task_graph::run_cpu(&compiled).unwrap(), engine, "{opts:?}");
+    }
+}
+
+#[test]
+fn a_network_over_the_weight_budget_streams_through_k_slots_each_copy_before_its_reader() {
+    let network = real_network(10);
+    let images = bundled::real_1024_images().unwrap().first(64);
+    let slots = 3;
+    let opts = HpecOptions { weight_budget: 1 << 20, stream_slots: slots, ..options(64) };
+    let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+    let low = &compiled.lowering;
+    assert!(low.streamed && low.weight_bytes > 1 << 20);
+    let p = &low.program;
+    let slot_names: std::collections::BTreeSet<&str> =
+        p.buffers.iter().filter(|b| b.name.starts_with("slot")).map(|b| b.name.split('.').next().unwrap()).collect();
+    assert_eq!(slot_names.len(), slots);
+    assert!(p.buffers.iter().filter(|b| b.name.starts_with('l') && b.name[1..2].bytes().all(|c| c.is_ascii_digit())).all(|b| matches!(b.storage, Storage::Host(_))));
+    // Every layer step reads slot buffers whose copies are among its ancestors.
+    p.verify().unwrap();
+    for (i, s) in p.steps.iter().enumerate() {
+        if let Op::Spmm { packed, .. } = &s.op {
+            for (buf, _, _) in packed {
+                let writer = (0..i).rev().find(|&j| {
+                    p.steps[j].launches.iter().any(|l| matches!(l, Launch::Copy { dst, .. } if dst == buf))
+                });
+                let writer = writer.expect("a copy lands every slot before it is read");
+                assert!(ancestors(p, i).contains(&writer), "step {i} does not wait for copy {writer}");
+            }
+        }
+    }
+    // Dropping one edge from a layer to its copy is caught by verify, and a layer that runs on
+    // a stale slot is caught by the simulation.
+    let layer = p.steps.iter().position(|s| matches!(s.op, Op::Spmm { .. })).unwrap();
+    let mut broken = p.clone();
+    let moves: Vec<bool> = broken.steps.iter().map(|s| matches!(s.op, Op::Move)).collect();
+    broken.steps[layer].after.retain(|&j| !moves[j]);
+    assert!(broken.verify().unwrap_err().to_string().contains("not ordered"));
+    let mut stale = p.clone();
+    let copy = stale.steps.iter().position(|s| matches!(s.op, Op::Move)).unwrap();
+    stale.steps[copy].launches.clear();
+    let mut mem = cpu::CpuMemory::new(&stale);
+    let err = cpu::run(&stale, &mut mem, &[0]).unwrap_err().to_string();
+    assert!(err.contains("before any step wrote it") || err.contains("copy not landed"), "{err}");
+}
+
+fn ancestors(p: &spartac::program::Program, i: usize) -> std::collections::BTreeSet<usize> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = p.steps[i].after.clone();
+    while let Some(j) = todo.pop() {
+        if seen.insert(j) {
+            todo.extend(&p.steps[j].after);
+        }
+    }
+    seen
+}
+
+#[test]
+fn rolling_buffers_never_overlap_live_data() {
+    // The two activation buffers alternate: a layer never writes the buffer it reads, and a
+    // compaction never packs into the buffer it scans.
+    let network = real_network(12);
+    let images = bundled::real_1024_images().unwrap().first(32);
+    let compiled = task_graph::compile(&network, &images, &HpecOptions { compact_every: 3, ..options(32) }, &|| {}).unwrap();
+    for s in &compiled.lowering.program.steps {
+        match &s.op {
+            Op::Spmm { a, c, .. } => assert_ne!(a, c, "{}", s.label),
+            Op::CompactRows { src, dst, src_ids, dst_ids, .. } => {
+                assert_ne!(src, dst, "{}", s.label);
+                assert_ne!(src_ids, dst_ids, "{}", s.label);
+            }
+            _ => {}
+        }
+    }
+    compiled.lowering.program.verify().unwrap();
+}
+
+#[test]
+fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cuda/nvidia/cu13/lib");
+    if lib.is_dir() {
+        preload_nvrtc(&lib).expect("loading NVRTC from .cuda");
+    }
+    if let Err(e) = nvrtc_version() {
+        panic!("NVRTC is required by this test and was not found ({e}); run tests/run-all.sh");
+    }
+    // A sample of the real layers at the batch the benchmarks use, both engines.
+    let network = real_network(120);
+    let images = bundled::real_1024_images().unwrap();
+    for (engine, layers) in [(Engine::Auto, [0usize, 57, 119]), (Engine::Simt, [3, 64, 111])] {
+        let sample = hpec::Network {
+            neurons: network.neurons,
+            bias: network.bias,
+            layers: layers.iter().map(|&l| network.layers[l].clone()).collect(),
+        };
+        let opts = HpecOptions { batch: 60_000, engine, ..HpecOptions::default() };
+        let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
+        for k in &compiled.lowering.program.kernels {
+            let ptx = compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            assert!(ptx.ptx.contains(&k.name), "{}: entry missing from the PTX", k.name);
+        }
+    }
+}
