@@ -111,6 +111,11 @@ pub struct RunArgs {
     /// images go up to 60,000).
     #[arg(long)]
     pub image_count: Option<usize>,
+    /// Repeat the images in order up to --image-count (image i is image i mod n): how the
+    /// measured peers of PEERS.md made 60,000 inputs from the 1,200 real challenge images. The
+    /// truth of the distinct images is repeated with them.
+    #[arg(long)]
+    pub repeat_images: bool,
     /// Truth: one 1-based image id per line.
     #[arg(long)]
     pub categories: Option<PathBuf>,
@@ -178,6 +183,10 @@ pub struct GpuArgs {
     pub repeat: usize,
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
+    /// After the timed runs, time every step of one more run (stream launches with events) and
+    /// print where the time goes: per kind of step, and per layer in the JSON.
+    #[arg(long)]
+    pub profile: bool,
     /// For 1024 neurons, use the 60,000 MNIST-derived challenge images instead of the 1,200 bundled
     /// real ones (truth: the f64 reference).
     #[arg(long)]
@@ -299,7 +308,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     };
     let load_start = Instant::now();
     let (network, network_name, real_network) = select_network(&args.net, &cache)?;
-    let mut images = match &args.images {
+    let images = match &args.images {
         Some(path) => hpec::load_images(path, network.neurons)?,
         None if args.gpu.mnist_images => hpec::mnist::mnist_images(
             &bundled::mnist_digits()?,
@@ -308,9 +317,17 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         )?,
         None => bundled::images_for_neurons(network.neurons, args.image_count.unwrap_or(bundled::DEFAULT_IMAGE_COUNT))?,
     };
-    if let Some(count) = args.image_count {
-        images = images.first(count);
-    }
+    // Truth is computed on the distinct images; repeated copies share their original's category.
+    let base_images = match args.image_count {
+        Some(count) if !args.repeat_images => images.first(count),
+        _ => images,
+    };
+    let images = if args.repeat_images {
+        let count = args.image_count.context("--repeat-images needs --image-count")?;
+        base_images.tiled(count)?
+    } else {
+        base_images.clone()
+    };
     let load_seconds = load_start.elapsed().as_secs_f64();
     if images.n_images() == 0 {
         bail!("no images to run (--image-count 0 or an empty image file)");
@@ -323,7 +340,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     };
 
     if matches!(args.backend, Backend::Cuda | Backend::Sim) {
-        return run_compiled(&args, &network, &network_name, &images, load_seconds, &truth_kind);
+        return run_compiled(&args, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
     }
     let options = InferOptions {
         threads: args.threads,
@@ -337,18 +354,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         ..InferOptions::default()
     };
     let result = hpec::infer(&network, &images, &options)?;
-
-    let (truth, truth_name): (Option<Vec<u32>>, String) = match &truth_kind {
-        Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
-        Truth::Bundled => {
-            let mut truth = bundled::real_1024_categories()?;
-            let count = images.n_images() as u32;
-            truth.retain(|&id| id <= count);
-            (Some(truth), "bundled neuron1024-l120-categories-first1200.tsv".to_string())
-        }
-        Truth::Reference => (Some(hpec::reference_categories(&network, &images)?), "f64 reference run".to_string()),
-        Truth::Unchecked => (None, "none".to_string()),
-    };
+    let (truth, truth_name) = truth_categories(&truth_kind, &network, &base_images, images.n_images())?;
     let verdict = truth.as_ref().map(|t| *t == result.categories);
     report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
     match verdict {
@@ -425,8 +431,25 @@ fn parse_engine(s: &str) -> Result<spartac::codegen::Engine, String> {
     }
 }
 
-/// The truth a run is checked against, with its name.
-fn truth_categories(kind: &Truth, network: &hpec::Network, images: &hpec::Images) -> anyhow::Result<(Option<Vec<u32>>, String)> {
+/// The truth a run of `count` images is checked against, with its name: the truth of the
+/// distinct `base` images, repeated when the run's images are copies of them (`--repeat-images`).
+fn truth_categories(
+    kind: &Truth,
+    network: &hpec::Network,
+    base: &hpec::Images,
+    count: usize,
+) -> anyhow::Result<(Option<Vec<u32>>, String)> {
+    let (truth, name) = base_truth(kind, network, base)?;
+    let n = base.n_images();
+    Ok(match truth {
+        Some(t) if count > n => {
+            (Some(hpec::images::tile_categories(&t, n, count)), format!("{name}, repeated to {count} images"))
+        }
+        other => (other, name),
+    })
+}
+
+fn base_truth(kind: &Truth, network: &hpec::Network, images: &hpec::Images) -> anyhow::Result<(Option<Vec<u32>>, String)> {
     Ok(match kind {
         Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
         Truth::Bundled => {
@@ -446,6 +469,7 @@ fn run_compiled(
     network: &hpec::Network,
     network_name: &str,
     images: &hpec::Images,
+    base_images: &hpec::Images,
     load_seconds: f64,
     truth_kind: &Truth,
 ) -> anyhow::Result<()> {
@@ -493,7 +517,7 @@ fn run_compiled(
         let run = task_graph::run_gpu_devices(
             devices,
             &compiled,
-            task_graph::GpuRunOptions { graph: !g.no_graph, warmup: g.warmup, repeats: g.repeat },
+            task_graph::GpuRunOptions { graph: !g.no_graph, warmup: g.warmup, repeats: g.repeat, profile: g.profile },
         )?;
         (run.categories.clone(), Some(run))
     } else {
@@ -502,7 +526,7 @@ fn run_compiled(
         eprintln!("simulated on the CPU executor in {:.2} s", t0.elapsed().as_secs_f64());
         (c, None)
     };
-    let (truth, truth_name) = truth_categories(truth_kind, network, images)?;
+    let (truth, truth_name) = truth_categories(truth_kind, network, base_images, images.n_images())?;
     let verdict = truth.as_ref().map(|t| *t == categories);
     let verdict_text = match verdict {
         Some(true) => "PASS",
@@ -515,6 +539,7 @@ fn run_compiled(
             *kinds.entry(part.split(':').take(2).collect::<Vec<_>>().join(" ")).or_default() += 1;
         }
     }
+    let profile = run.as_ref().map(|r| profile_summary(&r.step_ms)).unwrap_or_default();
     if args.json {
         let r = run.as_ref();
         let value = serde_json::json!({
@@ -548,6 +573,8 @@ fn run_compiled(
             "categories": categories.len(),
             "truth": truth_name,
             "verdict": verdict_text,
+            "profile_ms_by_kind": profile,
+            "profile_ms_per_step": r.map(|r| r.step_ms.iter().map(|(l, ms)| serde_json::json!([l, ms])).collect::<Vec<_>>()),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -587,6 +614,13 @@ fn run_compiled(
                 edges / r.seconds
             );
         }
+        if !profile.is_empty() {
+            let total: f64 = profile.values().sum();
+            println!("profile (one run as stream launches with events, {total:.3} ms):");
+            for (kind, ms) in &profile {
+                println!("  {kind:<22} {ms:>9.3} ms  {:>5.1}%", 100.0 * ms / total);
+            }
+        }
         println!("categories: {} images; truth: {truth_name}: {verdict_text}", categories.len());
     }
     match verdict {
@@ -597,4 +631,24 @@ fn run_compiled(
         ),
         _ => Ok(()),
     }
+}
+
+/// Profiled step times summed by kind of step: the layers' SpMMs (first 10 layers apart from the
+/// rest, where most images are still alive), compactions, weight streaming, loading, categories.
+fn profile_summary(steps: &[(String, f64)]) -> std::collections::BTreeMap<String, f64> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for (label, ms) in steps {
+        let layer = |s: &str| s.split_whitespace().find_map(|w| w.parse::<usize>().ok());
+        let kind = if label.starts_with("compact") {
+            "compaction".to_string()
+        } else if label.ends_with("stream in") {
+            "weight streaming".to_string()
+        } else if label.starts_with("layer") {
+            if layer(label).is_some_and(|l| l < 10) { "spmm layers 0-9" } else { "spmm layers 10+" }.to_string()
+        } else {
+            label.clone()
+        };
+        *kinds.entry(kind).or_insert(0.0) += ms;
+    }
+    kinds
 }

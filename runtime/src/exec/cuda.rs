@@ -498,11 +498,62 @@ impl GpuProgram {
 
     /// The same work as plain stream operations in step order (no graph).
     pub fn launch_stream(&mut self, params: &[i32]) -> Result<(), ExecError> {
+        self.stream_steps(params, None)
+    }
+
+    /// Runs the work as stream operations with a CUDA event after every step and returns each
+    /// step's milliseconds (event to event: its launches and the gaps between them). Slower than
+    /// the graph by the launch overhead; it says where the time goes, not how fast a run is.
+    pub fn profile_steps(&mut self, params: &[i32]) -> Result<Vec<f64>, ExecError> {
+        let n = self.program.steps.len();
+        let mut events: Vec<sys::CUevent> = Vec::with_capacity(n + 1);
+        let destroy = |events: &[sys::CUevent]| {
+            for &e in events {
+                // SAFETY: created below, destroyed once.
+                unsafe {
+                    sys::cuEventDestroy_v2(e);
+                }
+            }
+        };
+        for _ in 0..=n {
+            let mut e: sys::CUevent = std::ptr::null_mut();
+            // SAFETY: plain event creation in the bound context.
+            if let Err(err) = drv("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, 0) }) {
+                destroy(&events);
+                return Err(err.into());
+            }
+            events.push(e);
+        }
+        let result = self.stream_steps(params, Some(&events)).and_then(|()| {
+            // SAFETY: the events were recorded on this context's stream.
+            drv("cuEventSynchronize", unsafe { sys::cuEventSynchronize(events[n]) })?;
+            (0..n)
+                .map(|i| {
+                    let mut ms = 0f32;
+                    // SAFETY: both events recorded and complete.
+                    drv("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, events[i], events[i + 1]) })?;
+                    Ok(ms as f64)
+                })
+                .collect::<Result<Vec<f64>, ExecError>>()
+        });
+        destroy(&events);
+        result
+    }
+
+    fn stream_steps(&mut self, params: &[i32], events: Option<&[sys::CUevent]>) -> Result<(), ExecError> {
         if params.len() != self.params.len() {
             return Err(ExecError::Shape(format!("{} parameters given, the program takes {}", params.len(), self.params.len())));
         }
         self.params = params.to_vec();
         let stream = self.dev.stream().cu_stream();
+        let record = |at: usize| -> Result<(), CudaError> {
+            match events {
+                // SAFETY: an event of this context recorded on its stream.
+                Some(ev) => drv("cuEventRecord", unsafe { sys::cuEventRecord(ev[at], stream) }),
+                None => Ok(()),
+            }
+        };
+        record(0)?;
         for (i, step) in self.program.steps.iter().enumerate() {
             for (li, l) in step.launches.iter().enumerate() {
                 // SAFETY: launches on this context's stream with arguments that match the kernel's
@@ -548,6 +599,7 @@ impl GpuProgram {
                     }
                 }
             }
+            record(i + 1)?;
         }
         Ok(())
     }

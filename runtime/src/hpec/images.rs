@@ -44,6 +44,32 @@ impl Images {
         })
     }
 
+    /// `count` images: these images repeated in order (image i is image i mod n), the way the
+    /// measured peers in `PEERS.md` made 60,000 inputs from the 1,200 real challenge images.
+    /// Image i's category is that of image i mod n, so a truth for the n extends by
+    /// [`tile_categories`].
+    pub fn tiled(&self, count: usize) -> HpecResult<Images> {
+        let n = self.n_images();
+        if n == 0 {
+            return Err(HpecError::InvalidArgument("cannot repeat an empty image set".into()));
+        }
+        let per_copy = self.pixels.indices.len();
+        let copies = count.div_ceil(n);
+        let total = per_copy.checked_mul(copies).filter(|&t| t <= u32::MAX as usize).ok_or_else(|| {
+            HpecError::InvalidArgument(format!("{count} repeated images hold more than 2^32 pixels"))
+        })?;
+        let mut offsets = Vec::with_capacity(count + 1);
+        let (mut indices, mut values) = (Vec::with_capacity(total), Vec::with_capacity(total));
+        offsets.push(0u32);
+        for i in 0..count {
+            let (px, v) = self.pixels.slot(i % n);
+            indices.extend_from_slice(px);
+            values.extend_from_slice(v);
+            offsets.push(indices.len() as u32);
+        }
+        Ok(Images::from_csr(CompressedMatrix { n_outer: count, n_inner: self.neurons(), offsets, indices, values }))
+    }
+
     /// Rescales square images to another neuron count by nearest-neighbour sampling.
     ///
     /// Pixels are read as a `side × side` raster (`side = sqrt(neurons)`); the target raster
@@ -120,4 +146,14 @@ mod tests {
         let first = images.first(5);
         assert_eq!(first, images);
     }
+}
+
+/// The categories of `count` images tiled from `n` base images (see [`Images::tiled`]), given
+/// the base images' categories (1-based ids, ascending).
+pub fn tile_categories(base: &[u32], n: usize, count: usize) -> Vec<u32> {
+    (0..count.div_ceil(n.max(1)))
+        .flat_map(|copy| base.iter().map(move |&id| id as usize + copy * n))
+        .filter(|&id| id <= count)
+        .map(|id| id as u32)
+        .collect()
 }

@@ -108,6 +108,9 @@ pub struct GpuRun {
     pub batches: usize,
     pub devices: usize,
     pub batches_per_device: Vec<usize>,
+    /// With [`GpuRunOptions::profile`]: per step of the program (label, milliseconds summed
+    /// over the batches of one inference run as timed stream launches on the first device).
+    pub step_ms: Vec<(String, f64)>,
 }
 
 /// How the GPU run is driven.
@@ -118,6 +121,8 @@ pub struct GpuRunOptions {
     /// Untimed runs first, then timed ones.
     pub warmup: usize,
     pub repeats: usize,
+    /// After the timed runs, one more inference with an event after every step.
+    pub profile: bool,
 }
 
 /// Runs the compiled program on one GPU (see [`run_gpu_devices`]).
@@ -183,6 +188,20 @@ pub fn run_gpu_devices(devs: Vec<Arc<CudaDevice>>, compiled: &CompiledNetwork, o
             per_device = counts;
         }
     }
+    let mut step_ms = vec![];
+    if options.profile {
+        let gp = &mut gps[0];
+        gp.device().bind().map_err(gpu_err)?;
+        gp.zero(lowering.flags).map_err(gpu_err)?;
+        let mut sums = vec![0.0; program.steps.len()];
+        for b in 0..n_batches {
+            for (sum, ms) in sums.iter_mut().zip(gp.profile_steps(&[(b * batch) as i32]).map_err(gpu_err)?) {
+                *sum += ms;
+            }
+        }
+        gp.synchronize().map_err(gpu_err)?;
+        step_ms = program.steps.iter().map(|s| s.label.clone()).zip(sums).collect();
+    }
     let mut flags = vec![0u8; compiled.images];
     for gp in &gps {
         for (f, g) in flags.iter_mut().zip(gp.read(lowering.flags).map_err(gpu_err)?) {
@@ -207,5 +226,6 @@ pub fn run_gpu_devices(devs: Vec<Arc<CudaDevice>>, compiled: &CompiledNetwork, o
         batches: n_batches,
         devices: gps.len(),
         batches_per_device: per_device,
+        step_ms,
     })
 }
