@@ -11,12 +11,15 @@ BIN=${BIN:-./target/release/spartac}
 OUT=${OUT:-./hpec_gpu_out}
 SETS=${SETS:-real ablations mnist torch big}
 LIMIT=${LIMIT:-240}
+# Appended to every spartac run (say "--plan-rows 1000"), and a tag appended to the run names.
+COMMON=${COMMON:-}
+TAG=${TAG:-}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} SPARTAC_CACHE_DIR=${SPARTAC_CACHE_DIR:-/tmp/spartac-cache}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 run() { # name, args...
-  local name=$1; shift
-  timeout "$LIMIT" /usr/bin/time -v "$BIN" hpec run --backend cuda --json "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  local name=$1$TAG; shift
+  timeout "$LIMIT" /usr/bin/time -v "$BIN" hpec run --backend cuda --json "$@" $COMMON > "$OUT/$name.json" 2> "$OUT/$name.err"
   local rc=$?
   echo "$name rc=$rc $(python3 -c "
 import json

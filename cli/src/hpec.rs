@@ -172,6 +172,10 @@ pub struct GpuArgs {
     /// cores at fp32 accuracy).
     #[arg(long, default_value = "auto", value_parser = parse_engine)]
     pub engine: spartac::codegen::Engine,
+    /// Rows the planner prices each layer at (default: the batch). Images die in the first
+    /// layers, so most layers run on far fewer rows than the batch.
+    #[arg(long)]
+    pub plan_rows: Option<usize>,
     /// Issue the batch's work as plain stream launches instead of the CUDA graph.
     #[arg(long)]
     pub no_graph: bool,
@@ -499,6 +503,11 @@ fn run_compiled(
         stream_slots: g.stream_slots,
         fold_values: !g.no_fold,
         engine: g.engine,
+        plan_rows: g.plan_rows,
+        sm_count: match devices.first() {
+            Some(d) => d.sm_count()?,
+            None => HpecOptions::default().sm_count,
+        },
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
@@ -555,6 +564,8 @@ fn run_compiled(
             "fold_values": options.fold_values,
             "graph": !g.no_graph,
             "engine": format!("{:?}", g.engine),
+            "plan_rows": options.plan_rows,
+            "sm_count": options.sm_count,
             "gpus": g.gpus,
             "load_seconds": load_seconds,
             "compile_seconds": compiled.compile_seconds,

@@ -24,7 +24,7 @@ mod spmm_wgmma;
 
 pub use library::{library_gemm, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
-pub use spmm::{specialize, Family, FineTable, Kernel, Launch, Prepass, TmaBox};
+pub use spmm::{specialize, stride_live_rows, Family, FineTable, Kernel, Launch, Prepass, TmaBox};
 pub use spmm_fine_tf32::{auto_work as fine_tf32_auto_work, FineTf32Work};
 pub use spmm_tf32::auto_takes as block_tf32_auto_takes;
 pub use spmm_wgmma::CoreLayout;

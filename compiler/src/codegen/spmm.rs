@@ -420,6 +420,27 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     Ok(kernel)
 }
 
+/// Caps the row tiles of a kernel built with [`SpmmSpec::live_rows`] whose template strides
+/// over them (the 3xTF32 block and fine kernels): its grid's y holds at most twice the CTAs that
+/// `sm_count` multiprocessors keep resident (estimated from the kernel's threads and shared
+/// memory), and each CTA walks every `grid.y`-th live row tile. A batch whose rows mostly died
+/// then launches a grid sized for the GPU, not thousands of CTAs that find nothing to do.
+/// Returns whether the kernel strides (other families keep one CTA per row tile).
+pub fn stride_live_rows(kernel: &mut Kernel, sm_count: usize) -> bool {
+    if !matches!(kernel.family, Family::BlockTf32 | Family::FineTf32) || !kernel.source.contains("row_tiles") {
+        return false;
+    }
+    let threads = (kernel.launch.block.0 * kernel.launch.block.1 * kernel.launch.block.2).max(1) as usize;
+    // Hopper: 2048 threads, 32 CTAs and 227 KiB of shared memory per multiprocessor (1 KiB of it
+    // reserved per CTA).
+    let by_smem = (227 * 1024) / (kernel.launch.smem_bytes as usize + 1024);
+    let per_sm = (2048 / threads).min(32).min(by_smem).max(1);
+    let col_tiles = kernel.launch.grid.0.max(1) as usize;
+    let rows = (2 * per_sm * sm_count.max(1)).div_ceil(col_tiles).max(1);
+    kernel.launch.grid.1 = kernel.launch.grid.1.min(rows as u32);
+    true
+}
+
 /// Resolves `Auto` against the budget.
 pub(super) fn resolve_mode(spec: &SpmmSpec, words: usize) -> Mode {
     match spec.mode {

@@ -26,7 +26,7 @@
 
 use super::{Arg, BufferId, Csr, Data, Elem, Launch, Op, Program, ProgramBuilder, ProgramError, Rows, Storage};
 use crate::codegen::from_plan::{plan_single_weight, PlannedKernel};
-use crate::codegen::{rows, specialize, Activation, CodegenError, Dtype, Engine, Epilogue, Family, Mode};
+use crate::codegen::{rows, specialize, stride_live_rows, Activation, CodegenError, Dtype, Engine, Epilogue, Family, Mode};
 
 /// The challenge's cap on activations.
 pub const YMAX: f32 = 32.0;
@@ -46,6 +46,12 @@ pub struct HpecOptions {
     pub fold_values: bool,
     /// Tensor-core path of the fine kernels (`Auto`: the specializer's rule).
     pub engine: Engine,
+    /// Rows the planner prices a layer at (`None`: the batch). Images die in the first layers,
+    /// so most layers run on far fewer rows than the batch holds.
+    pub plan_rows: Option<usize>,
+    /// Multiprocessors of the GPU the program will run on: the live-row kernels' grids are
+    /// sized for them ([`stride_live_rows`]).
+    pub sm_count: usize,
 }
 
 impl Default for HpecOptions {
@@ -57,6 +63,8 @@ impl Default for HpecOptions {
             stream_slots: 4,
             fold_values: true,
             engine: Engine::Auto,
+            plan_rows: None,
+            sm_count: 132,
         }
     }
 }
@@ -87,7 +95,8 @@ pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, options: &HpecOption
             dense[r * n + layer.indices[e] as usize] = v;
         }
     }
-    let planned: Vec<PlannedKernel> = plan_single_weight(batch, k, n, &dense, Dtype::F32)?;
+    let plan_rows = options.plan_rows.unwrap_or(batch).clamp(1, batch);
+    let planned: Vec<PlannedKernel> = plan_single_weight(plan_rows, k, n, &dense, Dtype::F32)?;
     if planned.is_empty() {
         return Err(spec_err("the planner gave no kernel for a layer".into()));
     }
@@ -96,6 +105,7 @@ pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, options: &HpecOption
     let mut labels = vec![];
     for (i, pk) in planned.into_iter().enumerate() {
         let mut spec = pk.spec;
+        spec.m = batch;
         if i == last {
             spec.epilogue = Epilogue { bias, activation: Activation::Clip { lo: 0.0, hi: YMAX } };
         }
@@ -104,7 +114,8 @@ pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, options: &HpecOption
         if options.fold_values {
             spec.values = Some(pk.weight.clone());
         }
-        let kernel = specialize(&spec)?;
+        let mut kernel = specialize(&spec)?;
+        stride_live_rows(&mut kernel, options.sm_count);
         if kernel.family == Family::Epilogue || kernel.prepass.is_some() {
             return Err(spec_err(format!("layer kernel family {} is not built into the HPEC program", kernel.family.name())));
         }

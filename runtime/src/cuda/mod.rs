@@ -96,6 +96,12 @@ impl CudaDevice {
         &self.name
     }
 
+    /// Streaming multiprocessors of the device.
+    pub fn sm_count(&self) -> Result<usize, CudaError> {
+        use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SMS;
+        Ok(self.ctx.attribute(SMS).ctx("multiprocessor count")? as usize)
+    }
+
     /// The NVRTC target of this device, e.g. `sm_90a`.
     pub fn arch(&self) -> &str {
         &self.arch
