@@ -156,6 +156,14 @@ pub struct GpuArgs {
     /// Drop dead images (all-zero rows) after every N layers; 0 keeps every row to the end.
     #[arg(long, default_value_t = 1)]
     pub compact_every: usize,
+    /// Also drop dead images after each of the first L layers (where most of them die).
+    #[arg(long, default_value_t = 0)]
+    pub compact_first: usize,
+    /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
+    /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group);
+    /// default: the specializer's choice.
+    #[arg(long, value_parser = parse_tile)]
+    pub fine_tile: Option<spartac::codegen::Tile>,
     /// Stream every layer's weights from pinned host memory, even when they fit on the device.
     #[arg(long)]
     pub stream_weights: bool,
@@ -425,6 +433,16 @@ fn report(
     Ok(())
 }
 
+fn parse_tile(s: &str) -> Result<spartac::codegen::Tile, String> {
+    let v: Vec<usize> = s.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| format!("{s:?}: {e}"))?;
+    match v[..] {
+        [rows, group, k_rows, n_tiles] => {
+            Ok(spartac::codegen::Tile { group, k_rows, n_tiles, ..spartac::codegen::Tile::new(rows, 0) })
+        }
+        _ => Err(format!("{s:?}: expected ROWS,GROUPS,K_ROWS,N_TILES, e.g. 32,8,6,1")),
+    }
+}
+
 fn parse_engine(s: &str) -> Result<spartac::codegen::Engine, String> {
     use spartac::codegen::Engine;
     match s {
@@ -499,6 +517,8 @@ fn run_compiled(
     let options = HpecOptions {
         batch: g.batch.unwrap_or(images.n_images()),
         compact_every: g.compact_every,
+        compact_first: g.compact_first,
+        fine_tile: g.fine_tile,
         weight_budget: if g.stream_weights { 0 } else { g.weight_budget_mib.map_or(usize::MAX, |m| m << 20) },
         stream_slots: g.stream_slots,
         fold_values: !g.no_fold,
@@ -560,6 +580,8 @@ fn run_compiled(
             "backend": if args.backend == Backend::Cuda { "cuda" } else { "sim" },
             "batch": options.batch,
             "compact_every": options.compact_every,
+            "compact_first": options.compact_first,
+            "fine_tile": g.fine_tile.map(|t| [t.rows, t.group, t.k_rows, t.n_tiles]),
             "streamed_weights": low.streamed,
             "fold_values": options.fold_values,
             "graph": !g.no_graph,

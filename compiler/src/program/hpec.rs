@@ -13,7 +13,8 @@
 //!    the first activation buffer and writes the live-row count;
 //! 2. each layer multiplies the live rows of one activation buffer into the other; its fine
 //!    kernels read the live count at run time and skip the dead row tiles ([`SpmmSpec::live_rows`]);
-//! 3. every `compact_every` layers, `compact_rows` packs the rows that are still nonzero (dead
+//! 3. after each of the first `compact_first` layers and then every `compact_every` layers
+//!    ([`HpecOptions::compacts_after`]), `compact_rows` packs the rows that are still nonzero (dead
 //!    images dropped) back into the first buffer with their image ids;
 //! 4. `mark_rows` flags the images whose last row holds a nonzero: the categories, found on the
 //!    GPU and read back once after every batch ran.
@@ -38,6 +39,10 @@ pub struct HpecOptions {
     pub batch: usize,
     /// Drop all-zero rows after every this many layers (0: never).
     pub compact_every: usize,
+    /// Also drop them after each of the first this many layers, where most images die; past
+    /// them the survivors are few and stable, and compaction every layer costs more than the
+    /// dead rows it drops.
+    pub compact_first: usize,
     /// Most bytes of packed weights kept on the device; above it they stream from host memory.
     pub weight_budget: usize,
     /// Device slots the streamed weights rotate through.
@@ -52,6 +57,9 @@ pub struct HpecOptions {
     /// Multiprocessors of the GPU the program will run on: the live-row kernels' grids are
     /// sized for them ([`stride_live_rows`]).
     pub sm_count: usize,
+    /// Tile of the 3xTF32 element-sparse (fine) layer kernels, which it selects unless `engine`
+    /// is `Simt`; `None`: the specializer's choice.
+    pub fine_tile: Option<crate::codegen::Tile>,
 }
 
 impl Default for HpecOptions {
@@ -59,13 +67,22 @@ impl Default for HpecOptions {
         HpecOptions {
             batch: 60_000,
             compact_every: 1,
+            compact_first: 0,
             weight_budget: usize::MAX,
             stream_slots: 4,
             fold_values: true,
             engine: Engine::Auto,
             plan_rows: None,
             sm_count: 132,
+            fine_tile: None,
         }
+    }
+}
+
+impl HpecOptions {
+    /// Whether a compaction follows layer `l` of `n_layers` (never with `compact_every` 0).
+    pub fn compacts_after(&self, l: usize, n_layers: usize) -> bool {
+        self.compact_every > 0 && (l < self.compact_first || (l + 1) % self.compact_every == 0 || l + 1 == n_layers)
     }
 }
 
@@ -111,6 +128,11 @@ pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, options: &HpecOption
         }
         spec.live_rows = true;
         spec.engine = options.engine;
+        if spec.block == (1, 1) && options.fine_tile.is_some() && options.engine != Engine::Simt {
+            // The tile is a 3xTF32 fine tile: the engine follows it.
+            spec.tile = options.fine_tile;
+            spec.engine = Engine::Tf32x3;
+        }
         if options.fold_values {
             spec.values = Some(pk.weight.clone());
         }
@@ -199,7 +221,7 @@ pub fn lower(
     ];
     let ids = [b.buffer("ids0", Elem::I32, batch, Storage::Scratch), b.buffer("ids1", Elem::I32, batch, Storage::Scratch)];
     let n_layers = layers.len();
-    let compactions = if options.compact_every == 0 { 0 } else { n_layers.div_ceil(options.compact_every) };
+    let compactions = (0..n_layers).filter(|&l| options.compacts_after(l, n_layers)).count();
     let live = b.buffer("live", Elem::I32, compactions + 1, Storage::Scratch);
     let bias_buf = b.constant("bias", Data::F32(vec![bias; neurons]), false);
     let flags = b.buffer("categories", Elem::U8, images.n_images, Storage::Output);
@@ -343,7 +365,7 @@ pub fn lower(
             launches,
         );
         cur = 1 - cur;
-        if options.compact_every > 0 && ((l + 1) % options.compact_every == 0 || l + 1 == n_layers) {
+        if options.compacts_after(l, n_layers) {
             let (src, dst) = (act[cur], act[1 - cur]);
             let (sids, dids) = (ids[cur_ids], ids[1 - cur_ids]);
             b.step(
