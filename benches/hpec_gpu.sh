@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # HPEC Sparse DNN Challenge on one GPU through the compiled task graph (spartac hpec run
-# --backend cuda), with the PyTorch baselines in the same call. JSON per run under $OUT.
+# --backend cuda), with the PyTorch baselines in the same call. One JSON per run under $OUT.
 # Run on the GPU machine with the stripped release binary:
-#   BIN=./target/gpu/spartac OUT=/tmp/hpec benches/hpec_gpu.sh
-# SETS picks the groups (default: all): real, ablations, mnist, torch, big.
+#   BIN=./target/gpu/spartac OUT=/tmp/hpec TARBALL=$OUT/hpec_gpu.tgz benches/hpec_gpu.sh
+# SETS picks the groups (default: all, in this order): real ablations sweep mnist torch big.
 # Inputs as in PEERS.md: the 1,200 real images repeated to 60,000 (950 categories survive);
-# `mnist` runs the 60,000 MNIST-derived images instead (12,920 survive 1024x120: more work).
+# `mnist` and `big` use the 60,000 MNIST-derived images (more survive: more work).
+# TARBALL, when set, is rewritten after every run (a cut-off call keeps what ran).
 set -uo pipefail
 BIN=${BIN:-./target/release/spartac}
 OUT=${OUT:-./hpec_gpu_out}
-SETS=${SETS:-real ablations mnist torch big}
+SETS=${SETS:-real ablations sweep mnist torch big}
 LIMIT=${LIMIT:-240}
-# Appended to every spartac run (say "--plan-rows 1000"), and a tag appended to the run names.
-COMMON=${COMMON:-}
-TAG=${TAG:-}
+COMMON=${COMMON:-}   # appended to every spartac run, e.g. "--fine-tile auto"
+TAG=${TAG:-}         # appended to every run name
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} SPARTAC_CACHE_DIR=${SPARTAC_CACHE_DIR:-/tmp/spartac-cache}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+save() { [[ -n "${TARBALL:-}" ]] && tar czf "$TARBALL.tmp" -C "$OUT" --exclude='net*' . && mv "$TARBALL.tmp" "$TARBALL"; }
 run() { # name, args...
   local name=$1$TAG; shift
   timeout "$LIMIT" /usr/bin/time -v "$BIN" hpec run --backend cuda --json "$@" $COMMON > "$OUT/$name.json" 2> "$OUT/$name.err"
@@ -24,31 +25,42 @@ run() { # name, args...
   echo "$name rc=$rc $(python3 -c "
 import json
 d=json.load(open('$OUT/$name.json'))
-print('ms=%.3f compile_s=%.2f load_s=%.2f cats=%d peakMiB=%.0f %s prof=%s' % (d['seconds']*1e3, d['compile_seconds'], d['kernel_load_seconds'], d['categories'], d['device_bytes']/2**20, d['verdict'], {k: round(v,2) for k,v in (d.get('profile_ms_by_kind') or {}).items()}))" 2>/dev/null || tail -2 "$OUT/$name.err" | tr '\n' ' ')"
+print('ms=%.3f compile_s=%.2f load_s=%.2f cats=%d devMiB=%.0f %s prof=%s' % (d['seconds']*1e3, d['compile_seconds'], d['kernel_load_seconds'], d['categories'], d['device_bytes']/2**20, d['verdict'], {k: round(v,2) for k,v in (d.get('profile_ms_by_kind') or {}).items()}))" 2>/dev/null || tail -2 "$OUT/$name.err" | tr '\n' ' ')"
+  save
 }
 has() { [[ " $SETS " == *" $1 "* ]]; }
 REAL="--repeat-images --image-count 60000"
 if has real; then
   run real_1024x120_1200
   run real_1024x120 $REAL --profile
-  for L in ${LAYERS:-480 1920}; do run real_1024x$L --neurons 1024 --layers $L $REAL; done
+  for L in 480 1920; do run real_1024x$L --neurons 1024 --layers $L $REAL; done
 fi
-if has ablations; then
+if has ablations; then # 1024x120, one setting changed from the defaults each
   run abl_no_compaction $REAL --compact-every 0
-  run abl_compact_every_4 $REAL --compact-every 4
+  run abl_compact_every_layer $REAL --compact-first 0 --compact-every 1
   run abl_stream_launches $REAL --no-graph
   run abl_streamed_weights $REAL --stream-weights
   run abl_simt $REAL --engine simt
+  run abl_plan_at_batch $REAL --plan-rows 60000
+  run abl_auto_tile $REAL --fine-tile auto
   run abl_batch_6000 $REAL --batch 6000
+fi
+if has sweep; then # fine tiles on 1024x480
+  for t in 64,24,6,1 64,31,6,1 64,16,4,1 64,16,8,1 32,31,6,1; do
+    run sweep_1024x480_t${t//,/-} --neurons 1024 --layers 480 $REAL --fine-tile $t
+  done
 fi
 has mnist && run mnist_1024x120 --mnist-images --profile
 if has torch; then
-  for L in ${TORCH_LAYERS:-120}; do
+  for L in ${TORCH_LAYERS:-120 480}; do
     "$BIN" hpec generate --neurons 1024 --layers $L --out "$OUT/net$L" --images 1200 > /dev/null
-    timeout "$LIMIT" python3 benches/hpec_torch.py --dir "$OUT/net$L" --count 60000 | tee "$OUT/torch_1024x$L.jsonl"
+    timeout "$LIMIT" python3 benches/hpec_torch.py --dir "$OUT/net$L" --count 60000 2>/dev/null | tee "$OUT/torch_1024x$L.jsonl"
     rm -rf "$OUT/net$L"
+    save
   done
 fi
-if has big; then
-  for N in ${BIG:-4096 16384}; do run mnist_${N}x120 --neurons $N --layers 120 --image-count 60000; done
+if has big; then # MNIST-derived inputs, truth by the f64 reference
+  run mnist_4096x120 --neurons 4096 --layers 120 --image-count 60000
+  run mnist_4096x480 --neurons 4096 --layers 480 --image-count 60000
+  run mnist_4096x1920 --neurons 4096 --layers 1920 --image-count 60000
 fi

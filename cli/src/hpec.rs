@@ -154,16 +154,16 @@ pub struct GpuArgs {
     #[arg(long)]
     pub batch: Option<usize>,
     /// Drop dead images (all-zero rows) after every N layers; 0 keeps every row to the end.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 8)]
     pub compact_every: usize,
     /// Also drop dead images after each of the first L layers (where most of them die).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 20)]
     pub compact_first: usize,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
-    /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group);
-    /// default: the specializer's choice.
-    #[arg(long, value_parser = parse_tile)]
-    pub fine_tile: Option<spartac::codegen::Tile>,
+    /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or
+    /// "auto" for the specializer's general choice.
+    #[arg(long, default_value = "64,16,6,1", value_parser = parse_tile)]
+    pub fine_tile: FineTile,
     /// Stream every layer's weights from pinned host memory, even when they fit on the device.
     #[arg(long)]
     pub stream_weights: bool,
@@ -180,10 +180,10 @@ pub struct GpuArgs {
     /// cores at fp32 accuracy).
     #[arg(long, default_value = "auto", value_parser = parse_engine)]
     pub engine: spartac::codegen::Engine,
-    /// Rows the planner prices each layer at (default: the batch). Images die in the first
-    /// layers, so most layers run on far fewer rows than the batch.
-    #[arg(long)]
-    pub plan_rows: Option<usize>,
+    /// Rows the planner prices each layer at (at most the batch). Images die in the first
+    /// layers, so most layers run on far fewer rows than the batch holds.
+    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_PLAN_ROWS)]
+    pub plan_rows: usize,
     /// Issue the batch's work as plain stream launches instead of the CUDA graph.
     #[arg(long)]
     pub no_graph: bool,
@@ -433,7 +433,18 @@ fn report(
     Ok(())
 }
 
-fn parse_tile(s: &str) -> Result<spartac::codegen::Tile, String> {
+/// `--fine-tile`: a forced tile, or `None` for the specializer's choice.
+#[derive(Clone, Copy, Debug)]
+pub struct FineTile(Option<spartac::codegen::Tile>);
+
+fn parse_tile(s: &str) -> Result<FineTile, String> {
+    if s == "auto" {
+        return Ok(FineTile(None));
+    }
+    parse_tile4(s).map(|t| FineTile(Some(t)))
+}
+
+fn parse_tile4(s: &str) -> Result<spartac::codegen::Tile, String> {
     let v: Vec<usize> = s.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| format!("{s:?}: {e}"))?;
     match v[..] {
         [rows, group, k_rows, n_tiles] => {
@@ -518,12 +529,12 @@ fn run_compiled(
         batch: g.batch.unwrap_or(images.n_images()),
         compact_every: g.compact_every,
         compact_first: g.compact_first,
-        fine_tile: g.fine_tile,
+        fine_tile: g.fine_tile.0,
         weight_budget: if g.stream_weights { 0 } else { g.weight_budget_mib.map_or(usize::MAX, |m| m << 20) },
         stream_slots: g.stream_slots,
         fold_values: !g.no_fold,
         engine: g.engine,
-        plan_rows: g.plan_rows,
+        plan_rows: Some(g.plan_rows),
         sm_count: match devices.first() {
             Some(d) => d.sm_count()?,
             None => HpecOptions::default().sm_count,
@@ -581,7 +592,7 @@ fn run_compiled(
             "batch": options.batch,
             "compact_every": options.compact_every,
             "compact_first": options.compact_first,
-            "fine_tile": g.fine_tile.map(|t| [t.rows, t.group, t.k_rows, t.n_tiles]),
+            "fine_tile": g.fine_tile.0.map(|t| [t.rows, t.group, t.k_rows, t.n_tiles]),
             "streamed_weights": low.streamed,
             "fold_values": options.fold_values,
             "graph": !g.no_graph,

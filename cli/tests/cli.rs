@@ -186,10 +186,26 @@ fn help_teaches_with_examples() {
 }
 
 #[test]
-fn hpec_cuda_backend_is_a_one_line_error() {
-    let o = spartac(&["hpec", "run", "--backend", "cuda", "--no-cache"]);
-    let err = expect_error(&o);
-    assert!(err.contains("the cuda backend is not available in this build yet; use --backend cpu"), "{err}");
+fn hpec_cuda_backend_without_a_gpu_is_a_one_line_error_and_with_one_passes() {
+    let o = spartac(&["hpec", "run", "--backend", "cuda", "--no-cache", "--image-count", "64"]);
+    if o.status.success() {
+        // A machine with a GPU and its driver: the compiled task graph ran and matched the truth.
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("PASS") && out.contains("inference (cuda"), "{out}");
+    } else {
+        let err = expect_error(&o);
+        assert!(err.contains("cannot open GPU 0"), "{err}");
+    }
+}
+
+#[test]
+fn hpec_sim_backend_runs_the_compiled_program_and_repeated_images_keep_their_truth() {
+    // 1,500 images: the 1,200 real ones and the first 300 again; the truth repeats with them.
+    let args = ["hpec", "run", "--backend", "sim", "--no-cache", "--layers", "24", "--neurons", "1024"];
+    let o = spartac(&[&args[..], &["--repeat-images", "--image-count", "1500", "--compact-first", "4", "--compact-every", "5"]].concat());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
+    assert!(out.contains("repeated to 1500 images: PASS"), "{out}");
 }
 
 #[test]
