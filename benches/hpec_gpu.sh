@@ -2,7 +2,9 @@
 # HPEC Sparse DNN Challenge on one GPU through the compiled task graph (spartac hpec run
 # --backend cuda), with the PyTorch baselines in the same call. One JSON per run under $OUT.
 # Run on the GPU machine with the stripped release binary:
-#   BIN=./target/gpu/spartac OUT=/tmp/hpec TARBALL=$OUT/hpec_gpu.tgz benches/hpec_gpu.sh
+#   TARBALL=$OUT/hpec_gpu.tgz BIN=./target/gpu/spartac OUT=/tmp/hpec benches/hpec_gpu.sh
+# (in the device tool's command $OUT is the folder that comes back: the archive goes there, the
+# runs elsewhere; TARBALL comes first, since assignments expand left to right)
 # SETS picks the groups (default: all, in this order): real ablations sweep mnist torch big.
 # Inputs as in PEERS.md: the 1,200 real images repeated to 60,000 (950 categories survive);
 # `mnist` and `big` use the 60,000 MNIST-derived images (more survive: more work).
@@ -17,7 +19,12 @@ TAG=${TAG:-}         # appended to every run name
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} SPARTAC_CACHE_DIR=${SPARTAC_CACHE_DIR:-/tmp/spartac-cache}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-save() { [[ -n "${TARBALL:-}" ]] && tar czf "$TARBALL.tmp" -C "$OUT" --exclude='net*' . && mv "$TARBALL.tmp" "$TARBALL"; }
+# The archive is built outside $OUT (an archive written into the folder it reads fails).
+save() {
+  [[ -n "${TARBALL:-}" ]] || return 0
+  local tmp; tmp=$(mktemp /tmp/hpec_gpu.XXXXXX)
+  tar czf "$tmp" -C "$OUT" --exclude='net*' --exclude="$(basename "$TARBALL")" . && mv "$tmp" "$TARBALL"
+}
 run() { # name, args...
   local name=$1$TAG; shift
   timeout "$LIMIT" /usr/bin/time -v "$BIN" hpec run --backend cuda --json "$@" $COMMON > "$OUT/$name.json" 2> "$OUT/$name.err"

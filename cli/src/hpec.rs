@@ -370,12 +370,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     let verdict = truth.as_ref().map(|t| *t == result.categories);
     report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
     match verdict {
-        Some(false) => bail!(
-            "categories differ from the truth ({}): got {} images, expected {}",
-            truth_name,
-            result.categories.len(),
-            truth.map(|t| t.len()).unwrap_or(0)
-        ),
+        Some(false) => bail!("{}", mismatch(&result.categories, truth.as_deref().unwrap_or(&[]), &truth_name)),
         _ => Ok(()),
     }
 }
@@ -668,11 +663,7 @@ fn run_compiled(
         println!("categories: {} images; truth: {truth_name}: {verdict_text}", categories.len());
     }
     match verdict {
-        Some(false) => bail!(
-            "categories differ from the truth ({truth_name}): got {} images, expected {}",
-            categories.len(),
-            truth.map(|t| t.len()).unwrap_or(0)
-        ),
+        Some(false) => bail!("{}", mismatch(&categories, truth.as_deref().unwrap_or(&[]), &truth_name)),
         _ => Ok(()),
     }
 }
@@ -695,4 +686,23 @@ fn profile_summary(steps: &[(String, f64)]) -> std::collections::BTreeMap<String
         *kinds.entry(kind).or_insert(0.0) += ms;
     }
     kinds
+}
+
+/// The one-line message of a failed check: how many images are missing and extra, and the first
+/// few of each (a handful suggests rounding at the zero threshold, thousands a wrong kernel).
+fn mismatch(got: &[u32], truth: &[u32], truth_name: &str) -> String {
+    let (g, t): (std::collections::BTreeSet<u32>, std::collections::BTreeSet<u32>) =
+        (got.iter().copied().collect(), truth.iter().copied().collect());
+    let missing: Vec<u32> = t.difference(&g).copied().collect();
+    let extra: Vec<u32> = g.difference(&t).copied().collect();
+    let first = |v: &[u32]| v.iter().take(5).map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
+    format!(
+        "categories differ from the truth ({truth_name}): got {} images, expected {}; {} missing (first: {}), {} extra (first: {})",
+        got.len(),
+        truth.len(),
+        missing.len(),
+        first(&missing),
+        extra.len(),
+        first(&extra)
+    )
 }
