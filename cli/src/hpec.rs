@@ -1,4 +1,6 @@
-//! `spartac hpec`: generate HPEC Sparse DNN Challenge networks and run them on the CPU engine.
+//! `spartac hpec`: generate HPEC Sparse DNN Challenge networks and run them: on the GPU as the
+//! compiled task graph (`--backend cuda`, the default when a GPU answers), on the CPU engine, or
+//! as the compiled program simulated on the CPU (`--backend sim`).
 //!
 //! * `spartac hpec generate --neurons N --layers L --out DIR [--seed S] [--images COUNT]` writes
 //!   `n{N}-l{k}.tsv` (plus, with `--images`, the inputs and their truth from the f64 reference).
@@ -69,7 +71,7 @@ pub enum Backend {
     /// The same compiled program run by the CPU executor (a simulation of the GPU's buffers and
     /// order; slow, for checking without a GPU).
     Sim,
-    /// The best available backend (the CPU engine for now).
+    /// The compiled task graph on GPU 0 when a GPU and its driver answer, else the CPU engine.
     Auto,
 }
 
@@ -322,11 +324,9 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     let (network, network_name, real_network) = select_network(&args.net, &cache)?;
     let images = match &args.images {
         Some(path) => hpec::load_images(path, network.neurons)?,
-        None if args.gpu.mnist_images => hpec::mnist::mnist_images(
-            &bundled::mnist_digits()?,
-            network.neurons,
-            args.image_count.unwrap_or(60_000),
-        )?,
+        None if args.gpu.mnist_images => {
+            hpec::mnist::mnist_images(&bundled::mnist_digits()?, network.neurons, args.image_count.unwrap_or(60_000))?
+        }
         None => bundled::images_for_neurons(network.neurons, args.image_count.unwrap_or(bundled::DEFAULT_IMAGE_COUNT))?,
     };
     // Truth is computed on the distinct images; repeated copies share their original's category.
@@ -344,15 +344,22 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     if images.n_images() == 0 {
         bail!("no images to run (--image-count 0 or an empty image file)");
     }
-    let truth_kind = match (&args.categories, real_network && args.images.is_none() && !args.gpu.mnist_images, args.no_check) {
-        (Some(path), _, _) => Truth::File(path.clone()),
-        (None, true, _) => Truth::Bundled,
-        (None, false, false) => Truth::Reference,
-        (None, false, true) => Truth::Unchecked,
-    };
+    let truth_kind =
+        match (&args.categories, real_network && args.images.is_none() && !args.gpu.mnist_images, args.no_check) {
+            (Some(path), _, _) => Truth::File(path.clone()),
+            (None, true, _) => Truth::Bundled,
+            (None, false, false) => Truth::Reference,
+            (None, false, true) => Truth::Unchecked,
+        };
 
-    if matches!(args.backend, Backend::Cuda | Backend::Sim) {
-        return run_compiled(&args, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
+    // Auto: the compiled task graph when a GPU and its driver answer, else the CPU engine.
+    let backend = match args.backend {
+        Backend::Auto if spartac_runtime::cuda::CudaDevice::open(0).is_ok() => Backend::Cuda,
+        Backend::Auto => Backend::Cpu,
+        other => other,
+    };
+    if matches!(backend, Backend::Cuda | Backend::Sim) {
+        return run_compiled(&args, backend, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
     }
     let options = InferOptions {
         threads: args.threads,
@@ -440,7 +447,8 @@ fn parse_tile(s: &str) -> Result<FineTile, String> {
 }
 
 fn parse_tile4(s: &str) -> Result<spartac::codegen::Tile, String> {
-    let v: Vec<usize> = s.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| format!("{s:?}: {e}"))?;
+    let v: Vec<usize> =
+        s.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| format!("{s:?}: {e}"))?;
     match v[..] {
         [rows, group, k_rows, n_tiles] => {
             Ok(spartac::codegen::Tile { group, k_rows, n_tiles, ..spartac::codegen::Tile::new(rows, 0) })
@@ -477,7 +485,11 @@ fn truth_categories(
     })
 }
 
-fn base_truth(kind: &Truth, network: &hpec::Network, images: &hpec::Images) -> anyhow::Result<(Option<Vec<u32>>, String)> {
+fn base_truth(
+    kind: &Truth,
+    network: &hpec::Network,
+    images: &hpec::Images,
+) -> anyhow::Result<(Option<Vec<u32>>, String)> {
     Ok(match kind {
         Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
         Truth::Bundled => {
@@ -492,8 +504,10 @@ fn base_truth(kind: &Truth, network: &hpec::Network, images: &hpec::Images) -> a
 }
 
 /// `--backend cuda|sim`: compile every layer, lower to the batch program, run it.
+#[allow(clippy::too_many_arguments)]
 fn run_compiled(
     args: &RunArgs,
+    backend: Backend,
     network: &hpec::Network,
     network_name: &str,
     images: &hpec::Images,
@@ -508,7 +522,7 @@ fn run_compiled(
         bail!("--gpus and --repeat must be at least 1");
     }
     // Open the GPUs first: no driver or too few devices is a one-line error before compiling.
-    let devices = if args.backend == Backend::Cuda {
+    let devices = if backend == Backend::Cuda {
         let mut devs = vec![];
         for ordinal in 0..g.gpus {
             devs.push(std::sync::Arc::new(
@@ -548,7 +562,7 @@ fn run_compiled(
     bar.finish_and_clear();
     let low = &compiled.lowering;
     let edges = images.n_images() as f64 * network.total_nonzeros() as f64;
-    let (categories, run) = if args.backend == Backend::Cuda {
+    let (categories, run) = if backend == Backend::Cuda {
         let run = task_graph::run_gpu_devices(
             devices,
             &compiled,
@@ -583,7 +597,7 @@ fn run_compiled(
             "layers": network.n_layers(),
             "nonzeros": network.total_nonzeros(),
             "images": images.n_images(),
-            "backend": if args.backend == Backend::Cuda { "cuda" } else { "sim" },
+            "backend": if backend == Backend::Cuda { "cuda" } else { "sim" },
             "batch": options.batch,
             "compact_every": options.compact_every,
             "compact_first": options.compact_first,

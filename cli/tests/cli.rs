@@ -202,7 +202,10 @@ fn hpec_cuda_backend_without_a_gpu_is_a_one_line_error_and_with_one_passes() {
 fn hpec_sim_backend_runs_the_compiled_program_and_repeated_images_keep_their_truth() {
     // 1,500 images: the 1,200 real ones and the first 300 again; the truth repeats with them.
     let args = ["hpec", "run", "--backend", "sim", "--no-cache", "--layers", "24", "--neurons", "1024"];
-    let o = spartac(&[&args[..], &["--repeat-images", "--image-count", "1500", "--compact-first", "4", "--compact-every", "5"]].concat());
+    let o = spartac(
+        &[&args[..], &["--repeat-images", "--image-count", "1500", "--compact-first", "4", "--compact-every", "5"]]
+            .concat(),
+    );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
     assert!(out.contains("repeated to 1500 images: PASS"), "{out}");

@@ -67,15 +67,19 @@ fn a_network_over_the_weight_budget_streams_through_k_slots_each_copy_before_its
     let slot_names: std::collections::BTreeSet<&str> =
         p.buffers.iter().filter(|b| b.name.starts_with("slot")).map(|b| b.name.split('.').next().unwrap()).collect();
     assert_eq!(slot_names.len(), slots);
-    assert!(p.buffers.iter().filter(|b| b.name.starts_with('l') && b.name[1..2].bytes().all(|c| c.is_ascii_digit())).all(|b| matches!(b.storage, Storage::Host(_))));
+    assert!(p
+        .buffers
+        .iter()
+        .filter(|b| b.name.starts_with('l') && b.name[1..2].bytes().all(|c| c.is_ascii_digit()))
+        .all(|b| matches!(b.storage, Storage::Host(_))));
     // Every layer step reads slot buffers whose copies are among its ancestors.
     p.verify().unwrap();
     for (i, s) in p.steps.iter().enumerate() {
         if let Op::Spmm { packed, .. } = &s.op {
             for (buf, _, _) in packed {
-                let writer = (0..i).rev().find(|&j| {
-                    p.steps[j].launches.iter().any(|l| matches!(l, Launch::Copy { dst, .. } if dst == buf))
-                });
+                let writer = (0..i)
+                    .rev()
+                    .find(|&j| p.steps[j].launches.iter().any(|l| matches!(l, Launch::Copy { dst, .. } if dst == buf)));
                 let writer = writer.expect("a copy lands every slot before it is read");
                 assert!(ancestors(p, i).contains(&writer), "step {i} does not wait for copy {writer}");
             }
@@ -113,7 +117,8 @@ fn rolling_buffers_never_overlap_live_data() {
     // compaction never packs into the buffer it scans.
     let network = real_network(12);
     let images = bundled::real_1024_images().unwrap().first(32);
-    let compiled = task_graph::compile(&network, &images, &HpecOptions { compact_every: 3, ..options(32) }, &|| {}).unwrap();
+    let compiled =
+        task_graph::compile(&network, &images, &HpecOptions { compact_every: 3, ..options(32) }, &|| {}).unwrap();
     for s in &compiled.lowering.program.steps {
         match &s.op {
             Op::Spmm { a, c, .. } => assert_ne!(a, c, "{}", s.label),
@@ -152,4 +157,45 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
             assert!(ptx.ptx.contains(&k.name), "{}: entry missing from the PTX", k.name);
         }
     }
+}
+
+#[test]
+fn live_row_layer_kernels_stride_over_row_tiles_with_a_grid_sized_for_the_gpu() {
+    let network = real_network(3);
+    let images = bundled::real_1024_images().unwrap().tiled(60_000).unwrap();
+    // Planned at 1,000 rows (the fine kernel alone) and at the whole batch (block covers too).
+    for plan_rows in [1_000, 60_000] {
+        let opts = HpecOptions { batch: 60_000, plan_rows: Some(plan_rows), sm_count: 132, ..HpecOptions::default() };
+        let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+        let p = &compiled.lowering.program;
+        let mut strided = 0;
+        for step in p.steps.iter().filter(|s| matches!(s.op, Op::Spmm { .. })) {
+            for l in &step.launches {
+                let Launch::Kernel { kernel, grid, .. } = l else { continue };
+                let k = &p.kernels[kernel.0 as usize];
+                assert!(
+                    k.source.contains("ty += gridDim.y"),
+                    "{}: a live-row layer kernel without the row-tile stride",
+                    k.name
+                );
+                // At most twice what 132 SMs hold (32 CTAs each at most), far below 60,000 rows' tiles.
+                assert!(grid.1 as usize <= (2 * 32 * 132usize).div_ceil(grid.0 as usize), "{}: grid {grid:?}", k.name);
+                assert!((grid.1 as usize) < 60_000usize.div_ceil(64), "{}: grid {grid:?} not capped", k.name);
+                strided += 1;
+            }
+        }
+        assert!(strided >= 3, "plan rows {plan_rows}: {strided} layer kernels");
+    }
+}
+
+#[test]
+fn repeated_images_are_copies_and_their_truth_repeats() {
+    let base = bundled::real_1024_images().unwrap();
+    let tiled = base.tiled(2_500).unwrap();
+    assert_eq!(tiled.n_images(), 2_500);
+    for (i, j) in [(0, 1_200), (5, 2_405), (1_199, 2_399)] {
+        assert_eq!(tiled.pixels.slot(i), base.pixels.slot(j % 1_200));
+        assert_eq!(tiled.pixels.slot(j), base.pixels.slot(i));
+    }
+    assert_eq!(hpec::images::tile_categories(&[5, 1_100], 1_200, 2_500), vec![5, 1_100, 1_205, 2_300, 2_405]);
 }

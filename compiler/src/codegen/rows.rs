@@ -47,7 +47,11 @@ pub fn load_rows(count: usize, cols: usize, images: usize, clear: usize) -> Resu
     let ctx = LoadCtx { kernel_name: name.clone(), count, cols, images, clear, warps: WARPS };
     let source = render("rows_load.cu.tera", &ctx)?;
     let grid = count.div_ceil(WARPS) as u32;
-    Ok(RowsKernel { name, source, launch: Launch { grid: (grid, 1, 1), block: ((WARPS * 32) as u32, 1, 1), smem_bytes: 0 } })
+    Ok(RowsKernel {
+        name,
+        source,
+        launch: Launch { grid: (grid, 1, 1), block: ((WARPS * 32) as u32, 1, 1), smem_bytes: 0 },
+    })
 }
 
 #[derive(Serialize)]

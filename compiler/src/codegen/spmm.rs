@@ -368,7 +368,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         return Err(spec_err(format!("empty matmul {m}x{k}x{n}")));
     }
     if spec.live_rows && (spec.orientation == Orientation::Left || spec.dtype != Dtype::F32) {
-        return Err(spec_err("live rows (a run-time row count) are built for right-orientation fp32 kernels only".into()));
+        return Err(spec_err(
+            "live rows (a run-time row count) are built for right-orientation fp32 kernels only".into(),
+        ));
     }
     if spec.orientation == Orientation::Left && spec.block == (1, 1) {
         return fine_left(spec);

@@ -27,7 +27,9 @@
 
 use super::{Arg, BufferId, Csr, Data, Elem, Launch, Op, Program, ProgramBuilder, ProgramError, Rows, Storage};
 use crate::codegen::from_plan::{plan_single_weight, PlannedKernel};
-use crate::codegen::{rows, specialize, stride_live_rows, Activation, CodegenError, Dtype, Engine, Epilogue, Family, Mode};
+use crate::codegen::{
+    rows, specialize, stride_live_rows, Activation, CodegenError, Dtype, Engine, Epilogue, Family, Mode,
+};
 
 /// The challenge's cap on activations.
 pub const YMAX: f32 = 32.0;
@@ -113,7 +115,12 @@ fn spec_err(message: String) -> CodegenError {
 }
 
 /// Plans and specializes one `n × n` layer for `batch` rows (see the module docs).
-pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, options: &HpecOptions) -> Result<LayerKernels, CodegenError> {
+pub fn compile_layer(
+    layer: &Csr,
+    batch: usize,
+    bias: bool,
+    options: &HpecOptions,
+) -> Result<LayerKernels, CodegenError> {
     let (k, n) = (layer.rows, layer.cols);
     let mut dense = vec![0.0f32; k * n];
     for r in 0..k {
@@ -152,7 +159,10 @@ pub fn compile_layer(layer: &Csr, batch: usize, bias: bool, options: &HpecOption
         let mut kernel = specialize(&spec)?;
         stride_live_rows(&mut kernel, options.sm_count);
         if kernel.family == Family::Epilogue || kernel.prepass.is_some() {
-            return Err(spec_err(format!("layer kernel family {} is not built into the HPEC program", kernel.family.name())));
+            return Err(spec_err(format!(
+                "layer kernel family {} is not built into the HPEC program",
+                kernel.family.name()
+            )));
         }
         labels.push(format!(
             "{}:{}x{}:{}{}",
@@ -232,7 +242,8 @@ pub fn lower(
         b.buffer("act0", Elem::F32, batch * neurons, Storage::Scratch),
         b.buffer("act1", Elem::F32, batch * neurons, Storage::Scratch),
     ];
-    let ids = [b.buffer("ids0", Elem::I32, batch, Storage::Scratch), b.buffer("ids1", Elem::I32, batch, Storage::Scratch)];
+    let ids =
+        [b.buffer("ids0", Elem::I32, batch, Storage::Scratch), b.buffer("ids1", Elem::I32, batch, Storage::Scratch)];
     let n_layers = layers.len();
     let compactions = (0..n_layers).filter(|&l| options.compacts_after(l, n_layers)).count();
     let live = b.buffer("live", Elem::I32, compactions + 1, Storage::Scratch);
@@ -241,8 +252,11 @@ pub fn lower(
     let first = b.param("first_image", 0);
 
     // Weights: resident or streamed.
-    let weight_bytes: usize =
-        kernels.iter().flat_map(|l| &l.parts).map(|(k, w)| 4 * (w.len() + table_len(k, true) + table_len(k, false))).sum();
+    let weight_bytes: usize = kernels
+        .iter()
+        .flat_map(|l| &l.parts)
+        .map(|(k, w)| 4 * (w.len() + table_len(k, true) + table_len(k, false)))
+        .sum();
     let streamed = weight_bytes > options.weight_budget;
     let slots = options.stream_slots.max(1);
     let max_parts = kernels.iter().map(|l| l.parts.len()).max().unwrap_or(0);
@@ -255,7 +269,8 @@ pub fn lower(
                 let size = |f: &dyn Fn(&(crate::codegen::Kernel, Vec<f32>)) -> usize| {
                     kernels.iter().filter_map(|l| l.parts.get(p)).map(f).max().unwrap_or(1).max(1)
                 };
-                let (wl, pl, il) = (size(&|x| x.1.len()), size(&|x| table_len(&x.0, true)), size(&|x| table_len(&x.0, false)));
+                let (wl, pl, il) =
+                    (size(&|x| x.1.len()), size(&|x| table_len(&x.0, true)), size(&|x| table_len(&x.0, false)));
                 per_part.push(PartBuffers {
                     w: (b.buffer(&format!("slot{s}.p{p}.w"), Elem::F32, wl, Storage::Scratch), wl),
                     ptr: (b.buffer(&format!("slot{s}.p{p}.ptr"), Elem::I32, pl, Storage::Scratch), pl),
@@ -306,7 +321,10 @@ pub fn lower(
     let mut summaries = vec![];
     for (l, (layer, lk)) in layers.into_iter().zip(kernels).enumerate() {
         if layer.rows != neurons || layer.cols != neurons {
-            return Err(invalid(format!("layer {l} is {}x{}, the network has {neurons} neurons", layer.rows, layer.cols)));
+            return Err(invalid(format!(
+                "layer {l} is {}x{}, the network has {neurons} neurons",
+                layer.rows, layer.cols
+            )));
         }
         summaries.push(lk.summary.clone());
         let matrix = b.matrix(layer);
@@ -388,7 +406,13 @@ pub fn lower(
                     kernel: compact_k,
                     grid: compact.launch.grid,
                     block: compact.launch.block,
-                    args: vec![Arg::Buf(src, 0), Arg::Buf(sids, 0), Arg::Buf(dst, 0), Arg::Buf(dids, 0), Arg::Buf(live, count_at)],
+                    args: vec![
+                        Arg::Buf(src, 0),
+                        Arg::Buf(sids, 0),
+                        Arg::Buf(dst, 0),
+                        Arg::Buf(dids, 0),
+                        Arg::Buf(live, count_at),
+                    ],
                 }],
             );
             cur = 1 - cur;

@@ -169,17 +169,37 @@ pub enum Arg {
     /// A per-run parameter.
     Param(ParamId),
     /// A TMA tensor map of a row-major `rows × cols` buffer of f32 (the runtime encodes it).
-    TensorMap { buf: BufferId, rows: usize, cols: usize, tma: TmaBox },
+    TensorMap {
+        buf: BufferId,
+        rows: usize,
+        cols: usize,
+        tma: TmaBox,
+    },
 }
 
 /// One GPU action of a step.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Launch {
-    Kernel { kernel: KernelId, grid: (u32, u32, u32), block: (u32, u32, u32), args: Vec<Arg> },
+    Kernel {
+        kernel: KernelId,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: Vec<Arg>,
+    },
     /// `len` elements from `src[src_at..]` to `dst[dst_at..]` (same element type).
-    Copy { src: BufferId, src_at: usize, dst: BufferId, dst_at: usize, len: usize },
+    Copy {
+        src: BufferId,
+        src_at: usize,
+        dst: BufferId,
+        dst_at: usize,
+        len: usize,
+    },
     /// Zero `len` elements of `dst` from `at`.
-    Zero { dst: BufferId, at: usize, len: usize },
+    Zero {
+        dst: BufferId,
+        at: usize,
+        len: usize,
+    },
 }
 
 /// A sparse weight in CSR, as the CPU executor multiplies it (`rows × cols`, row-major view).
@@ -256,7 +276,15 @@ pub enum Op {
     /// packed into `dst`/`dst_ids`; their count into `live[at + 1]` (which must start at zero).
     /// The order of the packed rows is unspecified (atomic slots on the GPU); each row's values
     /// do not depend on it.
-    CompactRows { src: BufferId, src_ids: BufferId, dst: BufferId, dst_ids: BufferId, cols: usize, live: BufferId, at: usize },
+    CompactRows {
+        src: BufferId,
+        src_ids: BufferId,
+        dst: BufferId,
+        dst_ids: BufferId,
+        cols: usize,
+        live: BufferId,
+        at: usize,
+    },
     /// `flags[ids[r]] = 1` for the rows `r < live[at]` of `src` that hold any nonzero.
     MarkRows { src: BufferId, ids: BufferId, cols: usize, live: BufferId, at: usize, flags: BufferId },
     /// A plain copy or fill ([`Launch::Copy`] / [`Launch::Zero`]): the op is its launch.
@@ -383,7 +411,14 @@ impl Program {
         for b in &self.buffers {
             if let Storage::Constant(d) | Storage::Host(d) = &b.storage {
                 if d.len() != b.len || d.elem() != b.elem {
-                    return Err(fail(format!("buffer {}: data holds {} {} for {} {}", b.name, d.len(), d.elem().name(), b.len, b.elem.name())));
+                    return Err(fail(format!(
+                        "buffer {}: data holds {} {} for {} {}",
+                        b.name,
+                        d.len(),
+                        d.elem().name(),
+                        b.len,
+                        b.elem.name()
+                    )));
                 }
             }
         }
@@ -401,11 +436,17 @@ impl Program {
                             match a {
                                 Arg::Buf(b, at) | Arg::TensorMap { buf: b, rows: at, .. } => {
                                     if b.0 as usize >= nb || *at > self.buffer(*b).len && matches!(a, Arg::Buf(..)) {
-                                        return Err(fail(format!("step {i} ({}): argument past its buffer", step.label)));
+                                        return Err(fail(format!(
+                                            "step {i} ({}): argument past its buffer",
+                                            step.label
+                                        )));
                                     }
                                 }
                                 Arg::Param(p) if p.0 as usize >= self.params.len() => {
-                                    return Err(fail(format!("step {i} ({}): parameter {} out of range", step.label, p.0)))
+                                    return Err(fail(format!(
+                                        "step {i} ({}): parameter {} out of range",
+                                        step.label, p.0
+                                    )))
                                 }
                                 _ => {}
                             }
@@ -576,7 +617,10 @@ fn launch_text(l: &Launch) -> String {
                     Arg::F32(v) => format!("{v:?}f"),
                     Arg::Param(p) => format!("param${}", p.0),
                     Arg::TensorMap { buf, rows, cols, tma } => {
-                        format!("tmap(buf%{} {rows}x{cols} box {}x{} swz {})", buf.0, tma.rows, tma.cols, tma.swizzle_bytes)
+                        format!(
+                            "tmap(buf%{} {rows}x{cols} box {}x{} swz {})",
+                            buf.0, tma.rows, tma.cols, tma.swizzle_bytes
+                        )
                     }
                 })
                 .collect();
@@ -612,7 +656,10 @@ pub struct ProgramBuilder {
 
 impl ProgramBuilder {
     pub fn new(name: &str) -> ProgramBuilder {
-        ProgramBuilder { program: Program { name: name.to_string(), ..Program::default() }, history: Default::default() }
+        ProgramBuilder {
+            program: Program { name: name.to_string(), ..Program::default() },
+            history: Default::default(),
+        }
     }
 
     pub fn buffer(&mut self, name: &str, elem: Elem, len: usize, storage: Storage) -> BufferId {

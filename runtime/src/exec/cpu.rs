@@ -66,7 +66,11 @@ impl CpuMemory {
 /// Runs every step of `program` in order on `mem`, with the per-run parameters `params`.
 pub fn run(program: &Program, mem: &mut CpuMemory, params: &[i32]) -> Result<(), ExecError> {
     if params.len() != program.params.len() {
-        return Err(ExecError::Shape(format!("{} parameters given, the program takes {}", params.len(), program.params.len())));
+        return Err(ExecError::Shape(format!(
+            "{} parameters given, the program takes {}",
+            params.len(),
+            program.params.len()
+        )));
     }
     for (i, step) in program.steps.iter().enumerate() {
         let fail = |m: String| ExecError::Step { step: i, label: step.label.clone(), message: m };
@@ -204,7 +208,10 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             for r in 0..n {
                 if row_nonzero(mem, *src, r, *cols) {
                     let id = mem.i32_at(*ids, r);
-                    let id = usize::try_from(id).ok().filter(|&i| i < n_flags).ok_or_else(|| format!("image id {id} out of range"))?;
+                    let id = usize::try_from(id)
+                        .ok()
+                        .filter(|&i| i < n_flags)
+                        .ok_or_else(|| format!("image id {id} out of range"))?;
                     mem.bufs[flags.0 as usize][id] = 1;
                 }
             }

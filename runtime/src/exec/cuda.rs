@@ -55,11 +55,7 @@ pub struct CompileStats {
 /// PTX of `source` for `arch`: from the disk cache when a valid entry exists, else NVRTC (and
 /// the entry written atomically). Entries are `<checksum hex>\n<ptx>`.
 fn cached_ptx(name: &str, source: &str, arch: &str, dir: Option<&PathBuf>) -> Result<(String, bool), CudaError> {
-    let key = format!(
-        "{:016x}-{arch}-{}",
-        spartac::codegen::source_hash(source),
-        env!("CARGO_PKG_VERSION")
-    );
+    let key = format!("{:016x}-{arch}-{}", spartac::codegen::source_hash(source), env!("CARGO_PKG_VERSION"));
     let path = dir.map(|d| d.join(format!("{key}.ptx")));
     if let Some(p) = &path {
         if let Ok(text) = std::fs::read_to_string(p) {
@@ -211,7 +207,8 @@ impl GpuProgram {
                 compile.compiled += 1;
             }
             let m = dev.load_ptx(ptx)?;
-            let f = m.load_function(&k.name).map_err(|source| CudaError::Driver { what: "cuModuleGetFunction", source })?;
+            let f =
+                m.load_function(&k.name).map_err(|source| CudaError::Driver { what: "cuModuleGetFunction", source })?;
             if k.smem_bytes > 48 * 1024 {
                 f.set_attribute(
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -479,7 +476,11 @@ impl GpuProgram {
 
     fn set_params(&mut self, params: &[i32]) -> Result<(), ExecError> {
         if params.len() != self.params.len() {
-            return Err(ExecError::Shape(format!("{} parameters given, the program takes {}", params.len(), self.params.len())));
+            return Err(ExecError::Shape(format!(
+                "{} parameters given, the program takes {}",
+                params.len(),
+                self.params.len()
+            )));
         }
         if params == self.params.as_slice() {
             return Ok(());
@@ -491,7 +492,9 @@ impl GpuProgram {
             let mut ptrs: Vec<_> = values.iter_mut().map(|v| v.ptr()).collect();
             let p = self.node_params(k, &mut ptrs);
             // SAFETY: node belongs to the graph this exec was instantiated from.
-            drv("cuGraphExecKernelNodeSetParams", unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, node, &p) })?;
+            drv("cuGraphExecKernelNodeSetParams", unsafe {
+                sys::cuGraphExecKernelNodeSetParams_v2(self.exec, node, &p)
+            })?;
         }
         Ok(())
     }
@@ -531,7 +534,9 @@ impl GpuProgram {
                 .map(|i| {
                     let mut ms = 0f32;
                     // SAFETY: both events recorded and complete.
-                    drv("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, events[i], events[i + 1]) })?;
+                    drv("cuEventElapsedTime", unsafe {
+                        sys::cuEventElapsedTime_v2(&mut ms, events[i], events[i + 1])
+                    })?;
                     Ok(ms as f64)
                 })
                 .collect::<Result<Vec<f64>, ExecError>>()
@@ -542,7 +547,11 @@ impl GpuProgram {
 
     fn stream_steps(&mut self, params: &[i32], events: Option<&[sys::CUevent]>) -> Result<(), ExecError> {
         if params.len() != self.params.len() {
-            return Err(ExecError::Shape(format!("{} parameters given, the program takes {}", params.len(), self.params.len())));
+            return Err(ExecError::Shape(format!(
+                "{} parameters given, the program takes {}",
+                params.len(),
+                self.params.len()
+            )));
         }
         self.params = params.to_vec();
         let stream = self.dev.stream().cu_stream();
@@ -640,7 +649,9 @@ impl GpuProgram {
         }
         if let Mem::Device(d) = &self.mems[buf.0 as usize] {
             // SAFETY: sizes checked above.
-            drv("memcpy host to device", unsafe { sys::cuMemcpyHtoD_v2(d.ptr, bytes.as_ptr() as *const _, bytes.len()) })?;
+            drv("memcpy host to device", unsafe {
+                sys::cuMemcpyHtoD_v2(d.ptr, bytes.as_ptr() as *const _, bytes.len())
+            })?;
         }
         Ok(())
     }

@@ -55,9 +55,10 @@ impl Images {
         }
         let per_copy = self.pixels.indices.len();
         let copies = count.div_ceil(n);
-        let total = per_copy.checked_mul(copies).filter(|&t| t <= u32::MAX as usize).ok_or_else(|| {
-            HpecError::InvalidArgument(format!("{count} repeated images hold more than 2^32 pixels"))
-        })?;
+        let total = per_copy
+            .checked_mul(copies)
+            .filter(|&t| t <= u32::MAX as usize)
+            .ok_or_else(|| HpecError::InvalidArgument(format!("{count} repeated images hold more than 2^32 pixels")))?;
         let mut offsets = Vec::with_capacity(count + 1);
         let (mut indices, mut values) = (Vec::with_capacity(total), Vec::with_capacity(total));
         offsets.push(0u32);

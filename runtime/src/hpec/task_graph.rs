@@ -32,7 +32,13 @@ pub struct CompiledNetwork {
 
 fn layer_csr(network: &Network, l: usize) -> Csr {
     let m = &network.layers[l].csr;
-    Csr { rows: m.n_outer, cols: m.n_inner, offsets: m.offsets.clone(), indices: m.indices.clone(), values: m.values.clone() }
+    Csr {
+        rows: m.n_outer,
+        cols: m.n_inner,
+        offsets: m.offsets.clone(),
+        indices: m.indices.clone(),
+        values: m.values.clone(),
+    }
 }
 
 /// Plans and specializes every layer (in parallel; `progress` is called once per layer done)
@@ -61,7 +67,8 @@ pub fn compile(
         .collect::<HpecResult<_>>()?;
     let layers: Vec<Csr> = (0..network.n_layers()).map(|l| layer_csr(network, l)).collect();
     let px = &images.pixels;
-    let view = HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
+    let view =
+        HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
     let lowering = lower(network.neurons, network.bias, layers, &kernels, &view, options)
         .map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
     Ok(CompiledNetwork { lowering, compile_seconds: started.elapsed().as_secs_f64(), images: images.n_images() })
@@ -138,7 +145,11 @@ fn gpu_err(e: impl std::fmt::Display) -> HpecError {
 /// builds its graph once; one inference = every batch taken from a shared atomic counter by the
 /// devices' threads, each relaunching its graph with the batch's first image, with no host
 /// synchronization inside a batch; then the flags of every device are read back and merged.
-pub fn run_gpu_devices(devs: Vec<Arc<CudaDevice>>, compiled: &CompiledNetwork, options: GpuRunOptions) -> HpecResult<GpuRun> {
+pub fn run_gpu_devices(
+    devs: Vec<Arc<CudaDevice>>,
+    compiled: &CompiledNetwork,
+    options: GpuRunOptions,
+) -> HpecResult<GpuRun> {
     let lowering = &compiled.lowering;
     let program = &lowering.program;
     let batch = batch_rows(program);
@@ -160,25 +171,30 @@ pub fn run_gpu_devices(devs: Vec<Arc<CudaDevice>>, compiled: &CompiledNetwork, o
         let t0 = Instant::now();
         let counter = &counter;
         let counts: Vec<HpecResult<usize>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = gps.iter_mut().map(|gp| scope.spawn(move || -> HpecResult<usize> {
-                gp.device().bind().map_err(gpu_err)?;
-                let mut done = 0;
-                loop {
-                    let b = counter.fetch_add(1, Ordering::Relaxed);
-                    if b >= n_batches {
-                        break;
-                    }
-                    let params = [(b * batch) as i32];
-                    if options.graph {
-                        gp.launch(&params).map_err(gpu_err)?;
-                    } else {
-                        gp.launch_stream(&params).map_err(gpu_err)?;
-                    }
-                    done += 1;
-                }
-                gp.synchronize().map_err(gpu_err)?;
-                Ok(done)
-            })).collect();
+            let handles: Vec<_> = gps
+                .iter_mut()
+                .map(|gp| {
+                    scope.spawn(move || -> HpecResult<usize> {
+                        gp.device().bind().map_err(gpu_err)?;
+                        let mut done = 0;
+                        loop {
+                            let b = counter.fetch_add(1, Ordering::Relaxed);
+                            if b >= n_batches {
+                                break;
+                            }
+                            let params = [(b * batch) as i32];
+                            if options.graph {
+                                gp.launch(&params).map_err(gpu_err)?;
+                            } else {
+                                gp.launch_stream(&params).map_err(gpu_err)?;
+                            }
+                            done += 1;
+                        }
+                        gp.synchronize().map_err(gpu_err)?;
+                        Ok(done)
+                    })
+                })
+                .collect();
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(gpu_err("a device thread panicked")))).collect()
         });
         let elapsed = t0.elapsed().as_secs_f64();
