@@ -558,7 +558,9 @@ fn run_compiled(
         indicatif::ProgressStyle::with_template("compiling layers {bar:30} {pos}/{len} [{elapsed} < {eta}]")
             .expect("static template"),
     );
-    let compiled = task_graph::compile(network, images, &options, &|| bar.inc(1))?;
+    // Compiled layers are kept under the cache root's layers/ (not with --no-cache).
+    let layer_cache = if args.no_cache { None } else { spartac_runtime::exec::cache_root().map(|r| r.join("layers")) };
+    let compiled = task_graph::compile_cached(network, images, &options, layer_cache.as_deref(), &|| bar.inc(1))?;
     bar.finish_and_clear();
     let low = &compiled.lowering;
     let edges = images.n_images() as f64 * network.total_nonzeros() as f64;
@@ -611,6 +613,7 @@ fn run_compiled(
             "gpus": g.gpus,
             "load_seconds": load_seconds,
             "compile_seconds": compiled.compile_seconds,
+            "layers_from_cache": compiled.layers_cached,
             "kernel_load_seconds": r.map(|r| r.load_seconds),
             "kernels": low.program.kernels.len(),
             "kernels_compiled": r.map(|r| r.kernels_compiled),
@@ -641,14 +644,16 @@ fn run_compiled(
         );
         let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{v} x {k}")).collect();
         println!(
-            "compiled: {:.2} s; layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}, compaction every {} layer(s)",
+            "compiled: {:.2} s ({} of {} layers from the cache); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions",
             compiled.compile_seconds,
+            compiled.layers_cached,
+            network.n_layers(),
             kinds.join(", "),
             low.program.kernels.len(),
             low.weight_bytes as f64 / (1 << 20) as f64,
             if low.streamed { "streamed" } else { "resident" },
             options.batch,
-            options.compact_every
+            (0..network.n_layers()).filter(|&l| options.compacts_after(l, network.n_layers())).count()
         );
         if let Some(r) = &run {
             println!(

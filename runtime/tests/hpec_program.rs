@@ -199,3 +199,27 @@ fn repeated_images_are_copies_and_their_truth_repeats() {
     }
     assert_eq!(hpec::images::tile_categories(&[5, 1_100], 1_200, 2_500), vec![5, 1_100, 1_205, 2_300, 2_405]);
 }
+
+#[test]
+fn a_second_compile_reads_every_layer_from_the_cache_and_builds_the_same_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let network = real_network(6);
+    let images = bundled::real_1024_images().unwrap().first(300);
+    let opts = options(300);
+    let first = task_graph::compile_cached(&network, &images, &opts, Some(dir.path()), &|| {}).unwrap();
+    assert_eq!(first.layers_cached, 0);
+    let second = task_graph::compile_cached(&network, &images, &opts, Some(dir.path()), &|| {}).unwrap();
+    assert_eq!(second.layers_cached, 6);
+    assert!(first.lowering.program == second.lowering.program, "the cached layers built another program");
+    // Another batch is another key; a damaged entry is rebuilt, not read.
+    let other = task_graph::compile_cached(&network, &images, &options(200), Some(dir.path()), &|| {}).unwrap();
+    assert_eq!(other.layers_cached, 0);
+    let entry = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    std::fs::write(&entry, bytes).unwrap();
+    let third = task_graph::compile_cached(&network, &images, &opts, Some(dir.path()), &|| {}).unwrap();
+    assert!(third.layers_cached <= 5);
+    assert!(third.lowering.program == first.lowering.program, "a rebuilt layer built another program");
+}

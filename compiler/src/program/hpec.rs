@@ -101,13 +101,116 @@ impl HpecOptions {
     }
 }
 
-/// One layer's kernels as the compiler planned and specialized them.
-#[derive(Clone, Debug)]
+/// One layer's kernels as the compiler planned and specialized them: everything the lowering
+/// reads, and nothing else, so that a layer compiled once is stored and read back
+/// ([`LayerKernels::to_bytes`]) instead of planned and specialized again.
+#[derive(Clone, Debug, PartialEq)]
 pub struct LayerKernels {
-    /// Per launch: the kernel and its packed weight (empty when the values are embedded).
-    pub parts: Vec<(crate::codegen::Kernel, Vec<f32>)>,
-    /// Labels of the planned sub-operators, e.g. `fine_tf32 (1x1, 32768 nnz)`.
+    /// One per launch, in launch order.
+    pub parts: Vec<LayerPart>,
+    /// Labels of the planned sub-operators, e.g. `fine_tf32:1x1:32768`.
     pub summary: String,
+}
+
+/// One specialized sub-operator of a layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerPart {
+    pub name: String,
+    pub source: String,
+    pub launch: crate::codegen::Launch,
+    pub tma_a: Option<crate::codegen::TmaBox>,
+    /// The `ptr` and `idx` tables as the launch reads them (one unread word when the pattern
+    /// is in the code).
+    pub ptr: Vec<i32>,
+    pub idx: Vec<i32>,
+    /// The packed weight (empty when the values are embedded).
+    pub weight: Vec<f32>,
+}
+
+const LAYER_MAGIC: &[u8; 8] = b"SPLAYER1";
+
+impl LayerKernels {
+    /// The binary form: magic, the fields in order (strings and arrays length-prefixed, little
+    /// endian), then the FNV-1a checksum of everything before it.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = LAYER_MAGIC.to_vec();
+        let u32s = |out: &mut Vec<u8>, v: &[u32]| v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        let bytes = |out: &mut Vec<u8>, b: &[u8]| {
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b);
+        };
+        bytes(&mut out, self.summary.as_bytes());
+        out.extend_from_slice(&(self.parts.len() as u64).to_le_bytes());
+        for p in &self.parts {
+            bytes(&mut out, p.name.as_bytes());
+            bytes(&mut out, p.source.as_bytes());
+            let (g, b) = (p.launch.grid, p.launch.block);
+            u32s(&mut out, &[g.0, g.1, g.2, b.0, b.1, b.2, p.launch.smem_bytes]);
+            match p.tma_a {
+                Some(t) => u32s(&mut out, &[1, t.rows, t.cols, t.swizzle_bytes]),
+                None => u32s(&mut out, &[0, 0, 0, 0]),
+            }
+            for words in [&p.ptr, &p.idx] {
+                bytes(&mut out, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+            }
+            bytes(&mut out, &p.weight.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+        }
+        let sum = super::checksum(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Reads [`LayerKernels::to_bytes`]' form back; `None` when it is truncated, corrupted (the
+    /// checksum fails) or of another version.
+    pub fn from_bytes(data: &[u8]) -> Option<LayerKernels> {
+        let body_len = data.len().checked_sub(8)?;
+        let (body, sum) = data.split_at(body_len);
+        if !body.starts_with(LAYER_MAGIC) || super::checksum(body).to_le_bytes() != sum {
+            return None;
+        }
+        let mut r = Reader { data: body, at: LAYER_MAGIC.len() };
+        let summary = String::from_utf8(r.bytes()?.to_vec()).ok()?;
+        let n_parts = r.u64()? as usize;
+        let mut parts = Vec::with_capacity(n_parts.min(64));
+        for _ in 0..n_parts {
+            let name = String::from_utf8(r.bytes()?.to_vec()).ok()?;
+            let source = String::from_utf8(r.bytes()?.to_vec()).ok()?;
+            let v: Vec<u32> = (0..11).map(|_| r.u32()).collect::<Option<_>>()?;
+            let launch =
+                crate::codegen::Launch { grid: (v[0], v[1], v[2]), block: (v[3], v[4], v[5]), smem_bytes: v[6] };
+            let tma_a = (v[7] == 1).then_some(crate::codegen::TmaBox { rows: v[8], cols: v[9], swizzle_bytes: v[10] });
+            let words = |b: &[u8]| b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect::<Vec<[u8; 4]>>();
+            let ptr = words(r.bytes()?).into_iter().map(i32::from_le_bytes).collect();
+            let idx = words(r.bytes()?).into_iter().map(i32::from_le_bytes).collect();
+            let weight = words(r.bytes()?).into_iter().map(f32::from_le_bytes).collect();
+            parts.push(LayerPart { name, source, launch, tma_a, ptr, idx, weight });
+        }
+        (r.at == body.len()).then_some(LayerKernels { parts, summary })
+    }
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.data.len())?;
+        let s = &self.data[self.at..end];
+        self.at = end;
+        Some(s)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        self.take(n)
+    }
 }
 
 fn spec_err(message: String) -> CodegenError {
@@ -172,8 +275,16 @@ pub fn compile_layer(
             kernel.live_instances,
             if kernel.values_embedded { ":folded" } else { "" }
         ));
-        let packed = if kernel.values_embedded { vec![] } else { kernel.pack_weight(&pk.weight) };
-        parts.push((kernel, packed));
+        let weight = if kernel.values_embedded { vec![] } else { kernel.pack_weight(&pk.weight) };
+        parts.push(LayerPart {
+            ptr: tables(&kernel, true),
+            idx: tables(&kernel, false),
+            weight,
+            name: kernel.name,
+            source: kernel.source,
+            launch: kernel.launch,
+            tma_a: kernel.tma_a,
+        });
     }
     Ok(LayerKernels { parts, summary: labels.join(" + ") })
 }
@@ -252,11 +363,8 @@ pub fn lower(
     let first = b.param("first_image", 0);
 
     // Weights: resident or streamed.
-    let weight_bytes: usize = kernels
-        .iter()
-        .flat_map(|l| &l.parts)
-        .map(|(k, w)| 4 * (w.len() + table_len(k, true) + table_len(k, false)))
-        .sum();
+    let weight_bytes: usize =
+        kernels.iter().flat_map(|l| &l.parts).map(|p| 4 * (p.weight.len() + p.ptr.len() + p.idx.len())).sum();
     let streamed = weight_bytes > options.weight_budget;
     let slots = options.stream_slots.max(1);
     let max_parts = kernels.iter().map(|l| l.parts.len()).max().unwrap_or(0);
@@ -266,11 +374,10 @@ pub fn lower(
         for s in 0..slots {
             let mut per_part = vec![];
             for p in 0..max_parts {
-                let size = |f: &dyn Fn(&(crate::codegen::Kernel, Vec<f32>)) -> usize| {
+                let size = |f: &dyn Fn(&LayerPart) -> usize| {
                     kernels.iter().filter_map(|l| l.parts.get(p)).map(f).max().unwrap_or(1).max(1)
                 };
-                let (wl, pl, il) =
-                    (size(&|x| x.1.len()), size(&|x| table_len(&x.0, true)), size(&|x| table_len(&x.0, false)));
+                let (wl, pl, il) = (size(&|x| x.weight.len()), size(&|x| x.ptr.len()), size(&|x| x.idx.len()));
                 per_part.push(PartBuffers {
                     w: (b.buffer(&format!("slot{s}.p{p}.w"), Elem::F32, wl, Storage::Scratch), wl),
                     ptr: (b.buffer(&format!("slot{s}.p{p}.ptr"), Elem::I32, pl, Storage::Scratch), pl),
@@ -332,12 +439,10 @@ pub fn lower(
         let rows = Rows::Live { max: batch, count: live, at: count_at };
         let mut launches = vec![];
         let mut packed = vec![];
-        for (p, (kernel, w)) in lk.parts.iter().enumerate() {
-            let pl = table_len(kernel, true);
-            let il = table_len(kernel, false);
-            let wdata = if w.is_empty() { vec![0.0] } else { w.clone() };
-            let ptr = tables(kernel, true);
-            let idx = tables(kernel, false);
+        for (p, kernel) in lk.parts.iter().enumerate() {
+            let (pl, il) = (kernel.ptr.len(), kernel.idx.len());
+            let wdata = if kernel.weight.is_empty() { vec![0.0] } else { kernel.weight.clone() };
+            let (ptr, idx) = (kernel.ptr.clone(), kernel.idx.clone());
             let bufs = if streamed {
                 // Host copies, then a copy step per table into this layer's slot.
                 let slot = &slot_bufs[l % slots][p];
@@ -445,8 +550,4 @@ fn tables(kernel: &crate::codegen::Kernel, ptr: bool) -> Vec<i32> {
     } else {
         vec![0]
     }
-}
-
-fn table_len(kernel: &crate::codegen::Kernel, ptr: bool) -> usize {
-    tables(kernel, ptr).len()
 }

@@ -59,3 +59,38 @@ fn verify_rejects_writes_to_constants() {
     let e = b.finish().unwrap_err().to_string();
     assert!(e.contains("writes constant w"), "{e}");
 }
+
+#[test]
+fn compiled_layers_round_trip_their_bytes_and_reject_damage() {
+    use crate::program::hpec::{compile_layer, HpecOptions, LayerKernels};
+    // A 64x64 layer with 4 nonzeros per row at scattered columns.
+    let n = 64;
+    let mut offsets = vec![0u32];
+    let (mut indices, mut values) = (vec![], vec![]);
+    for r in 0..n {
+        for j in 0..4 {
+            indices.push(((r * 7 + j * 13) % n) as u32);
+            values.push(0.0625 * (j + 1) as f32);
+        }
+        let row = &mut indices[r * 4..];
+        row.sort_unstable();
+        offsets.push(indices.len() as u32);
+    }
+    let layer = Csr { rows: n, cols: n, offsets, indices, values };
+    let k = compile_layer(&layer, 256, true, &HpecOptions { batch: 256, ..HpecOptions::default() }).unwrap();
+    assert!(!k.parts.is_empty() && k.parts.iter().all(|p| p.source.contains(&p.name)));
+    let bytes = k.to_bytes();
+    assert_eq!(LayerKernels::from_bytes(&bytes), Some(k.clone()));
+    // Truncated, one bit flipped anywhere, or trailing bytes: never read as a layer.
+    for cut in [0, 7, 8, bytes.len() / 2, bytes.len() - 1] {
+        assert_eq!(LayerKernels::from_bytes(&bytes[..cut]), None, "cut at {cut}");
+    }
+    for at in [0, 9, bytes.len() / 3, bytes.len() - 9, bytes.len() - 1] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x10;
+        assert_eq!(LayerKernels::from_bytes(&bad), None, "flip at {at}");
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert_eq!(LayerKernels::from_bytes(&longer), None);
+}

@@ -31,16 +31,9 @@ fn drv(what: &'static str, r: sys::CUresult) -> Result<(), CudaError> {
     }
 }
 
-/// Where compiled PTX is kept between runs: `$SPARTAC_CACHE_DIR/ptx`, else
-/// `$XDG_CACHE_HOME/spartac/ptx`, else `~/.cache/spartac/ptx`; `None` when none can be named.
+/// Where compiled PTX is kept between runs: `ptx/` under [`super::cache_root`].
 pub fn ptx_cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("SPARTAC_CACHE_DIR") {
-        return Some(PathBuf::from(d).join("ptx"));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("spartac").join("ptx"))
+    super::cache_root().map(|r| r.join("ptx"))
 }
 
 /// What kernel loading did.
@@ -70,14 +63,7 @@ fn cached_ptx(name: &str, source: &str, arch: &str, dir: Option<&PathBuf>) -> Re
     let ptx = compile_ptx(name, source, arch)?.ptx;
     if let Some(p) = &path {
         let text = format!("{:016x}\n{ptx}", spartac::program::checksum(ptx.as_bytes()));
-        if let Some(d) = p.parent() {
-            let _ = std::fs::create_dir_all(d);
-        }
-        // Atomic: a unique temp file renamed over the entry; a failure only costs the cache.
-        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, p).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        super::write_cache_entry(p, text.as_bytes());
     }
     Ok((ptx, false))
 }

@@ -6,6 +6,34 @@
 pub mod cpu;
 pub mod cuda;
 
+use std::path::PathBuf;
+
+/// Where spartac keeps what it compiled, between runs: `$SPARTAC_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/spartac`, else `~/.cache/spartac`; `None` when none can be named. PTX goes
+/// under `ptx/`, compiled HPEC layers under `layers/`.
+pub fn cache_root() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("SPARTAC_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("spartac"))
+}
+
+/// Writes `bytes` to `path` atomically (a unique temporary name renamed over it); a failure
+/// only costs the cache entry, so it is not an error.
+pub fn write_cache_entry(path: &std::path::Path, bytes: &[u8]) {
+    if let Some(d) = path.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let tmp = path
+        .with_extension(format!("tmp{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
+    if std::fs::write(&tmp, bytes).is_err() || std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
 /// Errors of program execution.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {

@@ -8,6 +8,7 @@
 //! devices take batches from one shared atomic counter (SNIG's scheme). Balancing batches by the
 //! input hashing of seed `001_*` is not built yet.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,9 +26,55 @@ use crate::exec::{cpu, cuda::GpuProgram};
 /// The network compiled for one batch size.
 pub struct CompiledNetwork {
     pub lowering: HpecLowering,
-    /// Seconds spent planning and specializing the layers.
+    /// Seconds spent planning and specializing the layers (or reading them from the cache)
+    /// and lowering.
     pub compile_seconds: f64,
     pub images: usize,
+    /// Layers read from the layer cache rather than planned and specialized.
+    pub layers_cached: usize,
+}
+
+/// The file of a layer's cache entry: keyed by the layer's content (pattern and values), what
+/// compiling it depends on (batch, planning rows, engine, folding, fine tile, SM count) and the
+/// spartac version.
+fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions) -> PathBuf {
+    let mut bytes = format!(
+        "{}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|",
+        env!("CARGO_PKG_VERSION"),
+        layer.rows,
+        layer.cols,
+        options.plan_rows,
+        options.engine,
+        options.fold_values,
+        options.fine_tile,
+        options.sm_count
+    )
+    .into_bytes();
+    bytes.extend(layer.offsets.iter().flat_map(|x| x.to_le_bytes()));
+    bytes.extend(layer.indices.iter().flat_map(|x| x.to_le_bytes()));
+    bytes.extend(layer.values.iter().flat_map(|x| x.to_le_bytes()));
+    dir.join(format!("{:016x}.layer", spartac::program::checksum(&bytes)))
+}
+
+/// Layer `l` compiled: from the cache in `cache` when a valid entry exists, else planned and
+/// specialized (and the entry written). A corrupted entry fails its checksum and is rebuilt.
+fn compiled_layer(
+    layer: &Csr,
+    batch: usize,
+    options: &HpecOptions,
+    cache: Option<&Path>,
+) -> Result<(LayerKernels, bool), String> {
+    let path = cache.map(|d| layer_cache_path(d, layer, batch, options));
+    if let Some(p) = &path {
+        if let Some(k) = std::fs::read(p).ok().and_then(|b| LayerKernels::from_bytes(&b)) {
+            return Ok((k, true));
+        }
+    }
+    let k = compile_layer(layer, batch, true, options).map_err(|e| e.to_string())?;
+    if let Some(p) = &path {
+        crate::exec::write_cache_entry(p, &k.to_bytes());
+    }
+    Ok((k, false))
 }
 
 fn layer_csr(network: &Network, l: usize) -> Csr {
@@ -49,6 +96,17 @@ pub fn compile(
     options: &HpecOptions,
     progress: &(dyn Fn() + Sync),
 ) -> HpecResult<CompiledNetwork> {
+    compile_cached(network, images, options, None, progress)
+}
+
+/// [`compile`] with compiled layers kept in (and read from) the folder `cache`.
+pub fn compile_cached(
+    network: &Network,
+    images: &Images,
+    options: &HpecOptions,
+    cache: Option<&Path>,
+    progress: &(dyn Fn() + Sync),
+) -> HpecResult<CompiledNetwork> {
     if images.neurons() != network.neurons {
         return Err(HpecError::NeuronMismatch {
             message: format!("images have {} pixels, network has {} neurons", images.neurons(), network.neurons),
@@ -56,22 +114,29 @@ pub fn compile(
     }
     let started = Instant::now();
     let batch = options.batch.min(images.n_images()).max(1);
-    let kernels: Vec<LayerKernels> = (0..network.n_layers())
+    let compiled: Vec<(LayerKernels, bool)> = (0..network.n_layers())
         .into_par_iter()
         .map(|l| {
-            let k = compile_layer(&layer_csr(network, l), batch, true, options)
+            let k = compiled_layer(&layer_csr(network, l), batch, options, cache)
                 .map_err(|e| HpecError::InvalidArgument(format!("layer {l}: {e}")));
             progress();
             k
         })
         .collect::<HpecResult<_>>()?;
+    let layers_cached = compiled.iter().filter(|(_, hit)| *hit).count();
+    let kernels: Vec<LayerKernels> = compiled.into_iter().map(|(k, _)| k).collect();
     let layers: Vec<Csr> = (0..network.n_layers()).map(|l| layer_csr(network, l)).collect();
     let px = &images.pixels;
     let view =
         HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
     let lowering = lower(network.neurons, network.bias, layers, &kernels, &view, options)
         .map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
-    Ok(CompiledNetwork { lowering, compile_seconds: started.elapsed().as_secs_f64(), images: images.n_images() })
+    Ok(CompiledNetwork {
+        lowering,
+        compile_seconds: started.elapsed().as_secs_f64(),
+        images: images.n_images(),
+        layers_cached,
+    })
 }
 
 /// Rows of one batch (the length of its id buffers).
