@@ -128,9 +128,9 @@ pub struct RunArgs {
     pub backend: Backend,
     #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
     pub kernel: KernelArg,
-    /// Worker threads (default: one per core).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    /// Worker threads (default: one per core; at most 1024).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
     /// Images per block.
     #[arg(long, default_value_t = 32)]
     pub block_images: usize,
@@ -169,7 +169,8 @@ pub struct GpuArgs {
     /// Stream every layer's weights from pinned host memory, even when they fit on the device.
     #[arg(long)]
     pub stream_weights: bool,
-    /// Most MiB of packed weights to keep on the device before streaming the rest.
+    /// Most MiB of packed weights to keep on the device; above it every layer's weights stream
+    /// (default: what the GPU has free after the activations and images).
     #[arg(long)]
     pub weight_budget_mib: Option<usize>,
     /// Device slots streamed weights rotate through.
@@ -229,10 +230,11 @@ fn generator_config(
 fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     let config = generator_config(args.neurons, args.layers, args.seed, !args.no_real_relabellings)?;
     let network = hpec::generate_with(&config)?;
+    // The images are drawn (and their count checked) before anything is written.
+    let images = args.images.map(|count| bundled::images_for_neurons(args.neurons, count)).transpose()?;
     let paths = hpec::write_network_tsv(&network, &args.out)?;
     println!("wrote {} layers of {} neurons to {}", paths.len(), network.neurons, args.out.display());
-    if let Some(count) = args.images {
-        let images = bundled::images_for_neurons(args.neurons, count)?;
+    if let Some(images) = images {
         let image_path = args.out.join(format!("sparse-images-{}.tsv", args.neurons));
         hpec::write_images_tsv(&images, &image_path)?;
         let truth = hpec::reference_categories(&network, &images)?;
@@ -320,14 +322,35 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         (Some(dir), false) => CacheConfig::Directory(dir.clone()),
         (None, false) => CacheConfig::Default,
     };
+    // A generated network and drawn images are estimated together before either is built.
+    if let (Some(n), Some(l), None) = (args.net.neurons, args.net.layers, &args.images) {
+        let count =
+            args.image_count.unwrap_or(if args.gpu.mnist_images { 60_000 } else { bundled::DEFAULT_IMAGE_COUNT });
+        let drawn = if n != 1024 || args.gpu.mnist_images { count.min(60_000) as u128 * n as u128 * 4 } else { 0 };
+        hpec::generator::check_fits(
+            &format!("a {n}x{l} network with {count} images"),
+            hpec::generator::network_bytes(n, l) + drawn,
+            hpec::generator::available_memory(),
+        )?;
+    }
     let load_start = Instant::now();
     let (network, network_name, real_network) = select_network(&args.net, &cache)?;
+    // With --repeat-images the source's own images are the base the count repeats.
+    let wanted = |default: usize| match args.image_count {
+        Some(c) if args.repeat_images => c.min(default),
+        Some(c) => c,
+        None => default,
+    };
     let images = match &args.images {
         Some(path) => hpec::load_images(path, network.neurons)?,
         None if args.gpu.mnist_images => {
-            hpec::mnist::mnist_images(&bundled::mnist_digits()?, network.neurons, args.image_count.unwrap_or(60_000))?
+            hpec::mnist::mnist_images(&bundled::mnist_digits()?, network.neurons, wanted(60_000))?
         }
-        None => bundled::images_for_neurons(network.neurons, args.image_count.unwrap_or(bundled::DEFAULT_IMAGE_COUNT))?,
+        None if network.neurons == 1024 => bundled::images_for_neurons(1024, wanted(bundled::DEFAULT_IMAGE_COUNT))?,
+        None => bundled::images_for_neurons(
+            network.neurons,
+            wanted(if args.repeat_images { 60_000 } else { bundled::DEFAULT_IMAGE_COUNT }),
+        )?,
     };
     // Truth is computed on the distinct images; repeated copies share their original's category.
     let base_images = match args.image_count {
@@ -362,7 +385,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         return run_compiled(&args, backend, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
     }
     let options = InferOptions {
-        threads: args.threads,
+        threads: args.threads.map(usize::from),
         kernel: match args.kernel {
             KernelArg::Auto => KernelChoice::Auto,
             KernelArg::Row => KernelChoice::RowWiseCsr,
@@ -534,12 +557,27 @@ fn run_compiled(
     } else {
         vec![]
     };
+    let batch = g.batch.unwrap_or(images.n_images()).min(images.n_images()).max(1);
+    // Weights stay resident while they fit: by default the budget is what the first GPU has
+    // free (less a tenth for the driver and fragmentation) after the activation buffers and the
+    // images; a network over it streams its weights from pinned host memory instead of failing.
+    let weight_budget = match (g.stream_weights, g.weight_budget_mib, devices.first()) {
+        (true, _, _) => 0,
+        (false, Some(mib), _) => mib << 20,
+        (false, None, Some(d)) => {
+            let (free, _) = d.memory()?;
+            let activations = 2 * batch * network.neurons * 4 + 2 * batch * 4;
+            let inputs = 4 * (images.pixels.offsets.len() + 2 * images.n_nonzeros()) + images.n_images();
+            (free / 10 * 9).saturating_sub(activations + inputs)
+        }
+        (false, None, None) => usize::MAX,
+    };
     let options = HpecOptions {
-        batch: g.batch.unwrap_or(images.n_images()),
+        batch,
         compact_every: g.compact_every,
         compact_first: g.compact_first,
         fine_tile: g.fine_tile.0,
-        weight_budget: if g.stream_weights { 0 } else { g.weight_budget_mib.map_or(usize::MAX, |m| m << 20) },
+        weight_budget,
         stream_slots: g.stream_slots,
         fold_values: !g.no_fold,
         engine: g.engine,

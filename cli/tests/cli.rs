@@ -349,3 +349,29 @@ fn plan_errors_are_one_line() {
     let help = String::from_utf8_lossy(&spartac(&["explain", "--help"]).stdout).into_owned();
     assert!(help.contains("Examples:") && help.contains("crossover"), "{help}");
 }
+
+#[test]
+fn hpec_sizes_past_the_machine_and_the_bundled_data_are_one_line_errors() {
+    // 4e9 layers: refused from the estimate, before anything is allocated.
+    let err = expect_error(&spartac(&["hpec", "run", "--neurons", "1024", "--layers", "4000000000"]));
+    assert!(err.contains("network needs") && err.contains("GiB"), "{err}");
+    // More real images than are bundled: an error, not a silent clamp.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("net");
+    let err = expect_error(&spartac(&[
+        "hpec",
+        "generate",
+        "--neurons",
+        "1024",
+        "--layers",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--images",
+        "5000",
+    ]));
+    assert!(err.contains("bundled real images") && err.contains("1200"), "{err}");
+    assert!(!out.exists(), "a refused generate wrote {}", out.display());
+    let err = expect_error(&spartac(&["hpec", "run", "--neurons", "4096", "--layers", "2", "--image-count", "70000"]));
+    assert!(err.contains("70000 MNIST-derived images"), "{err}");
+}

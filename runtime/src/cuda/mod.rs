@@ -102,6 +102,11 @@ impl CudaDevice {
         Ok(self.ctx.attribute(SMS).ctx("multiprocessor count")? as usize)
     }
 
+    /// Free and total device memory, bytes.
+    pub fn memory(&self) -> Result<(usize, usize), CudaError> {
+        self.ctx.mem_get_info().ctx("cuMemGetInfo")
+    }
+
     /// The NVRTC target of this device, e.g. `sm_90a`.
     pub fn arch(&self) -> &str {
         &self.arch

@@ -47,6 +47,12 @@ pub fn mnist_digits() -> HpecResult<MnistDigits> {
 /// from the bundled MNIST digits by the rule of [`super::mnist`] (at most 60,000).
 pub fn images_for_neurons(neurons: usize, count: usize) -> HpecResult<Images> {
     if neurons == 1024 {
+        if count > DEFAULT_IMAGE_COUNT {
+            return Err(super::HpecError::InvalidArgument(format!(
+                "{count} images asked for: the bundled real images of the 1024-neuron network are {DEFAULT_IMAGE_COUNT} \
+                 (repeat them with --repeat-images, or draw 60,000 from MNIST with --mnist-images)"
+            )));
+        }
         Ok(real_1024_images()?.first(count))
     } else {
         mnist_images(&mnist_digits()?, neurons, count)

@@ -134,7 +134,17 @@ pub fn mnist_images(digits: &MnistDigits, neurons: usize, count: usize) -> HpecR
     if side < 2 {
         return Err(HpecError::InvalidArgument(format!("cannot draw digits on {neurons} neurons")));
     }
-    let count = count.min(CHALLENGE_IMAGES);
+    if count > CHALLENGE_IMAGES {
+        return Err(HpecError::InvalidArgument(format!(
+            "{count} MNIST-derived images asked for: the challenge has {CHALLENGE_IMAGES}"
+        )));
+    }
+    // At most every pixel set, 8 bytes each (index and value): checked before drawing.
+    super::generator::check_fits(
+        &format!("{count} images of {neurons} pixels"),
+        count as u128 * neurons as u128 * 8 / 2,
+        super::generator::available_memory(),
+    )?;
     let per_image: Vec<Vec<u32>> =
         (0..count).into_par_iter().map(|image| resize_binarize(&digits.source_raster(image), side)).collect();
     let mut offsets = Vec::with_capacity(count + 1);
