@@ -31,8 +31,8 @@ pub struct HpecArgs {
 pub enum HpecCommand {
     /// Write a generated challenge network (and optionally inputs and truth) as TSV files.
     Generate(GenerateArgs),
-    /// Run a network on the CPU engine and check its categories.
-    Run(RunArgs),
+    /// Run a network (on the GPU as the compiled task graph, or on the CPU) and check its categories.
+    Run(Box<RunArgs>),
     /// Write a network as an ONNX model (sparse initializers) that `spartac run` loads.
     Export(ExportArgs),
 }
@@ -211,7 +211,7 @@ pub struct GpuArgs {
 pub fn run(args: HpecArgs) -> anyhow::Result<()> {
     match args.command {
         HpecCommand::Generate(args) => generate(args),
-        HpecCommand::Run(args) => run_network(args),
+        HpecCommand::Run(args) => run_network(*args),
         HpecCommand::Export(args) => export(args),
     }
 }

@@ -97,7 +97,8 @@ pub fn default_fine_tile() -> crate::codegen::Tile {
 impl HpecOptions {
     /// Whether a compaction follows layer `l` of `n_layers` (never with `compact_every` 0).
     pub fn compacts_after(&self, l: usize, n_layers: usize) -> bool {
-        self.compact_every > 0 && (l < self.compact_first || (l + 1) % self.compact_every == 0 || l + 1 == n_layers)
+        self.compact_every > 0
+            && (l < self.compact_first || (l + 1).is_multiple_of(self.compact_every) || l + 1 == n_layers)
     }
 }
 

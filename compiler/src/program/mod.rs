@@ -434,13 +434,10 @@ impl Program {
                         }
                         for a in args {
                             match a {
-                                Arg::Buf(b, at) | Arg::TensorMap { buf: b, rows: at, .. } => {
-                                    if b.0 as usize >= nb || *at > self.buffer(*b).len && matches!(a, Arg::Buf(..)) {
-                                        return Err(fail(format!(
-                                            "step {i} ({}): argument past its buffer",
-                                            step.label
-                                        )));
-                                    }
+                                Arg::Buf(b, at) | Arg::TensorMap { buf: b, rows: at, .. }
+                                    if b.0 as usize >= nb || *at > self.buffer(*b).len && matches!(a, Arg::Buf(..)) =>
+                                {
+                                    return Err(fail(format!("step {i} ({}): argument past its buffer", step.label)));
                                 }
                                 Arg::Param(p) if p.0 as usize >= self.params.len() => {
                                     return Err(fail(format!(
