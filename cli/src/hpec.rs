@@ -396,7 +396,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         ..InferOptions::default()
     };
     let result = hpec::infer(&network, &images, &options)?;
-    let (truth, truth_name) = truth_categories(&truth_kind, &network, &base_images, images.n_images())?;
+    let (truth, truth_name) = truth_categories(&truth_kind, &network, &base_images, images.n_images(), args.no_cache)?;
     let verdict = truth.as_ref().map(|t| *t == result.categories);
     report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
     match verdict {
@@ -497,8 +497,9 @@ fn truth_categories(
     network: &hpec::Network,
     base: &hpec::Images,
     count: usize,
+    no_cache: bool,
 ) -> anyhow::Result<(Option<Vec<u32>>, String)> {
-    let (truth, name) = base_truth(kind, network, base)?;
+    let (truth, name) = base_truth(kind, network, base, no_cache)?;
     let n = base.n_images();
     Ok(match truth {
         Some(t) if count > n => {
@@ -512,6 +513,7 @@ fn base_truth(
     kind: &Truth,
     network: &hpec::Network,
     images: &hpec::Images,
+    no_cache: bool,
 ) -> anyhow::Result<(Option<Vec<u32>>, String)> {
     Ok(match kind {
         Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
@@ -521,7 +523,11 @@ fn base_truth(
             truth.retain(|&id| id <= count);
             (Some(truth), "bundled neuron1024-l120-categories-first1200.tsv".to_string())
         }
-        Truth::Reference => (Some(hpec::reference_categories(network, images)?), "f64 reference run".to_string()),
+        Truth::Reference => {
+            let dir = if no_cache { None } else { spartac_runtime::exec::cache_root().map(|r| r.join("reference")) };
+            let (ids, cached) = hpec::reference_categories_cached(network, images, dir.as_deref())?;
+            (Some(ids), if cached { "f64 reference (cached)" } else { "f64 reference run" }.to_string())
+        }
         Truth::Unchecked => (None, "none".to_string()),
     })
 }
@@ -615,7 +621,7 @@ fn run_compiled(
         eprintln!("simulated on the CPU executor in {:.2} s", t0.elapsed().as_secs_f64());
         (c, None)
     };
-    let (truth, truth_name) = truth_categories(truth_kind, network, base_images, images.n_images())?;
+    let (truth, truth_name) = truth_categories(truth_kind, network, base_images, images.n_images(), args.no_cache)?;
     let verdict = truth.as_ref().map(|t| *t == categories);
     let verdict_text = match verdict {
         Some(true) => "PASS",

@@ -223,3 +223,27 @@ fn a_second_compile_reads_every_layer_from_the_cache_and_builds_the_same_program
     assert!(third.layers_cached <= 5);
     assert!(third.lowering.program == first.lowering.program, "a rebuilt layer built another program");
 }
+
+#[test]
+fn reference_categories_are_cached_by_content_and_a_damaged_entry_is_recomputed() {
+    let dir = tempfile::tempdir().unwrap();
+    let network = real_network(8);
+    let images = bundled::real_1024_images().unwrap().first(400);
+    let (fresh, hit) = hpec::reference_categories_cached(&network, &images, Some(dir.path())).unwrap();
+    assert!(!hit);
+    assert_eq!(fresh, hpec::reference_categories(&network, &images).unwrap());
+    let (again, hit) = hpec::reference_categories_cached(&network, &images, Some(dir.path())).unwrap();
+    assert!(hit && again == fresh);
+    // Other images are another entry.
+    let (_, hit) = hpec::reference_categories_cached(&network, &images.first(300), Some(dir.path())).unwrap();
+    assert!(!hit);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01; // a digit of the last id turns into another
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let (recomputed, hit) = hpec::reference_categories_cached(&network, &images, Some(dir.path())).unwrap();
+    assert!(!hit && recomputed == fresh);
+}

@@ -39,7 +39,7 @@ pub use images::{load_categories, load_images, Images};
 pub use load::{load_network, load_network_with_status};
 pub use network::{bias_for_neurons, Network};
 pub use onnx_export::{images_to_tensor, network_to_graph};
-pub use reference::reference_categories;
+pub use reference::{reference_categories, reference_categories_cached};
 pub use relabellings::Relabellings;
 pub use source::NetworkSource;
 pub use sparse::{CompressedMatrix, LayerMatrix};

@@ -52,3 +52,66 @@ pub fn reference_categories(network: &Network, images: &Images) -> HpecResult<Ve
         .map(|image| image as u32 + 1)
         .collect())
 }
+
+/// [`reference_categories`], kept in the folder `cache` between runs: the entry is keyed by a
+/// hash of the network (every layer's pattern and values, the bias) and of the images, and
+/// holds the categories with their checksum; a damaged entry is recomputed. Returns the
+/// categories and whether they came from the cache.
+pub fn reference_categories_cached(
+    network: &Network,
+    images: &Images,
+    cache: Option<&std::path::Path>,
+) -> HpecResult<(Vec<u32>, bool)> {
+    let Some(dir) = cache else {
+        return Ok((reference_categories(network, images)?, false));
+    };
+    let mut h = Fnv::new();
+    h.add(&network.neurons.to_le_bytes());
+    h.add(&network.bias.to_le_bytes());
+    for layer in &network.layers {
+        let m = &layer.csr;
+        h.add_u32s(&m.offsets);
+        h.add_u32s(&m.indices);
+        h.add(&m.values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+    }
+    let px = &images.pixels;
+    h.add(&px.n_inner.to_le_bytes());
+    h.add_u32s(&px.offsets);
+    h.add_u32s(&px.indices);
+    h.add(&px.values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+    let path = dir.join(format!("{:016x}.categories", h.0));
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Some((sum, ids)) = text.split_once('\n') {
+            if format!("{:016x}", spartac::program::checksum(ids.as_bytes())) == sum {
+                if let Ok(ids) = ids.split_whitespace().map(str::parse::<u32>).collect::<Result<Vec<_>, _>>() {
+                    return Ok((ids, true));
+                }
+            }
+        }
+    }
+    let ids = reference_categories(network, images)?;
+    let body = ids.iter().map(u32::to_string).collect::<Vec<_>>().join("\n");
+    let text = format!("{:016x}\n{body}", spartac::program::checksum(body.as_bytes()));
+    crate::exec::write_cache_entry(&path, text.as_bytes());
+    Ok((ids, false))
+}
+
+/// FNV-1a 64, fed in pieces.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn add(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= *b as u64;
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn add_u32s(&mut self, v: &[u32]) {
+        for x in v {
+            self.add(&x.to_le_bytes());
+        }
+    }
+}
