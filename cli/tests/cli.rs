@@ -354,7 +354,7 @@ fn plan_errors_are_one_line() {
 fn hpec_sizes_past_the_machine_and_the_bundled_data_are_one_line_errors() {
     // 4e9 layers: refused from the estimate, before anything is allocated.
     let err = expect_error(&spartac(&["hpec", "run", "--neurons", "1024", "--layers", "4000000000"]));
-    assert!(err.contains("network needs") && err.contains("GiB"), "{err}");
+    assert!(err.contains("1024x4000000000 network") && err.contains("GiB of memory"), "{err}");
     // More real images than are bundled: an error, not a silent clamp.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("net");
