@@ -190,6 +190,10 @@ pub struct GpuArgs {
     /// Issue the batch's work as plain stream launches instead of the CUDA graph.
     #[arg(long)]
     pub no_graph: bool,
+    /// Deal the images to batches by a hash of their id (seed 001's input hashing), so that
+    /// batches of similar images (early-dying or long-lived) do not leave one GPU the long ones.
+    #[arg(long)]
+    pub hash_inputs: bool,
     /// GPUs to spread batches over (one graph each, a shared batch counter).
     #[arg(long, default_value_t = 1)]
     pub gpus: usize,
@@ -604,7 +608,11 @@ fn run_compiled(
     );
     // Compiled layers are kept under the cache root's layers/ (not with --no-cache).
     let layer_cache = if args.no_cache { None } else { spartac_runtime::exec::cache_root().map(|r| r.join("layers")) };
-    let compiled = task_graph::compile_cached(network, images, &options, layer_cache.as_deref(), &|| bar.inc(1))?;
+    // Input hashing: the program runs the images in hashed order; categories map back below.
+    let order = g.hash_inputs.then(|| hpec::hashing::hashed_image_order(images.n_images(), 0));
+    let hashed = order.as_ref().map(|o| images.reordered(o));
+    let run_images = hashed.as_ref().unwrap_or(images);
+    let compiled = task_graph::compile_cached(network, run_images, &options, layer_cache.as_deref(), &|| bar.inc(1))?;
     bar.finish_and_clear();
     let low = &compiled.lowering;
     let edges = images.n_images() as f64 * network.total_nonzeros() as f64;
@@ -620,6 +628,14 @@ fn run_compiled(
         let c = task_graph::run_cpu(&compiled)?;
         eprintln!("simulated on the CPU executor in {:.2} s", t0.elapsed().as_secs_f64());
         (c, None)
+    };
+    let categories = match &order {
+        Some(order) => {
+            let mut ids: Vec<u32> = categories.iter().map(|&pos| order[pos as usize - 1] + 1).collect();
+            ids.sort_unstable();
+            ids
+        }
+        None => categories,
     };
     let (truth, truth_name) = truth_categories(truth_kind, network, base_images, images.n_images(), args.no_cache)?;
     let verdict = truth.as_ref().map(|t| *t == categories);
@@ -655,6 +671,7 @@ fn run_compiled(
             "plan_rows": options.plan_rows,
             "sm_count": options.sm_count,
             "gpus": g.gpus,
+            "hash_inputs": g.hash_inputs,
             "load_seconds": load_seconds,
             "compile_seconds": compiled.compile_seconds,
             "layers_from_cache": compiled.layers_cached,

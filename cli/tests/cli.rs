@@ -209,6 +209,12 @@ fn hpec_sim_backend_runs_the_compiled_program_and_repeated_images_keep_their_tru
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
     assert!(out.contains("repeated to 1500 images: PASS"), "{out}");
+    // Hashed inputs in batches of 400: the images run in another order, the categories map back.
+    let o = spartac(
+        &[&args[..], &["--repeat-images", "--image-count", "1500", "--batch", "400", "--hash-inputs"]].concat(),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("PASS"), "stdout: {out}\nstderr: {}", stderr(&o));
 }
 
 #[test]

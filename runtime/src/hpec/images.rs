@@ -71,6 +71,20 @@ impl Images {
         Ok(Images::from_csr(CompressedMatrix { n_outer: count, n_inner: self.neurons(), offsets, indices, values }))
     }
 
+    /// The images in the order `order` gives (image i of the result is image `order[i]`).
+    pub fn reordered(&self, order: &[u32]) -> Images {
+        let mut offsets = Vec::with_capacity(order.len() + 1);
+        let (mut indices, mut values) = (Vec::with_capacity(self.n_nonzeros()), Vec::with_capacity(self.n_nonzeros()));
+        offsets.push(0u32);
+        for &i in order {
+            let (px, v) = self.pixels.slot(i as usize);
+            indices.extend_from_slice(px);
+            values.extend_from_slice(v);
+            offsets.push(indices.len() as u32);
+        }
+        Images::from_csr(CompressedMatrix { n_outer: order.len(), n_inner: self.neurons(), offsets, indices, values })
+    }
+
     /// Rescales square images to another neuron count by nearest-neighbour sampling.
     ///
     /// Pixels are read as a `side × side` raster (`side = sqrt(neurons)`); the target raster
