@@ -5,8 +5,11 @@
 //! batch's first image as its parameter ([`run_gpu`]).
 //!
 //! Multi-GPU: [`run_gpu_devices`] gives every device its own copy of the program and graph; the
-//! devices take batches from one shared atomic counter (SNIG's scheme). Balancing batches by the
-//! input hashing of seed `001_*` is not built yet.
+//! devices take batches from one shared atomic counter (SNIG's scheme). Batches are balanced by
+//! handing the images over in hashed order (`spartac hpec run --hash-inputs`, seed `001_*`).
+//!
+//! Compiled layers can be kept on disk ([`compile_cached`]): keyed by the layer's content and
+//! every setting the compile depends on, checksummed, rebuilt when damaged.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
