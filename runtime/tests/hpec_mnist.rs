@@ -30,5 +30,8 @@ fn bundled_digits_become_deterministic_binary_images_of_every_size() {
     let at_784 = mnist::mnist_images(&digits, 784, 10_001).unwrap();
     let shifted: Vec<u32> = at_784.pixels.slot(0).0.iter().map(|p| p + 1).collect();
     assert_eq!(at_784.pixels.slot(10_000).0, &shifted[..]);
-    assert_eq!(bundled::images_for_neurons(1024, 5000).unwrap().n_images(), 1200);
+    // The 1024 network's real images are 1,200: asking for more is an error, not a clamp.
+    assert_eq!(bundled::images_for_neurons(1024, 1200).unwrap().n_images(), 1200);
+    assert!(bundled::images_for_neurons(1024, 5000).is_err());
+    assert!(mnist::mnist_images(&digits, 784, 60_001).is_err());
 }
