@@ -330,10 +330,5 @@ pub const DEFAULT_UNROLL_BUDGET: usize = 1 << 16;
 
 /// FNV-1a 64 of a kernel source: the module cache key (with the arch).
 pub fn source_hash(source: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in source.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    crate::program::checksum(source.as_bytes())
 }

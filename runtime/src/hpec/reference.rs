@@ -65,21 +65,21 @@ pub fn reference_categories_cached(
     let Some(dir) = cache else {
         return Ok((reference_categories(network, images)?, false));
     };
-    let mut h = Fnv::new();
+    let mut h = spartac::program::Fnv64::new();
     h.add(&network.neurons.to_le_bytes());
     h.add(&network.bias.to_le_bytes());
     for layer in &network.layers {
         let m = &layer.csr;
         h.add_u32s(&m.offsets);
         h.add_u32s(&m.indices);
-        h.add(&m.values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+        h.add_f32s(&m.values);
     }
     let px = &images.pixels;
     h.add(&px.n_inner.to_le_bytes());
     h.add_u32s(&px.offsets);
     h.add_u32s(&px.indices);
-    h.add(&px.values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
-    let path = dir.join(format!("{:016x}.categories", h.0));
+    h.add_f32s(&px.values);
+    let path = dir.join(format!("{:016x}.categories", h.finish()));
     if let Ok(text) = std::fs::read_to_string(&path) {
         if let Some((sum, ids)) = text.split_once('\n') {
             if format!("{:016x}", spartac::program::checksum(ids.as_bytes())) == sum {
@@ -94,24 +94,4 @@ pub fn reference_categories_cached(
     let text = format!("{:016x}\n{body}", spartac::program::checksum(body.as_bytes()));
     crate::exec::write_cache_entry(&path, text.as_bytes());
     Ok((ids, false))
-}
-
-/// FNV-1a 64, fed in pieces.
-struct Fnv(u64);
-
-impl Fnv {
-    fn new() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-    fn add(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= *b as u64;
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn add_u32s(&mut self, v: &[u32]) {
-        for x in v {
-            self.add(&x.to_le_bytes());
-        }
-    }
 }

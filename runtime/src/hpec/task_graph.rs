@@ -41,22 +41,25 @@ pub struct CompiledNetwork {
 /// compiling it depends on (batch, planning rows, engine, folding, fine tile, SM count) and the
 /// spartac version.
 fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions) -> PathBuf {
-    let mut bytes = format!(
-        "{}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|",
-        env!("CARGO_PKG_VERSION"),
-        layer.rows,
-        layer.cols,
-        options.plan_rows,
-        options.engine,
-        options.fold_values,
-        options.fine_tile,
-        options.sm_count
-    )
-    .into_bytes();
-    bytes.extend(layer.offsets.iter().flat_map(|x| x.to_le_bytes()));
-    bytes.extend(layer.indices.iter().flat_map(|x| x.to_le_bytes()));
-    bytes.extend(layer.values.iter().flat_map(|x| x.to_le_bytes()));
-    dir.join(format!("{:016x}.layer", spartac::program::checksum(&bytes)))
+    let mut h = spartac::program::Fnv64::new();
+    h.add(
+        format!(
+            "{}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|",
+            env!("CARGO_PKG_VERSION"),
+            layer.rows,
+            layer.cols,
+            options.plan_rows,
+            options.engine,
+            options.fold_values,
+            options.fine_tile,
+            options.sm_count
+        )
+        .as_bytes(),
+    );
+    h.add_u32s(&layer.offsets);
+    h.add_u32s(&layer.indices);
+    h.add_f32s(&layer.values);
+    dir.join(format!("{:016x}.layer", h.finish()))
 }
 
 /// Layer `l` compiled: from the cache in `cache` when a valid entry exists, else planned and
