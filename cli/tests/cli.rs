@@ -381,3 +381,17 @@ fn hpec_sizes_past_the_machine_and_the_bundled_data_are_one_line_errors() {
     let err = expect_error(&spartac(&["hpec", "run", "--neurons", "4096", "--layers", "2", "--image-count", "70000"]));
     assert!(err.contains("70000 MNIST-derived images"), "{err}");
 }
+
+#[test]
+fn hpec_files_that_name_huge_sizes_are_refused_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images.tsv");
+    std::fs::write(&images, "1000000000\t5\t1\n").unwrap();
+    let err = expect_error(&spartac(&["hpec", "run", "--images", images.to_str().unwrap(), "--no-cache"]));
+    assert!(err.contains("image id 1000000000") && err.contains("at most"), "{err}");
+    let net = dir.path().join("net");
+    std::fs::create_dir(&net).unwrap();
+    std::fs::write(net.join("n10000000000-l1.tsv"), "1\t1\t0.0625\n").unwrap();
+    let err = expect_error(&spartac(&["hpec", "run", "--network", net.to_str().unwrap(), "--no-check", "--no-cache"]));
+    assert!(err.contains("10000000000 neurons, at most"), "{err}");
+}

@@ -2,7 +2,8 @@
 //!
 //! File layout (all little-endian): magic `SPHPECNW`, format version (u32), reserved (u32),
 //! source key (u64), neurons (u64), layer count (u64), bias bits (u32), reserved (u32),
-//! payload length (u64), checksum (u64, [`checksum64`] of the layer checksums), then one record
+//! payload length (u64), checksum (u64, [`checksum64`] of every header field before it and the
+//! layer checksums: a flipped bias or count fails it), then one record
 //! per layer (see [`push_layer`]: CSR only, u16 indices when N <= 65536, a single value when all
 //! are equal, each record with its own checksum so layers decode and verify in parallel).
 //! A 1024×1920 network takes 131 MB instead of 1 GB.
@@ -22,7 +23,7 @@ use super::network::Network;
 use super::sparse::{CompressedMatrix, LayerMatrix};
 
 const MAGIC: &[u8; 8] = b"SPHPECNW";
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
 const HEADER_BYTES: usize = 64;
 
 /// Where parsed networks are cached.
@@ -177,8 +178,9 @@ pub fn encode_network(network: &Network, key: u64) -> Vec<u8> {
     out.extend_from_slice(&network.bias.to_bits().to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&(payload_len as u64).to_le_bytes());
-    let record_checksums: Vec<u8> = records.iter().flat_map(|r| r[8..16].to_vec()).collect();
-    out.extend_from_slice(&checksum64(&record_checksums).to_le_bytes());
+    let mut summed = out.clone();
+    summed.extend(records.iter().flat_map(|r| r[8..16].to_vec()));
+    out.extend_from_slice(&checksum64(&summed).to_le_bytes());
     debug_assert_eq!(out.len(), HEADER_BYTES);
     for record in records {
         out.extend_from_slice(&record);
@@ -268,6 +270,7 @@ pub fn decode_network(bytes: &[u8], expected_key: u64) -> Result<Network, String
     let bias = f32::from_bits(cursor.u32()?);
     cursor.u32()?;
     let payload_len = cursor.usize()?;
+    let header = &bytes[..cursor.pos];
     let checksum = cursor.u64()?;
     if bytes.len() - cursor.pos != payload_len {
         return Err("truncated or padded payload".to_string());
@@ -276,7 +279,7 @@ pub fn decode_network(bytes: &[u8], expected_key: u64) -> Result<Network, String
         return Err("bad header".to_string());
     }
     let mut records = Vec::with_capacity(n_layers.min(1 << 20));
-    let mut record_checksums = Vec::with_capacity(8 * records.capacity());
+    let mut record_checksums = header.to_vec();
     for _ in 0..n_layers {
         let length = cursor.usize()?;
         let layer_checksum = cursor.u64()?;
@@ -334,6 +337,13 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         assert_eq!(decode_network(&flipped, 7).unwrap_err(), "checksum mismatch");
+        // Every header byte after the key is covered too: a flipped bias (bytes 40..44) or
+        // layer count is a checksum failure, never a network with another bias.
+        for at in [32, 40, 43, 44] {
+            let mut header = bytes.clone();
+            header[at] ^= 0x04;
+            assert!(decode_network(&header, 7).is_err(), "header byte {at} flipped and still decoded");
+        }
         assert!(decode_network(&bytes[..bytes.len() - 3], 7).is_err());
         assert!(decode_network(&bytes[..10], 7).is_err());
         let uniform = CompressedMatrix::from_sorted_triples(2, 2, &[(0, 0, 0.0625), (1, 1, 0.0625)]).unwrap();

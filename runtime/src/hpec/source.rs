@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 
 use super::error::{HpecError, HpecResult};
 use super::network::{bias_for_neurons, Network};
+
+/// Most neurons a layer file may name (its name sizes the layer before any line is read).
+pub const MAX_NEURONS: usize = 1 << 24;
 use super::sparse::LayerMatrix;
 use super::tsv_reader::read_layer_tsv;
 
@@ -113,6 +116,12 @@ impl LayerCollector {
         }
         if neurons == 0 {
             return Err(HpecError::layer_set(&self.source_name, format!("{name}: zero neurons")));
+        }
+        if neurons > MAX_NEURONS {
+            return Err(HpecError::layer_set(
+                &self.source_name,
+                format!("{name}: {neurons} neurons, at most {MAX_NEURONS} (the challenge's largest is 65536)"),
+            ));
         }
         match self.neurons {
             Some(known) if known != neurons => {

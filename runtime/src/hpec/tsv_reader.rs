@@ -145,8 +145,12 @@ pub fn read_layer_tsv(file: &str, reader: impl BufRead, neurons: usize) -> HpecR
     Ok(LayerMatrix::from_csr(CompressedMatrix::from_sorted_triples(neurons, neurons, &triples)?))
 }
 
+/// Most images one image file may number (ids past it are refused before anything is sized
+/// by them): 2^24, 280 times the challenge's 60,000.
+pub const MAX_IMAGES: usize = 1 << 24;
+
 /// Reads an image TSV (`image pixel value`, 1-based). The image count is the largest image id
-/// unless `n_images` is given, in which case larger ids are an error.
+/// unless `n_images` is given, in which case larger ids are an error; at most [`MAX_IMAGES`].
 pub fn read_images_tsv(
     file: &str,
     reader: impl BufRead,
@@ -173,6 +177,14 @@ pub fn read_images_tsv(
         ));
     }
     let count = n_images.unwrap_or_else(|| entries.last().map(|e| e.0 as usize + 1).unwrap_or(0));
+    if count > MAX_IMAGES {
+        let line = entries.last().map_or(0, |e| e.3 as u64);
+        return Err(HpecError::parse(
+            file,
+            line,
+            format!("image id {count}: at most {MAX_IMAGES} images a file (the challenge has 60,000); split the file"),
+        ));
+    }
     let triples: Vec<(u32, u32, f32)> = entries.iter().map(|e| (e.0, e.1, e.2)).collect();
     Ok(Images::from_csr(CompressedMatrix::from_sorted_triples(count, neurons, &triples)?))
 }
