@@ -32,6 +32,14 @@ pub enum HpecCommand {
     /// Write a generated challenge network (and optionally inputs and truth) as TSV files.
     Generate(GenerateArgs),
     /// Run a network (on the GPU as the compiled task graph, or on the CPU) and check its categories.
+    #[command(after_help = "Examples:
+  spartac hpec run                                   the real 1024x120 network, 1,200 real images
+  spartac hpec run --backend cuda --repeat-images --image-count 60000
+                                                     the 60,000 inputs the peers are measured on
+  spartac hpec run --backend cuda --neurons 1024 --layers 1920 --repeat-images --image-count 60000 --profile
+                                                     a generated 1920-layer network, with where the time goes
+  spartac hpec run --backend sim --image-count 300   the compiled program on the CPU (no GPU)
+  spartac hpec run --network DIR --categories T.tsv  your own layer files and truth")]
     Run(Box<RunArgs>),
     /// Write a network as an ONNX model (sparse initializers) that `spartac run` loads.
     Export(ExportArgs),
@@ -140,6 +148,8 @@ pub struct RunArgs {
     /// Cache directory for parsed networks (default ~/.cache/spartac/hpec).
     #[arg(long, conflicts_with = "no_cache")]
     pub cache_dir: Option<PathBuf>,
+    /// Read and write no cache: parsed networks, compiled layers and reference categories are
+    /// all rebuilt.
     #[arg(long)]
     pub no_cache: bool,
     /// Print one JSON object instead of text.
