@@ -112,10 +112,7 @@ fn plan_graph(graph: &Graph, opts: &PlanOptions) -> Result<Plan> {
 }
 
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    // Written to a temporary name and renamed, so a failure leaves nothing.
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    Ok(spartac::output::write_atomic(path, bytes)?)
 }
 
 pub fn run_plan(args: PlanArgs) -> Result<ExitCode> {

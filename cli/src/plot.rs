@@ -129,14 +129,7 @@ impl SparsityPlot {
     /// Renders and writes the PNG atomically (a temporary file renamed into place).
     pub fn write_png(&self, path: &Path) -> Result<()> {
         let bytes = self.render().to_png()?;
-        let tmp = path.with_extension("png.tmp");
-        let result = std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .with_context(|| format!("cannot write {}", path.display()));
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        Ok(spartac::output::write_atomic(path, &bytes)?)
     }
 }
 

@@ -106,8 +106,6 @@ pub fn run(args: PropagateArgs) -> Result<ExitCode> {
         crate::plot::SparsityPlot::from_report(&args.model.model, &report).write_png(path)?;
     }
     if let Some(path) = &args.report {
-        // Written to a temporary name and renamed, so a failure leaves nothing.
-        let tmp = path.with_extension("json.tmp");
         let mut doc = to_json(&report);
         if let Some(q) = &quant {
             doc["quantization"] = json!({
@@ -118,9 +116,7 @@ pub fn run(args: PropagateArgs) -> Result<ExitCode> {
                 })).collect::<Vec<_>>(),
             });
         }
-        std::fs::write(&tmp, serde_json::to_string_pretty(&doc)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        spartac::output::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }

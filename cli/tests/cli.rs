@@ -318,6 +318,9 @@ fn plan_and_explain_print_write_json_and_artifact() {
     let model = write_model(dir.path());
     let json = dir.path().join("plan.json");
     let pb = dir.path().join("plan.pb");
+    // A user's file with the name a fixed temporary name would take: never touched.
+    let users = dir.path().join("plan.tmp");
+    std::fs::write(&users, "mine").unwrap();
     let o = spartac(&[
         "plan",
         model.to_str().unwrap(),
@@ -335,6 +338,7 @@ fn plan_and_explain_print_write_json_and_artifact() {
     assert_eq!(plan["operators"][0]["epilogue"]["bias"], "b");
     let decoded = spartac::plan::Plan::decode(&std::fs::read(&pb).unwrap()).unwrap();
     assert_eq!(decoded.operators.len(), 1);
+    assert_eq!(std::fs::read_to_string(&users).unwrap(), "mine");
     // The weight has 3 zeros of 6: explain lists it as sparse.
     let o = spartac(&["explain", model.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));

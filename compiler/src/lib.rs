@@ -11,6 +11,7 @@ pub mod frontend;
 pub mod ir;
 pub mod npy;
 pub mod ops;
+pub mod output;
 pub mod plan;
 pub mod program;
 pub mod propagate;

@@ -29,25 +29,15 @@ pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Tensor>> {
 
 /// Writes arrays to an `.npz` file atomically (temporary file, then rename).
 pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp =
-        dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("out"), std::process::id()));
-    let result = (|| -> Result<()> {
-        let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-        let mut zip = zip::ZipWriter::new(file);
-        let options = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Stored)
-            .large_file(true);
-        for (name, t) in arrays {
-            zip.start_file(format!("{name}.npy"), options)?;
-            zip.write_all(&write_npy(t).with_context(|| format!("output {name:?}"))?)?;
-        }
-        zip.finish()?.sync_all()?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    // The archive is built in memory (outputs are already in memory), then written atomically.
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).large_file(true);
+    for (name, t) in arrays {
+        zip.start_file(format!("{name}.npy"), options).with_context(|| format!("output {name:?}"))?;
+        zip.write_all(&write_npy(t).with_context(|| format!("output {name:?}"))?)?;
     }
-    result
+    let bytes = zip.finish().context("building the .npz archive")?.into_inner();
+    spartac::output::write_atomic(path, &bytes)?;
+    Ok(())
 }

@@ -117,16 +117,5 @@ pub fn save_model(graph: &Graph, path: &Path) -> Result<(), Error> {
     let bytes = graph_to_model(graph)
         .write_to_bytes()
         .map_err(|e| Error::Unsupported(format!("cannot serialize the model: {e}")))?;
-    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx");
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
-    let io = |source, p: &Path| Error::Io { path: p.to_path_buf(), source };
-    if let Err(e) = std::fs::write(&tmp, &bytes) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e, &tmp));
-    }
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e, path)
-    })
+    crate::output::write_atomic(path, &bytes).map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }

@@ -21,17 +21,13 @@ pub fn cache_root() -> Option<PathBuf> {
     Some(base.join("spartac"))
 }
 
-/// Writes `bytes` to `path` atomically (a unique temporary name renamed over it); a failure
-/// only costs the cache entry, so it is not an error.
+/// Writes `bytes` to `path` atomically ([`spartac::output::write_atomic`]); a failure only
+/// costs the cache entry, so it is not an error.
 pub fn write_cache_entry(path: &std::path::Path, bytes: &[u8]) {
     if let Some(d) = path.parent() {
         let _ = std::fs::create_dir_all(d);
     }
-    let tmp = path
-        .with_extension(format!("tmp{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
-    if std::fs::write(&tmp, bytes).is_err() || std::fs::rename(&tmp, path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let _ = spartac::output::write_atomic(path, bytes);
 }
 
 /// Errors of program execution.

@@ -310,12 +310,7 @@ pub fn write_cache_file(path: &Path, network: &Network, key: u64) -> HpecResult<
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| HpecError::io(dir, e))?;
     }
-    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&temporary, encode_network(network, key)).map_err(|e| HpecError::io(&temporary, e))?;
-    std::fs::rename(&temporary, path).map_err(|e| {
-        let _ = std::fs::remove_file(&temporary);
-        HpecError::io(path, e)
-    })
+    spartac::output::write_atomic(path, &encode_network(network, key)).map_err(|e| HpecError::io(path, e))
 }
 
 #[cfg(test)]

@@ -3,8 +3,7 @@
 //! image lines `image<TAB>pixel<TAB>value` sorted by image then pixel, integral values as
 //! integers (`1`); category files with one id per line.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::error::{HpecError, HpecResult};
@@ -60,9 +59,8 @@ pub fn write_network_tsv(network: &Network, dir: &Path) -> HpecResult<Vec<PathBu
     let mut paths = Vec::with_capacity(network.n_layers());
     for (idx, layer) in network.layers.iter().enumerate() {
         let path = dir.join(format!("n{}-l{}.tsv", network.neurons, idx + 1));
-        let file = File::create(&path).map_err(|e| HpecError::io(&path, e))?;
-        let mut writer = BufWriter::with_capacity(1 << 16, file);
-        write_layer_tsv(layer, &mut writer).and_then(|_| writer.flush()).map_err(|e| HpecError::io(&path, e))?;
+        spartac::output::write_atomic_with(&path, |out| write_layer_tsv(layer, out))
+            .map_err(|e| HpecError::io(&path, e))?;
         paths.push(path);
     }
     Ok(paths)
@@ -70,18 +68,16 @@ pub fn write_network_tsv(network: &Network, dir: &Path) -> HpecResult<Vec<PathBu
 
 /// Writes images as `image<TAB>pixel<TAB>value` lines.
 pub fn write_images_tsv(images: &Images, path: &Path) -> HpecResult<()> {
-    let file = File::create(path).map_err(|e| HpecError::io(path, e))?;
-    let mut writer = BufWriter::with_capacity(1 << 16, file);
-    let result = (|| -> std::io::Result<()> {
+    spartac::output::write_atomic_with(path, |out| {
         for image in 0..images.n_images() {
             let (pixels, values) = images.pixels.slot(image);
             for (&pixel, &value) in pixels.iter().zip(values) {
-                writeln!(writer, "{}\t{}\t{}", image + 1, pixel + 1, format_image_value(value))?;
+                writeln!(out, "{}\t{}\t{}", image + 1, pixel + 1, format_image_value(value))?;
             }
         }
-        writer.flush()
-    })();
-    result.map_err(|e| HpecError::io(path, e))
+        Ok(())
+    })
+    .map_err(|e| HpecError::io(path, e))
 }
 
 /// Writes one 1-based image id per line.
@@ -91,7 +87,7 @@ pub fn write_categories(categories: &[u32], path: &Path) -> HpecResult<()> {
         text.push_str(&id.to_string());
         text.push('\n');
     }
-    std::fs::write(path, text).map_err(|e| HpecError::io(path, e))
+    spartac::output::write_atomic(path, text.as_bytes()).map_err(|e| HpecError::io(path, e))
 }
 
 #[cfg(test)]
