@@ -253,6 +253,9 @@ pub fn run(args: CostdbArgs) -> Result<()> {
         )?;
     }
     print!("{md}");
+    // A fit that produced a non-positive or non-finite rate (say, from a 0 ms sample) is refused
+    // before anything is written: the error names the field.
+    fitted.validate().map_err(|e| anyhow::anyhow!("the fitted DB is not usable: {e}"))?;
     let json = serde_json::to_string_pretty(&fitted)? + "\n";
     crate::plan::write_atomic(&out, json.as_bytes())?;
     if let Some(r) = &report {

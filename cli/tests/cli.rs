@@ -354,6 +354,12 @@ fn plan_errors_are_one_line() {
     std::fs::write(&db, "{\"version\": 7}").unwrap();
     let err = expect_error(&spartac(&["plan", model.to_str().unwrap(), "--costdb", db.to_str().unwrap()]));
     assert!(err.contains("cost db"), "{err}");
+    // A negative rate in an otherwise good DB: one line naming the field, no panic.
+    let mut good: serde_json::Value = serde_json::from_str(spartac::plan::cost::SM_90_COSTDB).unwrap();
+    good["l2_tb_s"] = serde_json::json!(-2.0);
+    std::fs::write(&db, good.to_string()).unwrap();
+    let err = expect_error(&spartac(&["plan", model.to_str().unwrap(), "--costdb", db.to_str().unwrap()]));
+    assert!(err.contains("l2_tb_s is -2"), "{err}");
     let err = expect_error(&spartac(&["explain", "missing.onnx"]));
     assert!(err.contains("missing.onnx"), "{err}");
     let help = String::from_utf8_lossy(&spartac(&["explain", "--help"]).stdout).into_owned();

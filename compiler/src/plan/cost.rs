@@ -105,7 +105,61 @@ impl CostDb {
                 Self::VERSION
             )));
         }
+        db.validate()?;
         Ok(db)
+    }
+
+    /// Every rate finite and positive, every fixed cost finite and not negative, every block
+    /// shape non-empty; the error names the field. A DB that fails it never prices anything.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad =
+            |field: String, v: f64, what: &str| Err(Error::Unsupported(format!("cost db: {field} is {v}: {what}")));
+        let rate = |field: String, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                bad(field, v, "a rate must be positive")
+            }
+        };
+        let cost = |field: String, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                bad(field, v, "a fixed cost must be zero or more")
+            }
+        };
+        rate("dram_tb_s".into(), self.dram_tb_s)?;
+        rate("l2_tb_s".into(), self.l2_tb_s)?;
+        cost("launch_us".into(), self.launch_us)?;
+        cost("block_overhead_ns".into(), self.block_overhead_ns)?;
+        for (i, d) in self.dense.iter().enumerate() {
+            rate(format!("dense[{i}] ({}).tflops", d.dtype), d.tflops)?;
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            let at = format!("blocks[{i}] ({}x{} {})", b.block[0], b.block[1], b.dtype);
+            if b.block[0] == 0 || b.block[1] == 0 {
+                return Err(Error::Unsupported(format!("cost db: {at}.block is empty")));
+            }
+            rate(format!("{at}.tflops"), b.tflops)?;
+            if let Some(v) = b.overhead_ns {
+                cost(format!("{at}.overhead_ns"), v)?;
+            }
+            if let Some(v) = b.activation_ns_per_k {
+                cost(format!("{at}.activation_ns_per_k"), v)?;
+            }
+        }
+        if let Some(f) = &self.fine_tf32 {
+            rate("fine_tf32.step_tflops".into(), f.step_tflops)?;
+            rate("fine_tf32.a_tb_s".into(), f.a_tb_s)?;
+            cost("fine_tf32.fixed_ns".into(), f.fixed_ns)?;
+        }
+        if let Some(b) = &self.block_tf32 {
+            rate("block_tf32.tflops".into(), b.tflops)?;
+            rate("block_tf32.a_tb_s".into(), b.a_tb_s)?;
+            cost("block_tf32.overhead_ns".into(), b.overhead_ns)?;
+            cost("block_tf32.fixed_ns".into(), b.fixed_ns)?;
+        }
+        Ok(())
     }
 }
 
@@ -372,6 +426,23 @@ mod tests {
         assert!(slow.block_time(&f32, s, 128, left) > 5.0 * base.block_time(&f32, s, 128, left));
         let bad = SM_90_COSTDB.replace("\"version\": 1", "\"version\": 9");
         assert!(CostDb::parse(&bad).unwrap_err().to_string().contains("version 9"));
+        // Negative, zero or missing (null) rates and negative overheads: one error naming the field.
+        let good: serde_json::Value = serde_json::from_str(SM_90_COSTDB).unwrap();
+        for (pointer, value, field) in [
+            ("/dram_tb_s", serde_json::json!(-1.0), "dram_tb_s is -1"),
+            ("/dense/0/tflops", serde_json::json!(0.0), "dense[0]"),
+            ("/fine_tf32/step_tflops", serde_json::json!(null), "not valid"),
+            ("/block_tf32/a_tb_s", serde_json::json!(-0.5), "block_tf32.a_tb_s"),
+            ("/launch_us", serde_json::json!(-3.0), "launch_us is -3"),
+        ] {
+            let mut v = good.clone();
+            *v.pointer_mut(pointer).unwrap() = value;
+            let err = CostDb::parse(&v.to_string()).unwrap_err().to_string();
+            assert!(err.contains(field) && !err.contains('\n'), "{pointer}: {err}");
+        }
+        let mut v = good.clone();
+        v["blocks"] = serde_json::json!([{ "block": [32, 32], "dtype": "f16", "tflops": 100.0, "overhead_ns": -5.0 }]);
+        assert!(CostDb::parse(&v.to_string()).unwrap_err().to_string().contains("blocks[0]"));
     }
 
     /// fp32 blocks the 3xTF32 kernel takes (right orientation, 8..=128 × 8..=32) are priced by
