@@ -340,7 +340,8 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     if let (Some(n), Some(l), None) = (args.net.neurons, args.net.layers, &args.images) {
         let count =
             args.image_count.unwrap_or(if args.gpu.mnist_images { 60_000 } else { bundled::DEFAULT_IMAGE_COUNT });
-        let drawn = if n != 1024 || args.gpu.mnist_images { count.min(60_000) as u128 * n as u128 * 4 } else { 0 };
+        let drawn =
+            if n != 1024 || args.gpu.mnist_images { hpec::mnist::images_bytes_bound(count.min(60_000), n) } else { 0 };
         hpec::generator::check_fits(
             &format!("a {n}x{l} network with {count} images"),
             hpec::generator::network_bytes(n, l) + drawn,
@@ -390,13 +391,21 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         };
 
     // Auto: the compiled task graph when a GPU and its driver answer, else the CPU engine.
-    let backend = match args.backend {
-        Backend::Auto if spartac_runtime::cuda::CudaDevice::open(0).is_ok() => Backend::Cuda,
-        Backend::Auto => Backend::Cpu,
-        other => other,
+    if args.gpu.gpus == 0 || args.gpu.repeat == 0 {
+        bail!("--gpus and --repeat must be at least 1");
+    }
+    // The GPUs are opened once, here: no driver or too few devices is a one-line error (or,
+    // for auto, the CPU engine) before anything is compiled.
+    let (backend, devices) = match args.backend {
+        Backend::Cuda => (Backend::Cuda, open_gpus(args.gpu.gpus)?),
+        Backend::Auto => match open_gpus(args.gpu.gpus) {
+            Ok(devices) => (Backend::Cuda, devices),
+            Err(_) => (Backend::Cpu, vec![]),
+        },
+        other => (other, vec![]),
     };
     if matches!(backend, Backend::Cuda | Backend::Sim) {
-        return run_compiled(&args, backend, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
+        return run_compiled(&args, devices, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
     }
     let options = InferOptions {
         threads: args.threads.map(usize::from),
@@ -547,10 +556,22 @@ fn base_truth(
 }
 
 /// `--backend cuda|sim`: compile every layer, lower to the batch program, run it.
+/// GPUs 0..count, each with its own context.
+fn open_gpus(count: usize) -> anyhow::Result<Vec<std::sync::Arc<spartac_runtime::cuda::CudaDevice>>> {
+    (0..count)
+        .map(|ordinal| {
+            spartac_runtime::cuda::CudaDevice::open(ordinal)
+                .map(std::sync::Arc::new)
+                .with_context(|| format!("cannot open GPU {ordinal} (asked for {count} with --gpus)"))
+        })
+        .collect()
+}
+
+/// `--backend cuda` on `devices`, or `sim` (the CPU executor) when there are none.
 #[allow(clippy::too_many_arguments)]
 fn run_compiled(
     args: &RunArgs,
-    backend: Backend,
+    devices: Vec<std::sync::Arc<spartac_runtime::cuda::CudaDevice>>,
     network: &hpec::Network,
     network_name: &str,
     images: &hpec::Images,
@@ -561,22 +582,7 @@ fn run_compiled(
     use spartac::program::hpec::HpecOptions;
     use spartac_runtime::hpec::task_graph;
     let g = &args.gpu;
-    if g.gpus == 0 || g.repeat == 0 {
-        bail!("--gpus and --repeat must be at least 1");
-    }
-    // Open the GPUs first: no driver or too few devices is a one-line error before compiling.
-    let devices = if backend == Backend::Cuda {
-        let mut devs = vec![];
-        for ordinal in 0..g.gpus {
-            devs.push(std::sync::Arc::new(
-                spartac_runtime::cuda::CudaDevice::open(ordinal)
-                    .with_context(|| format!("cannot open GPU {ordinal} (asked for {} with --gpus)", g.gpus))?,
-            ));
-        }
-        devs
-    } else {
-        vec![]
-    };
+    let backend = if devices.is_empty() { Backend::Sim } else { Backend::Cuda };
     let batch = g.batch.unwrap_or(images.n_images()).min(images.n_images()).max(1);
     // Weights stay resident while they fit: by default the budget is what the first GPU has
     // free (less a tenth for the driver and fragmentation) after the activation buffers and the
@@ -620,7 +626,7 @@ fn run_compiled(
     let layer_cache = if args.no_cache { None } else { spartac_runtime::exec::cache_root().map(|r| r.join("layers")) };
     // Input hashing: the program runs the images in hashed order; categories map back below.
     let order = g.hash_inputs.then(|| hpec::hashing::hashed_image_order(images.n_images(), 0));
-    let hashed = order.as_ref().map(|o| images.reordered(o));
+    let hashed = order.as_ref().map(|o| images.reordered(o)).transpose()?;
     let run_images = hashed.as_ref().unwrap_or(images);
     let compiled = task_graph::compile_cached(network, run_images, &options, layer_cache.as_deref(), &|| bar.inc(1))?;
     bar.finish_and_clear();
@@ -660,7 +666,8 @@ fn run_compiled(
             *kinds.entry(part.split(':').take(2).collect::<Vec<_>>().join(" ")).or_default() += 1;
         }
     }
-    let profile = run.as_ref().map(|r| profile_summary(&r.step_ms)).unwrap_or_default();
+    let profile =
+        run.as_ref().map(|r| task_graph::profile_by_kind(&compiled.lowering.program, &r.step_ms)).unwrap_or_default();
     if args.json {
         let r = run.as_ref();
         let value = serde_json::json!({
@@ -756,26 +763,6 @@ fn run_compiled(
         Some(false) => bail!("{}", mismatch(&categories, truth.as_deref().unwrap_or(&[]), &truth_name)),
         _ => Ok(()),
     }
-}
-
-/// Profiled step times summed by kind of step: the layers' SpMMs (first 10 layers apart from the
-/// rest, where most images are still alive), compactions, weight streaming, loading, categories.
-fn profile_summary(steps: &[(String, f64)]) -> std::collections::BTreeMap<String, f64> {
-    let mut kinds = std::collections::BTreeMap::new();
-    for (label, ms) in steps {
-        let layer = |s: &str| s.split_whitespace().find_map(|w| w.parse::<usize>().ok());
-        let kind = if label.starts_with("compact") {
-            "compaction".to_string()
-        } else if label.ends_with("stream in") {
-            "weight streaming".to_string()
-        } else if label.starts_with("layer") {
-            if layer(label).is_some_and(|l| l < 10) { "spmm layers 0-9" } else { "spmm layers 10+" }.to_string()
-        } else {
-            label.clone()
-        };
-        *kinds.entry(kind).or_insert(0.0) += ms;
-    }
-    kinds
 }
 
 /// The one-line message of a failed check: how many images are missing and extra, and the first

@@ -261,7 +261,7 @@ pub fn compile_layer(
             spec.values = Some(pk.weight.clone());
         }
         let mut kernel = specialize(&spec)?;
-        stride_live_rows(&mut kernel, options.sm_count);
+        stride_live_rows(&mut kernel, &spec, options.sm_count);
         if kernel.family == Family::Epilogue || kernel.prepass.is_some() {
             return Err(spec_err(format!(
                 "layer kernel family {} is not built into the HPEC program",

@@ -53,28 +53,19 @@ impl Images {
         if n == 0 {
             return Err(HpecError::InvalidArgument("cannot repeat an empty image set".into()));
         }
-        let per_copy = self.pixels.indices.len();
-        let copies = count.div_ceil(n);
-        let total = per_copy
-            .checked_mul(copies)
-            .filter(|&t| t <= u32::MAX as usize)
-            .ok_or_else(|| HpecError::InvalidArgument(format!("{count} repeated images hold more than 2^32 pixels")))?;
-        let mut offsets = Vec::with_capacity(count + 1);
-        let (mut indices, mut values) = (Vec::with_capacity(total), Vec::with_capacity(total));
-        offsets.push(0u32);
-        for i in 0..count {
-            let (px, v) = self.pixels.slot(i % n);
-            indices.extend_from_slice(px);
-            values.extend_from_slice(v);
-            offsets.push(indices.len() as u32);
-        }
-        Ok(Images::from_csr(CompressedMatrix { n_outer: count, n_inner: self.neurons(), offsets, indices, values }))
+        let order: Vec<u32> = (0..count).map(|i| (i % n) as u32).collect();
+        self.reordered(&order)
     }
 
-    /// The images in the order `order` gives (image i of the result is image `order[i]`).
-    pub fn reordered(&self, order: &[u32]) -> Images {
+    /// The images in the order `order` gives (image i of the result is image `order[i]`; an
+    /// image may appear any number of times). Errors when the result holds 2^32 pixels or more.
+    pub fn reordered(&self, order: &[u32]) -> HpecResult<Images> {
+        let total: usize = order.iter().map(|&i| self.pixels.slot(i as usize).0.len()).sum();
+        if total > u32::MAX as usize {
+            return Err(HpecError::InvalidArgument(format!("{} images hold more than 2^32 pixels", order.len())));
+        }
         let mut offsets = Vec::with_capacity(order.len() + 1);
-        let (mut indices, mut values) = (Vec::with_capacity(self.n_nonzeros()), Vec::with_capacity(self.n_nonzeros()));
+        let (mut indices, mut values) = (Vec::with_capacity(total), Vec::with_capacity(total));
         offsets.push(0u32);
         for &i in order {
             let (px, v) = self.pixels.slot(i as usize);
@@ -82,7 +73,13 @@ impl Images {
             values.extend_from_slice(v);
             offsets.push(indices.len() as u32);
         }
-        Images::from_csr(CompressedMatrix { n_outer: order.len(), n_inner: self.neurons(), offsets, indices, values })
+        Ok(Images::from_csr(CompressedMatrix {
+            n_outer: order.len(),
+            n_inner: self.neurons(),
+            offsets,
+            indices,
+            values,
+        }))
     }
 
     /// Rescales square images to another neuron count by nearest-neighbour sampling.

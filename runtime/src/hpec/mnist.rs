@@ -127,6 +127,12 @@ pub fn raster_side(neurons: usize) -> usize {
     side
 }
 
+/// Bytes `count` drawn images of `neurons` pixels take at most: half their pixels set (a
+/// binarized digit sets about a fifth), 8 bytes each (index and value). Checked before drawing.
+pub fn images_bytes_bound(count: usize, neurons: usize) -> u128 {
+    count as u128 * neurons as u128 * 4
+}
+
 /// The first `count` (at most 60,000) challenge images for an N-neuron network by the rule
 /// above, as binary images.
 pub fn mnist_images(digits: &MnistDigits, neurons: usize, count: usize) -> HpecResult<Images> {
@@ -139,10 +145,9 @@ pub fn mnist_images(digits: &MnistDigits, neurons: usize, count: usize) -> HpecR
             "{count} MNIST-derived images asked for: the challenge has {CHALLENGE_IMAGES}"
         )));
     }
-    // At most every pixel set, 8 bytes each (index and value): checked before drawing.
     super::generator::check_fits(
         &format!("{count} images of {neurons} pixels"),
-        count as u128 * neurons as u128 * 8 / 2,
+        images_bytes_bound(count, neurons),
         super::generator::available_memory(),
     )?;
     let per_image: Vec<Vec<u32>> =

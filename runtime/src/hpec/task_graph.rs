@@ -120,10 +120,12 @@ pub fn compile_cached(
     }
     let started = Instant::now();
     let batch = options.batch.min(images.n_images()).max(1);
-    let compiled: Vec<(LayerKernels, bool)> = (0..network.n_layers())
-        .into_par_iter()
-        .map(|l| {
-            let k = compiled_layer(&layer_csr(network, l), batch, options, cache)
+    let layers: Vec<Csr> = (0..network.n_layers()).map(|l| layer_csr(network, l)).collect();
+    let compiled: Vec<(LayerKernels, bool)> = layers
+        .par_iter()
+        .enumerate()
+        .map(|(l, layer)| {
+            let k = compiled_layer(layer, batch, options, cache)
                 .map_err(|e| HpecError::InvalidArgument(format!("layer {l}: {e}")));
             progress();
             k
@@ -131,7 +133,6 @@ pub fn compile_cached(
         .collect::<HpecResult<_>>()?;
     let layers_cached = compiled.iter().filter(|(_, hit)| *hit).count();
     let kernels: Vec<LayerKernels> = compiled.into_iter().map(|(k, _)| k).collect();
-    let layers: Vec<Csr> = (0..network.n_layers()).map(|l| layer_csr(network, l)).collect();
     let px = &images.pixels;
     let view =
         HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
@@ -315,4 +316,34 @@ pub fn run_gpu_devices(
         batches_per_device: per_device,
         step_ms,
     })
+}
+
+/// Profiled step times (`GpuRun::step_ms`, one per step of `program`) summed by what each step
+/// does: the layers' SpMMs (the first 10 layers, where most images are still alive, apart from
+/// the rest), compactions, weight streaming (copies), loading the batch, the categories.
+pub fn profile_by_kind(
+    program: &spartac::program::Program,
+    step_ms: &[(String, f64)],
+) -> std::collections::BTreeMap<String, f64> {
+    use spartac::program::Op;
+    let mut kinds = std::collections::BTreeMap::new();
+    let mut layer = 0;
+    for (step, (_, ms)) in program.steps.iter().zip(step_ms) {
+        let kind = match step.op {
+            Op::Spmm { .. } => {
+                layer += 1;
+                if layer <= 10 {
+                    "spmm layers 0-9"
+                } else {
+                    "spmm layers 10+"
+                }
+            }
+            Op::CompactRows { .. } => "compaction",
+            Op::LoadRows { .. } => "load batch",
+            Op::MarkRows { .. } => "categories",
+            Op::Move => "weight streaming (copies)",
+        };
+        *kinds.entry(kind.to_string()).or_insert(0.0) += ms;
+    }
+    kinds
 }
