@@ -12,6 +12,8 @@ __device__ __forceinline__ float epilogue(float acc, float prev, const elem_t* _
     acc = fminf(fmaxf(acc, {{ epilogue.clip_lo }}), {{ epilogue.clip_hi }});
 {%- elif epilogue.activation == "gelu" %}
     acc = 0.5f * acc * (1.0f + tanhf(0.7978845608028654f * (acc + 0.044715f * acc * acc * acc)));
+{%- elif epilogue.activation == "gelu_erf" %}
+    acc = 0.5f * acc * (1.0f + erff(acc * 0.70710678118654752f));
 {%- endif %}
     return acc;
 }

@@ -23,6 +23,9 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: InspectArgs) -> Result<ExitCode> {
+    if crate::run_artifact::is_artifact(&args.model.model) {
+        return inspect_artifact(&args);
+    }
     let graph = args.model.load()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&to_json(&graph))?);
@@ -128,4 +131,82 @@ pub fn to_json(graph: &Graph) -> serde_json::Value {
         "ops": graph.op_histogram(),
         "initializers": inits,
     })
+}
+
+/// `spartac inspect MODEL.sparta`: the signature, what the compiler did, the steps by kind, the
+/// kernels and memory; `--ir` prints the whole program in its text form.
+fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
+    let art = crate::run_artifact::load_artifact(&args.model.model)?;
+    let m = &art.model;
+    let p = &m.program;
+    let dims = |s: &[usize]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for s in &p.steps {
+        let k = match &s.op {
+            spartac::program::Op::Spmm { .. } => "MatMul (planned)".to_string(),
+            spartac::program::Op::Nodes(n) if n.len() > 1 => "fused elementwise".to_string(),
+            spartac::program::Op::Nodes(n) => n.first().map_or("node".to_string(), |n| n.op_type.clone()),
+            spartac::program::Op::Move => "copy".to_string(),
+            _ => "other".to_string(),
+        };
+        *kinds.entry(k).or_default() += 1;
+    }
+    let constants: usize = p
+        .buffers
+        .iter()
+        .filter(|b| matches!(b.storage, spartac::program::Storage::Constant(_)))
+        .map(|b| b.bytes())
+        .sum();
+    let s = &m.stats;
+    if args.json {
+        let sig = |v: &[spartac::program::model::Signature]| {
+            v.iter()
+                .map(|s| serde_json::json!({"name": s.name, "dtype": s.dtype.name(), "shape": s.shape}))
+                .collect::<Vec<_>>()
+        };
+        let json = serde_json::json!({
+            "name": p.name,
+            "inputs": sig(&m.inputs),
+            "outputs": sig(&m.outputs),
+            "steps": p.steps.len(),
+            "step_kinds": kinds,
+            "kernels": p.kernels.len(),
+            "ptx": art.ptx.iter().map(|x| x.arch.clone()).collect::<std::collections::BTreeSet<_>>(),
+            "device_bytes": p.device_bytes(),
+            "constant_bytes": constants,
+            "planned_ops": s.planned_ops,
+            "sparse_ops": s.sparse_ops,
+            "dense_weight_bytes": s.dense_weight_bytes,
+            "packed_weight_bytes": s.packed_weight_bytes,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("artifact {} (program {})", args.model.model.display(), p.name);
+    println!("inputs:");
+    for i in &m.inputs {
+        println!("  {:<32} {}[{}]", i.name, i.dtype.name(), dims(&i.shape));
+    }
+    println!("outputs:");
+    for o in &m.outputs {
+        println!("  {:<32} {}[{}]", o.name, o.dtype.name(), dims(&o.shape));
+    }
+    println!("steps: {} ({} distinct kernels; PTX for {} of them)", p.steps.len(), p.kernels.len(), art.ptx.len());
+    for (k, n) in &kinds {
+        println!("  {k:<24} {n:>5}");
+    }
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    println!(
+        "planned matmuls: {} ({} sparse); weights {:.2} MiB dense -> {:.2} MiB packed",
+        s.planned_ops,
+        s.sparse_ops,
+        mib(s.dense_weight_bytes),
+        mib(s.packed_weight_bytes)
+    );
+    println!("device memory: {:.1} MiB ({:.1} MiB constants)", mib(p.device_bytes()), mib(constants));
+    if args.ir {
+        println!();
+        print!("{}", p.to_text());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `spartac`: the command-line tool. Each subcommand lives in its own file.
 
+mod compile;
 mod costdb;
 mod hpec;
 mod inspect;
@@ -9,6 +10,7 @@ mod plan;
 mod plot;
 mod propagate;
 mod run;
+mod run_artifact;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,6 +34,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Inspect(inspect::InspectArgs),
+    Compile(compile::CompileArgs),
     Run(run::RunArgs),
     Propagate(propagate::PropagateArgs),
     Plan(plan::PlanArgs),
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Compile(args) => compile::run(args),
         Command::Run(args) => run::run(args),
         Command::Propagate(args) => propagate::run(args),
         Command::Plan(args) => plan::run_plan(args),

@@ -99,7 +99,7 @@ fn load(inputs: &PlanInputs) -> Result<(Graph, PlanOptions)> {
 }
 
 /// Plans every site, with a progress bar on a terminal.
-fn plan_graph(graph: &Graph, opts: &PlanOptions) -> Result<Plan> {
+pub(crate) fn plan_graph(graph: &Graph, opts: &PlanOptions) -> Result<Plan> {
     let sites = find_sites(graph);
     let bar = indicatif::ProgressBar::new(sites.len() as u64).with_message("planning");
     let mut operators = vec![];

@@ -9,11 +9,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Run a model and write its outputs. Inputs come from an .npz file keyed by the
-/// model's input names, or are random (deterministic for a seed: floats in [-1,1),
+/// Run a model and write its outputs. The model is an ONNX file (run by the CPU reference
+/// engine) or an artifact of `spartac compile` (MODEL.sparta: one CUDA graph on the GPU, or
+/// the same program on the CPU with --backend cpu). Inputs come from an .npz file keyed by
+/// the model's input names, or are random (deterministic for a seed: floats in [-1,1),
 /// integer ids within the range of the table they index, masks 0/1).
 ///
-/// Prints one line: model, backend, time per run (median when --repeat > 1).
+/// Prints one line: model, backend, time per run (median when --repeat > 1; GPU: device
+/// time of each graph launch, after warm-up).
+///
+/// Examples:
+///   spartac run model.onnx --random 7 --output out.npz
+///   spartac run minilm.sparta --random 7 --backend cuda --repeat 100 --check
+///   spartac run minilm.sparta --inputs in.npz --output out.npz --profile
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
@@ -28,19 +36,27 @@ pub struct RunArgs {
     /// Write the outputs to this .npz (keys = ONNX output names). Written atomically.
     #[arg(long, value_name = "OUT.npz")]
     pub output: Option<PathBuf>,
-    /// Engine to run on: cpu, or auto (the fastest one present).
-    #[arg(long, default_value = "auto", value_parser = parse_backend)]
-    pub backend: Backend,
+    /// Engine to run on: cpu, cuda (artifacts only), or auto (the GPU when one answers and the
+    /// model is an artifact, else the CPU).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cpu", "cuda"])]
+    pub backend: String,
+    /// Artifacts on the GPU: also run the program on the CPU executor and compare every output
+    /// (normwise relative error; fails above --tolerance).
+    #[arg(long)]
+    pub check: bool,
+    /// Largest relative error --check accepts.
+    #[arg(long, default_value_t = 1e-4)]
+    pub tolerance: f64,
+    /// Also write the run's summary (times, errors) as JSON.
+    #[arg(long, value_name = "RUN.json")]
+    pub json: Option<PathBuf>,
     /// Run this many times and report the median.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
-    /// After the runs, print where the time goes: a table of op types (CPU engine).
+    /// After the runs, print where the time goes: a table of op types (CPU engine; per step
+    /// kind on the GPU, from events between the steps run one by one).
     #[arg(long)]
     pub profile: bool,
-}
-
-fn parse_backend(s: &str) -> Result<Backend, String> {
-    s.parse()
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
@@ -48,6 +64,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         if out.extension().and_then(|e| e.to_str()) != Some("npz") {
             bail!("--output {} must end in .npz", out.display());
         }
+    }
+    if crate::run_artifact::is_artifact(&args.model.model) {
+        return crate::run_artifact::run(&args);
+    }
+    let backend: Backend = match args.backend.as_str() {
+        "cuda" => bail!(
+            "--backend cuda runs compiled artifacts: spartac compile {} first, then run the .sparta file",
+            args.model.model.display()
+        ),
+        other => other.parse().map_err(|e: String| anyhow!(e))?,
+    };
+    if args.check {
+        bail!("--check compares a compiled artifact's GPU run with its CPU run: give a .sparta file");
     }
     let graph = args.model.load()?;
     let inputs = match (&args.inputs, args.random) {
@@ -57,7 +86,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     spartac::reference::check_inputs(&graph, &inputs)
         .with_context(|| format!("inputs for {}", args.model.model.display()))?;
-    let engine = select_engine(args.backend)?;
+    let engine = select_engine(backend)?;
     let spinner = indicatif::ProgressBar::new_spinner().with_message(format!("running on {}", engine.name()));
     spinner.enable_steady_tick(Duration::from_millis(120));
     let mut times = vec![];

@@ -10,6 +10,7 @@
 //! compiles or runs it (the runtime does, through NVRTC).
 
 pub mod from_plan;
+pub mod graph_ops;
 mod library;
 pub mod loopnest;
 pub mod quant;
@@ -116,6 +117,8 @@ pub enum Activation {
     },
     /// The tanh approximation of GELU.
     Gelu,
+    /// GELU as defined, `x·Φ(x) = 0.5·x·(1 + erf(x/√2))` (BERT's).
+    GeluErf,
 }
 
 /// Fused epilogue: `act(acc + bias[col])`, bias optional.
@@ -139,6 +142,7 @@ impl Epilogue {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
             }
+            Activation::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
         }
     }
 }

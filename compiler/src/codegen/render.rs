@@ -30,6 +30,15 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("rows_load.cu.tera", include_str!("../../../templates/rows_load.cu.tera")),
     ("rows_compact.cu.tera", include_str!("../../../templates/rows_compact.cu.tera")),
     ("rows_mark.cu.tera", include_str!("../../../templates/rows_mark.cu.tera")),
+    ("ops.cuh", include_str!("../../../templates/ops.cuh")),
+    ("op_rows.cuh", include_str!("../../../templates/op_rows.cuh")),
+    ("op_elementwise.cu.tera", include_str!("../../../templates/op_elementwise.cu.tera")),
+    ("op_gather.cu.tera", include_str!("../../../templates/op_gather.cu.tera")),
+    ("op_concat.cu.tera", include_str!("../../../templates/op_concat.cu.tera")),
+    ("op_layernorm.cu.tera", include_str!("../../../templates/op_layernorm.cu.tera")),
+    ("op_softmax.cu.tera", include_str!("../../../templates/op_softmax.cu.tera")),
+    ("op_reduce.cu.tera", include_str!("../../../templates/op_reduce.cu.tera")),
+    ("op_matmul.cu.tera", include_str!("../../../templates/op_matmul.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.

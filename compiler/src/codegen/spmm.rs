@@ -494,6 +494,7 @@ pub(super) fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
         Relu => ("relu", 0.0, 0.0),
         Clip { lo, hi } => ("clip", lo, hi),
         Gelu => ("gelu", 0.0, 0.0),
+        GeluErf => ("gelu_erf", 0.0, 0.0),
     };
     EpilogueCtx {
         bias: spec.epilogue.bias,

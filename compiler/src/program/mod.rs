@@ -18,9 +18,12 @@
 //! writing, are ordered by a path of `after` edges. The text form ([`Program::to_text`]) is
 //! deterministic and is what the snapshot tests hold.
 
+pub mod artifact;
 pub mod hpec;
+pub mod model;
 
 use crate::codegen::{Epilogue, TmaBox};
+use crate::ir::{Attrs, DType};
 use std::fmt::Write as _;
 
 /// Index of a buffer in [`Program::buffers`].
@@ -41,6 +44,9 @@ pub enum Elem {
     F32,
     I32,
     U8,
+    I64,
+    F16,
+    BF16,
 }
 
 impl Elem {
@@ -48,6 +54,8 @@ impl Elem {
         match self {
             Elem::F32 | Elem::I32 => 4,
             Elem::U8 => 1,
+            Elem::I64 => 8,
+            Elem::F16 | Elem::BF16 => 2,
         }
     }
     pub fn name(self) -> &'static str {
@@ -55,7 +63,24 @@ impl Elem {
             Elem::F32 => "f32",
             Elem::I32 => "i32",
             Elem::U8 => "u8",
+            Elem::I64 => "i64",
+            Elem::F16 => "f16",
+            Elem::BF16 => "bf16",
         }
+    }
+
+    /// The buffer element that holds a tensor of `dtype` (booleans as bytes); `None` for
+    /// element types no kernel reads.
+    pub fn of_dtype(dtype: DType) -> Option<Elem> {
+        Some(match dtype {
+            DType::F32 => Elem::F32,
+            DType::I32 => Elem::I32,
+            DType::I64 => Elem::I64,
+            DType::Bool | DType::U8 => Elem::U8,
+            DType::F16 => Elem::F16,
+            DType::BF16 => Elem::BF16,
+            _ => return None,
+        })
     }
 }
 
@@ -65,6 +90,11 @@ pub enum Data {
     F32(Vec<f32>),
     I32(Vec<i32>),
     U8(Vec<u8>),
+    I64(Vec<i64>),
+    /// IEEE half floats, as their bits.
+    F16(Vec<u16>),
+    /// bfloat16, as their bits.
+    BF16(Vec<u16>),
 }
 
 impl Data {
@@ -73,6 +103,8 @@ impl Data {
             Data::F32(v) => v.len(),
             Data::I32(v) => v.len(),
             Data::U8(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::F16(v) | Data::BF16(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -83,6 +115,9 @@ impl Data {
             Data::F32(_) => Elem::F32,
             Data::I32(_) => Elem::I32,
             Data::U8(_) => Elem::U8,
+            Data::I64(_) => Elem::I64,
+            Data::F16(_) => Elem::F16,
+            Data::BF16(_) => Elem::BF16,
         }
     }
     /// The contents as little-endian bytes (what a device buffer holds).
@@ -91,7 +126,25 @@ impl Data {
             Data::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Data::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Data::U8(v) => v.clone(),
+            Data::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Data::F16(v) | Data::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
+    }
+
+    /// The buffer contents of a tensor's data (booleans as bytes 0/1); `None` for element types
+    /// with no [`Elem`].
+    pub fn of_tensor(data: &crate::ir::Data) -> Option<Data> {
+        use crate::ir::Data as T;
+        Some(match data {
+            T::F32(v) => Data::F32(v.clone()),
+            T::I32(v) => Data::I32(v.clone()),
+            T::I64(v) => Data::I64(v.clone()),
+            T::U8(v) => Data::U8(v.clone()),
+            T::Bool(v) => Data::U8(v.iter().map(|&b| b as u8).collect()),
+            T::F16(v) => Data::F16(v.iter().map(|x| x.to_bits()).collect()),
+            T::BF16(v) => Data::BF16(v.iter().map(|x| x.to_bits()).collect()),
+            _ => return None,
+        })
     }
     /// FNV-1a 64 of the bytes: how a copy's destination is checked against its source.
     pub fn checksum(&self) -> u64 {
@@ -321,8 +374,53 @@ pub enum Op {
     },
     /// `flags[ids[r]] = 1` for the rows `r < live[at]` of `src` that hold any nonzero.
     MarkRows { src: BufferId, ids: BufferId, cols: usize, live: BufferId, at: usize, flags: BufferId },
+    /// Graph nodes run in order: what one generated kernel (or a fused group of elementwise
+    /// nodes) computes. The CPU executor runs each node's reference semantics (`ops` eval);
+    /// values inside a fused group are [`Operand::Temp`]s that never reach memory.
+    Nodes(Vec<NodeOp>),
     /// A plain copy or fill ([`Launch::Copy`] / [`Launch::Zero`]): the op is its launch.
     Move,
+}
+
+/// One graph node inside an [`Op::Nodes`] step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeOp {
+    pub name: String,
+    pub op_type: String,
+    pub opset: i64,
+    pub attrs: Attrs,
+    /// Inputs by position; `None` for an omitted optional input.
+    pub inputs: Vec<Option<Operand>>,
+    pub outputs: Vec<Operand>,
+}
+
+/// A tensor a node reads or writes: a whole buffer seen with a shape (row-major), a
+/// temporary of a fused group, or a scalar constant folded into the code.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operand {
+    Buf { buf: BufferId, dtype: DType, shape: Vec<usize> },
+    Temp { id: u32, dtype: DType, shape: Vec<usize> },
+    Scalar { dtype: DType, value: f64 },
+}
+
+impl Operand {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Operand::Buf { dtype, .. } | Operand::Temp { dtype, .. } | Operand::Scalar { dtype, .. } => *dtype,
+        }
+    }
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Operand::Buf { shape, .. } | Operand::Temp { shape, .. } => shape,
+            Operand::Scalar { .. } => &[],
+        }
+    }
+    pub fn buffer(&self) -> Option<BufferId> {
+        match self {
+            Operand::Buf { buf, .. } => Some(*buf),
+            _ => None,
+        }
+    }
 }
 
 /// One step: its op, the GPU launches that realize it, and the steps it waits for.
@@ -423,6 +521,20 @@ impl Program {
                 out.push(Access { buf: *live, at: *at, len: 1, write: false });
                 out.push(whole(*flags, true));
             }
+            Op::Nodes(nodes) => {
+                for n in nodes {
+                    for o in n.inputs.iter().flatten() {
+                        if let Operand::Buf { buf, .. } = o {
+                            out.push(whole(*buf, false));
+                        }
+                    }
+                    for o in &n.outputs {
+                        if let Operand::Buf { buf, .. } = o {
+                            out.push(whole(*buf, true));
+                        }
+                    }
+                }
+            }
             Op::Move => {}
         }
         for l in &step.launches {
@@ -487,6 +599,34 @@ impl Program {
                         return Err(fail(format!("step {i} ({}): copy between element types", step.label)));
                     }
                     _ => {}
+                }
+            }
+            if let Op::Nodes(nodes) = &step.op {
+                for n in nodes {
+                    for o in n.inputs.iter().flatten().chain(&n.outputs) {
+                        let Operand::Buf { buf, dtype, shape } = o else { continue };
+                        if buf.0 as usize >= nb {
+                            return Err(fail(format!("step {i} ({}): buffer {} out of range", step.label, buf.0)));
+                        }
+                        let b = self.buffer(*buf);
+                        if Elem::of_dtype(*dtype) != Some(b.elem) || shape.iter().product::<usize>() != b.len {
+                            return Err(fail(format!(
+                                "step {i} ({}): node {} sees {} as {}{:?} ({} {})",
+                                step.label,
+                                n.name,
+                                b.name,
+                                dtype.name(),
+                                shape,
+                                b.len,
+                                b.elem.name()
+                            )));
+                        }
+                    }
+                }
+            }
+            if let Op::Spmm { weight, .. } = &step.op {
+                if *weight >= self.matrices.len() {
+                    return Err(fail(format!("step {i} ({}): matrix {weight} out of range", step.label)));
                 }
             }
             for acc in self.accesses(i) {
@@ -632,7 +772,28 @@ fn op_text(op: &Op) -> String {
             "mark_rows buf%{} ids=buf%{} cols={cols} live=buf%{}[{at}] flags=buf%{}",
             src.0, ids.0, live.0, flags.0
         ),
+        Op::Nodes(nodes) => {
+            let one = |n: &NodeOp| {
+                let ins: Vec<String> =
+                    n.inputs.iter().map(|o| o.as_ref().map_or("none".into(), operand_text)).collect();
+                let outs: Vec<String> = n.outputs.iter().map(operand_text).collect();
+                let attrs = n.attrs.to_text();
+                let attrs = if attrs.is_empty() { attrs } else { format!(" {{{attrs}}}") };
+                format!("{} = {}{attrs}({})", outs.join(","), n.op_type, ins.join(", "))
+            };
+            let parts: Vec<String> = nodes.iter().map(one).collect();
+            format!("nodes {}", parts.join("; "))
+        }
         Op::Move => "move".into(),
+    }
+}
+
+fn operand_text(o: &Operand) -> String {
+    let dims = |s: &[usize]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
+    match o {
+        Operand::Buf { buf, dtype, shape } => format!("buf%{}:{}[{}]", buf.0, dtype.name(), dims(shape)),
+        Operand::Temp { id, dtype, shape } => format!("t{id}:{}[{}]", dtype.name(), dims(shape)),
+        Operand::Scalar { dtype, value } => format!("{}({})", dtype.name(), crate::ir::format_float(*value)),
     }
 }
 
@@ -712,6 +873,11 @@ impl ProgramBuilder {
         }
         self.program.kernels.push(KernelCode { name: name.to_string(), source: source.to_string(), smem_bytes });
         KernelId(self.program.kernels.len() as u32 - 1)
+    }
+
+    /// Changes where a buffer lives (a scratch buffer that turns out to be an output).
+    pub fn set_storage(&mut self, id: BufferId, storage: Storage) {
+        self.program.buffers[id.0 as usize].storage = storage;
     }
 
     pub fn param(&mut self, name: &str, default: i32) -> ParamId {

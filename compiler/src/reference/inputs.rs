@@ -9,7 +9,7 @@ use crate::rng::SplitMix64;
 use std::collections::BTreeMap;
 
 /// Exclusive upper bound for an integer input, from how the graph uses it.
-fn integer_bound(graph: &Graph, id: ValueId) -> u64 {
+pub fn integer_bound(graph: &Graph, id: ValueId) -> u64 {
     let mut bound: Option<u64> = None;
     for node in &graph.nodes {
         if node.op_type == "Gather" && node.inputs.get(1).copied().flatten() == Some(id) {
@@ -28,19 +28,30 @@ fn integer_bound(graph: &Graph, id: ValueId) -> u64 {
 
 /// One random tensor per graph input, keyed by input name.
 pub fn random_inputs(graph: &Graph, seed: u64) -> BTreeMap<String, Tensor> {
+    let specs: Vec<(String, crate::ir::DType, Vec<usize>, u64)> = graph
+        .inputs
+        .iter()
+        .map(|&id| {
+            let v = graph.value(id);
+            (v.name.clone(), v.fact.dtype, v.fact.shape.clone(), integer_bound(graph, id))
+        })
+        .collect();
+    random_tensors(&specs, seed)
+}
+
+/// Random tensors for `(name, dtype, shape, integer bound)` specs, drawn in order from one
+/// stream: [`random_inputs`] of a graph and of its compiled program give the same tensors.
+pub fn random_tensors(specs: &[(String, crate::ir::DType, Vec<usize>, u64)], seed: u64) -> BTreeMap<String, Tensor> {
     let mut rng = SplitMix64::new(seed);
     let mut out = BTreeMap::new();
-    for &id in &graph.inputs {
-        let v = graph.value(id);
-        let n = v.fact.numel();
-        let dtype = v.fact.dtype;
+    for (name, dtype, shape, bound) in specs {
+        let n: usize = shape.iter().product();
         let data = if dtype.is_float() {
-            Data::from_f64_iter(dtype, (0..n).map(|_| rng.uniform(-1.0, 1.0)))
+            Data::from_f64_iter(*dtype, (0..n).map(|_| rng.uniform(-1.0, 1.0)))
         } else {
-            let bound = integer_bound(graph, id);
-            Data::from_f64_iter(dtype, (0..n).map(|_| rng.below(bound) as f64))
+            Data::from_f64_iter(*dtype, (0..n).map(|_| rng.below((*bound).max(1)) as f64))
         };
-        out.insert(v.name.clone(), Tensor::new(v.fact.shape.clone(), data).expect("length from shape"));
+        out.insert(name.clone(), Tensor::new(shape.clone(), data).expect("length from shape"));
     }
     out
 }

@@ -5,7 +5,7 @@
 
 mod inputs;
 
-pub use inputs::random_inputs;
+pub use inputs::{integer_bound, random_inputs, random_tensors};
 
 use crate::ir::{Graph, Initializer, Tensor, ValueFact, ValueId};
 use crate::ops::{registry, NodeCtx};

@@ -189,6 +189,7 @@ impl Case {
             Activation::Relu => "+relu",
             Activation::Clip { .. } => "+clip",
             Activation::Gelu => "+gelu",
+            Activation::GeluErf => "+gelu_erf",
         };
         format!(
             "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}{}",

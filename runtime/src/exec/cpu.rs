@@ -3,7 +3,10 @@
 //! tested without a GPU: a step that reads a weight slot before its copy landed, a counter
 //! that was never set, or a row range past a buffer fails here as it would corrupt the GPU run.
 
-use spartac::program::{BufferId, Data, Launch, Op, Program, Rows, Storage};
+use spartac::ir::{DType, Tensor};
+use spartac::ops::{registry, NodeCtx};
+use spartac::program::{BufferId, Data, Launch, NodeOp, Op, Operand, Program, Rows, Storage};
+use std::collections::HashMap;
 
 use super::ExecError;
 
@@ -27,6 +30,17 @@ impl CpuMemory {
             .collect();
         let written = program.buffers.iter().map(|b| !matches!(b.storage, Storage::Scratch)).collect();
         CpuMemory { bufs, written }
+    }
+
+    /// Sets a buffer's bytes (an input).
+    pub fn set_bytes(&mut self, id: BufferId, bytes: Vec<u8>) -> Result<(), String> {
+        let b = &mut self.bufs[id.0 as usize];
+        if bytes.len() != b.len() {
+            return Err(format!("buffer {}: {} bytes given for {}", id.0, bytes.len(), b.len()));
+        }
+        *b = bytes;
+        self.written[id.0 as usize] = true;
+        Ok(())
     }
 
     pub fn bytes(&self, id: BufferId) -> &[u8] {
@@ -119,9 +133,98 @@ fn row_nonzero(mem: &CpuMemory, buf: BufferId, r: usize, cols: usize) -> bool {
         .any(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0.0)
 }
 
+/// The tensor of an operand: a buffer's bytes decoded as its dtype, a temporary of the group,
+/// or a scalar.
+fn read_operand(mem: &CpuMemory, temps: &HashMap<u32, Tensor>, o: &Operand) -> Result<Tensor, String> {
+    match o {
+        Operand::Buf { buf, dtype, shape } => tensor_of_bytes(mem.bytes(*buf), *dtype, shape),
+        Operand::Temp { id, .. } => {
+            temps.get(id).cloned().ok_or_else(|| format!("temporary t{id} read before it was made"))
+        }
+        Operand::Scalar { dtype, value } => {
+            Ok(Tensor::new(vec![], spartac::ir::Data::from_f64_iter(*dtype, std::iter::once(*value))).expect("scalar"))
+        }
+    }
+}
+
+/// A buffer's little-endian bytes as a tensor of `dtype` and `shape` (booleans from bytes).
+pub fn tensor_of_bytes(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor, String> {
+    let n: usize = shape.iter().product();
+    let data = if dtype == DType::Bool {
+        spartac::ir::Data::Bool(bytes.iter().take(n).map(|&b| b != 0).collect())
+    } else {
+        let size = dtype.size_bytes();
+        let need = n * size;
+        if bytes.len() < need {
+            return Err(format!("buffer of {} bytes read as {n} {}", bytes.len(), dtype.name()));
+        }
+        spartac::ir::Data::from_le_bytes(dtype, &bytes[..need]).ok_or_else(|| format!("bytes as {}", dtype.name()))?
+    };
+    Tensor::new(shape.to_vec(), data).ok_or_else(|| "tensor shape".to_string())
+}
+
+/// A tensor's bytes as a buffer holds them (booleans as bytes 0/1).
+pub fn bytes_of_tensor(t: &Tensor) -> Vec<u8> {
+    match t.data() {
+        spartac::ir::Data::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        d => d.to_le_bytes(),
+    }
+}
+
+/// Runs the nodes of one [`Op::Nodes`] step with the reference ops.
+fn run_nodes(mem: &mut CpuMemory, nodes: &[NodeOp]) -> Result<(), String> {
+    let mut temps: HashMap<u32, Tensor> = HashMap::new();
+    for n in nodes {
+        let def = registry().get(&n.op_type).ok_or_else(|| format!("node {}: unknown op {}", n.name, n.op_type))?;
+        let ins: Vec<Option<Tensor>> = n
+            .inputs
+            .iter()
+            .map(|o| o.as_ref().map(|o| read_operand(mem, &temps, o)).transpose())
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+        let ctx = NodeCtx { name: &n.name, attrs: &n.attrs, opset: n.opset, n_outputs: n.outputs.len() };
+        let outs = (def.eval)(&ctx, &refs).map_err(|e| format!("node {} ({}): {e}", n.name, n.op_type))?;
+        for (o, t) in n.outputs.iter().zip(outs) {
+            let want: usize = o.shape().iter().product();
+            if t.dtype() != o.dtype() || t.len() != want {
+                return Err(format!(
+                    "node {} ({}) made {}{:?}, the program expects {}{:?}",
+                    n.name,
+                    n.op_type,
+                    t.dtype().name(),
+                    t.shape(),
+                    o.dtype().name(),
+                    o.shape()
+                ));
+            }
+            match o {
+                Operand::Buf { buf, .. } => {
+                    let bytes = bytes_of_tensor(&t);
+                    let dst = &mut mem.bufs[buf.0 as usize];
+                    if dst.len() != bytes.len() {
+                        return Err(format!(
+                            "node {}: output of {} bytes into a buffer of {}",
+                            n.name,
+                            bytes.len(),
+                            dst.len()
+                        ));
+                    }
+                    dst.copy_from_slice(&bytes);
+                }
+                Operand::Temp { id, .. } => {
+                    temps.insert(*id, t);
+                }
+                Operand::Scalar { .. } => return Err(format!("node {}: writes a scalar", n.name)),
+            }
+        }
+    }
+    Ok(())
+}
+
 fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Result<(), String> {
     match op {
         Op::Move => Ok(()),
+        Op::Nodes(nodes) => run_nodes(mem, nodes),
         Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate } => {
             for &(buf, len, sum) in packed {
                 let got = spartac::program::checksum(&mem.bufs[buf.0 as usize][..4 * len]);
@@ -132,16 +235,19 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
                     ));
                 }
             }
+            use rayon::prelude::*;
             let w = &program.matrices[*weight];
             let live = live_rows(mem, rows)?;
             let av = mem.f32s(*a);
             let bias: Vec<f32> = bias.map(|b| mem.f32s(b)).unwrap_or_else(|| vec![0.0; w.cols]);
-            for r in 0..live {
-                let mut acc = vec![0.0f64; w.cols];
+            let prev = if *accumulate { mem.f32s(*c) } else { vec![] };
+            let n = w.cols;
+            // Rows in parallel: each row's sum is in f64, in the same order whatever the threads.
+            let mut out = vec![0.0f32; live * n];
+            out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
+                let mut acc = vec![0.0f64; n];
                 if *accumulate {
-                    for (j, x) in acc.iter_mut().enumerate() {
-                        *x = mem.f32_at(*c, r * w.cols + j) as f64;
-                    }
+                    acc.iter_mut().zip(&prev[r * n..(r + 1) * n]).for_each(|(x, p)| *x = *p as f64);
                 }
                 let arow = &av[r * w.rows..(r + 1) * w.rows];
                 for (kk, &x) in arow.iter().enumerate() {
@@ -153,8 +259,12 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
                     }
                 }
                 for (j, x) in acc.iter().enumerate() {
-                    mem.set_f32(*c, r * w.cols + j, epilogue.apply(*x as f32 as f64, bias[j] as f64) as f32);
+                    orow[j] = epilogue.apply(*x as f32 as f64, bias[j] as f64) as f32;
                 }
+            });
+            let dst = &mut mem.bufs[c.0 as usize];
+            for (i, v) in out.iter().enumerate() {
+                dst[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
             }
             Ok(())
         }

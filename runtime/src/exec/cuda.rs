@@ -68,6 +68,20 @@ fn cached_ptx(name: &str, source: &str, arch: &str, dir: Option<&PathBuf>) -> Re
     Ok((ptx, false))
 }
 
+/// Puts PTX compiled elsewhere (an artifact's) into the disk cache under the key
+/// [`GpuProgram::load`] looks up, unless a valid entry is there; returns whether it wrote one.
+pub fn seed_ptx_cache(source: &str, arch: &str, ptx: &str) -> bool {
+    let Some(dir) = ptx_cache_dir() else { return false };
+    let key = format!("{:016x}-{arch}-{}", spartac::codegen::source_hash(source), env!("CARGO_PKG_VERSION"));
+    let path = dir.join(format!("{key}.ptx"));
+    if std::fs::metadata(&path).is_ok() {
+        return false;
+    }
+    let text = format!("{:016x}\n{ptx}", spartac::program::checksum(ptx.as_bytes()));
+    super::write_cache_entry(&path, text.as_bytes());
+    true
+}
+
 /// A device allocation, freed on drop.
 struct DeviceBuf {
     ptr: sys::CUdeviceptr,
@@ -620,11 +634,69 @@ impl GpuProgram {
 
     /// Zeroes a device buffer (an output accumulated over runs, say).
     pub fn zero(&self, buf: spartac::program::BufferId) -> Result<(), ExecError> {
+        self.fill(buf, 0)
+    }
+
+    /// Sets every byte of a device buffer to `byte`.
+    pub fn fill(&self, buf: spartac::program::BufferId, byte: u8) -> Result<(), ExecError> {
         if let Mem::Device(d) = &self.mems[buf.0 as usize] {
             // SAFETY: the allocation holds d.bytes bytes.
-            drv("memset", unsafe { sys::cuMemsetD8_v2(d.ptr, 0, d.bytes) })?;
+            drv("memset", unsafe { sys::cuMemsetD8_v2(d.ptr, byte, d.bytes) })?;
         }
         Ok(())
+    }
+
+    /// Fills every output and scratch buffer with 0xFF bytes (NaN as floats), so that an
+    /// element no kernel writes shows in the results instead of passing as a stale value.
+    pub fn poison(&self) -> Result<(), ExecError> {
+        for (i, b) in self.program.buffers.iter().enumerate() {
+            if matches!(b.storage, Storage::Output | Storage::Scratch) {
+                self.fill(spartac::program::BufferId(i as u32), 0xFF)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches the graph `runs` times back to back, with a CUDA event between launches, and
+    /// returns each launch's milliseconds (device time, launch gaps included).
+    pub fn time_launches(&mut self, params: &[i32], runs: usize) -> Result<Vec<f64>, ExecError> {
+        self.set_params(params)?;
+        let stream = self.dev.stream().cu_stream();
+        let mut events: Vec<sys::CUevent> = Vec::with_capacity(runs + 1);
+        let result = (|| -> Result<Vec<f64>, ExecError> {
+            for _ in 0..=runs {
+                let mut e: sys::CUevent = std::ptr::null_mut();
+                // SAFETY: plain event creation in the bound context.
+                drv("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, 0) })?;
+                events.push(e);
+            }
+            // SAFETY: events and exec graph of this context, on its stream.
+            unsafe {
+                drv("cuEventRecord", sys::cuEventRecord(events[0], stream))?;
+                for r in 0..runs {
+                    drv("cuGraphLaunch", sys::cuGraphLaunch(self.exec, stream))?;
+                    drv("cuEventRecord", sys::cuEventRecord(events[r + 1], stream))?;
+                }
+                drv("cuEventSynchronize", sys::cuEventSynchronize(events[runs]))?;
+            }
+            (0..runs)
+                .map(|i| {
+                    let mut ms = 0f32;
+                    // SAFETY: both events recorded and complete.
+                    drv("cuEventElapsedTime", unsafe {
+                        sys::cuEventElapsedTime_v2(&mut ms, events[i], events[i + 1])
+                    })?;
+                    Ok(ms as f64)
+                })
+                .collect()
+        })();
+        for &e in &events {
+            // SAFETY: created above, destroyed once.
+            unsafe {
+                sys::cuEventDestroy_v2(e);
+            }
+        }
+        result
     }
 
     /// Fills a device buffer from the host (an input).

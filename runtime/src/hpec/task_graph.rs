@@ -342,6 +342,7 @@ pub fn profile_by_kind(
             Op::LoadRows { .. } => "load batch",
             Op::MarkRows { .. } => "categories",
             Op::Move => "weight streaming (copies)",
+            Op::Nodes(_) => "graph nodes",
         };
         *kinds.entry(kind.to_string()).or_insert(0.0) += ms;
     }

@@ -1,0 +1,232 @@
+//! `spartac compile`: ONNX model + TeSA attrs → a compiled artifact (`MODEL.sparta`).
+//!
+//! Stages: frontend, TeSA, propagation, plan, lowering (every node specialized to its kernel),
+//! PTX (when NVRTC is present here), write. The artifact is written atomically; the summary
+//! table says what the compiler did and what it predicts.
+
+use crate::model_args::ModelArgs;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use spartac::plan::cost::{CostDb, CostModel};
+use spartac::plan::hardware::HardwareProfile;
+use spartac::plan::PlanOptions;
+use spartac::program::artifact::{encode, PtxProto};
+use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
+use spartac::propagate::{propagate, PropagateOptions};
+use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+const COMPILE_HELP: &str = "\
+Examples:
+  spartac compile minilm-l6.onnx --tesa models/tesa/minilm-l6-block32-90.json -o minilm.sparta
+  spartac compile model.onnx --input-shape input_ids=32,128 -o model.sparta --json summary.json
+  spartac run minilm.sparta --random 7 --backend cuda --repeat 50
+
+Every MatMul/Gemm with a constant weight is planned (sub-operators per block shape, or one
+dense kernel) and specialized with the sparsity pattern baked in; bias and activation chains
+after it run in its epilogue; chains of elementwise ops become one generated kernel; views
+(Reshape, Unsqueeze, ...) cost nothing. The artifact holds the kernels, the packed weights
+(pruned elements absent) and the program the runtime turns into one CUDA graph.";
+
+/// Compile an ONNX model (plus TeSA sparsity attributes) to a spartac artifact.
+#[derive(Args, Debug)]
+#[command(after_help = COMPILE_HELP)]
+pub struct CompileArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// TeSA attributes: which tensors are pruned or quantized (format: models/tesa.schema.json).
+    #[arg(long, value_name = "attrs.json")]
+    pub tesa: Option<PathBuf>,
+    /// Where to write the artifact (default: the model's path with the extension .sparta).
+    #[arg(short, long, value_name = "MODEL.sparta")]
+    pub output: Option<PathBuf>,
+    /// Element type the model runs in. Only f32 is built so far.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    pub dtype: String,
+    /// Skip sparsity propagation (the pruned weights alone are planned).
+    #[arg(long)]
+    pub no_propagate: bool,
+    /// Do not fuse epilogues or elementwise chains (one kernel per node; for ablations).
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Cost database the planner prices kernels with (default: the built-in sm_90 one).
+    #[arg(long, value_name = "COSTDB.json")]
+    pub costdb: Option<PathBuf>,
+    /// Do not put PTX into the artifact even when NVRTC is present (it is then compiled at
+    /// first load and cached).
+    #[arg(long)]
+    pub no_ptx: bool,
+    /// Also write the summary as JSON.
+    #[arg(long, value_name = "SUMMARY.json")]
+    pub json: Option<PathBuf>,
+}
+
+/// The artifact's PTX architecture (the H100/H200's, with the wgmma features).
+const PTX_ARCH: &str = "sm_90a";
+
+pub fn run(args: CompileArgs) -> Result<ExitCode> {
+    if args.dtype != "f32" {
+        bail!("--dtype {}: only f32 models are built so far (f16/bf16 lowering is not implemented yet)", args.dtype);
+    }
+    let out = args.output.clone().unwrap_or_else(|| args.model.model.with_extension("sparta"));
+    if out == args.model.model {
+        bail!("the output {} would overwrite the model", out.display());
+    }
+    let mut stages: Vec<(&str, f64)> = vec![];
+    let bar = indicatif::ProgressBar::new(6).with_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("progress template"),
+    );
+    let mut t = Instant::now();
+    let mut stage = |name: &'static str, bar: &indicatif::ProgressBar, t: &mut Instant| {
+        stages.push((name, t.elapsed().as_secs_f64()));
+        *t = Instant::now();
+        bar.inc(1);
+    };
+    bar.set_message("reading the model");
+    let mut graph = args.model.load()?;
+    stage("frontend", &bar, &mut t);
+    bar.set_message("TeSA and propagation");
+    let attrs = match &args.tesa {
+        Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
+        None => None,
+    };
+    apply_attrs(&mut graph, attrs.as_ref())?;
+    if !args.no_propagate {
+        propagate(&mut graph, &PropagateOptions::default())?;
+    }
+    stage("tesa+propagate", &bar, &mut t);
+    bar.set_message("planning");
+    let mut opts = PlanOptions::default();
+    if let Some(path) = &args.costdb {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let db = CostDb::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        opts.cost = CostModel::new(HardwareProfile::sm_90(), db)?;
+    }
+    let plan = crate::plan::plan_graph(&graph, &opts)?;
+    stage("plan", &bar, &mut t);
+    bar.set_message("specializing kernels");
+    let options = ModelOptions { fuse_epilogues: !args.no_fuse, fuse_elementwise: !args.no_fuse };
+    let model = lower_model(&graph, &plan, &options, &mut |done, total| {
+        bar.set_message(format!("specializing kernels: node {done}/{total}"));
+    })
+    .with_context(|| format!("compiling {}", args.model.model.display()))?;
+    stage("specialize", &bar, &mut t);
+    let ptx = if args.no_ptx { vec![] } else { ptx_of(&model, &bar)? };
+    stage("ptx", &bar, &mut t);
+    bar.set_message("writing");
+    let bytes = encode(&model, &ptx)?;
+    spartac::output::write_atomic(&out, &bytes).with_context(|| format!("writing {}", out.display()))?;
+    stage("write", &bar, &mut t);
+    bar.finish_and_clear();
+
+    let dense_s: f64 = plan.operators.iter().map(|o| o.dense_s).sum();
+    let planned_s: f64 = plan.operators.iter().map(|o| o.planned_s).sum();
+    let s = &model.stats;
+    let p = &model.program;
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let rows: Vec<(String, String)> = vec![
+        ("graph nodes".into(), s.graph_nodes.to_string()),
+        (
+            "program steps".into(),
+            format!("{} ({} kernels, {} distinct)", p.steps.len(), launches(&model), p.kernels.len()),
+        ),
+        ("planned matmuls".into(), format!("{} ({} sparse)", s.planned_ops, s.sparse_ops)),
+        (
+            "fused".into(),
+            format!(
+                "{} epilogues, {} nodes in elementwise groups, {} views",
+                s.fused_epilogues, s.fused_nodes, s.views
+            ),
+        ),
+        (
+            "predicted matmul time".into(),
+            format!(
+                "{:.1} µs sparse vs {:.1} µs dense ({:.2}×)",
+                planned_s * 1e6,
+                dense_s * 1e6,
+                dense_s / planned_s.max(1e-12)
+            ),
+        ),
+        (
+            "matmul weights".into(),
+            format!(
+                "{:.2} MiB dense → {:.2} MiB packed ({:.1}%)",
+                mib(s.dense_weight_bytes),
+                mib(s.packed_weight_bytes),
+                100.0 * s.packed_weight_bytes as f64 / s.dense_weight_bytes.max(1) as f64
+            ),
+        ),
+        ("device memory".into(), format!("{:.1} MiB", mib(p.device_bytes()))),
+        ("artifact".into(), format!("{} ({:.2} MiB, PTX for {} kernels)", out.display(), mib(bytes.len()), ptx.len())),
+    ];
+    for (k, v) in &rows {
+        println!("{k:<24} {v}");
+    }
+    let times: Vec<String> = stages.iter().map(|(n, s)| format!("{n} {s:.2} s")).collect();
+    let total: f64 = stages.iter().map(|(_, s)| s).sum();
+    println!("{:<24} {total:.2} s ({})", "compile time", times.join(", "));
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "model": args.model.model.display().to_string(),
+            "artifact": out.display().to_string(),
+            "artifact_bytes": bytes.len(),
+            "graph_nodes": s.graph_nodes,
+            "steps": p.steps.len(),
+            "kernels": p.kernels.len(),
+            "planned_ops": s.planned_ops,
+            "sparse_ops": s.sparse_ops,
+            "fused_epilogues": s.fused_epilogues,
+            "fused_nodes": s.fused_nodes,
+            "views": s.views,
+            "predicted_sparse_s": planned_s,
+            "predicted_dense_s": dense_s,
+            "dense_weight_bytes": s.dense_weight_bytes,
+            "packed_weight_bytes": s.packed_weight_bytes,
+            "device_bytes": p.device_bytes(),
+            "ptx_kernels": ptx.len(),
+            "stages_s": stages.iter().map(|(n, s)| (n.to_string(), *s)).collect::<std::collections::BTreeMap<_, _>>(),
+            "compile_s": total,
+        });
+        spartac::output::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn launches(model: &ModelProgram) -> usize {
+    model
+        .program
+        .steps
+        .iter()
+        .flat_map(|s| &s.launches)
+        .filter(|l| matches!(l, spartac::program::Launch::Kernel { .. }))
+        .count()
+}
+
+/// PTX of every kernel for [`PTX_ARCH`] when NVRTC can be loaded here; none (with a note)
+/// when it cannot: the runtime then compiles at first load.
+fn ptx_of(model: &ModelProgram, bar: &indicatif::ProgressBar) -> Result<Vec<PtxProto>> {
+    use rayon::prelude::*;
+    if spartac_runtime::cuda::nvrtc_version().is_err() {
+        bar.println(
+            "note: NVRTC not found: the artifact carries CUDA sources only (compiled at first load, then cached)",
+        );
+        return Ok(vec![]);
+    }
+    let n = model.program.kernels.len();
+    bar.set_message(format!("PTX for {n} kernels"));
+    let ptx: Vec<Result<PtxProto>> = model
+        .program
+        .kernels
+        .par_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let p = spartac_runtime::cuda::compile_ptx(&k.name, &k.source, PTX_ARCH)
+                .with_context(|| format!("kernel {} did not compile", k.name))?;
+            Ok(PtxProto { kernel: i as u32, arch: PTX_ARCH.to_string(), ptx: p.ptx })
+        })
+        .collect();
+    ptx.into_iter().collect()
+}

@@ -1,0 +1,191 @@
+//! `spartac run MODEL.sparta`: a compiled artifact on the GPU (one CUDA graph, replayed) or on
+//! the CPU executor, with `--check` comparing the two on the same inputs.
+
+use crate::run::RunArgs;
+use anyhow::{anyhow, bail, Context, Result};
+use spartac::ir::Tensor;
+use spartac::program::artifact::{decode, Artifact};
+use spartac::program::model::ModelProgram;
+use spartac::program::Op;
+use spartac_runtime::exec::model::{relative_error, run_cpu, GpuModel, Outputs};
+use spartac_runtime::npz::{read_npz, write_npz};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Whether `path` names an artifact (by its extension, or by its magic when it can be read).
+pub fn is_artifact(path: &Path) -> bool {
+    if path.extension().and_then(|e| e.to_str()) == Some("sparta") {
+        return true;
+    }
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| &head == spartac::program::artifact::ARTIFACT_MAGIC)
+}
+
+/// Reads and checks an artifact (one-line errors for a missing, truncated, corrupted or
+/// other-version file).
+pub fn load_artifact(path: &Path) -> Result<Artifact> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    decode(&bytes).with_context(|| format!("{}", path.display()))
+}
+
+fn inputs_for(model: &ModelProgram, args: &RunArgs) -> Result<BTreeMap<String, Tensor>> {
+    match (&args.inputs, args.random) {
+        (Some(path), _) => read_npz(path),
+        (None, Some(seed)) => {
+            let specs: Vec<_> =
+                model.inputs.iter().map(|s| (s.name.clone(), s.dtype, s.shape.clone(), s.bound)).collect();
+            Ok(spartac::reference::random_tensors(&specs, seed))
+        }
+        (None, None) => bail!("give --inputs IN.npz or --random SEED"),
+    }
+}
+
+/// What a step is, for the profile table: its ops (`MatMul (planned)` for the planned ones).
+fn step_kind(op: &Op) -> String {
+    match op {
+        Op::Spmm { .. } => "MatMul (planned)".into(),
+        Op::Nodes(nodes) if nodes.len() > 1 => "fused elementwise".into(),
+        Op::Nodes(nodes) => nodes.first().map_or("node".into(), |n| n.op_type.clone()),
+        Op::Move => "copy".into(),
+        _ => "other".into(),
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+pub fn run(args: &RunArgs) -> Result<ExitCode> {
+    let path = &args.model.model;
+    if !args.model.input_shape.is_empty() || !args.model.dim.is_empty() {
+        bail!("--input-shape/--dim apply when compiling; {} has its shapes fixed", path.display());
+    }
+    let Artifact { model, ptx } = load_artifact(path)?;
+    let inputs = inputs_for(&model, args)?;
+    spartac::program::model::check_model_inputs(&model.inputs, &inputs)
+        .map_err(|e| anyhow!("inputs for {}: {e}", path.display()))?;
+    let device = match args.backend.as_str() {
+        "cpu" => None,
+        "cuda" => Some(spartac_runtime::cuda::CudaDevice::open(0).context("--backend cuda: no GPU answered")?),
+        _ => spartac_runtime::cuda::CudaDevice::open(0).ok(),
+    };
+    let mut summary = serde_json::json!({ "model": path.display().to_string(), "name": model.program.name });
+    let (outputs, backend, ms): (Outputs, String, Vec<f64>) = match device {
+        None => {
+            if args.check {
+                bail!("--check compares the GPU run with the CPU run: it needs a GPU (--backend cuda)");
+            }
+            let mut times = vec![];
+            let mut last = None;
+            for _ in 0..args.repeat {
+                let t = Instant::now();
+                last = Some(run_cpu(&model, &inputs)?);
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            (last.expect("repeat >= 1"), "cpu".into(), times)
+        }
+        Some(dev) => {
+            let dev = std::sync::Arc::new(dev);
+            let arch = dev.arch().to_string();
+            for p in ptx.iter().filter(|p| p.arch == arch) {
+                spartac_runtime::exec::cuda::seed_ptx_cache(
+                    &model.program.kernels[p.kernel as usize].source,
+                    &arch,
+                    &p.ptx,
+                );
+            }
+            let reference = if args.check { Some(model.clone()) } else { None };
+            let t = Instant::now();
+            let mut gm = GpuModel::load(dev.clone(), model.clone())?;
+            let load_s = t.elapsed().as_secs_f64();
+            gm.set_inputs(&inputs)?;
+            gm.program.poison()?;
+            gm.run()?;
+            let outputs = gm.outputs()?;
+            let mut times = vec![];
+            if args.repeat > 1 {
+                // Warm-up, then device time per launch.
+                gm.program.time_launches(&[], 3)?;
+                times = gm.program.time_launches(&[], args.repeat as usize)?;
+            }
+            summary["load_s"] = load_s.into();
+            summary["kernels_compiled"] = gm.program.compile.compiled.into();
+            summary["kernels_from_cache"] = gm.program.compile.from_cache.into();
+            summary["device_bytes"] = gm.program.program().device_bytes().into();
+            if let Some(reference) = reference {
+                let t = Instant::now();
+                let want = run_cpu(&reference, &inputs)?;
+                let mut worst = 0.0f64;
+                let mut errors = serde_json::Map::new();
+                for ((name, got), (_, w)) in outputs.iter().zip(&want) {
+                    let e = relative_error(got, w);
+                    println!("check {name}: relative error {e:.3e} (GPU vs CPU executor)");
+                    errors.insert(name.clone(), e.into());
+                    worst = worst.max(e);
+                }
+                summary["check_errors"] = errors.into();
+                summary["check_cpu_s"] = t.elapsed().as_secs_f64().into();
+                if worst > args.tolerance {
+                    write_summary(args, &summary)?;
+                    bail!(
+                        "GPU outputs differ from the CPU executor: relative error {worst:.3e} > {:.1e}",
+                        args.tolerance
+                    );
+                }
+            }
+            if args.profile {
+                let steps = gm.program.profile_steps(&[])?;
+                gm.program.synchronize()?;
+                print_step_profile(&model, &steps);
+            }
+            (outputs, format!("cuda ({})", dev.name()), times)
+        }
+    };
+    if let Some(out) = &args.output {
+        write_npz(out, &outputs)?;
+    }
+    let mut ms = ms;
+    let runs = if ms.len() > 1 { format!("median of {} runs", ms.len()) } else { "1 run".into() };
+    let med = if ms.is_empty() { f64::NAN } else { median(&mut ms) };
+    summary["backend"] = backend.clone().into();
+    summary["runs"] = ms.len().into();
+    summary["median_ms"] = med.into();
+    summary["min_ms"] = ms.first().copied().unwrap_or(f64::NAN).into();
+    write_summary(args, &summary)?;
+    let time = if ms.is_empty() { "(time with --repeat N > 1)".to_string() } else { format!("{med:.3} ms") };
+    let written = match &args.output {
+        Some(p) => format!(", {} outputs written to {}", outputs.len(), p.display()),
+        None => String::new(),
+    };
+    println!("{}: {} on {backend}, {runs}: {time}{written}", path.display(), model.program.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_summary(args: &RunArgs, summary: &serde_json::Value) -> Result<()> {
+    if let Some(path) = &args.json {
+        spartac::output::write_atomic(path, serde_json::to_string_pretty(summary)?.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn print_step_profile(model: &ModelProgram, steps: &[f64]) {
+    let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+    for (s, ms) in model.program.steps.iter().zip(steps) {
+        let e = by_kind.entry(step_kind(&s.op)).or_default();
+        e.0 += 1;
+        e.1 += ms;
+    }
+    let total: f64 = steps.iter().sum();
+    let mut rows: Vec<_> = by_kind.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+    println!("{:<24} {:>6} {:>10} {:>7}", "step kind", "steps", "ms", "share");
+    for (k, (n, ms)) in rows {
+        println!("{k:<24} {n:>6} {ms:>10.3} {:>6.1}%", 100.0 * ms / total.max(1e-12));
+    }
+    println!("{:<24} {:>6} {total:>10.3}   (steps run one by one; the graph is faster)", "total", "");
+}

@@ -1,0 +1,1208 @@
+//! Lowering of a whole model: a planned graph becomes a [`Program`] (what `spartac compile`
+//! writes and `spartac run` executes).
+//!
+//! Every node lands in one of these places, in graph order:
+//! - **planned MatMul/Gemm** (constant 2-D weight on the right): one [`Op::Spmm`] step whose
+//!   launches are the plan's sub-operator kernels (`codegen::from_plan`, then `specialize`), the
+//!   first writing and the others accumulating. A bias `Add` of a 1-D constant and an activation
+//!   chain after it are fused into the last kernel's epilogue when the matmul's output feeds
+//!   nothing else; the activation is recognized by *evaluating* the chain of elementwise nodes
+//!   with the reference ops on probe values and comparing it with each epilogue activation
+//!   (`x·Φ(x)` GELU, ReLU), so any spelling of GELU an exporter picks is found;
+//! - **views** (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Dropout): no step; the output
+//!   is the input's buffer seen with another shape;
+//! - **elementwise groups**: an elementwise node whose input is produced by an elementwise node
+//!   with no other consumer joins that node's group; a group is one step ([`Op::Nodes`], its
+//!   inner values [`Operand::Temp`]s) and one generated kernel over an expression tree
+//!   (`codegen::graph_ops::elementwise`). Transpose is an elementwise identity read through
+//!   permuted strides, and joins groups like any other;
+//! - **other ops** (Gather, LayerNormalization, Softmax, reductions, activation×activation
+//!   MatMul, Concat): one step and one generated kernel each.
+//!
+//! Unknown ops are an error naming the node, op type and opset. Constants that reach a kernel
+//! are device buffers; one-element constants inside a group are literals in its code.
+//!
+//! Invariants: the program's CPU execution (`runtime::exec::cpu`) computes what the graph's
+//! reference execution computes with every pruned weight element zeroed (the planned kernels'
+//! weights sum to the pruned weight, and the CSR the CPU multiplies is that sum); every graph
+//! output has a buffer of storage `Output` of its own.
+
+use super::{
+    Arg, BufferId, Csr, Data, Elem, Launch, NodeOp, Op, Operand, Program, ProgramBuilder, ProgramError, Rows, Storage,
+};
+use crate::codegen::graph_ops::{self, Binary, Expr, OpKernel, Reduce, TensorDesc, Unary};
+use crate::codegen::{Activation, DenseCopy, Epilogue, Family};
+use crate::ir::{DType, Graph, Initializer, Node, Tensor, ValueId};
+use crate::ops::{registry, NodeCtx};
+use crate::plan::{OperatorPlan, Plan};
+use std::collections::{BTreeMap, HashMap};
+
+/// What the lowering may choose.
+#[derive(Clone, Debug)]
+pub struct ModelOptions {
+    /// Fuse bias and activation chains into planned matmul epilogues.
+    pub fuse_epilogues: bool,
+    /// Fuse chains of elementwise nodes into one kernel.
+    pub fuse_elementwise: bool,
+}
+
+impl Default for ModelOptions {
+    fn default() -> ModelOptions {
+        ModelOptions { fuse_epilogues: true, fuse_elementwise: true }
+    }
+}
+
+/// One model input or output: its name, type and buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Signature {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub buf: BufferId,
+    /// Integer inputs: the exclusive bound of valid values (the rows of the table they index;
+    /// 2 for masks), what random inputs are drawn below. 0 for floats and outputs.
+    pub bound: u64,
+}
+
+/// Counts of what the lowering did, for the compile summary.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoweringStats {
+    pub graph_nodes: usize,
+    pub planned_ops: usize,
+    /// Planned operators with a pruned weight element.
+    pub sparse_ops: usize,
+    pub fused_epilogues: usize,
+    /// Elementwise nodes that run inside a group of two or more.
+    pub fused_nodes: usize,
+    pub views: usize,
+    /// Bytes of the planned weights as dense f32, and as packed for the kernels (values and
+    /// index tables).
+    pub dense_weight_bytes: usize,
+    pub packed_weight_bytes: usize,
+}
+
+/// A lowered model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelProgram {
+    pub program: Program,
+    pub inputs: Vec<Signature>,
+    pub outputs: Vec<Signature>,
+    pub stats: LoweringStats,
+}
+
+fn invalid(message: String) -> ProgramError {
+    ProgramError::Invalid { program: "model".into(), message }
+}
+
+/// Ops whose output is their input seen with another shape.
+const VIEWS: &[&str] = &["Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"];
+
+/// Ops one elementwise kernel computes (Transpose through permuted strides).
+const ELEMENTWISE: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Neg",
+    "Abs",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Erf",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "Not",
+    "Floor",
+    "Ceil",
+    "Cast",
+    "Where",
+    "Clip",
+    "Expand",
+    "Gelu",
+    "Transpose",
+];
+
+fn is_elementwise(op: &str) -> bool {
+    ELEMENTWISE.contains(&op)
+}
+
+/// The constant tensor of a value, when it is an initializer.
+fn constant(graph: &Graph, v: ValueId) -> Option<Tensor> {
+    graph.initializers.get(&v).map(Initializer::to_dense)
+}
+
+/// A one-element constant's value.
+fn scalar_constant(graph: &Graph, v: ValueId) -> Option<(DType, f64)> {
+    let init = graph.initializers.get(&v)?;
+    if init.fact().numel() != 1 {
+        return None;
+    }
+    let t = init.to_dense();
+    Some((t.dtype(), t.to_f64_vec()[0]))
+}
+
+/// Lowers `graph` with its `plan` (see the module docs). `progress(done, total)` is called
+/// after each node.
+pub fn lower_model(
+    graph: &Graph,
+    plan: &Plan,
+    options: &ModelOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ModelProgram, ProgramError> {
+    Lowering::new(graph, plan, options)?.run(progress)
+}
+
+struct Lowering<'a> {
+    graph: &'a Graph,
+    options: &'a ModelOptions,
+    planned: HashMap<&'a str, &'a OperatorPlan>,
+    consumers: Vec<Vec<usize>>,
+    is_output: Vec<bool>,
+    b: ProgramBuilder,
+    /// Buffer of each value that has one (views share their input's).
+    bufs: HashMap<ValueId, BufferId>,
+    stats: LoweringStats,
+}
+
+impl<'a> Lowering<'a> {
+    fn new(graph: &'a Graph, plan: &'a Plan, options: &'a ModelOptions) -> Result<Lowering<'a>, ProgramError> {
+        let mut consumers = vec![vec![]; graph.values.len()];
+        for (i, n) in graph.nodes.iter().enumerate() {
+            for v in n.inputs.iter().flatten() {
+                if !consumers[v.0 as usize].contains(&i) {
+                    consumers[v.0 as usize].push(i);
+                }
+            }
+        }
+        let mut is_output = vec![false; graph.values.len()];
+        for v in &graph.outputs {
+            is_output[v.0 as usize] = true;
+        }
+        let planned = plan.operators.iter().map(|op| (op.node.as_str(), op)).collect();
+        let name = if graph.name.is_empty() { "model".to_string() } else { graph.name.clone() };
+        Ok(Lowering {
+            graph,
+            options,
+            planned,
+            consumers,
+            is_output,
+            b: ProgramBuilder::new(&name),
+            bufs: HashMap::new(),
+            stats: LoweringStats { graph_nodes: graph.nodes.len(), ..Default::default() },
+        })
+    }
+
+    fn node_err(&self, node: &Node, message: impl std::fmt::Display) -> ProgramError {
+        invalid(format!("node {} ({}, opset {}): {message}", node.name, node.op_type, node.opset))
+    }
+
+    fn elem(&self, dtype: DType, what: &str) -> Result<Elem, ProgramError> {
+        Elem::of_dtype(dtype).ok_or_else(|| invalid(format!("{what}: element type {} has no GPU buffer", dtype.name())))
+    }
+
+    /// The buffer of value `v`, made on first use (constants uploaded, others scratch).
+    fn buf(&mut self, v: ValueId) -> Result<BufferId, ProgramError> {
+        if let Some(&b) = self.bufs.get(&v) {
+            return Ok(b);
+        }
+        let value = self.graph.value(v);
+        let elem = self.elem(value.fact.dtype, &value.name)?;
+        let id = match constant(self.graph, v) {
+            Some(t) => {
+                let data = Data::of_tensor(t.data())
+                    .ok_or_else(|| invalid(format!("constant {}: no buffer form", value.name)))?;
+                self.b.constant(&value.name, data, false)
+            }
+            None => self.b.buffer(&value.name, elem, value.fact.numel(), Storage::Scratch),
+        };
+        self.bufs.insert(v, id);
+        Ok(id)
+    }
+
+    fn operand(&mut self, v: ValueId) -> Result<Operand, ProgramError> {
+        let fact = self.graph.fact(v).clone();
+        Ok(Operand::Buf { buf: self.buf(v)?, dtype: fact.dtype, shape: fact.shape })
+    }
+
+    fn desc(&self, v: ValueId) -> TensorDesc {
+        let f = self.graph.fact(v);
+        TensorDesc::contiguous(f.dtype, &f.shape)
+    }
+
+    fn only_consumer(&self, v: ValueId) -> Option<usize> {
+        match self.consumers[v.0 as usize].as_slice() {
+            [one] if !self.is_output[v.0 as usize] => Some(*one),
+            _ => None,
+        }
+    }
+
+    fn run(mut self, progress: &mut dyn FnMut(usize, usize)) -> Result<ModelProgram, ProgramError> {
+        let graph = self.graph;
+        let mut inputs = vec![];
+        for &v in &graph.inputs {
+            let value = graph.value(v);
+            let elem = self.elem(value.fact.dtype, &value.name)?;
+            let id = self.b.buffer(&value.name, elem, value.fact.numel(), Storage::Input);
+            self.bufs.insert(v, id);
+            inputs.push(Signature {
+                name: value.name.clone(),
+                dtype: value.fact.dtype,
+                shape: value.fact.shape.clone(),
+                buf: id,
+                bound: if value.fact.dtype.is_float() { 0 } else { crate::reference::integer_bound(graph, v) },
+            });
+        }
+        // Nodes that planned matmuls' epilogues absorb stay out of the elementwise groups.
+        let mut absorbed = vec![false; graph.nodes.len()];
+        if self.options.fuse_epilogues {
+            for node in &graph.nodes {
+                if let Some(op) = self.planned.get(node.name.as_str()) {
+                    for a in self.epilogue_nodes(node, op) {
+                        absorbed[a] = true;
+                    }
+                }
+            }
+        }
+        let groups = if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
+        // Nodes a fused epilogue or group took over: skipped when reached.
+        let mut done = vec![false; graph.nodes.len()];
+        let total = graph.nodes.len();
+        for i in 0..total {
+            if done[i] {
+                progress(i + 1, total);
+                continue;
+            }
+            let node = &graph.nodes[i];
+            if let Some(op) = self.planned.get(node.name.as_str()).copied() {
+                self.lower_planned(i, op, &mut done)?;
+            } else if VIEWS.contains(&node.op_type.as_str()) {
+                self.lower_view(node)?;
+            } else if is_elementwise(&node.op_type) {
+                // A group is emitted at its last node; the members before it wait.
+                match groups.get(&i) {
+                    Some(members) => {
+                        self.lower_group(members)?;
+                        if members.len() > 1 {
+                            self.stats.fused_nodes += members.len();
+                        }
+                    }
+                    None if !self.options.fuse_elementwise => self.lower_group(&[i])?,
+                    None => {}
+                }
+            } else {
+                self.lower_other(node)?;
+            }
+            done[i] = true;
+            progress(i + 1, total);
+        }
+        let mut outputs = vec![];
+        for &v in &graph.outputs {
+            let value = graph.value(v);
+            let elem = self.elem(value.fact.dtype, &value.name)?;
+            let src = self.buf(v)?;
+            let shared = graph.outputs.iter().filter(|&&o| self.bufs.get(&o) == Some(&src)).count() > 1;
+            let own = matches!(self.b.program().buffer(src).storage, Storage::Scratch) && !shared;
+            let buf = if own {
+                self.b.set_storage(src, Storage::Output);
+                src
+            } else {
+                let dst = self.b.buffer(&format!("{}.out", value.name), elem, value.fact.numel(), Storage::Output);
+                let len = value.fact.numel();
+                self.b.step(
+                    &format!("output {}", value.name),
+                    Op::Move,
+                    vec![Launch::Copy { src, src_at: 0, dst, dst_at: 0, len }],
+                );
+                dst
+            };
+            outputs.push(Signature {
+                name: value.name.clone(),
+                dtype: value.fact.dtype,
+                shape: value.fact.shape.clone(),
+                buf,
+                bound: 0,
+            });
+        }
+        let program = self.b.finish()?;
+        Ok(ModelProgram { program, inputs, outputs, stats: self.stats })
+    }
+
+    /// Elementwise groups, keyed by the index of their last node; each lists its nodes in
+    /// graph order.
+    fn elementwise_groups(&self, absorbed: &[bool]) -> HashMap<usize, Vec<usize>> {
+        let graph = self.graph;
+        // group[i] = index of the last node of node i's group so far.
+        let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut group_of: HashMap<usize, usize> = HashMap::new();
+        for (i, node) in graph.nodes.iter().enumerate() {
+            if !is_elementwise(&node.op_type) || self.planned.contains_key(node.name.as_str()) || absorbed[i] {
+                continue;
+            }
+            let mut mine = vec![];
+            // A Transpose reads its input from memory (through permuted strides).
+            let inputs = if node.op_type == "Transpose" { &[][..] } else { &node.inputs[..] };
+            for v in inputs.iter().flatten() {
+                let Some(p) = graph.nodes.iter().position(|n| n.outputs.contains(v)) else { continue };
+                let Some(&head) = group_of.get(&p) else { continue };
+                if self.only_consumer(*v) == Some(i) && graph.nodes[p].outputs.len() == 1 && !mine.contains(&head) {
+                    mine.push(head);
+                }
+            }
+            let mut list: Vec<usize> = mine.iter().flat_map(|h| members.remove(h).unwrap_or_default()).collect();
+            list.push(i);
+            list.sort_unstable();
+            for &m in &list {
+                group_of.insert(m, i);
+            }
+            members.insert(i, list);
+        }
+        members
+    }
+
+    fn lower_view(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let src = node.inputs.first().copied().flatten().ok_or_else(|| self.node_err(node, "no input"))?;
+        let out = node.outputs[0];
+        if self.graph.fact(src).numel() != self.graph.fact(out).numel() {
+            return Err(self.node_err(node, "a view must keep the element count"));
+        }
+        let buf = self.buf(src)?;
+        self.bufs.insert(out, buf);
+        self.stats.views += 1;
+        Ok(())
+    }
+
+    fn kernel_step(&mut self, label: &str, op: Op, k: OpKernel, args: Vec<BufferId>) -> usize {
+        let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
+        let args = args.into_iter().map(|b| Arg::Buf(b, 0)).collect();
+        self.b.step(label, op, vec![Launch::Kernel { kernel: kid, grid: k.grid, block: k.block, args }])
+    }
+
+    fn node_op(&mut self, node: &Node, inputs: Vec<Option<Operand>>, outputs: Vec<Operand>) -> NodeOp {
+        NodeOp {
+            name: node.name.clone(),
+            op_type: node.op_type.clone(),
+            opset: node.opset,
+            attrs: node.attrs.clone(),
+            inputs,
+            outputs,
+        }
+    }
+
+    /// One step for the group `members` (graph order, the last one's output leaves the group).
+    fn lower_group(&mut self, members: &[usize]) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let last = *members.last().expect("a group has a node");
+        let inside: Vec<ValueId> = members.iter().flat_map(|&m| graph.nodes[m].outputs.clone()).collect();
+        let out_v = graph.nodes[last].outputs[0];
+        // Kernel inputs: distinct outside values that are not one-element constants, each with
+        // the permutation it is read through (a Transpose's input).
+        let mut ext: Vec<(ValueId, Option<Vec<usize>>)> = vec![];
+        let mut exprs: HashMap<ValueId, Expr> = HashMap::new();
+        let mut nodes = vec![];
+        for &m in members {
+            let node = &graph.nodes[m];
+            let mut args = vec![];
+            let mut operands = vec![];
+            let perm = (node.op_type == "Transpose").then(|| transpose_perm(graph, node));
+            for (pos, v) in node.inputs.iter().enumerate() {
+                let Some(v) = *v else {
+                    args.push(None);
+                    operands.push(None);
+                    continue;
+                };
+                if node.op_type == "Expand" && pos == 1 {
+                    // The target shape: the broadcast happens at the inputs.
+                    args.push(None);
+                    operands.push(Some(self.operand(v)?));
+                } else if let Some(e) = exprs.get(&v) {
+                    args.push(Some(e.clone()));
+                    let f = graph.fact(v);
+                    let id = inside.iter().position(|&x| x == v).expect("inside value") as u32;
+                    operands.push(Some(Operand::Temp { id, dtype: f.dtype, shape: f.shape.clone() }));
+                } else if let Some((dtype, value)) = scalar_constant(graph, v).filter(|_| node.op_type != "Expand") {
+                    args.push(Some(Expr::Const(value, dtype)));
+                    operands.push(Some(Operand::Scalar { dtype, value }));
+                } else {
+                    let key = (v, perm.clone());
+                    let at = match ext.iter().position(|x| *x == key) {
+                        Some(at) => at,
+                        None => {
+                            ext.push(key);
+                            ext.len() - 1
+                        }
+                    };
+                    args.push(Some(Expr::Input(at)));
+                    operands.push(Some(self.operand(v)?));
+                }
+            }
+            let expr = node_expr(graph, node, &args).map_err(|e| self.node_err(node, e))?;
+            let out = node.outputs[0];
+            let f = graph.fact(out);
+            let operand = if out == out_v {
+                self.operand(out)?
+            } else {
+                let id = inside.iter().position(|&x| x == out).expect("inside value") as u32;
+                Operand::Temp { id, dtype: f.dtype, shape: f.shape.clone() }
+            };
+            exprs.insert(out, expr);
+            let op = self.node_op(node, operands, vec![operand]);
+            nodes.push(op);
+        }
+        // A Transpose reads its input through permuted strides.
+        let descs: Vec<TensorDesc> = ext
+            .iter()
+            .map(|(v, perm)| match perm {
+                Some(p) => self.desc(*v).permuted(p),
+                None => self.desc(*v),
+            })
+            .collect();
+        let expr = exprs.remove(&out_v).expect("group output");
+        let out_desc = self.desc(out_v);
+        let name = format!("ew_{}", sanitize(&graph.nodes[last].name));
+        let k = graph_ops::elementwise(&name, &descs, &out_desc, &expr)
+            .map_err(|e| self.node_err(&graph.nodes[last], e))?;
+        let mut args: Vec<BufferId> = vec![];
+        for (v, _) in &ext {
+            args.push(self.buf(*v)?);
+        }
+        args.push(self.buf(out_v)?);
+        let label = graph.nodes[last].name.clone();
+        self.kernel_step(&label, Op::Nodes(nodes), k, args);
+        Ok(())
+    }
+
+    fn lower_other(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let input = |i: usize| node.inputs.get(i).copied().flatten();
+        let need = |i: usize| input(i).ok_or_else(|| self.node_err(node, format!("input {i} is missing")));
+        let out = node.outputs[0];
+        let ofact = graph.fact(out).clone();
+        let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
+        let attrs = &node.attrs;
+        let kernel = match node.op_type.as_str() {
+            "Gather" => {
+                let (data, idx) = (need(0)?, need(1)?);
+                let rank = graph.fact(data).shape.len();
+                let axis = norm_axis(attrs.int("axis", 0).unwrap_or(0), rank)
+                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
+                graph_ops::gather(&name, &self.desc(data), &self.desc(idx), axis)
+            }
+            "LayerNormalization" => {
+                if node.outputs.len() > 1 && node.outputs[1..].iter().any(|v| !self.consumers[v.0 as usize].is_empty())
+                {
+                    return Err(self.node_err(node, "the Mean and InvStdDev outputs are not built"));
+                }
+                let x = need(0)?;
+                let shape = &graph.fact(x).shape;
+                let axis = norm_axis(attrs.int("axis", -1).unwrap_or(-1), shape.len())
+                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
+                let cols: usize = shape[axis..].iter().product();
+                let rows: usize = shape[..axis].iter().product();
+                for (i, what) in [(1, "scale"), (2, "bias")] {
+                    if let Some(v) = input(i) {
+                        if graph.fact(v).numel() != cols {
+                            return Err(self
+                                .node_err(node, format!("{what} broadcasting is not built (needs {cols} elements)")));
+                        }
+                    }
+                }
+                let eps = attrs.float("epsilon", 1e-5).unwrap_or(1e-5);
+                graph_ops::layer_norm(
+                    &name,
+                    rows,
+                    cols,
+                    eps,
+                    graph.fact(x).dtype,
+                    input(1).map(|v| graph.fact(v).dtype),
+                    input(2).map(|v| graph.fact(v).dtype),
+                    ofact.dtype,
+                )
+            }
+            "Softmax" | "LogSoftmax" => {
+                let x = need(0)?;
+                let shape = &graph.fact(x).shape;
+                let default = if node.opset >= 13 { -1 } else { 1 };
+                let axis = norm_axis(attrs.int("axis", default).unwrap_or(default), shape.len())
+                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
+                if node.opset >= 13 && axis + 1 != shape.len() {
+                    return Err(self.node_err(node, "softmax over an axis other than the last is not built"));
+                }
+                let cols: usize = shape[axis..].iter().product();
+                let rows = ofact.numel() / cols.max(1);
+                graph_ops::softmax(&name, rows, cols, ofact.dtype, node.op_type == "LogSoftmax")
+            }
+            op @ ("ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare"
+            | "ReduceL2") => {
+                let x = need(0)?;
+                let rank = graph.fact(x).shape.len();
+                let axes: Option<Vec<i64>> = match input(1) {
+                    Some(a) => Some(
+                        constant(graph, a).ok_or_else(|| self.node_err(node, "axes must be constant"))?.to_i64_vec(),
+                    ),
+                    None => attrs.ints_opt("axes").ok().flatten().map(|v| v.to_vec()),
+                };
+                let noop = attrs.int("noop_with_empty_axes", 0).unwrap_or(0) != 0;
+                let mut axes: Vec<usize> = match axes {
+                    Some(a) if !a.is_empty() => a
+                        .iter()
+                        .map(|&x| norm_axis(x, rank).ok_or_else(|| self.node_err(node, "axis out of range")))
+                        .collect::<Result<_, _>>()?,
+                    _ if noop => vec![],
+                    _ => (0..rank).collect(),
+                };
+                axes.sort_unstable();
+                axes.dedup();
+                let kind = match op {
+                    "ReduceSum" => Reduce::Sum,
+                    "ReduceMean" => Reduce::Mean,
+                    "ReduceMax" => Reduce::Max,
+                    "ReduceMin" => Reduce::Min,
+                    "ReduceProd" => Reduce::Prod,
+                    "ReduceSumSquare" => Reduce::SumSquare,
+                    _ => Reduce::L2,
+                };
+                if axes.is_empty() {
+                    // Nothing reduced: an elementwise identity (or square) of the input.
+                    return self.lower_group_single(node);
+                }
+                graph_ops::reduce(&name, &self.desc(x), &axes, kind, ofact.dtype)
+            }
+            "MatMul" => {
+                let (a, bv) = (need(0)?, need(1)?);
+                let (mut da, mut db) = (self.desc(a), self.desc(bv));
+                // 1-D operands: ONNX promotes them to matrices and drops the dim after.
+                if da.shape.len() == 1 {
+                    da = TensorDesc::contiguous(da.dtype, &[1, da.shape[0]]);
+                }
+                if db.shape.len() == 1 {
+                    db = TensorDesc::contiguous(db.dtype, &[db.shape[0], 1]);
+                }
+                let mut oshape = ofact.shape.clone();
+                if graph.fact(a).shape.len() == 1 {
+                    oshape.insert(oshape.len().saturating_sub(1), 1);
+                }
+                if graph.fact(bv).shape.len() == 1 {
+                    oshape.push(1);
+                }
+                graph_ops::matmul(&name, &da, &db, &TensorDesc::contiguous(ofact.dtype, &oshape))
+            }
+            "Concat" => {
+                let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+                let rank = ofact.shape.len();
+                let axis = norm_axis(attrs.int("axis", 0).unwrap_or(0), rank)
+                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
+                let descs: Vec<TensorDesc> = ins.iter().map(|&v| self.desc(v)).collect();
+                graph_ops::concat(&name, &descs, axis, &self.desc(out))
+            }
+            _ => {
+                let known = registry().get(&node.op_type).is_some();
+                return Err(self.node_err(
+                    node,
+                    if known { "runs on the CPU reference but has no GPU kernel yet" } else { "unknown op" },
+                ));
+            }
+        }
+        .map_err(|e| self.node_err(node, e))?;
+        // Kernel parameters: the present inputs in order, then the output.
+        let mut operands = vec![];
+        let mut args = vec![];
+        for v in &node.inputs {
+            match v {
+                Some(v) => {
+                    operands.push(Some(self.operand(*v)?));
+                    // A reduction's kernel reads the data only (the axes are in its code).
+                    if !(node.op_type.starts_with("Reduce") && args.len() == 1) {
+                        args.push(self.buf(*v)?);
+                    }
+                }
+                None => operands.push(None),
+            }
+        }
+        let mut outs = vec![self.operand(out)?];
+        for v in &node.outputs[1..] {
+            let f = graph.fact(*v);
+            outs.push(Operand::Temp { id: 0, dtype: f.dtype, shape: f.shape.clone() });
+        }
+        args.push(self.buf(out)?);
+        let op = self.node_op(node, operands, outs);
+        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), kernel, args);
+        Ok(())
+    }
+
+    /// A non-elementwise node that reduces to an elementwise identity (e.g. a reduction over
+    /// no axis): its own one-node group with the input read as is.
+    fn lower_group_single(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
+        let out = node.outputs[0];
+        let expr = match node.op_type.as_str() {
+            "ReduceSumSquare" => Expr::Binary(Binary::Mul, Box::new(Expr::Input(0)), Box::new(Expr::Input(0))),
+            "ReduceL2" => Expr::Unary(Unary::Abs, Box::new(Expr::Input(0))),
+            _ => Expr::Unary(Unary::Identity, Box::new(Expr::Input(0))),
+        };
+        let name = format!("ew_{}", sanitize(&node.name));
+        let k = graph_ops::elementwise(&name, &[self.desc(x)], &self.desc(out), &expr)
+            .map_err(|e| self.node_err(node, e))?;
+        let operands =
+            node.inputs.iter().map(|v| v.map(|v| self.operand(v)).transpose()).collect::<Result<Vec<_>, _>>()?;
+        let outs = vec![self.operand(out)?];
+        let op = self.node_op(node, operands, outs);
+        let args = vec![self.buf(x)?, self.buf(out)?];
+        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), k, args);
+        Ok(())
+    }
+
+    /// A planned MatMul/Gemm: its sub-operator kernels, with a bias and activation chain after
+    /// it fused into the last one's epilogue (marked `done`).
+    fn lower_planned(&mut self, i: usize, op: &OperatorPlan, done: &mut [bool]) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let node = &graph.nodes[i];
+        if op.orientation != crate::plan::suboperator::Orientation::WeightRight {
+            return Err(self.node_err(node, "a constant weight on the left is not built into models yet"));
+        }
+        let (k, n) = (op.rows, op.cols);
+        let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
+        if graph.fact(x).dtype != DType::F32 {
+            return Err(self
+                .node_err(node, format!("{} activations are not built into models yet", graph.fact(x).dtype.name())));
+        }
+        let m = graph.fact(x).numel() / k.max(1);
+        if m * k != graph.fact(x).numel() {
+            return Err(self.node_err(node, format!("input of {} elements is not rows of {k}", graph.fact(x).numel())));
+        }
+        let wv = node.inputs[1].ok_or_else(|| self.node_err(node, "weight missing"))?;
+        let wt = constant(graph, wv).ok_or_else(|| self.node_err(node, "weight is not constant"))?;
+        let mut w: Vec<f32> = wt.to_f64_vec().into_iter().map(|x| x as f32).collect();
+        if op.transposed {
+            w = transpose(&w, n, k);
+        }
+        let mut bias: Option<Vec<f32>> = None;
+        let mut out = node.outputs[0];
+        if node.op_type == "Gemm" {
+            let alpha = node.attrs.float("alpha", 1.0).unwrap_or(1.0);
+            let beta = node.attrs.float("beta", 1.0).unwrap_or(1.0);
+            if node.attrs.int("transA", 0).unwrap_or(0) != 0 {
+                return Err(self.node_err(node, "transA is not built"));
+            }
+            w.iter_mut().for_each(|x| *x *= alpha);
+            if let Some(c) = node.inputs.get(2).copied().flatten() {
+                let ct = constant(graph, c).ok_or_else(|| self.node_err(node, "a non-constant C is not built"))?;
+                let cv: Vec<f32> = ct.to_f64_vec().into_iter().map(|x| (x * beta as f64) as f32).collect();
+                bias = Some(match cv.len() {
+                    1 => vec![cv[0]; n],
+                    l if l == n => cv,
+                    _ => return Err(self.node_err(node, "C must broadcast along rows")),
+                });
+            }
+        }
+        let mut activation = Activation::None;
+        if self.options.fuse_epilogues {
+            if bias.is_none() {
+                if let Some((add_out, b, add_i)) = self.bias_after(out, n) {
+                    bias = Some(b);
+                    out = add_out;
+                    done[add_i] = true;
+                    self.stats.fused_epilogues += 1;
+                }
+            }
+            if let Some((act, end, members)) = self.activation_after(out) {
+                activation = act;
+                out = end;
+                for m in members {
+                    done[m] = true;
+                }
+                self.stats.fused_epilogues += 1;
+            }
+        }
+        let epilogue = Epilogue { bias: bias.is_some(), activation };
+        let mut planned_op = op.clone();
+        planned_op.m = m;
+        let planned =
+            crate::codegen::from_plan::kernels_for_operator(&planned_op, &w).map_err(|e| self.node_err(node, e))?;
+        if planned.is_empty() {
+            // Every weight element pruned: the output is the epilogue of zero.
+            return self.lower_all_pruned(node, x, out, (m, k, n), bias, activation);
+        }
+        // The weight the kernels compute with: the sum of the parts (pruned elements absent).
+        let mut pruned = vec![0.0f32; k * n];
+        for pk in &planned {
+            pruned.iter_mut().zip(&pk.weight).for_each(|(a, b)| *a += b);
+        }
+        let csr = dense_to_csr(&pruned, k, n);
+        if csr.nnz() < k * n {
+            self.stats.sparse_ops += 1;
+        }
+        self.stats.planned_ops += 1;
+        self.stats.dense_weight_bytes += 4 * k * n;
+        let a_buf = self.buf(x)?;
+        let c_buf = self.buf(out)?;
+        let bias_buf = match &bias {
+            Some(b) => Some(self.b.constant(&format!("{}.bias", node.name), Data::F32(b.clone()), false)),
+            None => None,
+        };
+        let last = planned.len() - 1;
+        let mut launches = vec![];
+        let mut packed = vec![];
+        for (p, pk) in planned.into_iter().enumerate() {
+            let mut spec = pk.spec;
+            spec.m = m;
+            spec.dense_copy = DenseCopy::Transposing;
+            if p == last {
+                spec.epilogue = epilogue;
+            }
+            let kernel = crate::codegen::specialize(&spec).map_err(|e| self.node_err(node, e))?;
+            if kernel.family == Family::Epilogue || kernel.prepass.is_some() {
+                return Err(
+                    self.node_err(node, format!("kernel family {} is not built into models", kernel.family.name()))
+                );
+            }
+            let wdata = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(&pk.weight) };
+            let ptr = table(&kernel, true);
+            let idx = table(&kernel, false);
+            self.stats.packed_weight_bytes +=
+                4 * (if kernel.values_embedded { 0 } else { wdata.len() }) + 4 * (ptr.len() + idx.len());
+            let wl = wdata.len();
+            let (pl, il) = (ptr.len(), idx.len());
+            let wb = self.b.constant(&format!("{}.p{p}.w", node.name), Data::F32(wdata.clone()), false);
+            let pb = self.b.constant(&format!("{}.p{p}.ptr", node.name), Data::I32(ptr.clone()), false);
+            let ib = self.b.constant(&format!("{}.p{p}.idx", node.name), Data::I32(idx.clone()), false);
+            packed.push((wb, wl, Data::F32(wdata).checksum()));
+            packed.push((pb, pl, Data::I32(ptr).checksum()));
+            packed.push((ib, il, Data::I32(idx).checksum()));
+            let kid = self.b.kernel(&kernel.name, &kernel.source, kernel.launch.smem_bytes);
+            let mut args = vec![
+                Arg::Buf(a_buf, 0),
+                Arg::Buf(wb, 0),
+                Arg::Buf(pb, 0),
+                Arg::Buf(ib, 0),
+                Arg::Buf(bias_buf.unwrap_or(wb), 0),
+                Arg::Buf(c_buf, 0),
+            ];
+            if let Some(tma) = kernel.tma_a {
+                args.push(Arg::TensorMap { buf: a_buf, rows: m, cols: k, tma });
+            }
+            launches.push(Launch::Kernel { kernel: kid, grid: kernel.launch.grid, block: kernel.launch.block, args });
+        }
+        let matrix = self.b.matrix(csr);
+        self.b.step(
+            &node.name,
+            Op::Spmm {
+                a: a_buf,
+                c: c_buf,
+                rows: Rows::All(m),
+                weight: matrix,
+                packed,
+                bias: bias_buf,
+                epilogue,
+                accumulate: false,
+            },
+            launches,
+        );
+        Ok(())
+    }
+
+    /// A planned operator whose weight is entirely pruned: `C = act(bias)` on every row (zero
+    /// without a bias), as one step of the same op (an empty weight) and one small kernel.
+    fn lower_all_pruned(
+        &mut self,
+        node: &Node,
+        x: ValueId,
+        out: ValueId,
+        (m, k, n): (usize, usize, usize),
+        bias: Option<Vec<f32>>,
+        activation: Activation,
+    ) -> Result<(), ProgramError> {
+        self.stats.planned_ops += 1;
+        self.stats.sparse_ops += 1;
+        self.stats.dense_weight_bytes += 4 * k * n;
+        let a_buf = self.buf(x)?;
+        let c_buf = self.buf(out)?;
+        let bias_buf = bias.map(|b| self.b.constant(&format!("{}.bias", node.name), Data::F32(b), false));
+        let matrix = self.b.matrix(Csr { rows: k, cols: n, offsets: vec![0; k + 1], indices: vec![], values: vec![] });
+        let epilogue = Epilogue { bias: bias_buf.is_some(), activation };
+        let launch = match bias_buf {
+            Some(bb) => {
+                let x = Expr::Input(0);
+                let c = |v: f64| Box::new(Expr::Const(v, DType::F32));
+                let expr = match activation {
+                    Activation::None => Expr::Unary(Unary::Identity, Box::new(x)),
+                    Activation::Relu => Expr::Unary(Unary::Relu, Box::new(x)),
+                    Activation::GeluErf => {
+                        let erf = Expr::Unary(
+                            Unary::Erf,
+                            Box::new(Expr::Binary(
+                                Binary::Mul,
+                                Box::new(x.clone()),
+                                c(std::f64::consts::FRAC_1_SQRT_2),
+                            )),
+                        );
+                        let half_x = Expr::Binary(Binary::Mul, c(0.5), Box::new(x));
+                        Expr::Binary(
+                            Binary::Mul,
+                            Box::new(half_x),
+                            Box::new(Expr::Binary(Binary::Add, c(1.0), Box::new(erf))),
+                        )
+                    }
+                    other => return Err(self.node_err(node, format!("no kernel for an all-pruned {other:?} epilogue"))),
+                };
+                let name = format!("pruned_{}", sanitize(&node.name));
+                let k = graph_ops::elementwise(
+                    &name,
+                    &[TensorDesc::contiguous(DType::F32, &[n])],
+                    &TensorDesc::contiguous(DType::F32, &[m, n]),
+                    &expr,
+                )
+                .map_err(|e| self.node_err(node, e))?;
+                let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
+                Launch::Kernel {
+                    kernel: kid,
+                    grid: k.grid,
+                    block: k.block,
+                    args: vec![Arg::Buf(bb, 0), Arg::Buf(c_buf, 0)],
+                }
+            }
+            None if activation == Activation::None
+                || activation == Activation::Relu
+                || activation == Activation::GeluErf =>
+            {
+                Launch::Zero { dst: c_buf, at: 0, len: m * n }
+            }
+            None => return Err(self.node_err(node, "no kernel for an all-pruned clipped epilogue")),
+        };
+        self.b.step(
+            &node.name,
+            Op::Spmm {
+                a: a_buf,
+                c: c_buf,
+                rows: Rows::All(m),
+                weight: matrix,
+                packed: vec![],
+                bias: bias_buf,
+                epilogue,
+                accumulate: false,
+            },
+            vec![launch],
+        );
+        Ok(())
+    }
+
+    /// The nodes after planned `node` that its epilogue absorbs (the same choice
+    /// [`Lowering::lower_planned`] makes).
+    fn epilogue_nodes(&self, node: &Node, op: &OperatorPlan) -> Vec<usize> {
+        let mut out = node.outputs[0];
+        let mut nodes = vec![];
+        let gemm_bias = node.op_type == "Gemm" && node.inputs.get(2).copied().flatten().is_some();
+        if !gemm_bias {
+            if let Some((add_out, _, add_i)) = self.bias_after(out, op.cols) {
+                out = add_out;
+                nodes.push(add_i);
+            }
+        }
+        if let Some((_, _, members)) = self.activation_after(out) {
+            nodes.extend(members);
+        }
+        nodes
+    }
+
+    /// `Add(y, b)` / `Add(b, y)` with `b` a constant of `n` elements (or one), when it is the
+    /// only consumer of `y`: its output, the bias and the node index.
+    fn bias_after(&self, y: ValueId, n: usize) -> Option<(ValueId, Vec<f32>, usize)> {
+        let graph = self.graph;
+        let c = self.only_consumer(y)?;
+        let add = &graph.nodes[c];
+        if add.op_type != "Add" || add.inputs.len() != 2 {
+            return None;
+        }
+        let other = add.inputs.iter().flatten().find(|&&v| v != y).copied()?;
+        let t = constant(graph, other)?;
+        if t.dtype() != DType::F32 || graph.fact(add.outputs[0]).shape != graph.fact(y).shape {
+            return None;
+        }
+        let vals: Vec<f32> = t.to_f64_vec().into_iter().map(|x| x as f32).collect();
+        let shape = t.shape();
+        let row_vector = shape.iter().rev().skip(1).all(|&d| d == 1);
+        let bias = match vals.len() {
+            1 => vec![vals[0]; n],
+            l if l == n && row_vector && shape.last() == Some(&n) => vals,
+            _ => return None,
+        };
+        Some((add.outputs[0], bias, c))
+    }
+
+    /// The chain of elementwise nodes after `z` that computes one epilogue activation of `z`:
+    /// (activation, the chain's output, its nodes). Found by growing the region of nodes that
+    /// read only `z`, region values and one-element constants, then evaluating it with the
+    /// reference ops on probe values.
+    fn activation_after(&self, z: ValueId) -> Option<(Activation, ValueId, Vec<usize>)> {
+        let graph = self.graph;
+        if self.is_output[z.0 as usize] {
+            return None;
+        }
+        let start = graph.nodes.iter().position(|n| n.outputs.contains(&z)).map_or(0, |p| p + 1);
+        let mut region: Vec<usize> = vec![];
+        let mut values = vec![z];
+        for (i, node) in graph.nodes.iter().enumerate().skip(start) {
+            if region.len() >= 8 {
+                break;
+            }
+            if !is_elementwise(&node.op_type) || node.op_type == "Transpose" || node.outputs.len() != 1 {
+                continue;
+            }
+            let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+            let reads_region = ins.iter().any(|v| values.contains(v));
+            let rest_scalar = ins.iter().all(|v| values.contains(v) || scalar_constant(graph, *v).is_some());
+            if reads_region && rest_scalar && graph.fact(node.outputs[0]).shape == graph.fact(z).shape {
+                region.push(i);
+                values.push(node.outputs[0]);
+            }
+        }
+        // Try each prefix ending where exactly one value leaves, longest first.
+        for end in (0..region.len()).rev() {
+            let members = &region[..=end];
+            let outs: Vec<ValueId> = members.iter().map(|&m| graph.nodes[m].outputs[0]).collect();
+            let internal = std::iter::once(z).chain(outs[..outs.len() - 1].iter().copied());
+            let escapes = internal.into_iter().any(|v| {
+                self.is_output[v.0 as usize] || self.consumers[v.0 as usize].iter().any(|c| !members.contains(c))
+            });
+            if escapes {
+                continue;
+            }
+            let end_v = outs[outs.len() - 1];
+            for act in [Activation::GeluErf, Activation::Relu] {
+                if self.chain_computes(z, members, end_v, act) {
+                    return Some((act, end_v, members.to_vec()));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether running `members` on probe values of `z` gives `act(z)` (relative 1e-6).
+    fn chain_computes(&self, z: ValueId, members: &[usize], end: ValueId, act: Activation) -> bool {
+        let graph = self.graph;
+        let probes: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.173).collect();
+        let mut vals: HashMap<ValueId, Tensor> = HashMap::new();
+        vals.insert(z, Tensor::from_vec(vec![probes.len()], probes.clone()));
+        for &m in members {
+            let node = &graph.nodes[m];
+            let ins: Vec<Option<Tensor>> = node
+                .inputs
+                .iter()
+                .map(|v| v.and_then(|v| vals.get(&v).cloned().or_else(|| constant(graph, v))))
+                .collect();
+            let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+            let Some(def) = registry().get(&node.op_type) else { return false };
+            let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
+            let Ok(mut outs) = (def.eval)(&ctx, &refs) else { return false };
+            if outs.is_empty() {
+                return false;
+            }
+            vals.insert(node.outputs[0], outs.swap_remove(0));
+        }
+        let Some(got) = vals.get(&end) else { return false };
+        if got.len() != probes.len() {
+            return false;
+        }
+        let e = Epilogue { bias: false, activation: act };
+        got.to_f64_vec().iter().zip(&probes).all(|(g, &x)| {
+            let want = e.apply(x as f64, 0.0);
+            (g - want).abs() <= 1e-6 * want.abs().max(1.0)
+        })
+    }
+}
+
+/// Normalizes an ONNX axis (negative counts from the end).
+fn norm_axis(axis: i64, rank: usize) -> Option<usize> {
+    crate::ir::normalize_axis(axis, rank)
+}
+
+/// A C identifier made from a node name.
+fn sanitize(name: &str) -> String {
+    let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if s.len() > 48 {
+        let h = super::checksum(name.as_bytes());
+        s = format!("{}_{h:08x}", &s[s.len() - 40..]);
+        s = s.trim_start_matches('_').to_string();
+    }
+    s
+}
+
+fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = w[r * cols + c];
+        }
+    }
+    t
+}
+
+/// Row-major `rows × cols` dense → CSR of its nonzeros.
+pub fn dense_to_csr(w: &[f32], rows: usize, cols: usize) -> Csr {
+    let mut offsets = vec![0u32];
+    let (mut indices, mut values) = (vec![], vec![]);
+    for r in 0..rows {
+        for c in 0..cols {
+            let v = w[r * cols + c];
+            if v != 0.0 {
+                indices.push(c as u32);
+                values.push(v);
+            }
+        }
+        offsets.push(indices.len() as u32);
+    }
+    Csr { rows, cols, offsets, indices, values }
+}
+
+/// A kernel's `ptr` (or `idx`) table as its launch reads it (one unread word when the pattern
+/// is in the code).
+fn table(kernel: &crate::codegen::Kernel, ptr: bool) -> Vec<i32> {
+    let t = if ptr { kernel.ptr.clone() } else { kernel.device_idx() };
+    if kernel.mode == crate::codegen::Mode::IndexStream && !t.is_empty() {
+        t
+    } else {
+        vec![0]
+    }
+}
+
+/// A Transpose node's permutation (reversed axes by default).
+fn transpose_perm(graph: &Graph, node: &Node) -> Vec<usize> {
+    match node.attrs.ints_opt("perm").ok().flatten() {
+        Some(p) => p.iter().map(|&a| a as usize).collect(),
+        None => {
+            let rank = node.inputs[0].map_or(0, |x| graph.fact(x).shape.len());
+            (0..rank).rev().collect()
+        }
+    }
+}
+
+/// The expression of one elementwise node over its inputs' expressions.
+fn node_expr(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    let arg = |i: usize| -> Result<Expr, String> {
+        args.get(i).cloned().flatten().ok_or_else(|| format!("input {i} is missing"))
+    };
+    let un = |u: Unary| -> Result<Expr, String> { Ok(Expr::Unary(u, Box::new(arg(0)?))) };
+    let bin = |b: Binary| -> Result<Expr, String> {
+        let mut e = arg(0)?;
+        for i in 1..args.len() {
+            e = Expr::Binary(b, Box::new(e), Box::new(arg(i)?));
+        }
+        Ok(e)
+    };
+    let dtype = |i: usize| node.inputs.get(i).copied().flatten().map(|v| graph.fact(v).dtype);
+    Ok(match node.op_type.as_str() {
+        "Add" => bin(Binary::Add)?,
+        "Sub" => bin(Binary::Sub)?,
+        "Mul" => bin(Binary::Mul)?,
+        "Div" => bin(Binary::Div)?,
+        "Pow" => {
+            // ONNX lets the exponent have another type: it is cast to the base's.
+            let base = dtype(0).ok_or("input 0 is missing")?;
+            let mut e = arg(1)?;
+            if dtype(1) != Some(base) {
+                e = Expr::Cast(base, Box::new(e));
+            }
+            Expr::Binary(Binary::Pow, Box::new(arg(0)?), Box::new(e))
+        }
+        "Max" => bin(Binary::Max)?,
+        "Min" => bin(Binary::Min)?,
+        "Equal" => bin(Binary::Equal)?,
+        "Less" => bin(Binary::Less)?,
+        "Greater" => bin(Binary::Greater)?,
+        "LessOrEqual" => bin(Binary::LessOrEqual)?,
+        "GreaterOrEqual" => bin(Binary::GreaterOrEqual)?,
+        "And" => bin(Binary::And)?,
+        "Or" => bin(Binary::Or)?,
+        "Neg" => un(Unary::Neg)?,
+        "Abs" => un(Unary::Abs)?,
+        "Exp" => un(Unary::Exp)?,
+        "Log" => un(Unary::Log)?,
+        "Sqrt" => un(Unary::Sqrt)?,
+        "Reciprocal" => un(Unary::Reciprocal)?,
+        "Erf" => un(Unary::Erf)?,
+        "Tanh" => un(Unary::Tanh)?,
+        "Sigmoid" => un(Unary::Sigmoid)?,
+        "Relu" => un(Unary::Relu)?,
+        "Not" => un(Unary::Not)?,
+        "Floor" => un(Unary::Floor)?,
+        "Ceil" => un(Unary::Ceil)?,
+        // The permutation is in the input's description (see `lower_group`).
+        "Transpose" => arg(0)?,
+        // The broadcast to the output shape happens at the inputs.
+        "Expand" => un(Unary::Identity)?,
+        "Cast" => {
+            let to = node.attrs.int("to", 0).map_err(|e| e.to_string())?;
+            let to = DType::from_onnx(to as i32).ok_or_else(|| format!("Cast to type {to} is not built"))?;
+            Expr::Cast(to, Box::new(arg(0)?))
+        }
+        "Where" => Expr::Where(Box::new(arg(0)?), Box::new(arg(1)?), Box::new(arg(2)?)),
+        "Clip" => {
+            let t = dtype(0).ok_or("input 0 is missing")?;
+            let mut e = arg(0)?;
+            let (lo, hi) = if node.opset < 11 {
+                let lo = node.attrs.float("min", f32::MIN).map_err(|e| e.to_string())?;
+                let hi = node.attrs.float("max", f32::MAX).map_err(|e| e.to_string())?;
+                (Some(Expr::Const(lo as f64, t)), Some(Expr::Const(hi as f64, t)))
+            } else {
+                (args.get(1).cloned().flatten(), args.get(2).cloned().flatten())
+            };
+            if let Some(lo) = lo {
+                e = Expr::Binary(Binary::Max, Box::new(e), Box::new(lo));
+            }
+            if let Some(hi) = hi {
+                e = Expr::Binary(Binary::Min, Box::new(e), Box::new(hi));
+            }
+            e
+        }
+        "Gelu" => {
+            let t = dtype(0).ok_or("input 0 is missing")?;
+            let x = arg(0)?;
+            if node.attrs.string("approximate", "none").map_err(|e| e.to_string())? != "none" {
+                return Err("Gelu with approximate=tanh is not built".into());
+            }
+            let c = |v: f64| Box::new(Expr::Const(v, t));
+            let erf = Expr::Unary(
+                Unary::Erf,
+                Box::new(Expr::Binary(Binary::Mul, Box::new(x.clone()), c(std::f64::consts::FRAC_1_SQRT_2))),
+            );
+            let one_plus = Expr::Binary(Binary::Add, c(1.0), Box::new(erf));
+            Expr::Binary(Binary::Mul, Box::new(Expr::Binary(Binary::Mul, c(0.5), Box::new(x))), Box::new(one_plus))
+        }
+        other => return Err(format!("{other} is not an elementwise op")),
+    })
+}
+
+/// Inputs of a lowered model by name, checked against its signature.
+pub fn check_model_inputs(inputs: &[Signature], given: &BTreeMap<String, Tensor>) -> Result<(), String> {
+    for name in given.keys() {
+        if !inputs.iter().any(|s| &s.name == name) {
+            let names: Vec<&str> = inputs.iter().map(|s| s.name.as_str()).collect();
+            return Err(format!("{name} is not an input of the model (inputs: {})", names.join(", ")));
+        }
+    }
+    for s in inputs {
+        let t = given.get(&s.name).ok_or_else(|| format!("input {} is missing", s.name))?;
+        if t.dtype() != s.dtype || t.shape() != s.shape.as_slice() {
+            return Err(format!(
+                "input {} expects {}{:?} but got {}{:?}",
+                s.name,
+                s.dtype.name(),
+                s.shape,
+                t.dtype().name(),
+                t.shape()
+            ));
+        }
+    }
+    Ok(())
+}

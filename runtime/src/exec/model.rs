@@ -1,0 +1,98 @@
+//! Running a compiled model ([`ModelProgram`]): named input tensors in, named output tensors
+//! out, on the CPU executor ([`run_cpu`]) or as one CUDA graph ([`GpuModel`]). Both execute the
+//! same program; only inputs and outputs cross between host and device.
+
+use super::cpu::{bytes_of_tensor, tensor_of_bytes, CpuMemory};
+use super::cuda::GpuProgram;
+use super::ExecError;
+use crate::cuda::CudaDevice;
+use spartac::ir::Tensor;
+use spartac::program::model::{check_model_inputs, ModelProgram};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Outputs in the model's output order.
+pub type Outputs = Vec<(String, Tensor)>;
+
+/// Runs the program on the host (the reference semantics of every op, f64 matmul sums).
+pub fn run_cpu(model: &ModelProgram, inputs: &BTreeMap<String, Tensor>) -> Result<Outputs, ExecError> {
+    check_model_inputs(&model.inputs, inputs).map_err(ExecError::Shape)?;
+    let mut mem = CpuMemory::new(&model.program);
+    for s in &model.inputs {
+        let bytes = bytes_of_tensor(&inputs[&s.name]);
+        mem.set_bytes(s.buf, bytes).map_err(ExecError::Shape)?;
+    }
+    super::cpu::run(&model.program, &mut mem, &[])?;
+    model
+        .outputs
+        .iter()
+        .map(|s| {
+            let t = tensor_of_bytes(mem.bytes(s.buf), s.dtype, &s.shape).map_err(ExecError::Shape)?;
+            Ok((s.name.clone(), t))
+        })
+        .collect()
+}
+
+/// A compiled model loaded on a GPU: kernels compiled (or taken from the PTX cache), constants
+/// uploaded, the CUDA graph instantiated.
+pub struct GpuModel {
+    model_inputs: Vec<spartac::program::model::Signature>,
+    model_outputs: Vec<spartac::program::model::Signature>,
+    pub program: GpuProgram,
+}
+
+impl GpuModel {
+    pub fn load(dev: Arc<CudaDevice>, model: ModelProgram) -> Result<GpuModel, ExecError> {
+        let ModelProgram { program, inputs, outputs, .. } = model;
+        let program = GpuProgram::load(dev, program)?;
+        Ok(GpuModel { model_inputs: inputs, model_outputs: outputs, program })
+    }
+
+    /// Copies the inputs to the device.
+    pub fn set_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), ExecError> {
+        check_model_inputs(&self.model_inputs, inputs).map_err(ExecError::Shape)?;
+        for s in &self.model_inputs {
+            self.program.write(s.buf, &bytes_of_tensor(&inputs[&s.name]))?;
+        }
+        Ok(())
+    }
+
+    /// One run of the graph, waited for.
+    pub fn run(&mut self) -> Result<(), ExecError> {
+        self.program.launch(&[])?;
+        self.program.synchronize()
+    }
+
+    /// The outputs of the last run.
+    pub fn outputs(&self) -> Result<Outputs, ExecError> {
+        self.model_outputs
+            .iter()
+            .map(|s| {
+                let bytes = self.program.read(s.buf)?;
+                Ok((s.name.clone(), tensor_of_bytes(&bytes, s.dtype, &s.shape).map_err(ExecError::Shape)?))
+            })
+            .collect()
+    }
+}
+
+/// How far `got` is from `want`: the largest absolute difference over the largest magnitude of
+/// `want` (normwise relative error; NaN anywhere in `got` gives infinity). Integer tensors
+/// compare exactly (0 or infinity).
+pub fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
+    if got.shape() != want.shape() || got.dtype() != want.dtype() {
+        return f64::INFINITY;
+    }
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    if !want.dtype().is_float() {
+        return if g == w { 0.0 } else { f64::INFINITY };
+    }
+    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+    let mut worst = 0.0f64;
+    for (a, b) in g.iter().zip(&w) {
+        if a.is_nan() && !b.is_nan() {
+            return f64::INFINITY;
+        }
+        worst = worst.max((a - b).abs());
+    }
+    worst / scale
+}

@@ -1,0 +1,413 @@
+//! Every graph-op kernel generator (`spartac::codegen::graph_ops`) over representative cases,
+//! compiled without a GPU: rendered, NVRTC to PTX for sm_90a, ptxas to a cubin, registers and
+//! spills recorded in a snapshot. NVRTC and ptxas come from the pinned PyPI wheels under
+//! `.cuda/` (tests/run-all.sh installs them); a missing NVRTC fails the test.
+
+use spartac::codegen::graph_ops::{
+    concat, elementwise, gather, layer_norm, matmul, reduce, softmax, Binary, Expr, OpKernel, Reduce, TensorDesc, Unary,
+};
+use spartac::ir::DType;
+use spartac_runtime::cuda::{compile_ptx, nvrtc_version, preload_nvrtc};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cuda_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cuda/nvidia/cu13")
+}
+
+/// Loads NVRTC from the wheels, or fails with the way to get it.
+fn nvrtc() {
+    let lib = cuda_dir().join("lib");
+    if lib.is_dir() {
+        preload_nvrtc(&lib).expect("loading NVRTC from .cuda");
+    }
+    if let Err(e) = nvrtc_version() {
+        panic!("NVRTC is required by the kernel tests and was not found ({e}); run tests/run-all.sh, which installs the pinned wheels under .cuda/");
+    }
+}
+
+/// `ptxas -v` on one PTX: (registers, spill store bytes, spill load bytes).
+fn ptxas(name: &str, ptx: &str, dir: &Path) -> (u32, u32, u32) {
+    let ptxas = cuda_dir().join("bin/ptxas");
+    assert!(ptxas.is_file(), "ptxas not found at {} (run tests/run-all.sh)", ptxas.display());
+    let src = dir.join(format!("{name}.ptx"));
+    std::fs::write(&src, ptx).unwrap();
+    let out = Command::new(&ptxas)
+        .args(["-arch=sm_90a", "-v", "-O3"])
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join(format!("{name}.cubin")))
+        .output()
+        .expect("running ptxas");
+    let log = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ptxas failed on {name}: {log}");
+    let num_before = |needle: &str| -> u32 {
+        log.lines()
+            .find_map(|l| {
+                let i = l.find(needle)?;
+                l[..i].split_whitespace().last()?.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no {needle:?} in ptxas output: {log}"))
+    };
+    (num_before("registers"), num_before("bytes spill stores"), num_before("bytes spill loads"))
+}
+
+fn c(dtype: DType, shape: &[usize]) -> TensorDesc {
+    TensorDesc::contiguous(dtype, shape)
+}
+
+fn input(i: usize) -> Expr {
+    Expr::input(i)
+}
+
+fn k(v: f64, d: DType) -> Expr {
+    Expr::constant(v, d)
+}
+
+fn un(op: Unary, x: Expr) -> Expr {
+    Expr::unary(op, x)
+}
+
+fn bin(op: Binary, a: Expr, b: Expr) -> Expr {
+    Expr::binary(op, a, b)
+}
+
+/// BERT's GELU on input 0: `0.5 · x · (1 + erf(x / √2))` in type `d`.
+fn gelu(d: DType) -> Expr {
+    let x = input(0);
+    let inner = bin(Binary::Div, x.clone(), k(std::f64::consts::SQRT_2, d));
+    let one_plus = bin(Binary::Add, k(1.0, d), un(Unary::Erf, inner));
+    bin(Binary::Mul, bin(Binary::Mul, k(0.5, d), x), one_plus)
+}
+
+/// Every unary and binary float operator in one expression over inputs 0 and 1 of type `d`.
+fn every_float_op(d: DType) -> Expr {
+    let (x, y) = (input(0), input(1));
+    let mut e = x.clone();
+    for op in [
+        Unary::Neg,
+        Unary::Abs,
+        Unary::Exp,
+        Unary::Log,
+        Unary::Sqrt,
+        Unary::Reciprocal,
+        Unary::Erf,
+        Unary::Tanh,
+        Unary::Sigmoid,
+        Unary::Relu,
+        Unary::Floor,
+        Unary::Ceil,
+        Unary::Identity,
+    ] {
+        e = bin(Binary::Add, e, un(op, y.clone()));
+    }
+    for op in [Binary::Sub, Binary::Mul, Binary::Div, Binary::Pow, Binary::Max, Binary::Min] {
+        e = bin(op, e, x.clone());
+    }
+    let cmp = [Binary::Equal, Binary::Less, Binary::Greater, Binary::LessOrEqual, Binary::GreaterOrEqual]
+        .into_iter()
+        .map(|op| bin(op, x.clone(), y.clone()))
+        .reduce(|a, b| bin(Binary::Or, bin(Binary::And, a.clone(), b), un(Unary::Not, a)))
+        .unwrap();
+    Expr::select(cmp, e, k(f64::NEG_INFINITY, d))
+}
+
+/// Every integer operator over inputs 0 and 1 of type `d`.
+fn every_int_op(d: DType) -> Expr {
+    let (x, y) = (input(0), input(1));
+    let mut e = bin(Binary::Add, un(Unary::Neg, x.clone()), un(Unary::Abs, y.clone()));
+    e = bin(Binary::Add, e, un(Unary::Relu, x.clone()));
+    for op in [Binary::Sub, Binary::Mul, Binary::Div, Binary::Pow, Binary::Max, Binary::Min] {
+        e = bin(op, e, y.clone());
+    }
+    Expr::select(bin(Binary::Less, x, k(3.0, d)), e, k(-7.0, d))
+}
+
+/// The cases: a label and the kernel.
+fn cases() -> Vec<(String, OpKernel)> {
+    use DType::*;
+    let mut out: Vec<(String, OpKernel)> = vec![];
+    let mut add = |label: &str, k: Result<OpKernel, spartac::codegen::CodegenError>| {
+        let k = k.unwrap_or_else(|e| panic!("{label}: {e}"));
+        out.push((label.to_string(), k));
+    };
+    // ---- elementwise ----
+    let big = [4096, 1536];
+    add(
+        "ew add f32 4096x1536",
+        elementwise("ew_add", &[c(F32, &big), c(F32, &big)], &c(F32, &big), &bin(Binary::Add, input(0), input(1))),
+    );
+    let act = [32, 128, 384];
+    add(
+        "ew bias add f32",
+        elementwise("ew_bias", &[c(F32, &act), c(F32, &[384])], &c(F32, &act), &bin(Binary::Add, input(0), input(1))),
+    );
+    add("ew gelu f32", elementwise("ew_gelu", &[c(F32, &big)], &c(F32, &big), &gelu(F32)));
+    add("ew gelu f16", elementwise("ew_gelu16", &[c(F16, &big)], &c(F16, &big), &gelu(F16)));
+    add("ew gelu bf16", elementwise("ew_gelu_bf", &[c(BF16, &big)], &c(BF16, &big), &gelu(BF16)));
+    add(
+        "ew f16 row scale",
+        elementwise(
+            "ew_rowscale",
+            &[c(F16, &act), c(F16, &[32, 128, 1])],
+            &c(F16, &act),
+            &bin(Binary::Mul, input(0), input(1)),
+        ),
+    );
+    add(
+        "ew bf16 sub",
+        elementwise(
+            "ew_sub_bf",
+            &[c(BF16, &act), c(BF16, &act)],
+            &c(BF16, &act),
+            &bin(Binary::Sub, input(0), input(1)),
+        ),
+    );
+    let scores = [32, 12, 128, 128];
+    let mask = bin(Binary::Mul, bin(Binary::Sub, k(1.0, F32), input(1)), k(-10000.0, F32));
+    add(
+        "ew attention mask",
+        elementwise(
+            "ew_mask",
+            &[c(F32, &scores), c(F32, &[32, 1, 1, 128])],
+            &c(F32, &scores),
+            &bin(Binary::Add, input(0), mask),
+        ),
+    );
+    let scale = bin(Binary::Mul, input(0), k(0.125, F32));
+    add(
+        "ew transposed read",
+        elementwise("ew_tr", &[c(F32, &[128, 384]).permuted(&[1, 0])], &c(F32, &[384, 128]), &scale),
+    );
+    add("ew transposed odd", elementwise("ew_tr_odd", &[c(F32, &[7, 6]).permuted(&[1, 0])], &c(F32, &[6, 7]), &scale));
+    let where_ = Expr::select(input(0), input(1), bin(Binary::Max, input(1), k(0.0, F32)));
+    add(
+        "ew where bool",
+        elementwise("ew_where", &[c(Bool, &[4096, 384]), c(F32, &[4096, 384])], &c(F32, &[4096, 384]), &where_),
+    );
+    add(
+        "ew compare to bool",
+        elementwise(
+            "ew_cmp",
+            &[c(F32, &[4096, 384]), c(F32, &[1])],
+            &c(Bool, &[4096, 384]),
+            &bin(Binary::GreaterOrEqual, input(0), input(1)),
+        ),
+    );
+    add(
+        "ew bool logic",
+        elementwise(
+            "ew_logic",
+            &[c(Bool, &[8, 33]), c(Bool, &[33])],
+            &c(Bool, &[8, 33]),
+            &bin(Binary::And, input(0), un(Unary::Not, input(1))),
+        ),
+    );
+    add(
+        "ew every float op f32",
+        elementwise("ew_all_f32", &[c(F32, &[64, 64]), c(F32, &[64])], &c(F32, &[64, 64]), &every_float_op(F32)),
+    );
+    add(
+        "ew every float op f16",
+        elementwise("ew_all_f16", &[c(F16, &[64, 64]), c(F16, &[64])], &c(F16, &[64, 64]), &every_float_op(F16)),
+    );
+    add(
+        "ew every float op f64",
+        elementwise("ew_all_f64", &[c(F64, &[64, 64]), c(F64, &[64])], &c(F64, &[64, 64]), &every_float_op(F64)),
+    );
+    add(
+        "ew every int op i64",
+        elementwise("ew_all_i64", &[c(I64, &[5]), c(I64, &[1])], &c(I64, &[5]), &every_int_op(I64)),
+    );
+    add(
+        "ew every int op i32",
+        elementwise("ew_all_i32", &[c(I32, &[16, 4]), c(I32, &[16, 1])], &c(I32, &[16, 4]), &every_int_op(I32)),
+    );
+    add(
+        "ew every int op u8",
+        elementwise("ew_all_u8", &[c(U8, &[16, 4]), c(U8, &[4])], &c(U8, &[16, 4]), &every_int_op(U8)),
+    );
+    let casts = Expr::cast(F32, bin(Binary::Add, Expr::cast(I64, input(0)), Expr::cast(I64, Expr::cast(I8, input(0)))));
+    add("ew casts", elementwise("ew_casts", &[c(F32, &[1000])], &c(F32, &[1000]), &casts));
+    add("ew cast to f16", elementwise("ew_to_f16", &[c(F32, &big)], &c(F16, &big), &Expr::cast(F16, input(0))));
+    add("ew cast bool to u8", elementwise("ew_b2u8", &[c(Bool, &[3, 5])], &c(U8, &[3, 5]), &Expr::cast(U8, input(0))));
+    add(
+        "ew scalar + odd",
+        elementwise(
+            "ew_scalar",
+            &[c(F32, &[]), c(F32, &[7, 3])],
+            &c(F32, &[7, 3]),
+            &bin(Binary::Pow, input(1), input(0)),
+        ),
+    );
+    add("ew expand", elementwise("ew_expand", &[c(I64, &[1, 128])], &c(I64, &[32, 128]), &input(0)));
+    add(
+        "ew unused input",
+        elementwise("ew_unused", &[c(F32, &[8]), c(I64, &[1])], &c(F32, &[8]), &un(Unary::Sqrt, input(0))),
+    );
+    // ---- gather ----
+    let ids = c(I64, &[32, 128]);
+    add("gather embedding f32", gather("gather_emb", &c(F32, &[30522, 384]), &ids, 0));
+    add("gather embedding f16", gather("gather_emb16", &c(F16, &[30522, 384]), &ids, 0));
+    add("gather i32 axis 1", gather("gather_ax1", &c(F32, &[4, 10, 3]), &c(I32, &[2, 5]), 1));
+    add("gather scalar index", gather("gather_one", &c(I64, &[4]), &c(I64, &[]), 0));
+    add("gather transposed indices", gather("gather_tr", &c(BF16, &[100, 8]), &c(I64, &[6, 4]).permuted(&[1, 0]), 0));
+    // ---- layer_norm ----
+    add("layernorm 4096x384 f32", layer_norm("ln384", 4096, 384, 1e-12, F32, Some(F32), Some(F32), F32));
+    add("layernorm 4096x384 f16", layer_norm("ln384h", 4096, 384, 1e-5, F16, Some(F16), Some(F16), F16));
+    add("layernorm bf16 no affine", layer_norm("ln_bf", 512, 768, 1e-5, BF16, None, None, BF16));
+    add("layernorm ragged 1000", layer_norm("ln_1000", 100, 1002, 1e-5, F32, Some(F32), None, F32));
+    add("layernorm 4096x4096 block", layer_norm("ln4096", 4096, 4096, 1e-5, F32, Some(F32), Some(F32), F32));
+    add("layernorm 3000 block ragged", layer_norm("ln3001", 64, 3001, 1e-5, F32, None, Some(F32), F32));
+    add("layernorm 32768 block 1024 cached", layer_norm("ln32k", 16, 32768, 1e-5, BF16, Some(BF16), Some(BF16), BF16));
+    add("softmax 30000 block 1024 cached", softmax("sm30k", 16, 30000, F32, false));
+    add("layernorm 100000 streaming", layer_norm("ln_long", 8, 100000, 1e-5, F32, Some(F32), Some(F32), F32));
+    // ---- softmax ----
+    add("softmax 49152x128 f32", softmax("sm128", 49152, 128, F32, false));
+    add("softmax 49152x128 f16", softmax("sm128h", 49152, 128, F16, false));
+    add("logsoftmax 1000x77", softmax("lsm77", 1000, 77, F32, true));
+    add("softmax 100 guarded", softmax("sm100", 1000, 100, BF16, false));
+    add("softmax 3000 block", softmax("sm3000", 100, 3000, F32, false));
+    add("logsoftmax 70000 streaming", softmax("lsm_long", 10, 70000, F32, true));
+    // ---- reduce ----
+    let r = c(F32, &act);
+    add("reduce sum axis 1", reduce("rsum1", &r, &[1], Reduce::Sum, F32));
+    add("reduce mean axis 2", reduce("rmean2", &r, &[2], Reduce::Mean, F32));
+    add("reduce max all", reduce("rmax_all", &c(F32, &[4096, 4096]), &[0, 1], Reduce::Max, F32));
+    add("reduce l2 f16", reduce("rl2", &c(F16, &[64, 1000]), &[1], Reduce::L2, F16));
+    add("reduce sumsquare bf16 to f32", reduce("rss", &c(BF16, &[64, 10, 3]), &[0, 2], Reduce::SumSquare, F32));
+    add("reduce prod i32", reduce("rprod", &c(I32, &[10, 7]), &[1], Reduce::Prod, I32));
+    add("reduce min i64", reduce("rmin64", &c(I64, &[100, 300]), &[0], Reduce::Min, I64));
+    add("reduce max bool", reduce("rmaxb", &c(Bool, &[100, 300]), &[1], Reduce::Max, Bool));
+    add("reduce mean i8", reduce("rmean8", &c(I8, &[100, 3]), &[1], Reduce::Mean, I8));
+    add("reduce f64 sum transposed", reduce("rsum64", &c(F64, &[300, 200]).permuted(&[1, 0]), &[1], Reduce::Sum, F64));
+    add("reduce nothing", reduce("rnone", &c(F32, &[10, 3]), &[], Reduce::Sum, F32));
+    // ---- matmul ----
+    let q = c(F32, &[32, 12, 128, 32]);
+    let kt = c(F32, &[32, 12, 128, 32]).permuted(&[0, 1, 3, 2]);
+    add("matmul Q·Kᵀ", matmul("mm_qk", &q, &kt, &c(F32, &[32, 12, 128, 128])));
+    add("matmul P·V", matmul("mm_pv", &c(F32, &[32, 12, 128, 128]), &q, &c(F32, &[32, 12, 128, 32])));
+    add("matmul ragged", matmul("mm_ragged", &c(F32, &[100, 37]), &c(F32, &[37, 70]), &c(F32, &[100, 70])));
+    add(
+        "matmul transposed a",
+        matmul("mm_ta", &c(F32, &[37, 100]).permuted(&[1, 0]), &c(F32, &[37, 70]), &c(F32, &[100, 70])),
+    );
+    add(
+        "matmul broadcast batch",
+        matmul("mm_bcast", &c(F32, &[1, 5, 30, 20]), &c(F32, &[4, 1, 20, 9]), &c(F32, &[4, 5, 30, 9])),
+    );
+    add("matmul rank 2 × batched", matmul("mm_2b", &c(F16, &[30, 20]), &c(F16, &[3, 20, 64]), &c(F16, &[3, 30, 64])));
+    add("matmul bf16 small m", matmul("mm_bf", &c(BF16, &[8, 1536]), &c(BF16, &[1536, 384]), &c(BF16, &[8, 384])));
+    add("matmul f64", matmul("mm_f64", &c(F64, &[65, 65]), &c(F64, &[65, 65]), &c(F64, &[65, 65])));
+    add(
+        "matmul folded batch",
+        matmul("mm_fold", &c(F32, &[70000, 4, 4]), &c(F32, &[70000, 4, 4]), &c(F32, &[70000, 4, 4])),
+    );
+    // ---- concat ----
+    add("concat axis 1", concat("cat1", &[c(F32, &[2, 3, 4]), c(F32, &[2, 5, 4])], 1, &c(F32, &[2, 8, 4])));
+    add(
+        "concat transposed",
+        concat("cat_tr", &[c(F16, &[4, 3]).permuted(&[1, 0]), c(F16, &[3, 2])], 1, &c(F16, &[3, 6])),
+    );
+    add("concat i64 shapes", concat("cat_shape", &[c(I64, &[1]), c(I64, &[0]), c(I64, &[2])], 0, &c(I64, &[3])));
+    out
+}
+
+#[test]
+fn every_graph_op_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
+    nvrtc();
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = String::from("case | kernel | grid | block | registers | spill st/ld B\n");
+    for (i, (label, kernel)) in cases().iter().enumerate() {
+        let ptx = compile_ptx(&kernel.name, &kernel.source, "sm_90a").unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert!(ptx.ptx.contains(&format!(".entry {}(", kernel.name)), "{label}: no entry {} in PTX", kernel.name);
+        let (regs, st, ld) = ptxas(&format!("g{i}"), &ptx.ptx, dir.path());
+        assert_eq!((st, ld), (0, 0), "{label} ({}) spills: {st} B stored, {ld} B loaded", kernel.name);
+        table.push_str(&format!(
+            "{label} | {} | {:?} | {:?} | {regs} | {st}/{ld}\n",
+            kernel.name, kernel.grid, kernel.block
+        ));
+    }
+    insta::assert_snapshot!("graph_ops_ptxas", table);
+}
+
+/// The matmul kernels keep their tiles in registers, coalesce transposed operands and never
+/// touch TF32; the elementwise fast paths are the plain ones.
+#[test]
+fn generated_ptx_has_the_expected_instructions() {
+    nvrtc();
+    let ptx = |k: &OpKernel| compile_ptx(&k.name, &k.source, "sm_90a").unwrap().ptx;
+    let q = c(DType::F32, &[384, 128, 32]);
+    let kt = q.permuted(&[0, 2, 1]);
+    let mm = matmul("mm", &q, &kt, &c(DType::F32, &[384, 128, 128])).unwrap();
+    let text = ptx(&mm);
+    assert!(text.contains("fma.rn.f32"), "no f32 FMA in the matmul");
+    assert!(!text.contains("tf32"), "TF32 in the matmul");
+    assert!(text.contains("ld.shared.v4.f32"), "the register block is not loaded four at a time");
+    let big = [4096, 1536];
+    let add = elementwise(
+        "ew",
+        &[c(DType::F32, &big), c(DType::F32, &[1536])],
+        &c(DType::F32, &big),
+        &Expr::binary(Binary::Add, Expr::input(0), Expr::input(1)),
+    )
+    .unwrap();
+    let text = ptx(&add);
+    assert!(text.contains("ld.global.nc.v4.f32") || text.contains("ld.global.nc.v4.u32"), "no vector loads:\n{text}");
+    assert!(text.contains("st.global.v4"), "no vector stores");
+    let sm = softmax("sm", 49152, 128, DType::F32, false).unwrap();
+    let text = ptx(&sm);
+    assert!(text.contains("shfl.sync.bfly"), "softmax without warp shuffles");
+}
+
+/// Small rendered kernels as snapshots of the exact source.
+#[test]
+fn rendered_graph_op_snapshots() {
+    use DType::*;
+    let bias = elementwise("ew_bias_gelu", &[c(F32, &[8, 16]), c(F32, &[16])], &c(F32, &[8, 16]), &{
+        let mut g = gelu(F32);
+        // gelu(x + b): substitute the sum for input 0.
+        fn subst(e: &Expr, with: &Expr) -> Expr {
+            match e {
+                Expr::Input(0) => with.clone(),
+                Expr::Unary(op, x) => Expr::unary(*op, subst(x, with)),
+                Expr::Binary(op, a, b) => Expr::binary(*op, subst(a, with), subst(b, with)),
+                other => other.clone(),
+            }
+        }
+        g = subst(&g, &bin(Binary::Add, input(0), input(1)));
+        g
+    })
+    .unwrap();
+    insta::assert_snapshot!("ew_bias_gelu", bias.source);
+    let mask = elementwise(
+        "ew_mask",
+        &[c(F16, &[2, 4, 8, 8]), c(Bool, &[2, 1, 1, 8]), c(F16, &[8, 8]).permuted(&[1, 0])],
+        &c(F16, &[2, 4, 8, 8]),
+        &Expr::select(input(1), bin(Binary::Add, input(0), input(2)), k(f64::NEG_INFINITY, F16)),
+    )
+    .unwrap();
+    insta::assert_snapshot!("ew_mask_f16", mask.source);
+    insta::assert_snapshot!(
+        "gather_embedding",
+        gather("gather_emb", &c(F32, &[100, 8]), &c(I64, &[2, 3]), 0).unwrap().source
+    );
+    insta::assert_snapshot!(
+        "layernorm_warp",
+        layer_norm("ln", 64, 384, 1e-12, F32, Some(F32), Some(F32), F32).unwrap().source
+    );
+    insta::assert_snapshot!("softmax_block", softmax("sm", 16, 2000, F16, false).unwrap().source);
+    insta::assert_snapshot!(
+        "reduce_column",
+        reduce("rs", &c(F32, &[4, 128, 32]), &[1], Reduce::Sum, F32).unwrap().source
+    );
+    let q = c(F32, &[6, 128, 32]);
+    insta::assert_snapshot!(
+        "matmul_qk",
+        matmul("mm_qk", &q, &q.permuted(&[0, 2, 1]), &c(F32, &[6, 128, 128])).unwrap().source
+    );
+    insta::assert_snapshot!(
+        "concat_axis1",
+        concat("cat", &[c(F32, &[2, 3]), c(F32, &[2, 1])], 1, &c(F32, &[2, 4])).unwrap().source
+    );
+}

@@ -1,0 +1,206 @@
+//! `spartac compile` without a GPU: models lowered to programs, written as artifacts and read
+//! back, run on the CPU executor and compared with onnxruntime and with the reference executor
+//! (the pruned model compiled = the dense model with the pruned weights zeroed); every kernel
+//! of a compiled MiniLM-L3 goes through NVRTC and ptxas; the program text of a small model is
+//! a snapshot.
+
+use spartac::frontend::{load_model, load_model_bytes, LoadOptions};
+use spartac::ir::{DType, Graph, Tensor};
+use spartac::plan::{plan, PlanOptions};
+use spartac::program::artifact::{decode, encode, ArtifactError};
+use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
+use spartac::propagate::{execute_zeroing_pruned, propagate, PropagateOptions};
+use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
+use spartac_runtime::exec::model::{relative_error, run_cpu};
+use spartac_tests::builder::{fixed, ModelBuilder, A};
+use spartac_tests::models::models_dir;
+use std::collections::BTreeMap;
+
+fn compile(mut graph: Graph, tesa: Option<&str>, options: &ModelOptions) -> (Graph, ModelProgram) {
+    let attrs = tesa.map(|t| TesaAttrs::parse(t).unwrap());
+    apply_attrs(&mut graph, attrs.as_ref()).unwrap();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let model = lower_model(&graph, &p, options, &mut |_, _| {}).unwrap();
+    // Through the artifact and back: what `spartac run` reads.
+    let bytes = encode(&model, &[]).unwrap();
+    let back = decode(&bytes).unwrap().model;
+    assert_eq!(back, model, "the artifact reads back as written");
+    (graph, back)
+}
+
+fn minilm_l3() -> Graph {
+    let path = models_dir().join("minilm-l3.onnx");
+    assert!(path.exists(), "{} is missing: run models/setup_minilm_l3.sh first (.ci/run does)", path.display());
+    load_model(&path, &LoadOptions::default()).unwrap()
+}
+
+/// 90% of the 32×32 blocks of every MatMul weight of MiniLM-L3 pruned by magnitude.
+const L3_BLOCK90: &str =
+    r#"{ "tensors": { "onnx::MatMul_*": { "block_magnitude": { "block": [32, 32], "sparsity": 0.9 } } } }"#;
+
+#[test]
+fn minilm_l3_compiled_matches_onnxruntime_on_the_cpu_executor() {
+    let (graph, model) = compile(minilm_l3(), None, &ModelOptions::default());
+    assert!(model.stats.planned_ops >= 18, "every MatMul weight is planned: {:?}", model.stats);
+    assert!(model.stats.fused_epilogues >= 18, "biases and GELUs run in epilogues: {:?}", model.stats);
+    let arrays = spartac_runtime::npz::read_npz(&models_dir().join("minilm-l3.ref.npz")).unwrap();
+    let inputs: BTreeMap<String, Tensor> = graph
+        .inputs
+        .iter()
+        .map(|&v| {
+            let name = graph.value(v).name.clone();
+            (name.clone(), arrays[&format!("in:{name}")].clone())
+        })
+        .collect();
+    let outputs = run_cpu(&model, &inputs).unwrap();
+    assert_eq!(outputs.len(), 4);
+    for (name, got) in &outputs {
+        let e = relative_error(got, &arrays[&format!("out:{name}")]);
+        eprintln!("{name}: relative error {e:.3e}");
+        assert!(e <= 1e-4, "{name}: relative error {e:.3e} against onnxruntime");
+    }
+}
+
+#[test]
+fn pruned_minilm_l3_compiled_equals_the_model_with_pruned_weights_zeroed() {
+    let (graph, model) = compile(minilm_l3(), Some(L3_BLOCK90), &ModelOptions::default());
+    assert_eq!(model.stats.sparse_ops, 18, "every pruned weight runs sparse: {:?}", model.stats);
+    // A 90%-pruned model's weights take about a tenth of the dense bytes (plus index tables).
+    let ratio = model.stats.packed_weight_bytes as f64 / model.stats.dense_weight_bytes as f64;
+    assert!(ratio < 0.15, "packed weights are {ratio:.3} of the dense ones");
+    let inputs = spartac::reference::random_inputs(&graph, 11);
+    let want = execute_zeroing_pruned(&graph, &inputs).unwrap();
+    let got = run_cpu(&model, &inputs).unwrap();
+    for ((name, g), (_, w)) in got.iter().zip(&want) {
+        let e = relative_error(g, w);
+        eprintln!("{name}: relative error {e:.3e}");
+        assert!(e <= 1e-5, "{name}: relative error {e:.3e} against the zeroed reference");
+    }
+}
+
+#[test]
+fn every_kernel_of_a_compiled_minilm_l3_compiles_with_nvrtc() {
+    use rayon::prelude::*;
+    let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
+    if lib.is_dir() {
+        spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
+    }
+    spartac_runtime::cuda::nvrtc_version()
+        .expect("NVRTC is required (tests/run-all.sh installs the pinned wheels under .cuda/)");
+    let (_, model) = compile(minilm_l3(), Some(L3_BLOCK90), &ModelOptions::default());
+    let failures: Vec<String> = model
+        .program
+        .kernels
+        .par_iter()
+        .filter_map(|k| {
+            spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").err().map(|e| format!("{}: {e}", k.name))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{} kernels failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(model.program.kernels.len() >= 10);
+}
+
+/// A small encoder block: MatMul + bias + erf-GELU, residual Add, LayerNormalization, an
+/// attention-like Transpose + MatMul + Softmax, and a mask chain (Unsqueeze, Cast, Sub, Mul).
+fn small_block() -> Graph {
+    let w: Vec<f32> = (0..64 * 64).map(|i| ((i * 37 % 101) as f32 - 50.0) / 200.0).collect();
+    let bias: Vec<f32> = (0..64).map(|i| i as f32 / 64.0 - 0.5).collect();
+    let ones = Tensor::from_vec(vec![64], vec![1.0f32; 64]);
+    let zeros = Tensor::from_vec(vec![64], vec![0.0f32; 64]);
+    let bytes = ModelBuilder::new("small_block", 17)
+        .input("x", DType::F32, &fixed(&[2, 16, 64]))
+        .input("mask", DType::I64, &fixed(&[2, 16]))
+        .output("y", DType::F32, &fixed(&[2, 16, 64]))
+        .output("p", DType::F32, &fixed(&[2, 16, 16]))
+        .init("w", &Tensor::from_vec(vec![64, 64], w))
+        .init("b", &Tensor::from_vec(vec![64], bias))
+        .init("sqrt2", &Tensor::scalar(std::f32::consts::SQRT_2))
+        .init("one", &Tensor::scalar(1.0f32))
+        .init("half", &Tensor::scalar(0.5f32))
+        .init("big", &Tensor::scalar(-10000.0f32))
+        .init("axes1", &Tensor::from_vec(vec![1], vec![1i64]))
+        .init("gamma", &ones)
+        .init("beta", &zeros)
+        .node("mm", "MatMul", &["x", "w"], &["h0"], vec![])
+        .node("bias", "Add", &["h0", "b"], &["h1"], vec![])
+        .node("div", "Div", &["h1", "sqrt2"], &["g0"], vec![])
+        .node("erf", "Erf", &["g0"], &["g1"], vec![])
+        .node("add1", "Add", &["g1", "one"], &["g2"], vec![])
+        .node("mulx", "Mul", &["h1", "g2"], &["g3"], vec![])
+        .node("mulh", "Mul", &["g3", "half"], &["g4"], vec![])
+        .node("res", "Add", &["g4", "x"], &["r"], vec![])
+        .node(
+            "ln",
+            "LayerNormalization",
+            &["r", "gamma", "beta"],
+            &["y"],
+            vec![("axis", A::I(-1)), ("epsilon", A::F(1e-5))],
+        )
+        .node("tr", "Transpose", &["y"], &["yt"], vec![("perm", A::Is(vec![0, 2, 1]))])
+        .node("scores", "MatMul", &["y", "yt"], &["s"], vec![])
+        .node("unsq", "Unsqueeze", &["mask", "axes1"], &["m0"], vec![])
+        .node("cast", "Cast", &["m0"], &["m1"], vec![("to", A::I(1))])
+        .node("inv", "Sub", &["one", "m1"], &["m2"], vec![])
+        .node("scale", "Mul", &["m2", "big"], &["m3"], vec![])
+        .node("masked", "Add", &["s", "m3"], &["s2"], vec![])
+        .node("sm", "Softmax", &["s2"], &["p"], vec![("axis", A::I(-1))])
+        .bytes();
+    load_model_bytes(&bytes, "small_block", &LoadOptions::default()).unwrap()
+}
+
+#[test]
+fn a_small_block_compiles_to_the_program_of_the_snapshot_and_matches_the_reference() {
+    let (graph, model) = compile(small_block(), None, &ModelOptions::default());
+    assert_eq!(model.stats.fused_epilogues, 2, "bias and GELU fused: {:?}", model.stats);
+    insta::assert_snapshot!("small_block_program", model.program.to_text());
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(&graph, seed);
+        let want = spartac::reference::execute(&graph, &inputs).unwrap();
+        let got = run_cpu(&model, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            let e = relative_error(g, w);
+            assert!(e <= 1e-5, "{name}: relative error {e:.3e}");
+        }
+    }
+    // Without fusion: the same results from one kernel per node.
+    let (_, unfused) = compile(small_block(), None, &ModelOptions { fuse_epilogues: false, fuse_elementwise: false });
+    assert!(unfused.program.steps.len() > model.program.steps.len());
+    let inputs = spartac::reference::random_inputs(&graph, 3);
+    let (a, b) = (run_cpu(&model, &inputs).unwrap(), run_cpu(&unfused, &inputs).unwrap());
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        assert!(relative_error(x, y) <= 1e-5, "{name}: fused and unfused differ");
+    }
+}
+
+#[test]
+fn damaged_artifacts_are_refused_with_the_reason() {
+    let (_, model) = compile(small_block(), None, &ModelOptions::default());
+    let bytes = encode(&model, &[]).unwrap();
+    assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(ArtifactError::Length { .. })));
+    assert!(matches!(decode(&bytes[..10]), Err(ArtifactError::Length { .. })));
+    assert!(matches!(decode(b"PK\x03\x04 not an artifact"), Err(ArtifactError::Magic)));
+    let mut flipped = bytes.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    assert!(matches!(decode(&flipped), Err(ArtifactError::Checksum)));
+    let mut version = bytes.clone();
+    version[8] = 99;
+    let e = decode(&version).unwrap_err();
+    assert!(matches!(e, ArtifactError::Version { found: 99 }));
+    assert!(e.to_string().contains("compile the model again"), "{e}");
+}
+
+#[test]
+fn an_op_without_a_gpu_kernel_is_an_error_naming_the_node() {
+    let bytes = ModelBuilder::new("ge", 17)
+        .input("x", DType::F32, &fixed(&[4, 8]))
+        .output("y", DType::F32, &fixed(&[4, 2]))
+        .init("idx", &Tensor::from_vec(vec![4, 2], vec![0i64, 7, 1, 6, 2, 5, 3, 4]))
+        .node("gather_elements_node", "GatherElements", &["x", "idx"], &["y"], vec![("axis", A::I(1))])
+        .bytes();
+    let graph = load_model_bytes(&bytes, "ge", &LoadOptions::default()).unwrap();
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let e = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("gather_elements_node") && e.contains("GatherElements") && e.contains("opset"), "{e}");
+}
