@@ -97,6 +97,10 @@ fn invalid(message: String) -> ProgramError {
 /// Ops whose output is their input seen with another shape.
 const VIEWS: &[&str] = &["Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"];
 
+/// Data-movement ops lowered to a gather through a compile-time source map when only their
+/// data input is not constant.
+const REMAPS: &[&str] = &["GatherND", "GatherElements", "Slice", "Tile", "DepthToSpace", "SpaceToDepth"];
+
 /// Ops one elementwise kernel computes (Transpose through permuted strides).
 const ELEMENTWISE: &[&str] = &[
     "Add",
@@ -491,6 +495,11 @@ impl<'a> Lowering<'a> {
         let ofact = graph.fact(out).clone();
         let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
         let attrs = &node.attrs;
+        if REMAPS.contains(&node.op_type.as_str())
+            && node.inputs.iter().skip(1).flatten().all(|&v| graph.initializers.contains_key(&v))
+        {
+            return self.lower_remap(node);
+        }
         let kernel = match node.op_type.as_str() {
             "Gather" => {
                 let (data, idx) = (need(0)?, need(1)?);
@@ -638,6 +647,46 @@ impl<'a> Lowering<'a> {
         args.push(self.buf(out)?);
         let op = self.node_op(node, operands, outs);
         self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), kernel, args);
+        Ok(())
+    }
+
+    /// A data-movement node whose only non-constant input is its data: the flat source index
+    /// of every output element is found at compile time by running the op's reference `eval`
+    /// on the data's element numbers, and one gather kernel reads through that map.
+    fn lower_remap(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
+        let out = node.outputs[0];
+        let xf = graph.fact(x).clone();
+        let iota = Tensor::from_vec(xf.shape.clone(), (0..xf.numel() as i64).collect::<Vec<i64>>());
+        let consts: Vec<Option<Tensor>> =
+            node.inputs.iter().skip(1).map(|v| v.and_then(|v| constant(graph, v))).collect();
+        let mut refs: Vec<Option<&Tensor>> = vec![Some(&iota)];
+        refs.extend(consts.iter().map(|t| t.as_ref()));
+        let def = registry().get(&node.op_type).ok_or_else(|| self.node_err(node, "unknown op"))?;
+        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
+        let traced = (def.eval)(&ctx, &refs).map_err(|e| self.node_err(node, format!("tracing its sources: {e}")))?;
+        let map = traced.into_iter().next().ok_or_else(|| self.node_err(node, "no output"))?;
+        let ofact = graph.fact(out).clone();
+        if map.len() != ofact.numel() || xf.numel() > i32::MAX as usize {
+            return Err(self.node_err(node, "its source map does not fit"));
+        }
+        let idx: Vec<i32> = map.to_i64_vec().into_iter().map(|v| v as i32).collect();
+        let name = format!("remap_{}", sanitize(&node.name));
+        let k = graph_ops::gather(
+            &name,
+            &TensorDesc::contiguous(xf.dtype, &[xf.numel()]),
+            &TensorDesc::contiguous(DType::I32, &[ofact.numel()]),
+            0,
+        )
+        .map_err(|e| self.node_err(node, e))?;
+        let map_buf = self.b.constant(&format!("{}.map", node.name), Data::I32(idx), false);
+        let operands =
+            node.inputs.iter().map(|v| v.map(|v| self.operand(v)).transpose()).collect::<Result<Vec<_>, _>>()?;
+        let outs = vec![self.operand(out)?];
+        let op = self.node_op(node, operands, outs);
+        let args = vec![self.buf(x)?, map_buf, self.buf(out)?];
+        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), k, args);
         Ok(())
     }
 

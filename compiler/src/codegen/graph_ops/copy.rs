@@ -57,7 +57,7 @@ pub fn gather(name: &str, data: &TensorDesc, indices: &TensorDesc, axis: usize) 
     let inner: usize = data.shape[axis + 1..].iter().product();
     let nidx = indices.len();
     let n = data.shape[..axis].iter().product::<usize>() * nidx * inner;
-    let vec = inner % 4 == 0 && n > 0;
+    let vec = inner.is_multiple_of(4) && n > 0;
     let row = nidx * inner;
     let coord = |div: usize, size: Option<usize>| -> String {
         if n == 0 {

@@ -144,7 +144,7 @@ pub fn reduce(
     let kept = dims(false);
     let mut red = dims(true);
     // The reduction's order is free: walk its smallest stride innermost.
-    red.sort_by(|a, b| b.1.cmp(&a.1));
+    red.sort_by_key(|d| std::cmp::Reverse(d.1));
     let n_out: usize = kept.iter().map(|d| d.0).product();
     let n_red: usize = red.iter().map(|d| d.0).product();
     let min_stride = |ds: &[(usize, usize)]| ds.iter().map(|d| d.1).min();

@@ -299,7 +299,7 @@ fn same_inputs_give_the_same_source() {
     assert_eq!(a, b);
     for k in &a {
         assert!(
-            k.source.contains(&format!("extern \"C\" __global__ void __launch_bounds__("))
+            k.source.contains("extern \"C\" __global__ void __launch_bounds__(")
                 && k.source.contains(&format!(") {}(", k.name)),
             "{} is not declared as asked",
             k.name
