@@ -178,6 +178,9 @@ struct Lowering<'a> {
     /// Buffer of each value that has one (views share their input's).
     bufs: HashMap<ValueId, BufferId>,
     stats: LoweringStats,
+    /// Activation×activation MatMuls that read an input through the permutation of the
+    /// Transpose producing it (only consumer): matmul node → (input position, Transpose node).
+    folded: HashMap<usize, Vec<(usize, usize)>>,
 }
 
 impl<'a> Lowering<'a> {
@@ -205,6 +208,7 @@ impl<'a> Lowering<'a> {
             b: ProgramBuilder::new(&name),
             bufs: HashMap::new(),
             stats: LoweringStats { graph_nodes: graph.nodes.len(), ..Default::default() },
+            folded: HashMap::new(),
         })
     }
 
@@ -279,9 +283,29 @@ impl<'a> Lowering<'a> {
                 }
             }
         }
-        let groups = if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
-        // Nodes a fused epilogue or group took over: skipped when reached.
+        // Transposes read only by an activation×activation MatMul fold into its strides.
         let mut done = vec![false; graph.nodes.len()];
+        if self.options.fuse_elementwise {
+            for (i, node) in graph.nodes.iter().enumerate() {
+                if node.op_type != "MatMul" || self.planned.contains_key(node.name.as_str()) {
+                    continue;
+                }
+                for (pos, v) in node.inputs.iter().enumerate().take(2) {
+                    let Some(v) = *v else { continue };
+                    let Some(t) = graph.nodes.iter().position(|n| n.outputs.contains(&v)) else { continue };
+                    if graph.nodes[t].op_type == "Transpose"
+                        && self.only_consumer(v) == Some(i)
+                        && graph.fact(v).shape.len() >= 2
+                    {
+                        self.folded.entry(i).or_default().push((pos, t));
+                        absorbed[t] = true;
+                        done[t] = true;
+                    }
+                }
+            }
+        }
+        let groups = if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
+        // Nodes a fused epilogue, group or matmul took over are skipped when reached.
         let total = graph.nodes.len();
         for i in 0..total {
             if done[i] {
@@ -588,6 +612,7 @@ impl<'a> Lowering<'a> {
                 }
                 graph_ops::reduce(&name, &self.desc(x), &axes, kind, ofact.dtype)
             }
+            "MatMul" if self.folded.contains_key(&self.node_index(node)) => return self.lower_folded_matmul(node),
             "MatMul" => {
                 let (a, bv) = (need(0)?, need(1)?);
                 let (mut da, mut db) = (self.desc(a), self.desc(bv));
@@ -647,6 +672,58 @@ impl<'a> Lowering<'a> {
         args.push(self.buf(out)?);
         let op = self.node_op(node, operands, outs);
         self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), kernel, args);
+        Ok(())
+    }
+
+    fn node_index(&self, node: &Node) -> usize {
+        self.graph.nodes.iter().position(|n| std::ptr::eq(n, node)).expect("a node of the graph")
+    }
+
+    /// An activation×activation MatMul with the Transposes of [`Lowering::folded`] read through
+    /// their permutations: one kernel; the step's nodes are the Transposes (into temporaries)
+    /// and the MatMul, so the CPU executor computes exactly the graph's ops.
+    fn lower_folded_matmul(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let folds = self.folded[&self.node_index(node)].clone();
+        let out = node.outputs[0];
+        let mut nodes = vec![];
+        let mut descs = vec![];
+        let mut args = vec![];
+        let mut operands = vec![];
+        for pos in 0..2 {
+            let v = node.inputs[pos].ok_or_else(|| self.node_err(node, format!("input {pos} is missing")))?;
+            if graph.fact(v).shape.len() < 2 {
+                return Err(self.node_err(node, "a folded transpose needs matrices"));
+            }
+            match folds.iter().find(|(p, _)| *p == pos) {
+                Some(&(_, t)) => {
+                    let tnode = &graph.nodes[t];
+                    let src = tnode.inputs[0].ok_or_else(|| self.node_err(tnode, "input 0 is missing"))?;
+                    let perm = transpose_perm(graph, tnode);
+                    descs.push(self.desc(src).permuted(&perm));
+                    args.push(self.buf(src)?);
+                    let f = graph.fact(v);
+                    let temp = Operand::Temp { id: pos as u32, dtype: f.dtype, shape: f.shape.clone() };
+                    let src_op = self.operand(src)?;
+                    let op = self.node_op(tnode, vec![Some(src_op)], vec![temp.clone()]);
+                    nodes.push(op);
+                    operands.push(Some(temp));
+                }
+                None => {
+                    descs.push(self.desc(v));
+                    args.push(self.buf(v)?);
+                    operands.push(Some(self.operand(v)?));
+                }
+            }
+        }
+        let name = format!("matmul_{}", sanitize(&node.name));
+        let k = graph_ops::matmul(&name, &descs[0], &descs[1], &self.desc(out)).map_err(|e| self.node_err(node, e))?;
+        args.push(self.buf(out)?);
+        let outs = vec![self.operand(out)?];
+        let op = self.node_op(node, operands, outs);
+        nodes.push(op);
+        self.stats.fused_nodes += nodes.len();
+        self.kernel_step(&node.name.clone(), Op::Nodes(nodes), k, args);
         Ok(())
     }
 
