@@ -26,8 +26,9 @@ pub struct CostdbArgs {
 enum CostdbCommand {
     /// Fit the cost DB to measured kernel times.
     ///
-    /// Example (after a GPU run of benches/run_spmm_gpu.sh):
-    ///   spartac costdb fit --bench benches/results/run8/ours.json --peers benches/results/run8/peers.json \
+    /// Example (after a GPU run of benches/spmm_gpu.sh; the inputs of the bundled fit are in
+    /// benches/results/costdb_fit_logs.tar.xz):
+    ///   spartac costdb fit --bench OUT/ours_f32.json --peers OUT/peers_f32.json \
     ///       --out costdb/sm_90.json --report benches/results/costdb_fit.md
     Fit {
         /// `spartac kernels bench --json` output; repeat to pool several runs.

@@ -193,7 +193,7 @@ impl Tile {
 /// block kernels accumulate onto it. fp32 (3xTF32 block kernels): yes, 4096³ mixed 90% + 1%
 /// 0.663 ms against 0.701 the other way (the fine kernel's accumulate read of its whole C tile
 /// cost more than the block kernel's few loads per thread); fp16 (mma.sync): no, 0.816 against
-/// 0.804 and 1024³ 0.0256 against 0.0229 (run 14, `benches/results/run14/order/`).
+/// 0.804 and 1024³ 0.0256 against 0.0229 (run 14; `benches/results/spmm_gpu.md`).
 pub fn fine_first(dtype: Dtype) -> bool {
     dtype == Dtype::F32
 }
@@ -204,7 +204,7 @@ pub fn fine_first(dtype: Dtype) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Engine {
     /// The specializer's choice: fp16/bf16 right-orientation blocks take `WgmmaWs` (the dense
-    /// kernel and the left orientation mma.sync; run 17 in benches/results/spmm_notes.md);
+    /// kernel and the left orientation mma.sync; run 17, in the git history of benches/results/);
     /// fp32 blocks take 3xTF32 where it applies, fp32 element-sparse weights on the right
     /// where it measured faster (`spmm_fine_tf32::auto_prefers`).
     Auto,
@@ -325,9 +325,9 @@ impl SpmmSpec {
 }
 
 /// Default [`SpmmSpec::unroll_budget`]: 2^16 nonzeros (NVRTC and ptxas take ~1 min for 52 k on
-/// two cores). `Mode::Auto` dismantles only where it measured faster on the H200
-/// (`benches/results/run12/`): under 1.5% kept with N ≤ 256 (16384 × 1024 × 256 at 99%: 0.0457
-/// ms against the loop kernel's 0.0788; 4096 rows: 0.0190 against 0.0232). At 1024³ it lost
+/// two cores). `Mode::Auto` dismantles only where it measured faster on the H200 (run 12,
+/// `benches/results/spmm_gpu.md`): under 1.5% kept with N ≤ 256 (16384 × 1024 × 256 at 99%:
+/// 0.0457 ms against the loop kernel's 0.0788; 4096 rows: 0.0190 against 0.0232). At 1024³ it lost
 /// (95%: 0.0542 against 0.0269; 99%: 0.0227 against 0.0172) and at 95% everywhere: its
 /// straight-line code streams from L2 at instruction-fetch latency.
 pub const DEFAULT_UNROLL_BUDGET: usize = 1 << 16;

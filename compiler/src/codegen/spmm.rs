@@ -652,7 +652,8 @@ fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> Result<Kern
                     t.rows
                 )))
             }
-            // 8 rows per thread (with 2 stages) at large M: see benches/results/spmm_notes.md.
+            // 8 rows per thread (with 2 stages) at large M: the fastest fp32 tile in runs 2 and 4
+            // (their notes are in the git history of benches/results/).
             None if m >= 2048 && threads_m * 8 <= 256 => 8,
             None if threads_m * 4 <= 256 => 4,
             None => 1,
@@ -1016,16 +1017,16 @@ fn fine_tiling(spec: &SpmmSpec, fr: usize, fc: usize, nnz: usize, ring_ok: bool)
     let mut best: Option<(f64, FineTiling)> = None;
     // Sparse weights (under 25% kept) take one row per lane when the D tile is prefetched in
     // registers: on the H200 it was the fastest (or within 2%) of every swept tiling at 1024³
-    // and 4096³, 95% and 99% (benches/results/run9/); the estimate ranks 2 and 4 rows per lane
+    // and 4096³, 95% and 99% (run 9); the estimate ranks 2 and 4 rows per lane
     // too high there (their chunks are 128-256 deep under the register cap). Denser ones amortize each
     // entry over more rows: at 50%, one row per lane lost 1.4-1.5× (run 9).
     // With the D ring (no register cap on the chunk) the left and right sweeps of session 5
-    // (benches/results/run10-fine/p5, p6: 1024³ and 4096³, 95% and 99%) set the tile of
+    // (run 10, p5 and p6: 1024³ and 4096³, 95% and 99%) set the tile of
     // sparse weights: from 2% kept, two rows per lane and 256 columns (each entry's broadcasts
     // serve 64 rows), K split over 2 CTAs when the tiles leave SMs idle; under 2%, one row per
     // lane and 512 columns (fewer, longer runs; the grids where that leaves SMs idle keep the
     // register prefetch, above).
-    // Session 7 (benches/results/run13/): in the left orientation, where 64 × 256 tiles leave SMs
+    // Session 7 (run 13): in the left orientation, where 64 × 256 tiles leave SMs
     // idle, 64 × 128 tiles without a split are faster (1024³ 95%: 0.0211 ms against 0.0233);
     // in the right one they tie (0.0265 against 0.0259), so the split stays.
     if async_d && density <= 0.25 && big {
@@ -1193,7 +1194,7 @@ fn prepass_applies(spec: &SpmmSpec) -> bool {
 /// without it every column tile re-transposes A's tiles on the way in (4-byte copies), with it
 /// A is transposed once (one read and one write of A: 33 µs at 4096², 4.3 µs at 1024²) and every
 /// column tile copies At's rows 16 bytes at a time. So it pays from enough column tiles: on the
-/// H200 (benches/results/run16/, call 2) it won at 8 and 16 column tiles (4096³ 99% 0.418 →
+/// H200 (run 16, call 2) it won at 8 and 16 column tiles (4096³ 99% 0.418 →
 /// 0.385 ms, 95% 1.031 → 0.927, 2048³ 95% 0.142 → 0.133) and lost at 4 (1024³ 95% 0.0252 →
 /// 0.0288, 2048³ 99% 0.0615 → 0.0635). For 16-bit A the alternative is the register prefetch
 /// (4-byte copies cannot transpose it), which loses already at 4 column tiles (call 6: 1024³ fp16
