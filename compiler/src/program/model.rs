@@ -31,7 +31,7 @@ use super::{
     Arg, BufferId, Csr, Data, Elem, Launch, NodeOp, Op, Operand, Program, ProgramBuilder, ProgramError, Rows, Storage,
 };
 use crate::codegen::graph_ops::{self, Binary, Expr, OpKernel, Reduce, TensorDesc, Unary};
-use crate::codegen::{Activation, DenseCopy, Epilogue, Family};
+use crate::codegen::{Activation, Epilogue, Family};
 use crate::ir::{DType, Graph, Initializer, Node, Tensor, ValueId};
 use crate::ops::{registry, NodeCtx};
 use crate::plan::{OperatorPlan, Plan};
@@ -883,15 +883,33 @@ impl<'a> Lowering<'a> {
         for (p, pk) in planned.into_iter().enumerate() {
             let mut spec = pk.spec;
             spec.m = m;
-            spec.dense_copy = DenseCopy::Transposing;
             if p == last {
                 spec.epilogue = epilogue;
             }
             let kernel = crate::codegen::specialize(&spec).map_err(|e| self.node_err(node, e))?;
-            if kernel.family == Family::Epilogue || kernel.prepass.is_some() {
+            if kernel.family == Family::Epilogue {
                 return Err(
                     self.node_err(node, format!("kernel family {} is not built into models", kernel.family.name()))
                 );
+            }
+            // A fine kernel's prepass writes its dense operand (Aᵀ in fp32) into a scratch of
+            // this operator's own, launched just before it in the same step.
+            let mut a_arg = a_buf;
+            if let Some(pre) = &kernel.prepass {
+                let scratch = self.b.buffer(
+                    &format!("{}.p{p}.at", node.name),
+                    Elem::F32,
+                    pre.scratch_bytes.div_ceil(4),
+                    Storage::Scratch,
+                );
+                let pid = self.b.kernel(&pre.name, &pre.source, pre.launch.smem_bytes);
+                launches.push(Launch::Kernel {
+                    kernel: pid,
+                    grid: pre.launch.grid,
+                    block: pre.launch.block,
+                    args: vec![Arg::Buf(a_buf, 0), Arg::Buf(scratch, 0)],
+                });
+                a_arg = scratch;
             }
             let wdata = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(&pk.weight) };
             let ptr = table(&kernel, true);
@@ -908,7 +926,7 @@ impl<'a> Lowering<'a> {
             packed.push((ib, il, Data::I32(idx).checksum()));
             let kid = self.b.kernel(&kernel.name, &kernel.source, kernel.launch.smem_bytes);
             let mut args = vec![
-                Arg::Buf(a_buf, 0),
+                Arg::Buf(a_arg, 0),
                 Arg::Buf(wb, 0),
                 Arg::Buf(pb, 0),
                 Arg::Buf(ib, 0),
