@@ -11,6 +11,8 @@
 //!   bundled truth for the real network, else an f64 reference run (`--no-check` skips it).
 //!   Prints the inference seconds (file reading excluded) and edges/s = images × nonzeros / s;
 //!   fails (non-zero exit) when the categories differ from the truth.
+//! * `spartac hpec export` writes a network as an ONNX model (`hpec::onnx_export`, sparse
+//!   initializers) that `spartac run` loads.
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -1,5 +1,7 @@
 //! `spartac inspect`: what is in a model: inputs, outputs, op histogram, parameters,
-//! per-initializer density; `--json` for scripts, `--ir` for the full IR text form.
+//! per-initializer density; `--json` for scripts, `--ir` for the full IR text form. On a
+//! `MODEL.sparta` artifact: its signature, what the compiler did, steps, kernels and memory;
+//! `--ir` prints the program's text form.
 
 use crate::model_args::ModelArgs;
 use anyhow::Result;

@@ -1,4 +1,11 @@
-//! `spartac`: the command-line tool. Each subcommand lives in its own file.
+//! `spartac`: the command-line tool. Each subcommand lives in its own file (`plan.rs` holds
+//! `plan` and `explain`; `run.rs` hands `.sparta` files to `run_artifact.rs`); `model_args.rs`
+//! holds the arguments every model-loading command shares.
+//!
+//! The binary is its own crate because it needs both the compiler and the runtime, and the
+//! compiler must not depend on the runtime (which holds CUDA). An error prints as one
+//! `error: ...` line (the cause chain joined, repeats skipped) and exits 1; a panic prints one
+//! "internal error" line instead of a backtrace.
 
 mod compile;
 mod costdb;

@@ -1,4 +1,6 @@
-//! `spartac run`: runs a model on given or random inputs and writes the outputs.
+//! `spartac run`: runs a model on given or random inputs and writes the outputs. An ONNX file
+//! runs on the CPU reference engine (`spartac_runtime::engine`); a `.sparta` artifact goes to
+//! `run_artifact.rs`.
 
 use crate::model_args::ModelArgs;
 use anyhow::{anyhow, bail, Context, Result};

@@ -1,9 +1,14 @@
 //! spartac: a sparsity-aware deep-learning compiler.
 //!
-//! Data flow: ONNX (`frontend`) -> [`ir::Graph`] -> passes -> plan -> kernels -> runtime.
-//! This crate holds the IR, the ONNX frontend, the operator registry with the reference
-//! semantics of every op, and the CPU reference executor that is the correctness oracle.
-//! It never links CUDA.
+//! Data flow, one module per stage: ONNX ([`frontend`]) -> [`ir::Graph`] -> TeSA annotation
+//! ([`tesa`]) -> [`propagate`] -> [`plan`] -> specialized kernels ([`codegen`]) -> a GPU-free
+//! [`program::Program`], which the runtime crate executes. Beside them: the operator registry
+//! with the reference semantics of every op ([`ops`]) and the CPU reference executor
+//! ([`mod@reference`]) that is the correctness oracle.
+//!
+//! It never links CUDA (no cudarc in its dependency tree). Where a kernel needs a driver object
+//! (a TMA tensor map), the compiler only describes it ([`codegen::TmaBox`]) and the runtime
+//! builds it.
 
 pub mod codegen;
 pub mod error;

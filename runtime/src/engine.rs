@@ -1,4 +1,8 @@
 //! The engine interface, the CPU engine, and backend selection.
+//!
+//! An [`Engine`] runs a graph on named inputs; [`CpuEngine`] is the reference executor
+//! (`spartac::reference`) on every core rayon gives it. [`Backend`] is `cpu` or `auto` (the
+//! best engine present). Compiled programs do not go through here: see `crate::exec`.
 
 use spartac::ir::{Graph, Tensor};
 use std::collections::BTreeMap;

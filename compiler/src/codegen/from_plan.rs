@@ -1,7 +1,9 @@
 //! From the execution plan to kernel specs: every sub-operator `X·Wₖ` of a planned
 //! operator becomes one [`SpmmSpec`] (the parts that map to the fine-grained kernel
 //! share one), the first writing the output and the others accumulating into it, the
-//! fused epilogue (bias, activation) on the last.
+//! fused epilogue (bias, activation) on the last. Launch order ([`super::fine_first`]): in
+//! fp32 the fine kernel goes first and the block kernels accumulate onto it; other dtypes
+//! the reverse.
 //!
 //! The plan's cover may use block shapes no kernel family takes as they are; they are
 //! mapped, never dropped:

@@ -2,12 +2,29 @@
 //! sparsity pattern, rendered from `templates/*.cu.tera` with typed contexts.
 //!
 //! The input is a plain [`SpmmSpec`] (shape, dtype, block shape, orientation, epilogue, the
-//! nonzero blocks of the weight, optional values, mode); [`specialize`] picks a kernel family,
+//! nonzero blocks of the weight, optional values, mode, code budget, tile, engine);
+//! [`specialize`] picks a kernel family,
 //! builds the loop nest, [`dismantle`](LoopNest::dismantle)s it against the pattern, and either
 //! embeds the live instances as literal tables (`Mode::Unrolled`) or emits a kernel that reads
 //! them from device memory (`Mode::IndexStream`); `Mode::Auto` switches on a code-size budget.
-//! The result is CUDA source plus launch geometry and the host-side tables; this crate never
+//! The result is a [`Kernel`]: CUDA source, launch geometry, the host-side tables and
+//! [`Kernel::pack_weight`] (the weight in the order the kernel reads it); this crate never
 //! compiles or runs it (the runtime does, through NVRTC).
+//!
+//! Families, one file each beside the dispatcher `spmm.rs`: fp32 SIMT and fp16/bf16 mma.sync
+//! block kernels and the fine (element-sparse) loop kernel (`spmm.rs`), the Hopper wgmma block
+//! kernels (`spmm_wgmma.rs`), fp32 blocks and fine weights on tensor cores at fp32 accuracy
+//! (`spmm_tf32.rs`, `spmm_fine_tf32.rs`), the fine weight dismantled to the element
+//! (`spmm_dismantled.rs`), int8 (`spmm_int8.rs`, with [`quant`]) and the dense fallback on the
+//! vendor library (`library.rs`). [`Engine`] forces a family where several apply;
+//! `Engine::Auto` is the specializer's measured choice. Around them: [`from_plan`] turns a
+//! plan into specs, [`graph_ops`] generates the kernels of every other op a compiled model
+//! runs, [`rows`] the HPEC row kernels, and `render.rs` fills `templates/` from typed contexts.
+//!
+//! A kernel that needs a driver object (a TMA tensor map of its dense operand) only describes
+//! it ([`TmaBox`]); the runtime encodes it. Generated kernels are deterministic: no
+//! floating-point atomics, and every sum has a fixed order (a K split over a cluster adds the
+//! partials in rank order), so a kernel gives the same bits on every run.
 
 pub mod from_plan;
 pub mod graph_ops;

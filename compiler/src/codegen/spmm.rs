@@ -1,4 +1,38 @@
 //! Sparse × dense matmul: family choice, loop nest, dismantle, tables and rendering.
+//!
+//! [`specialize`] dispatches: int8 to `spmm_int8`; element-sparse weights (1×1 blocks) to the
+//! 3xTF32 fine kernel, the dismantled kernel or the fine loop kernel here, as their rules say;
+//! other blocks to the wgmma family, the 3xTF32 block kernel, else the block kernels here (fp32
+//! SIMT, fp16/bf16 mma.sync; [`Family::Dense`] when every block is live). Tile heuristics and
+//! the choice between literal tables and an index stream (under `SpmmSpec::code_budget`) are
+//! made here; templates only loop and branch. The left orientation (`C = W·B`) of the block and
+//! dense kernels is the transposed right problem (`specialize_left`).
+//!
+//! The fine loop kernel ([`Family::Fine`], [`Family::FineLeft`]) serves both orientations
+//! (left = the same kernel on the transposed frame, W's rows chunked). K goes in chunks; each
+//! (chunk, column) run is padded to whole groups of four entries that read a zero row; entries
+//! reach the device as byte offsets into the shared D tile ([`Kernel::device_idx`]: one add per
+//! entry); runs are ordered by (chunk, tile, warp, column), so each warp walks one contiguous
+//! stream per chunk ([`FineTable::column`] maps a position back). A lane's `rpl` rows are
+//! adjacent (one vector load per entry). How D reaches shared memory (`fine_tiling` decides):
+//! - fp32 tiles stream in by cp.async through a two-stage shared ring (right orientation:
+//!   transposed on the way in, stride `bm + rpl`, a warp copying `32 / rpl` k × `rpl` rows;
+//!   left: B's rows as they are);
+//! - with a [`Kernel::prepass`], an fp32 copy is written once and the tiles are its rows,
+//!   copied 16 bytes at a time: `templates/transpose.cu.tera` (At = Aᵀ) from 8 column tiles up
+//!   (4 for 16-bit A, which 4-byte copies cannot transpose) or when `SpmmSpec::dense_copy` asks;
+//!   `templates/widen.cu.tera` for the left's 16-bit B;
+//! - other dtypes without it, and very sparse fp32 weights on grids too small for 32 × 512
+//!   tiles, through a register prefetch.
+//!
+//! A `Tile` may split K over a thread-block cluster (partials summed through distributed shared
+//! memory in rank order) or ask for 2 CTAs per SM (one row per lane). The entry loop is
+//! software-pipelined across a warp's groups when runs are long (~20 live entries or more) and
+//! sums one group at a time when they are short (`runs_are_long`). Accumulate epilogues read
+//! the previous output before storing any of it.
+//!
+//! The fp32 SIMT block kernel folds uniform blocks when the values are known: all of them (no
+//! W tiles) or some (one raw-bits literal per block, NaN marking the general ones).
 
 use super::loopnest::{Level, LoopNest};
 use super::render::{render, BlockCtx, EpilogueCtx, FineCtx, KernelHead, Literals, TransposeCtx, WidenCtx};

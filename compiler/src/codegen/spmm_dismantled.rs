@@ -11,7 +11,9 @@
 //! its row, and every nonzero of W in those four rows of the warp's columns is then one FFMA
 //! on values already in registers. The price is code size (one instruction per nonzero) and
 //! instruction fetch where no other CTA on the SM runs the same code, so `Mode::Auto` takes it
-//! only where it measured faster (see [`applies`]).
+//! only where it measured faster (see [`applies`]): under 1.5% kept, N ≤ 256, within
+//! `SpmmSpec::unroll_budget` (run 12, `benches/results/spmm_gpu.md`). `Mode::Unrolled` or a
+//! dismantled `Tile` also select it.
 //!
 //! Layout: a warp computes a 32-row × `nt`-column tile of C (a *segment* of `nt` columns);
 //! the `ws` warps of a CTA take `ws` consecutive segments over the same 32 rows of A, which

@@ -8,6 +8,15 @@
 //! do about seven times the useful work, at a much higher rate than the FMA pipe, and A's
 //! tiles are copied into shared memory as they are (no transposition).
 //!
+//! Groups are 16 columns wide (two n8 tiles on one set of gathered k) where [`pick_nt`] counts
+//! fewer step units that way: a two-tile step costs 1.6 one-tile steps (measured). Consumer
+//! warps (one per group) never meet at a CTA barrier, only at the ring's mbarriers.
+//! `Engine::Tf32x3` forces this kernel, `Engine::Simt` refuses it, and `Engine::Auto` takes it
+//! where it measured faster ([`auto_prefers`]: small outputs, or gathered work under 5× the
+//! useful work, or under 2% kept); K must be a multiple of 4. Shared device helpers:
+//! `templates/tf32.cuh` (splits, the TF32 mma), `templates/mbarrier.cuh` (mbarriers, bulk and
+//! TMA copies).
+//!
 //! Layout and tables (`templates/spmm_fine_tf32.cu.tera`):
 //! - K goes in chunks of `chunk` (a multiple of 32); a CTA takes `bm` rows of A (each
 //!   consumer warp all of them, `bm / 16` m16 tiles) and `groups` column groups (one per

@@ -2,6 +2,8 @@
 //! `templates/spmm_block_int8.cu.tera`. Same loop nest and tables as the float block
 //! kernels (block columns, then the live k-blocks of each); the W blocks are packed
 //! column-major ([`Kernel::pack_weight_i8`]) because ldmatrix cannot transpose int8.
+//! `mma.sync` m16n8k32 on s8, int32 accumulation, a dequantizing epilogue and fp16 output;
+//! the quantization its callers and the GPU reference share is `codegen::quant`.
 
 use super::render::{render, Int8Ctx};
 use super::spmm::{

@@ -9,6 +9,14 @@
 //!
 //! The loop nest is the block kernels' one (block column → live k-blocks → k8 steps), with
 //! the same tables ([`block_tables`]); `templates/spmm_block_tf32.cu.tera` renders it.
+//! W is packed n-major (big part, then small part) so that ldmatrix loads its fragments. Each
+//! k-block's products are summed apart and added in fp32, since the tensor core's own
+//! accumulation truncates.
+//!
+//! Choice ([`auto_takes`]): `Engine::Auto` runs right-orientation fp32 blocks of 8-128 × 8-32
+//! (powers of two) here unless known values make a block uniform (the SIMT kernel folds those);
+//! `Engine::Simt` keeps the SIMT kernel, `Engine::Tf32x3` forces this one. Shared device
+//! helpers (the splits, the TF32 mma) are in `templates/tf32.cuh`.
 
 use super::render::{render, BlockCtx};
 use super::spmm::{

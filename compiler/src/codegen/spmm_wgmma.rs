@@ -5,7 +5,20 @@
 //! k-blocks of all its items as one sequence, so the pipeline fills once per CTA, not once per
 //! item. A tiles and W blocks sit in shared memory in the no-swizzle K-major layout that the
 //! wgmma matrix descriptors read ([`CoreLayout`]); W blocks are packed transposed (`[n][k]`)
-//! so that B is K-major like A.
+//! so that B is K-major like A. This first kernel (a CTA barrier per k-block) is taken only
+//! when `Engine::Wgmma` asks for it.
+//!
+//! The warp-specialized kernel (`Engine::WgmmaWs`, `templates/spmm_block_wgmma_ws.cu.tera`) is
+//! what `Engine::Auto` takes for f16/bf16 right-orientation block covers (not the dense
+//! kernel). One producer thread fills a ring of stages, each one k-block row or more
+//! (`Tile::k_rows`): A tiles by TMA (`Kernel::tma_a`: the compiler describes the tensor map,
+//! the runtime encodes it) and W blocks, packed as their shared-memory image
+//! (`Kernel::w_smem_image`), by bulk copies, with per-stage mbarriers. Consumer warpgroups run
+//! wgmma (one straight-line path per set of live slots, one wgmma group per row) with no
+//! CTA-wide barrier in the loop. A work item is a row tile × a group of block columns whose
+//! merged k-block rows ([`schedule`], built on the host and read after `idx` by the producer
+//! and the consumers alike, see `Kernel::steps`) share each A tile; the epilogue stages its
+//! rows through shared memory.
 
 use super::render::{render, MaskPath, WgmmaCtx, WgmmaTileCtx, WgmmaWsCtx};
 use super::spmm::{

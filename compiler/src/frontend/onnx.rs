@@ -1,5 +1,11 @@
 //! ModelProto -> Graph: opsets, inputs with pinned dims, initializers (dense and
 //! sparse), nodes in topological order, shape inference and constant folding.
+//!
+//! Every value ends with a static dtype and shape. Symbolic input dims are pinned at load
+//! (`--input-shape NAME=D1,D2,...`, `--dim SYMBOL=SIZE`, or inputs frozen into constants);
+//! anything left unknown is refused with a message that says how to pin it. Folding evaluates
+//! every node whose inputs are all constant, and `Shape` of a static shape, so the
+//! Shape/Gather/Concat/Unsqueeze chains exporters emit disappear at load.
 
 use super::tensor_proto::{sparse_from_proto, tensor_from_proto, DataDir};
 use super::LoadOptions;

@@ -1,5 +1,6 @@
 //! IR -> ONNX: writes a graph back as a ModelProto (static shapes, dense initializers
-//! as `raw_data`, sparse ones as `sparse_initializer`), and saves it atomically.
+//! as `raw_data`, sparse ones as `sparse_initializer`), and saves it atomically. `spartac hpec
+//! export` writes challenge networks through it.
 
 use super::tensor_proto::{sparse_to_proto, tensor_to_proto};
 use crate::ir::{Attr, Graph, Initializer, ValueFact, ValueId};

@@ -1,5 +1,11 @@
 //! The graph IR: values with a static type, nodes in topological order, dense and
 //! sparse initializers, and a slot on every value for its TeSA (`crate::tesa`).
+//!
+//! A [`Value`] has its ONNX name, a [`ValueFact`] (dtype and static shape), a [`ValueKind`] and
+//! `tesa: Option<Tesa>`; a sparse initializer ([`SparseTensor`]) holds sorted flat positions and
+//! their values (ONNX's COO forms are read into it). Value ids are stable: graph inputs, then
+//! initializers, then node outputs in topological order; the text form prints them, so
+//! snapshots are deterministic.
 
 use super::{Attrs, DType, Data, Tensor};
 use std::collections::BTreeMap;

@@ -2,8 +2,13 @@
 //!
 //! An entry has two hooks: `infer` computes output types from input types (and from
 //! input values when they are constants, e.g. Reshape's target shape), and `eval` is
-//! the reference semantics, exact ONNX behaviour on host tensors. The reference
-//! executor, constant folding and (later) tensor scrambling all call `eval`.
+//! the reference semantics, exact ONNX behaviour on host tensors (f64 accumulation where it
+//! matters). The reference executor, constant folding, tensor scrambling and source tracing
+//! all call `eval`.
+//!
+//! Sparsity propagation rules are not a hook here: they live in `propagate::rules`, a registry
+//! keyed by op type, so the op families stay untouched. Two families expose their geometry to
+//! those rules: `pool_taps` (pooling windows) and `reduce_target_of_each_input` (reductions).
 
 use crate::ir::{Attrs, Tensor, ValueFact};
 use std::collections::BTreeMap;

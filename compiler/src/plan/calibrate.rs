@@ -5,7 +5,9 @@
 //! kernel multiplying `n_blocks` blocks of one shape against `m` rows) this module fits, per
 //! (shape, dtype), the effective rate and per-block overhead of the model's block term by
 //! least squares on relative error (the fitted rate absorbs the activation re-reads the
-//! analytic model charges to L2), and the dense rate per dtype from measured dense GEMMs.
+//! analytic model charges to L2), a per-shape activation-streaming cost where a kernel pays
+//! one regardless of density, the dense (library) rate per dtype from measured dense GEMMs, and
+//! the entries of the 3xTF32 block and fine kernels from the cases that ran them.
 //! [`validate`] then predicts every measured case (mixed and planned covers included, which
 //! the fit never saw) so the report shows how far the model is from the GPU.
 

@@ -4,6 +4,14 @@
 //!
 //! All times are seconds on the whole GPU. `m` is the number of activation rows (the
 //! product of the activation's leading dims); the weight is `k × n`.
+//!
+//! Two kernels have entries of their own, because their time does not follow the
+//! per-shape table: the 3xTF32 fine kernel ([`FineTf32Entry`]: time from its k8 steps and the
+//! re-reads of A, which `codegen::fine_tf32_auto_work` counts on the part's pattern, not from
+//! its element count), and the 3xTF32 block kernel ([`BlockTf32Entry`]: one entry for every
+//! shape it takes, chosen by the specializer's own rule `codegen::block_tf32_auto_takes`, so
+//! a block's time depends on the orientation). The model asks `codegen` which kernel would
+//! run a part so that it and the specializer agree.
 
 use super::cover::BlockShape;
 use super::hardware::{HardwareProfile, NumberFormat};

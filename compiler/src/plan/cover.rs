@@ -9,7 +9,9 @@
 //! - Every unpruned element is owned by exactly one part: the first chosen block that
 //!   covered it. The union of the parts' owned elements is exactly the unpruned set. Zeros
 //!   inside chosen blocks are "covered zeros" (declared padding).
-//! - The result may hold several block shapes (SparTA's own code assumes one).
+//! - The result may hold several block shapes (SparTA's own code assumes one). The planner's
+//!   candidates are the 14 [`DEFAULT_SHAPES`]: squares 128 down to 8, vectors 1×32 … 4×1, and
+//!   1×1.
 //!
 //! Speed: initial block counts come from a 2-D prefix sum, the uncovered set is a row-wise
 //! bitset (a block is re-counted with popcounts), and a lazy priority queue re-scores a

@@ -1,6 +1,8 @@
 //! The hardware profile of a target GPU: which number formats and widths its kernels can
 //! run, the tensor-core tile shapes, whether 2:4 sparse tensor cores exist, and the
-//! throughput leads the analytic cost model starts from. Only `sm_90` (H100/H200) so far.
+//! throughput leads the analytic cost model starts from. Only `sm_90` (H100/H200) so far:
+//! f32 on SIMT, tf32, f16/bf16, fp8 (e4m3, e5m2), int8 and int4 through `mma.sync`, 2:4
+//! through `mma.sp`.
 
 use crate::tesa::Format;
 

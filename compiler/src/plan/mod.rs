@@ -7,8 +7,12 @@
 //! blocks of one or more shapes, weighted by the cost model ([`cost`]); each cover part
 //! becomes a sub-operator `X·Wₖ` ([`suboperator`]). The alternatives (dense, split by
 //! block shape, by bit width, one shape only, 2:4 + rest) form an e-graph ([`egraph`]) from
-//! which the cheapest is extracted. The result serializes to a versioned artifact
-//! ([`artifact`]); [`explain`] says why each choice was made.
+//! which the cheapest is extracted. The one-shape alternatives are every square shape of 8 or
+//! more and 1×1 (every element on the fine kernels). The result serializes to a versioned
+//! artifact ([`artifact`]); [`explain`] says why each choice was made. [`calibrate`] fits the
+//! cost DB to GPU timings; [`ilp`] is the exact cover the tests measure the greedy one against.
+//!
+//! Entry point: [`plan()`], `plan(graph, &PlanOptions)`, which plans every site of the graph.
 
 pub mod artifact;
 pub mod calibrate;

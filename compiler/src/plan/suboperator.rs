@@ -4,6 +4,10 @@
 //! nonzero block list. Also the 2:4 split (a part for sparse tensor cores plus the
 //! remainder) and the dense fallback.
 //!
+//! A part is priced with the model of the kernel that will run it: an fp32 right-orientation
+//! 1×1 part that `Engine::Auto` would run on the 3xTF32 fine kernel is predicted with that
+//! kernel's model, on the work it would do for the part's pattern.
+//!
 //! Coordinates are those of the logical weight `W` of `Y = X·W` (`k × n`, rows = the
 //! reduction axis) for [`Orientation::WeightRight`]; for `Y = W·X`
 //! ([`Orientation::WeightLeft`]) `W` is `m × k` as stored. A Gemm with `transB = 1` is

@@ -16,11 +16,19 @@
 //!   inner values [`Operand::Temp`]s) and one generated kernel over an expression tree
 //!   (`codegen::graph_ops::elementwise`). Transpose is an elementwise identity read through
 //!   permuted strides, and joins groups like any other;
+//! - **transposes folded into a matmul**: a Transpose read only by an activation×activation
+//!   MatMul is read through the matmul's strides (one kernel; the step keeps both nodes for
+//!   the CPU executor);
+//! - **data movement with constant indices** (GatherND, GatherElements, Slice, Tile,
+//!   DepthToSpace, SpaceToDepth whose only non-constant input is the data): one gather through
+//!   a source map traced at compile time with the op's own `eval` on the data's element numbers;
 //! - **other ops** (Gather, LayerNormalization, Softmax, reductions, activation×activation
 //!   MatMul, Concat): one step and one generated kernel each.
 //!
-//! Unknown ops are an error naming the node, op type and opset. Constants that reach a kernel
-//! are device buffers; one-element constants inside a group are literals in its code.
+//! Unknown ops, and ops without a kernel (e.g. a GatherElements with run-time indices), are an
+//! error naming the node, op type and opset. Constants that reach a kernel are device buffers;
+//! one-element constants inside a group are literals in its code. Planned matmuls lower in fp32
+//! only (`spartac compile --dtype f32`).
 //!
 //! Invariants: the program's CPU execution (`runtime::exec::cpu`) computes what the graph's
 //! reference execution computes with every pruned weight element zeroed (the planned kernels'

@@ -2,6 +2,11 @@
 //! semantics (`ops::OpDef::eval`). It is the correctness oracle for every later pass,
 //! plan and kernel, so it checks everything it can: input names, types and shapes,
 //! and that every op produced exactly the type shape inference promised.
+//!
+//! Nodes run in graph order and every value is freed after its last use.
+//! [`execute_transformed`] applies a rewrite to every value as it is made (constants and inputs
+//! before the run, each node's outputs right after it); the propagation invariant forces
+//! pruned elements to zero through it (`propagate::execute_zeroing_pruned`).
 
 mod inputs;
 

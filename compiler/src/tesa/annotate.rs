@@ -1,6 +1,8 @@
 //! Annotating a graph with the TeSA of an attrs file ([`super::attrs`]): every
 //! initializer starts pruned at its zeros; each name or glob of the file picks its
-//! tensors, and their specs are joined in (more pruning, fewer bits only).
+//! tensors, and their specs are joined in (more pruning, fewer bits only). Exact names win
+//! over globs; a name or glob that matches nothing is an error with the closest names
+//! suggested.
 
 use super::attrs::{ElementBits, PruneSpec, TensorSpec, TesaAttrs};
 use super::masks::{block_grid, block_index, channel_magnitude_mask, line_mask};

@@ -8,6 +8,10 @@
 //!
 //! The lattice order is "more pruned, fewer bits": [`Tesa::join`] moves towards it and
 //! reports whether anything changed, which is what the propagation worklist needs.
+//!
+//! An [`ElemAttr`] is 2 bytes: a 7-bit width (0 = pruned) and a 4-bit [`Format`]. A `Tesa` also
+//! answers density and block summaries ([`Tesa::nonzero_blocks`]), and prints inside the IR
+//! type as `#tesa(density 0.25, bits 8)`.
 
 pub mod annotate;
 pub mod attrs;

@@ -3,7 +3,9 @@
 //! cuBLAS is column-major; a row-major `M × N` matrix is its `N × M` transpose, so the call
 //! computes `Cᵀ = Wᵀ·Aᵀ` (right orientation) or `Cᵀ = Bᵀ·Wᵀ` (left) with no copies. fp32
 //! runs with `CUBLAS_COMPUTE_32F` and the default math mode, i.e. true fp32 (no TF32), the
-//! same as our kernels and the torch peer with TF32 off.
+//! same as our kernels and the torch peer with TF32 off. A case that runs the dense fallback
+//! (`super::spmm`) follows the call with the generated epilogue kernel (bias, activation) that
+//! `codegen::library_gemm` describes.
 
 use super::{CudaDevice, CudaError};
 use cudarc::cublas::{result, sys, CudaBlas};

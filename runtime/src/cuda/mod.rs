@@ -1,5 +1,9 @@
-//! A minimal CUDA runtime: device discovery, NVRTC compilation with a module cache,
-//! device buffers, kernel launches and CUDA-event timing.
+//! A minimal CUDA runtime: device discovery, NVRTC compilation with a module cache (keyed by
+//! source hash and arch), device buffers, kernel launches and CUDA-event timing (optionally
+//! after overwriting a buffer larger than the L2). CUDA 13.
+//!
+//! Beside it: `tma.rs` (tensor maps), `cublas.rs` (the dense fallback), and the kernel test
+//! bench: `cases.rs` (the one case list), `spmm.rs` and `spmm_int8.rs` (run and check a case).
 //!
 //! Everything goes through cudarc with dynamic loading, so building needs no CUDA and a
 //! machine without a driver gets [`CudaError::NoDriver`] instead of a panic: cudarc panics

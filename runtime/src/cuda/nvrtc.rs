@@ -1,4 +1,5 @@
-//! NVRTC: CUDA C++ to PTX at run time, with the compiler log in the error.
+//! NVRTC: CUDA C++ to PTX at run time, with the compiler log in the error. [`preload_nvrtc`]
+//! loads the pinned NVRTC wheels from `.cuda/` by path, so the tests need no `LD_LIBRARY_PATH`.
 
 use super::CudaError;
 

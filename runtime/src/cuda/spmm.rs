@@ -1,5 +1,6 @@
 //! Runs specialized sparse matmuls on the GPU: upload, poison the output, launch every
-//! kernel of a cover, check against an f64 CPU reference, time with CUDA events.
+//! kernel of a cover, check against an f64 CPU reference, time with CUDA events. A kernel's
+//! prepass runs before it on a poisoned scratch buffer too, so an element it misses shows.
 
 use super::cases::{round_to, Case, Problem};
 use super::tma::{encode_matrix, TensorMap};

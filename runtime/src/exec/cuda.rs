@@ -9,7 +9,11 @@
 //! instantiated once. [`GpuProgram::launch`] sets the per-run parameters (an exec-graph update of
 //! the kernel nodes that take one; nothing is re-instantiated) and launches the graph.
 //! [`GpuProgram::launch_stream`] issues the same work as plain stream operations in step order,
-//! the ablation the graph is measured against.
+//! the ablation the graph is measured against; [`GpuProgram::profile_steps`] does so with an
+//! event after every step (where the time goes). A buffer that does not fit is a one-line error
+//! naming it. [`GpuProgram::poison`] fills outputs and scratch with NaN bytes before a checked
+//! run, so an element no kernel writes shows; [`GpuProgram::time_launches`] times graph
+//! launches with events.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

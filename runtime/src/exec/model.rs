@@ -1,6 +1,7 @@
 //! Running a compiled model ([`ModelProgram`]): named input tensors in, named output tensors
 //! out, on the CPU executor ([`run_cpu`]) or as one CUDA graph ([`GpuModel`]). Both execute the
-//! same program; only inputs and outputs cross between host and device.
+//! same program; only inputs and outputs cross between host and device. [`relative_error`] is
+//! the comparison `spartac run --check` makes between the two.
 
 use super::cpu::{bytes_of_tensor, tensor_of_bytes, CpuMemory};
 use super::cuda::GpuProgram;

@@ -1,6 +1,6 @@
-//! The HPEC challenge through the compiler: every layer planned and specialized
-//! ([`spartac::program::hpec::compile_layer`]), the network lowered to the program of one batch
-//! ([`spartac::program::hpec::lower`]), and that program run batch after batch on the CPU
+//! The HPEC challenge through the compiler: every layer planned and specialized, the layers in
+//! parallel ([`spartac::program::hpec::compile_layer`]), the network lowered to the program of
+//! one batch ([`spartac::program::hpec::lower`]), and that program run batch after batch on the CPU
 //! executor (the simulation CI checks) or as one CUDA graph relaunched per batch with the
 //! batch's first image as its parameter ([`run_gpu`]).
 //!
