@@ -51,6 +51,10 @@ pub struct CompileArgs {
     /// Do not fuse epilogues or elementwise chains (one kernel per node; for ablations).
     #[arg(long)]
     pub no_fuse: bool,
+    /// Tile of the 3xTF32 fine kernels: ROWS,GROUPS,K_ROWS,N_TILES (e.g. 64,16,6,1), or auto
+    /// for the specializer's choice.
+    #[arg(long, default_value = "auto", value_parser = crate::hpec::parse_tile)]
+    pub fine_tile: crate::hpec::FineTile,
     /// Cost database the planner prices kernels with (default: the built-in sm_90 one).
     #[arg(long, value_name = "COSTDB.json")]
     pub costdb: Option<PathBuf>,
@@ -108,7 +112,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let plan = crate::plan::plan_graph(&graph, &opts)?;
     stage("plan", &bar, &mut t);
     bar.set_message("specializing kernels");
-    let options = ModelOptions { fuse_epilogues: !args.no_fuse, fuse_elementwise: !args.no_fuse };
+    let options =
+        ModelOptions { fuse_epilogues: !args.no_fuse, fuse_elementwise: !args.no_fuse, fine_tile: args.fine_tile.0 };
     let model = lower_model(&graph, &plan, &options, &mut |done, total| {
         bar.set_message(format!("specializing kernels: node {done}/{total}"));
     })

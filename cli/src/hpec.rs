@@ -485,9 +485,9 @@ fn report(
 
 /// `--fine-tile`: a forced tile, or `None` for the specializer's choice.
 #[derive(Clone, Copy, Debug)]
-pub struct FineTile(Option<spartac::codegen::Tile>);
+pub struct FineTile(pub Option<spartac::codegen::Tile>);
 
-fn parse_tile(s: &str) -> Result<FineTile, String> {
+pub(crate) fn parse_tile(s: &str) -> Result<FineTile, String> {
     if s == "auto" {
         return Ok(FineTile(None));
     }

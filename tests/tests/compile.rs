@@ -164,7 +164,11 @@ fn a_small_block_compiles_to_the_program_of_the_snapshot_and_matches_the_referen
         }
     }
     // Without fusion: the same results from one kernel per node.
-    let (_, unfused) = compile(small_block(), None, &ModelOptions { fuse_epilogues: false, fuse_elementwise: false });
+    let (_, unfused) = compile(
+        small_block(),
+        None,
+        &ModelOptions { fuse_epilogues: false, fuse_elementwise: false, ..ModelOptions::default() },
+    );
     assert!(unfused.program.steps.len() > model.program.steps.len());
     let inputs = spartac::reference::random_inputs(&graph, 3);
     let (a, b) = (run_cpu(&model, &inputs).unwrap(), run_cpu(&unfused, &inputs).unwrap());

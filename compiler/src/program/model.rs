@@ -52,11 +52,13 @@ pub struct ModelOptions {
     pub fuse_epilogues: bool,
     /// Fuse chains of elementwise nodes into one kernel.
     pub fuse_elementwise: bool,
+    /// The tile of every 3xTF32 fine kernel (`None`: the specializer's choice).
+    pub fine_tile: Option<crate::codegen::Tile>,
 }
 
 impl Default for ModelOptions {
     fn default() -> ModelOptions {
-        ModelOptions { fuse_epilogues: true, fuse_elementwise: true }
+        ModelOptions { fuse_epilogues: true, fuse_elementwise: true, fine_tile: None }
     }
 }
 
@@ -891,6 +893,12 @@ impl<'a> Lowering<'a> {
         for (p, pk) in planned.into_iter().enumerate() {
             let mut spec = pk.spec;
             spec.m = m;
+            if spec.block == (1, 1) && spec.dtype == crate::codegen::Dtype::F32 {
+                if let Some(t) = self.options.fine_tile {
+                    spec.tile = Some(t);
+                    spec.engine = crate::codegen::Engine::Tf32x3;
+                }
+            }
             if p == last {
                 spec.epilogue = epilogue;
             }

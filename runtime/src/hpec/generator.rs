@@ -163,6 +163,32 @@ pub fn recover_relabellings(network: &Network) -> Option<Relabellings> {
     (regenerated.layers == network.layers).then_some(relabellings)
 }
 
+/// Bytes a generated `neurons × layers` network holds in memory: 32 nonzeros per neuron and
+/// layer, each a u32 index and an f32 value, plus the row offsets.
+pub fn network_bytes(neurons: usize, layers: usize) -> u128 {
+    layers as u128 * neurons as u128 * (32 * 8 + 4)
+}
+
+/// Memory the machine can still give (`MemAvailable` of `/proc/meminfo`); `None` where it
+/// cannot be read, and nothing is checked.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
+}
+
+/// A one-line error when `bytes` exceed `available` (before anything is allocated).
+pub fn check_fits(what: &str, bytes: u128, available: Option<u64>) -> HpecResult<()> {
+    match available {
+        Some(avail) if bytes > avail as u128 => Err(HpecError::InvalidArgument(format!(
+            "{what} needs {:.1} GiB of memory and this machine has {:.1} GiB available",
+            bytes as f64 / (1u64 << 30) as f64,
+            avail as f64 / (1u64 << 30) as f64
+        ))),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,31 +220,5 @@ mod tests {
         assert!(generate(1000, 3, 0).is_err());
         assert!(generate(16, 3, 0).is_err());
         assert!(generate(64, 0, 0).is_err());
-    }
-}
-
-/// Bytes a generated `neurons × layers` network holds in memory: 32 nonzeros per neuron and
-/// layer, each a u32 index and an f32 value, plus the row offsets.
-pub fn network_bytes(neurons: usize, layers: usize) -> u128 {
-    layers as u128 * neurons as u128 * (32 * 8 + 4)
-}
-
-/// Memory the machine can still give (`MemAvailable` of `/proc/meminfo`); `None` where it
-/// cannot be read, and nothing is checked.
-pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
-}
-
-/// A one-line error when `bytes` exceed `available` (before anything is allocated).
-pub fn check_fits(what: &str, bytes: u128, available: Option<u64>) -> HpecResult<()> {
-    match available {
-        Some(avail) if bytes > avail as u128 => Err(HpecError::InvalidArgument(format!(
-            "{what} needs {:.1} GiB of memory and this machine has {:.1} GiB available",
-            bytes as f64 / (1u64 << 30) as f64,
-            avail as f64 / (1u64 << 30) as f64
-        ))),
-        _ => Ok(()),
     }
 }

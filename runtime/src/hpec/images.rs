@@ -145,6 +145,16 @@ pub fn load_categories(path: &Path) -> HpecResult<Vec<u32>> {
     read_categories(&path.display().to_string(), open_text(path)?)
 }
 
+/// The categories of `count` images tiled from `n` base images (see [`Images::tiled`]), given
+/// the base images' categories (1-based ids, ascending).
+pub fn tile_categories(base: &[u32], n: usize, count: usize) -> Vec<u32> {
+    (0..count.div_ceil(n.max(1)))
+        .flat_map(|copy| base.iter().map(move |&id| id as usize + copy * n))
+        .filter(|&id| id <= count)
+        .map(|id| id as u32)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,14 +168,4 @@ mod tests {
         let first = images.first(5);
         assert_eq!(first, images);
     }
-}
-
-/// The categories of `count` images tiled from `n` base images (see [`Images::tiled`]), given
-/// the base images' categories (1-based ids, ascending).
-pub fn tile_categories(base: &[u32], n: usize, count: usize) -> Vec<u32> {
-    (0..count.div_ceil(n.max(1)))
-        .flat_map(|copy| base.iter().map(move |&id| id as usize + copy * n))
-        .filter(|&id| id <= count)
-        .map(|id| id as u32)
-        .collect()
 }
