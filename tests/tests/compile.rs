@@ -69,6 +69,21 @@ fn pruned_minilm_l3_compiled_equals_the_model_with_pruned_weights_zeroed() {
     // A 90%-pruned model's weights take about a tenth of the dense bytes (plus index tables).
     let ratio = model.stats.packed_weight_bytes as f64 / model.stats.dense_weight_bytes as f64;
     assert!(ratio < 0.15, "packed weights are {ratio:.3} of the dense ones");
+    // Activations share buffers once their values are dead: far less scratch than one buffer
+    // per value.
+    let per_value: usize = (0..graph.values.len())
+        .map(|i| spartac::ir::ValueId(i as u32))
+        .filter(|v| !graph.initializers.contains_key(v))
+        .map(|v| graph.fact(v).numel() * graph.fact(v).dtype.size_bytes())
+        .sum();
+    let scratch: usize = model
+        .program
+        .buffers
+        .iter()
+        .filter(|b| matches!(b.storage, spartac::program::Storage::Scratch | spartac::program::Storage::Output))
+        .map(|b| b.bytes())
+        .sum();
+    assert!(scratch * 5 < per_value, "scratch {scratch} B for {per_value} B of values");
     let inputs = spartac::reference::random_inputs(&graph, 11);
     let want = execute_zeroing_pruned(&graph, &inputs).unwrap();
     let got = run_cpu(&model, &inputs).unwrap();

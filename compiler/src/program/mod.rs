@@ -39,7 +39,7 @@ pub struct KernelId(pub u32);
 pub struct ParamId(pub u32);
 
 /// Element type of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Elem {
     F32,
     I32,
@@ -878,6 +878,11 @@ impl ProgramBuilder {
     /// Changes where a buffer lives (a scratch buffer that turns out to be an output).
     pub fn set_storage(&mut self, id: BufferId, storage: Storage) {
         self.program.buffers[id.0 as usize].storage = storage;
+    }
+
+    /// Renames a buffer (a reused one that ends up holding an output).
+    pub fn rename(&mut self, id: BufferId, name: &str) {
+        self.program.buffers[id.0 as usize].name = name.to_string();
     }
 
     pub fn param(&mut self, name: &str, default: i32) -> ParamId {

@@ -191,6 +191,13 @@ struct Lowering<'a> {
     /// Activation×activation MatMuls that read an input through the permutation of the
     /// Transpose producing it (only consumer): matmul node → (input position, Transpose node).
     folded: HashMap<usize, Vec<(usize, usize)>>,
+    /// Memory reuse: the loop iteration after which each value is no longer read, the last
+    /// such iteration of each scratch buffer (over the values it holds), the scratch buffers in
+    /// use, and the freed ones by (element, length).
+    last_use: Vec<usize>,
+    buf_last: HashMap<BufferId, usize>,
+    in_use: Vec<BufferId>,
+    free: HashMap<(Elem, usize), Vec<BufferId>>,
 }
 
 impl<'a> Lowering<'a> {
@@ -219,6 +226,10 @@ impl<'a> Lowering<'a> {
             bufs: HashMap::new(),
             stats: LoweringStats { graph_nodes: graph.nodes.len(), ..Default::default() },
             folded: HashMap::new(),
+            last_use: vec![],
+            buf_last: HashMap::new(),
+            in_use: vec![],
+            free: HashMap::new(),
         })
     }
 
@@ -243,10 +254,40 @@ impl<'a> Lowering<'a> {
                     .ok_or_else(|| invalid(format!("constant {}: no buffer form", value.name)))?;
                 self.b.constant(&value.name, data, false)
             }
-            None => self.b.buffer(&value.name, elem, value.fact.numel(), Storage::Scratch),
+            None => {
+                let len = value.fact.numel();
+                let id = match self.free.get_mut(&(elem, len)).and_then(|f| f.pop()) {
+                    Some(id) => id,
+                    None => self.b.buffer(&value.name, elem, len, Storage::Scratch),
+                };
+                self.in_use.push(id);
+                id
+            }
         };
         self.bufs.insert(v, id);
+        self.note_use(v, id);
         Ok(id)
+    }
+
+    /// Records that buffer `id` holds value `v` until `v`'s last read.
+    fn note_use(&mut self, v: ValueId, id: BufferId) {
+        let last = self.last_use.get(v.0 as usize).copied().unwrap_or(usize::MAX);
+        let e = self.buf_last.entry(id).or_insert(0);
+        *e = (*e).max(last);
+    }
+
+    /// After loop iteration `i`: scratch buffers whose values are all read are free for reuse.
+    /// Reuse is safe by construction: the builder orders a write after every earlier read of
+    /// the range it writes.
+    fn release(&mut self, i: usize) {
+        let (done, keep): (Vec<BufferId>, Vec<BufferId>) =
+            self.in_use.iter().partition(|b| self.buf_last.get(b).is_some_and(|&l| l <= i));
+        self.in_use = keep;
+        for b in done {
+            self.buf_last.remove(&b);
+            let buf = self.b.program().buffer(b);
+            self.free.entry((buf.elem, buf.len)).or_default().push(b);
+        }
     }
 
     fn operand(&mut self, v: ValueId) -> Result<Operand, ProgramError> {
@@ -283,12 +324,15 @@ impl<'a> Lowering<'a> {
             });
         }
         // Nodes that planned matmuls' epilogues absorb stay out of the elementwise groups.
+        // `emit_at[n]`: the loop iteration whose step computes node n.
+        let mut emit_at: Vec<usize> = (0..graph.nodes.len()).collect();
         let mut absorbed = vec![false; graph.nodes.len()];
         if self.options.fuse_epilogues {
-            for node in &graph.nodes {
+            for (i, node) in graph.nodes.iter().enumerate() {
                 if let Some(op) = self.planned.get(node.name.as_str()) {
                     for a in self.epilogue_nodes(node, op) {
                         absorbed[a] = true;
+                        emit_at[a] = i;
                     }
                 }
             }
@@ -310,15 +354,37 @@ impl<'a> Lowering<'a> {
                         self.folded.entry(i).or_default().push((pos, t));
                         absorbed[t] = true;
                         done[t] = true;
+                        emit_at[t] = i;
                     }
                 }
             }
         }
         let groups = if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
+        for (&last, members) in &groups {
+            for &m in members {
+                emit_at[m] = last;
+            }
+        }
+        // A value is last read in the iteration that emits its last consumer (graph outputs:
+        // never; values nothing reads: right after they are made).
+        let mut last_use = vec![0usize; graph.values.len()];
+        for (n, node) in graph.nodes.iter().enumerate() {
+            for v in &node.outputs {
+                last_use[v.0 as usize] = last_use[v.0 as usize].max(emit_at[n]);
+            }
+            for v in node.inputs.iter().flatten() {
+                last_use[v.0 as usize] = last_use[v.0 as usize].max(emit_at[n]);
+            }
+        }
+        for v in &graph.outputs {
+            last_use[v.0 as usize] = usize::MAX;
+        }
+        self.last_use = last_use;
         // Nodes a fused epilogue, group or matmul took over are skipped when reached.
         let total = graph.nodes.len();
         for i in 0..total {
             if done[i] {
+                self.release(i);
                 progress(i + 1, total);
                 continue;
             }
@@ -343,6 +409,7 @@ impl<'a> Lowering<'a> {
                 self.lower_other(node)?;
             }
             done[i] = true;
+            self.release(i);
             progress(i + 1, total);
         }
         let mut outputs = vec![];
@@ -354,6 +421,7 @@ impl<'a> Lowering<'a> {
             let own = matches!(self.b.program().buffer(src).storage, Storage::Scratch) && !shared;
             let buf = if own {
                 self.b.set_storage(src, Storage::Output);
+                self.b.rename(src, &value.name);
                 src
             } else {
                 let dst = self.b.buffer(&format!("{}.out", value.name), elem, value.fact.numel(), Storage::Output);
@@ -417,6 +485,7 @@ impl<'a> Lowering<'a> {
         }
         let buf = self.buf(src)?;
         self.bufs.insert(out, buf);
+        self.note_use(out, buf);
         self.stats.views += 1;
         Ok(())
     }
