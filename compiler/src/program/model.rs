@@ -30,6 +30,12 @@
 //! one-element constants inside a group are literals in its code. Planned matmuls lower in fp32
 //! only (`spartac compile --dtype f32`).
 //!
+//! Memory: a scratch buffer is reused (same element type and length) once every value it held
+//! has been read by its last reader, counted at the loop iteration that emits that reader's
+//! step (a fused group at its last node, an absorbed epilogue with its matmul, a folded
+//! transpose with its matmul). Reuse needs no extra care for ordering: the builder makes a
+//! write wait for every earlier read of the range it writes.
+//!
 //! Invariants: the program's CPU execution (`runtime::exec::cpu`) computes what the graph's
 //! reference execution computes with every pruned weight element zeroed (the planned kernels'
 //! weights sum to the pruned weight, and the CSR the CPU multiplies is that sum); every graph
