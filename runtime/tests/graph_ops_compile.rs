@@ -7,50 +7,10 @@ use spartac::codegen::graph_ops::{
     concat, elementwise, gather, layer_norm, matmul, reduce, softmax, Binary, Expr, OpKernel, Reduce, TensorDesc, Unary,
 };
 use spartac::ir::DType;
-use spartac_runtime::cuda::{compile_ptx, nvrtc_version, preload_nvrtc};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn cuda_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cuda/nvidia/cu13")
-}
-
-/// Loads NVRTC from the wheels, or fails with the way to get it.
-fn nvrtc() {
-    let lib = cuda_dir().join("lib");
-    if lib.is_dir() {
-        preload_nvrtc(&lib).expect("loading NVRTC from .cuda");
-    }
-    if let Err(e) = nvrtc_version() {
-        panic!("NVRTC is required by the kernel tests and was not found ({e}); run tests/run-all.sh, which installs the pinned wheels under .cuda/");
-    }
-}
-
-/// `ptxas -v` on one PTX: (registers, spill store bytes, spill load bytes).
-fn ptxas(name: &str, ptx: &str, dir: &Path) -> (u32, u32, u32) {
-    let ptxas = cuda_dir().join("bin/ptxas");
-    assert!(ptxas.is_file(), "ptxas not found at {} (run tests/run-all.sh)", ptxas.display());
-    let src = dir.join(format!("{name}.ptx"));
-    std::fs::write(&src, ptx).unwrap();
-    let out = Command::new(&ptxas)
-        .args(["-arch=sm_90a", "-v", "-O3"])
-        .arg(&src)
-        .arg("-o")
-        .arg(dir.join(format!("{name}.cubin")))
-        .output()
-        .expect("running ptxas");
-    let log = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ptxas failed on {name}: {log}");
-    let num_before = |needle: &str| -> u32 {
-        log.lines()
-            .find_map(|l| {
-                let i = l.find(needle)?;
-                l[..i].split_whitespace().last()?.parse().ok()
-            })
-            .unwrap_or_else(|| panic!("no {needle:?} in ptxas output: {log}"))
-    };
-    (num_before("registers"), num_before("bytes spill stores"), num_before("bytes spill loads"))
-}
+use common::{nvrtc, ptxas};
+use spartac_runtime::cuda::compile_ptx;
 
 fn c(dtype: DType, shape: &[usize]) -> TensorDesc {
     TensorDesc::contiguous(dtype, shape)

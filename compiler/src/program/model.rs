@@ -1069,26 +1069,10 @@ impl<'a> Lowering<'a> {
         let launch = match bias_buf {
             Some(bb) => {
                 let x = Expr::Input(0);
-                let c = |v: f64| Box::new(Expr::Const(v, DType::F32));
                 let expr = match activation {
                     Activation::None => Expr::Unary(Unary::Identity, Box::new(x)),
                     Activation::Relu => Expr::Unary(Unary::Relu, Box::new(x)),
-                    Activation::GeluErf => {
-                        let erf = Expr::Unary(
-                            Unary::Erf,
-                            Box::new(Expr::Binary(
-                                Binary::Mul,
-                                Box::new(x.clone()),
-                                c(std::f64::consts::FRAC_1_SQRT_2),
-                            )),
-                        );
-                        let half_x = Expr::Binary(Binary::Mul, c(0.5), Box::new(x));
-                        Expr::Binary(
-                            Binary::Mul,
-                            Box::new(half_x),
-                            Box::new(Expr::Binary(Binary::Add, c(1.0), Box::new(erf))),
-                        )
-                    }
+                    Activation::GeluErf => gelu_erf_expr(x, DType::F32),
                     other => return Err(self.node_err(node, format!("no kernel for an all-pruned {other:?} epilogue"))),
                 };
                 let name = format!("pruned_{}", sanitize(&node.name));
@@ -1322,6 +1306,17 @@ fn transpose_perm(graph: &Graph, node: &Node) -> Vec<usize> {
     }
 }
 
+/// `0.5·x·(1 + erf(x/√2))` in element type `t`.
+fn gelu_erf_expr(x: Expr, t: DType) -> Expr {
+    let c = |v: f64| Box::new(Expr::Const(v, t));
+    let erf = Expr::Unary(
+        Unary::Erf,
+        Box::new(Expr::Binary(Binary::Mul, Box::new(x.clone()), c(std::f64::consts::FRAC_1_SQRT_2))),
+    );
+    let one_plus = Expr::Binary(Binary::Add, c(1.0), Box::new(erf));
+    Expr::Binary(Binary::Mul, Box::new(Expr::Binary(Binary::Mul, c(0.5), Box::new(x))), Box::new(one_plus))
+}
+
 /// The expression of one elementwise node over its inputs' expressions.
 fn node_expr(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
     let arg = |i: usize| -> Result<Expr, String> {
@@ -1406,13 +1401,7 @@ fn node_expr(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, 
             if node.attrs.string("approximate", "none").map_err(|e| e.to_string())? != "none" {
                 return Err("Gelu with approximate=tanh is not built".into());
             }
-            let c = |v: f64| Box::new(Expr::Const(v, t));
-            let erf = Expr::Unary(
-                Unary::Erf,
-                Box::new(Expr::Binary(Binary::Mul, Box::new(x.clone()), c(std::f64::consts::FRAC_1_SQRT_2))),
-            );
-            let one_plus = Expr::Binary(Binary::Add, c(1.0), Box::new(erf));
-            Expr::Binary(Binary::Mul, Box::new(Expr::Binary(Binary::Mul, c(0.5), Box::new(x))), Box::new(one_plus))
+            gelu_erf_expr(x, t)
         }
         other => return Err(format!("{other} is not an elementwise op")),
     })

@@ -86,6 +86,50 @@ pub fn seed_ptx_cache(source: &str, arch: &str, ptx: &str) -> bool {
     true
 }
 
+/// CUDA events of the bound context, destroyed on drop.
+struct Events(Vec<sys::CUevent>);
+
+impl Events {
+    fn new(n: usize) -> Result<Events, CudaError> {
+        let mut events = Events(Vec::with_capacity(n));
+        for _ in 0..n {
+            let mut e: sys::CUevent = std::ptr::null_mut();
+            // SAFETY: plain event creation in the bound context.
+            drv("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, 0) })?;
+            events.0.push(e);
+        }
+        Ok(events)
+    }
+
+    /// Waits for the last event and returns the milliseconds between consecutive ones (all
+    /// recorded on one stream).
+    fn gaps(&self) -> Result<Vec<f64>, ExecError> {
+        let last = *self.0.last().expect("at least one event");
+        // SAFETY: the events were recorded on this context's stream.
+        drv("cuEventSynchronize", unsafe { sys::cuEventSynchronize(last) })?;
+        self.0
+            .windows(2)
+            .map(|w| {
+                let mut ms = 0f32;
+                // SAFETY: both events recorded and complete.
+                drv("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, w[0], w[1]) })?;
+                Ok(ms as f64)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        for &e in &self.0 {
+            // SAFETY: created by `Events::new`, destroyed once.
+            unsafe {
+                sys::cuEventDestroy_v2(e);
+            }
+        }
+    }
+}
+
 /// A device allocation, freed on drop.
 struct DeviceBuf {
     ptr: sys::CUdeviceptr,
@@ -512,41 +556,9 @@ impl GpuProgram {
     /// step's milliseconds (event to event: its launches and the gaps between them). Slower than
     /// the graph by the launch overhead; it says where the time goes, not how fast a run is.
     pub fn profile_steps(&mut self, params: &[i32]) -> Result<Vec<f64>, ExecError> {
-        let n = self.program.steps.len();
-        let mut events: Vec<sys::CUevent> = Vec::with_capacity(n + 1);
-        let destroy = |events: &[sys::CUevent]| {
-            for &e in events {
-                // SAFETY: created below, destroyed once.
-                unsafe {
-                    sys::cuEventDestroy_v2(e);
-                }
-            }
-        };
-        for _ in 0..=n {
-            let mut e: sys::CUevent = std::ptr::null_mut();
-            // SAFETY: plain event creation in the bound context.
-            if let Err(err) = drv("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, 0) }) {
-                destroy(&events);
-                return Err(err.into());
-            }
-            events.push(e);
-        }
-        let result = self.stream_steps(params, Some(&events)).and_then(|()| {
-            // SAFETY: the events were recorded on this context's stream.
-            drv("cuEventSynchronize", unsafe { sys::cuEventSynchronize(events[n]) })?;
-            (0..n)
-                .map(|i| {
-                    let mut ms = 0f32;
-                    // SAFETY: both events recorded and complete.
-                    drv("cuEventElapsedTime", unsafe {
-                        sys::cuEventElapsedTime_v2(&mut ms, events[i], events[i + 1])
-                    })?;
-                    Ok(ms as f64)
-                })
-                .collect::<Result<Vec<f64>, ExecError>>()
-        });
-        destroy(&events);
-        result
+        let events = Events::new(self.program.steps.len() + 1)?;
+        self.stream_steps(params, Some(&events.0))?;
+        events.gaps()
     }
 
     fn stream_steps(&mut self, params: &[i32], events: Option<&[sys::CUevent]>) -> Result<(), ExecError> {
@@ -666,41 +678,16 @@ impl GpuProgram {
     pub fn time_launches(&mut self, params: &[i32], runs: usize) -> Result<Vec<f64>, ExecError> {
         self.set_params(params)?;
         let stream = self.dev.stream().cu_stream();
-        let mut events: Vec<sys::CUevent> = Vec::with_capacity(runs + 1);
-        let result = (|| -> Result<Vec<f64>, ExecError> {
-            for _ in 0..=runs {
-                let mut e: sys::CUevent = std::ptr::null_mut();
-                // SAFETY: plain event creation in the bound context.
-                drv("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, 0) })?;
-                events.push(e);
-            }
-            // SAFETY: events and exec graph of this context, on its stream.
-            unsafe {
-                drv("cuEventRecord", sys::cuEventRecord(events[0], stream))?;
-                for r in 0..runs {
-                    drv("cuGraphLaunch", sys::cuGraphLaunch(self.exec, stream))?;
-                    drv("cuEventRecord", sys::cuEventRecord(events[r + 1], stream))?;
-                }
-                drv("cuEventSynchronize", sys::cuEventSynchronize(events[runs]))?;
-            }
-            (0..runs)
-                .map(|i| {
-                    let mut ms = 0f32;
-                    // SAFETY: both events recorded and complete.
-                    drv("cuEventElapsedTime", unsafe {
-                        sys::cuEventElapsedTime_v2(&mut ms, events[i], events[i + 1])
-                    })?;
-                    Ok(ms as f64)
-                })
-                .collect()
-        })();
-        for &e in &events {
-            // SAFETY: created above, destroyed once.
-            unsafe {
-                sys::cuEventDestroy_v2(e);
+        let events = Events::new(runs + 1)?;
+        // SAFETY: events and exec graph of this context, on its stream.
+        unsafe {
+            drv("cuEventRecord", sys::cuEventRecord(events.0[0], stream))?;
+            for r in 0..runs {
+                drv("cuGraphLaunch", sys::cuGraphLaunch(self.exec, stream))?;
+                drv("cuEventRecord", sys::cuEventRecord(events.0[r + 1], stream))?;
             }
         }
-        result
+        events.gaps()
     }
 
     /// Fills a device buffer from the host (an input).
