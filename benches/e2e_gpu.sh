@@ -5,13 +5,27 @@
 # usage: BIN=./target/gpu/spartac OUT=/tmp/e2e [CASES="dense b90"] [TORCH=1] [FINE_TILE=64,16,6,1] benches/e2e_gpu.sh
 # (a case ending in _t compiles with --fine-tile $FINE_TILE)
 # Needs .device/minilm-l6.stripped.onnx (benches/e2e_prepare.py strip, here).
+# MODEL=efficientnet: EfficientNet-Lite0 (batch 32 x 3 x 224 x 224) instead, cases dense c50 c70 c70_noshrink
+# (output-channel pruning, models/tesa/efficientnet-lite0-channels-{50,70}.json), the ONNX model
+# from $CONV_MODEL (default .device/efficientnet-lite0.onnx: copy .cache/models/efficientnet-lite0.onnx
+# there and carry .device), files in $OUT named efficientnet-CASE.*, torch in efficientnet-torch.jsonl.
 set -uo pipefail
 : "${BIN:?}" "${OUT:?}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export SPARTAC_CACHE_DIR="$OUT/cache"
-MODEL="$OUT/minilm-l6.onnx"
-[ -f "$MODEL" ] || python3 benches/e2e_prepare.py restore .device/minilm-l6.stripped.onnx "$MODEL"
+if [ "${MODEL:-minilm}" = efficientnet ]; then
+  ONNX="${CONV_MODEL:-.device/efficientnet-lite0.onnx}"
+  PREFIX=efficientnet-
+  DEFAULT_CASES="dense c50 c70"
+  TORCH_MODEL="--model efficientnet"
+else
+  ONNX="$OUT/minilm-l6.onnx"
+  [ -f "$ONNX" ] || python3 benches/e2e_prepare.py restore .device/minilm-l6.stripped.onnx "$ONNX"
+  PREFIX=
+  DEFAULT_CASES="dense b50 b90 b95 u95 b90_noprop b90_nofuse"
+  TORCH_MODEL=
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
 tesa() {
   case "$1" in
@@ -20,21 +34,25 @@ tesa() {
     b90|b90_noprop|b90_nofuse|b90_t) echo "--tesa models/tesa/minilm-l6-block32-90.json" ;;
     b95|b95_t) echo "--tesa models/tesa/minilm-l6-block32-95.json" ;;
     u95|u95_t) echo "--tesa models/tesa/minilm-l6-unstructured-95.json" ;;
+    c50|c70) echo "--tesa models/tesa/efficientnet-lite0-channels-${1#c}.json" ;;
+    c70_noshrink) echo "--tesa models/tesa/efficientnet-lite0-channels-70.json" ;;
   esac
 }
 extra() {
   case "$1" in
     *_noprop) echo "--no-propagate" ;;
     *_nofuse) echo "--no-fuse" ;;
+    *_noshrink) echo "--no-shrink" ;;
     *_t) echo "--fine-tile ${FINE_TILE:-64,16,6,1}" ;;
   esac
 }
-for c in ${CASES:-dense b50 b90 b95 u95 b90_noprop b90_nofuse}; do
+for c in ${CASES:-$DEFAULT_CASES}; do
   echo "== $c"
-  $BIN compile "$MODEL" $(tesa $c) $(extra $c) -o "$OUT/$c.sparta" --json "$OUT/$c.compile.json" 2>&1 | tee "$OUT/$c.compile.log" | tail -4
-  $BIN run "$OUT/$c.sparta" --random 7 --backend cuda --check --repeat ${REPEAT:-200} --profile \
-    --json "$OUT/$c.run.json" 2>&1 | tee "$OUT/$c.run.log" | tail -25
+  f="$OUT/$PREFIX$c"
+  $BIN compile "$ONNX" $(tesa $c) $(extra $c) -o "$f.sparta" --json "$f.compile.json" 2>&1 | tee "$f.compile.log" | tail -4
+  $BIN run "$f.sparta" --random 7 --backend cuda --check --repeat ${REPEAT:-200} --profile \
+    --json "$f.run.json" 2>&1 | tee "$f.run.log" | tail -25
 done
 if [ "${TORCH:-1}" = 1 ]; then
-  python3 benches/e2e_torch.py --repeat ${REPEAT:-200} ${TORCH_ARGS:-} 2>&1 | tee "$OUT/torch.jsonl" | grep -v Warning
+  python3 benches/e2e_torch.py $TORCH_MODEL --repeat ${REPEAT:-200} ${TORCH_ARGS:-} 2>&1 | tee "$OUT/${PREFIX}torch.jsonl" | grep -v Warning
 fi

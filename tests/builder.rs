@@ -10,6 +10,7 @@ use onnx_protobuf::{
 };
 use spartac::frontend::tensor_proto::{sparse_to_proto, tensor_to_proto};
 use spartac::ir::{DType, SparseTensor, Tensor};
+use spartac::rng::SplitMix64;
 
 /// A dimension of a declared input/output type.
 #[derive(Clone, Debug)]
@@ -147,4 +148,66 @@ impl ModelBuilder {
     pub fn bytes(self) -> Vec<u8> {
         self.build().write_to_bytes().expect("serializing a test model")
     }
+}
+
+fn random_weight(seed: u64, shape: &[usize]) -> Tensor {
+    let mut rng = SplitMix64::new(seed);
+    let n: usize = shape.iter().product();
+    Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.uniform(-0.5, 0.5) as f32).collect())
+}
+
+/// An EfficientNet-shaped convnet: x[2,3,16,16] → stem 3×3/2 (8) → Clip → expand 1×1 (16) → Clip → depthwise 3×3 → Clip →
+/// project 1×1 (8) → + stem → head 1×1 (12) → Clip → ReduceMean(H, W) → Reshape → Gemm (5).
+pub fn small_convnet() -> Vec<u8> {
+    let clip = |b: ModelBuilder, x: &str, y: &str| b.node(&format!("clip_{y}"), "Clip", &[x, "lo", "hi"], &[y], vec![]);
+    let mut b = ModelBuilder::new("convnet", 18)
+        .input("x", DType::F32, &fixed(&[2, 3, 16, 16]))
+        .init("lo", &Tensor::scalar(0.0f32))
+        .init("hi", &Tensor::scalar(6.0f32))
+        .init("stem.weight", &random_weight(1, &[8, 3, 3, 3]))
+        .init("stem.bias", &random_weight(2, &[8]))
+        .init("expand.weight", &random_weight(3, &[16, 8, 1, 1]))
+        .init("expand.bias", &random_weight(4, &[16]))
+        .init("dw.weight", &random_weight(5, &[16, 1, 3, 3]))
+        .init("dw.bias", &random_weight(6, &[16]))
+        .init("project.weight", &random_weight(7, &[8, 16, 1, 1]))
+        .init("project.bias", &random_weight(8, &[8]))
+        .init("head.weight", &random_weight(9, &[12, 8, 1, 1]))
+        .init("head.bias", &random_weight(10, &[12]))
+        .init("axes", &Tensor::from_vec(vec![2], vec![2i64, 3]))
+        .init("flat", &Tensor::from_vec(vec![2], vec![2i64, 12]))
+        .init("fc.weight", &random_weight(11, &[5, 12]))
+        .init("fc.bias", &random_weight(12, &[5]))
+        .node(
+            "stem",
+            "Conv",
+            &["x", "stem.weight", "stem.bias"],
+            &["s"],
+            vec![
+                ("strides", A::Is(vec![2, 2])),
+                ("pads", A::Is(vec![0, 0, 1, 1])),
+                ("kernel_shape", A::Is(vec![3, 3])),
+            ],
+        );
+    b = clip(b, "s", "s6");
+    b = b.node("expand", "Conv", &["s6", "expand.weight", "expand.bias"], &["e"], vec![]);
+    b = clip(b, "e", "e6");
+    b = b.node(
+        "dw",
+        "Conv",
+        &["e6", "dw.weight", "dw.bias"],
+        &["d"],
+        vec![("group", A::I(16)), ("pads", A::Is(vec![1, 1, 1, 1])), ("kernel_shape", A::Is(vec![3, 3]))],
+    );
+    b = clip(b, "d", "d6");
+    b = b
+        .node("project", "Conv", &["d6", "project.weight", "project.bias"], &["p"], vec![])
+        .node("residual", "Add", &["p", "s6"], &["r"], vec![])
+        .node("head", "Conv", &["r", "head.weight", "head.bias"], &["h"], vec![]);
+    b = clip(b, "h", "h6");
+    b.node("mean", "ReduceMean", &["h6", "axes"], &["m"], vec![("keepdims", A::I(1))])
+        .node("flatten", "Reshape", &["m", "flat"], &["f"], vec![])
+        .node("fc", "Gemm", &["f", "fc.weight", "fc.bias"], &["y"], vec![("transB", A::I(1))])
+        .output("y", DType::F32, &fixed(&[2, 5]))
+        .bytes()
 }

@@ -1,6 +1,7 @@
 //! `spartac compile`: ONNX model + TeSA attrs → a compiled artifact (`MODEL.sparta`).
 //!
-//! Stages: frontend, TeSA, propagation, plan, lowering (every node specialized to its kernel),
+//! Stages: frontend, TeSA, propagation, rewrites (pruned weights zeroed, channels shrunk,
+//! convolutions to NHWC: `spartac::rewrite`), plan, lowering (every node specialized to its kernel),
 //! PTX (when NVRTC is present here), write. The artifact is written atomically; the summary
 //! table says what the compiler did and what it predicts.
 
@@ -13,6 +14,7 @@ use spartac::plan::PlanOptions;
 use spartac::program::artifact::{encode, PtxProto};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
 use spartac::propagate::{propagate, PropagateOptions};
+use spartac::rewrite::{prepare_for_lowering, RewriteReport};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +50,9 @@ pub struct CompileArgs {
     /// Skip sparsity propagation (the pruned weights alone are planned).
     #[arg(long)]
     pub no_propagate: bool,
+    /// Keep pruned channels in the tensors (no channel shrinking; for ablations).
+    #[arg(long)]
+    pub no_shrink: bool,
     /// Do not fuse epilogues or elementwise chains (one kernel per node; for ablations).
     #[arg(long)]
     pub no_fuse: bool,
@@ -79,7 +84,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         bail!("the output {} would overwrite the model", out.display());
     }
     let mut stages: Vec<(&str, f64)> = vec![];
-    let bar = indicatif::ProgressBar::new(6).with_style(
+    let bar = indicatif::ProgressBar::new(7).with_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .expect("progress template"),
     );
@@ -102,6 +107,9 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         propagate(&mut graph, &PropagateOptions::default())?;
     }
     stage("tesa+propagate", &bar, &mut t);
+    bar.set_message("shrinking channels, NHWC");
+    let RewriteReport { shrink, layout } = prepare_for_lowering(&mut graph, !args.no_shrink)?;
+    stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
     if let Some(path) = &args.costdb {
@@ -137,6 +145,29 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "program steps".into(),
             format!("{} ({} kernels, {} distinct)", p.steps.len(), launches(&model), p.kernels.len()),
+        ),
+        (
+            "channels".into(),
+            if shrink.shrunk == 0 {
+                "none cut".to_string()
+            } else {
+                format!(
+                    "{} → {} in {} of {} classes; their weights {} → {} elements",
+                    shrink.channels_before,
+                    shrink.channels_after,
+                    shrink.shrunk,
+                    shrink.classes,
+                    shrink.weight_elements_before,
+                    shrink.weight_elements_after
+                )
+            },
+        ),
+        (
+            "convolutions".into(),
+            format!(
+                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} layout transposes",
+                layout.pointwise, layout.convs, layout.border_transposes
+            ),
         ),
         ("planned matmuls".into(), format!("{} ({} sparse)", s.planned_ops, s.sparse_ops)),
         (
@@ -186,6 +217,10 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "fused_epilogues": s.fused_epilogues,
             "fused_nodes": s.fused_nodes,
             "views": s.views,
+            "channels_before": shrink.channels_before,
+            "channels_after": shrink.channels_after,
+            "pointwise_convs": layout.pointwise,
+            "nhwc_convs": layout.convs,
             "predicted_sparse_s": planned_s,
             "predicted_dense_s": dense_s,
             "dense_weight_bytes": s.dense_weight_bytes,

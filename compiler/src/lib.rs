@@ -21,6 +21,7 @@ pub mod plan;
 pub mod program;
 pub mod propagate;
 pub mod reference;
+pub mod rewrite;
 pub mod rng;
 pub mod tesa;
 

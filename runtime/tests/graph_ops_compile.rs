@@ -4,8 +4,10 @@
 //! `.cuda/` (tests/run-all.sh installs them); a missing NVRTC fails the test.
 
 use spartac::codegen::graph_ops::{
-    concat, elementwise, gather, layer_norm, matmul, reduce, softmax, Binary, Expr, OpKernel, Reduce, TensorDesc, Unary,
+    concat, conv_nhwc, elementwise, gather, layer_norm, matmul, reduce, softmax, Binary, ConvShape, Expr, OpKernel,
+    Reduce, TensorDesc, Unary,
 };
+use spartac::codegen::Activation;
 use spartac::ir::DType;
 mod common;
 
@@ -270,7 +272,54 @@ fn cases() -> Vec<(String, OpKernel)> {
         concat("cat_tr", &[c(F16, &[4, 3]).permuted(&[1, 0]), c(F16, &[3, 2])], 1, &c(F16, &[3, 6])),
     );
     add("concat i64 shapes", concat("cat_shape", &[c(I64, &[1]), c(I64, &[0]), c(I64, &[2])], 0, &c(I64, &[3])));
+    // ---- conv (EfficientNet-Lite0 at batch 32, channels-last) ----
+    let relu6 = Activation::Clip { lo: 0.0, hi: 6.0 };
+    for (h, ch, k, s) in [
+        (112, 32, 3, 1),
+        (112, 96, 3, 2),
+        (56, 144, 3, 1),
+        (56, 144, 5, 2),
+        (28, 240, 5, 1),
+        (28, 240, 3, 2),
+        (14, 480, 3, 1),
+        (14, 672, 5, 1),
+        (14, 672, 5, 2),
+        (7, 1152, 5, 1),
+        (7, 1152, 3, 1),
+    ] {
+        let shape = dw(32, h, ch, k, s);
+        add(
+            &format!("conv dw {k}x{k} s{s} {h}x{h}x{ch} relu6"),
+            conv_nhwc(&format!("dw{k}s{s}_{h}_{ch}"), &shape, true, relu6),
+        );
+    }
+    add("conv dw 3x3 s1 no bias", conv_nhwc("dw_plain", &dw(32, 56, 144, 3, 1), false, Activation::None));
+    add("conv dw 5x5 s2 no bias", conv_nhwc("dw5_plain", &dw(32, 28, 240, 5, 2), false, Activation::None));
+    add("conv dw 3x3 scalar c=6", conv_nhwc("dw_c6", &dw(2, 15, 6, 3, 1), true, Activation::Relu));
+    let dilated = ConvShape { dilation: (2, 3), pads: [2, 3, 2, 3], ..dw(2, 17, 8, 3, 1) };
+    add("conv dw dilated gelu", conv_nhwc("dw_dil", &dilated, true, Activation::GeluErf));
+    let stem = stem_shape();
+    add("conv stem 3x3 s2 relu6", conv_nhwc("stem", &stem, true, relu6));
+    add("conv stem no bias", conv_nhwc("stem_plain", &stem, false, Activation::None));
+    add("conv grouped 4", conv_nhwc("grp4", &conv_shape(32, 28, 64, 96, 4, 3, 1), true, relu6));
+    add("conv depth multiplier 3", conv_nhwc("mult3", &conv_shape(8, 28, 16, 48, 16, 3, 2), false, relu6));
+    add("conv dense big c_in", conv_nhwc("dense512", &conv_shape(32, 14, 512, 512, 1, 3, 1), true, Activation::Gelu));
     out
+}
+
+/// A `k × k` channels-last convolution of `n` images `h × h × c_in` with stride `s`, padded by `k / 2`.
+fn conv_shape(n: usize, h: usize, c_in: usize, c_out: usize, groups: usize, k: usize, s: usize) -> ConvShape {
+    ConvShape { n, h, w: h, c_in, c_out, groups, kh: k, kw: k, stride: (s, s), dilation: (1, 1), pads: [k / 2; 4] }
+}
+
+/// EfficientNet-Lite0's stem at batch 32: 224 × 224 × 3 → 112 × 112 × 32, padded bottom and right.
+fn stem_shape() -> ConvShape {
+    ConvShape { pads: [0, 0, 1, 1], ..conv_shape(32, 224, 3, 32, 1, 3, 2) }
+}
+
+/// A depthwise `k × k` convolution, stride `s`, padded by `k / 2`.
+fn dw(n: usize, h: usize, c: usize, k: usize, s: usize) -> ConvShape {
+    conv_shape(n, h, c, c, c, k, s)
 }
 
 #[test]
@@ -318,6 +367,13 @@ fn generated_ptx_has_the_expected_instructions() {
     let sm = softmax("sm", 49152, 128, DType::F32, false).unwrap();
     let text = ptx(&sm);
     assert!(text.contains("shfl.sync.bfly"), "softmax without warp shuffles");
+    let relu6 = Activation::Clip { lo: 0.0, hi: 6.0 };
+    let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), true, relu6).unwrap());
+    assert!(text.contains("ld.global.nc.v4.f32"), "the depthwise conv does not load 4 channels at once");
+    assert!(text.contains("st.global.v4.f32"), "the depthwise conv does not store 4 channels at once");
+    let text = ptx(&conv_nhwc("stem", &stem_shape(), true, relu6).unwrap());
+    assert!(text.contains("ld.shared.v4.f32"), "the stem does not read its weights 4 channels at a time");
+    assert!(text.contains("st.global.v4.f32"), "the stem does not store 4 channels at once");
 }
 
 /// Small rendered kernels as snapshots of the exact source.

@@ -10,6 +10,7 @@ use spartac::plan::{plan, PlanOptions};
 use spartac::program::artifact::{decode, encode, ArtifactError};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
 use spartac::propagate::{execute_zeroing_pruned, propagate, PropagateOptions};
+use spartac::rewrite::prepare_for_lowering;
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use spartac_runtime::exec::model::{relative_error, run_cpu};
 use spartac_tests::builder::{fixed, ModelBuilder, A};
@@ -20,6 +21,7 @@ fn compile(mut graph: Graph, tesa: Option<&str>, options: &ModelOptions) -> (Gra
     let attrs = tesa.map(|t| TesaAttrs::parse(t).unwrap());
     apply_attrs(&mut graph, attrs.as_ref()).unwrap();
     propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    prepare_for_lowering(&mut graph, true).unwrap();
     let p = plan(&graph, &PlanOptions::default()).unwrap();
     let model = lower_model(&graph, &p, options, &mut |_, _| {}).unwrap();
     // Through the artifact and back: what `spartac run` reads.
@@ -224,4 +226,40 @@ fn an_op_without_a_gpu_kernel_is_an_error_naming_the_node() {
     let p = plan(&graph, &PlanOptions::default()).unwrap();
     let e = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap_err().to_string();
     assert!(e.contains("gather_elements_node") && e.contains("GatherElements") && e.contains("opset"), "{e}");
+}
+
+/// The EfficientNet-shaped convnet, half its filters pruned: channels shrink, the 1×1 convs
+/// become planned matmuls with ReLU6 epilogues, the others NHWC conv kernels with theirs; the
+/// CPU executor matches the reference of the pruned model, and every kernel compiles.
+#[test]
+fn a_pruned_convnet_compiles_to_nhwc_kernels_and_matches_the_reference() {
+    let graph = load_model_bytes(&spartac_tests::builder::small_convnet(), "convnet", &LoadOptions::default()).unwrap();
+    let original = graph.clone();
+    let tesa = r#"{"tensors": {"*.weight": {"channel_magnitude": {"sparsity": 0.5}}, "fc.weight": {}}}"#;
+    let (compiled, model) = compile(graph, Some(tesa), &ModelOptions::default());
+    assert_eq!(model.stats.planned_ops, 4, "3 pointwise convs and the classifier: {:?}", model.stats);
+    let convs: Vec<&str> =
+        model.program.kernels.iter().map(|k| k.name.as_str()).filter(|n| n.starts_with("conv_")).collect();
+    assert_eq!(convs, ["conv_stem", "conv_dw"], "the NHWC conv kernels");
+    // ReLU6 after the stem, the expand, the depthwise and the head conv: all in epilogues.
+    assert_eq!(model.stats.fused_epilogues, 4 + 3, "{:?}", model.stats);
+    let mut pruned = original;
+    apply_attrs(&mut pruned, Some(&TesaAttrs::parse(tesa).unwrap())).unwrap();
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(&compiled, seed);
+        let want = execute_zeroing_pruned(&pruned, &inputs).unwrap();
+        let got = run_cpu(&model, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            let e = relative_error(g, w);
+            assert!(e <= 1e-5, "{name}: relative error {e:.3e}");
+        }
+    }
+    let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
+    if lib.is_dir() {
+        spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
+    }
+    spartac_runtime::cuda::nvrtc_version().expect("NVRTC is required (tests/run-all.sh installs it under .cuda/)");
+    for k in &model.program.kernels {
+        spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
+    }
 }

@@ -1,7 +1,9 @@
 //! Kernels of the ONNX ops that are not matmuls with constant weights: fused elementwise
 //! expressions ([`elementwise`]), [`gather`], [`layer_norm`], [`softmax`] (and LogSoftmax),
-//! [`reduce`], batched [`matmul`] of two activations and [`concat`]. Each is one Tera template
-//! (`templates/op_*.cu.tera`, helpers in `templates/ops.cuh`) rendered from a typed context.
+//! [`reduce`], batched [`matmul`] of two activations, [`concat`] and channels-last convolution
+//! ([`conv_nhwc`], with its weight packing [`pack_conv_weight`]). Each is one Tera template
+//! (`templates/op_*.cu.tera`, helpers in `templates/ops.cuh`; conv has two and
+//! `templates/op_conv.cuh`) rendered from a typed context.
 //!
 //! Every shape is static and baked into the source as constants; a tensor is described by a
 //! [`TensorDesc`] (element type, logical shape, element strides), so that transposes and
@@ -18,6 +20,7 @@
 //!
 //! Zero-element tensors give a kernel that does nothing (grid of one block).
 
+mod conv;
 mod copy;
 mod elementwise;
 mod expr;
@@ -27,6 +30,7 @@ mod rows;
 #[cfg(test)]
 mod tests;
 
+pub use conv::{conv_nhwc, pack_conv_weight, ConvShape};
 pub use copy::{concat, gather};
 pub use elementwise::elementwise;
 pub use expr::{Binary, Expr, Unary};

@@ -39,6 +39,9 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_softmax.cu.tera", include_str!("../../../templates/op_softmax.cu.tera")),
     ("op_reduce.cu.tera", include_str!("../../../templates/op_reduce.cu.tera")),
     ("op_matmul.cu.tera", include_str!("../../../templates/op_matmul.cu.tera")),
+    ("op_conv.cuh", include_str!("../../../templates/op_conv.cuh")),
+    ("op_conv_depthwise.cu.tera", include_str!("../../../templates/op_conv_depthwise.cu.tera")),
+    ("op_conv_direct.cu.tera", include_str!("../../../templates/op_conv_direct.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.

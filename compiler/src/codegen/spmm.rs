@@ -522,8 +522,14 @@ pub(super) fn kernel_literals(
 }
 
 pub(super) fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
+    epilogue_ctx_of(spec.epilogue, spec.accumulate)
+}
+
+/// The template context of `epilogue` (`templates/epilogue.cuh`), adding the previous output
+/// first when `accumulate`.
+pub(super) fn epilogue_ctx_of(epilogue: super::Epilogue, accumulate: bool) -> EpilogueCtx {
     use super::Activation::*;
-    let (act, lo, hi) = match spec.epilogue.activation {
+    let (act, lo, hi) = match epilogue.activation {
         None => ("none", 0.0, 0.0),
         Relu => ("relu", 0.0, 0.0),
         Clip { lo, hi } => ("clip", lo, hi),
@@ -531,11 +537,11 @@ pub(super) fn epilogue_ctx(spec: &SpmmSpec) -> EpilogueCtx {
         GeluErf => ("gelu_erf", 0.0, 0.0),
     };
     EpilogueCtx {
-        bias: spec.epilogue.bias,
+        bias: epilogue.bias,
         activation: act.to_string(),
         clip_lo: float_literal(lo),
         clip_hi: float_literal(hi),
-        accumulate: spec.accumulate,
+        accumulate,
     }
 }
 

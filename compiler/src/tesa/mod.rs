@@ -359,6 +359,25 @@ impl Tesa {
         (nonzero.iter().filter(|b| **b).count(), nonzero.len())
     }
 
+    /// A TeSA of `shape` whose element `j` is this one's element `positions[j]` (a slice,
+    /// permutation or selection of the same tensor's elements).
+    ///
+    /// # Panics
+    /// When `positions` does not hold one in-range position per element of `shape`.
+    pub fn gather(&self, shape: &[usize], positions: &[usize]) -> Tesa {
+        let mut t = Tesa::dense(shape, self.uniform.bits(), self.uniform.format());
+        assert_eq!(positions.len(), t.numel, "one position per element");
+        for (j, &p) in positions.iter().enumerate() {
+            assert!(p < self.numel, "position {p} out of range");
+            if self.is_pruned(p) {
+                t.prune(j);
+            } else if let Some(&a) = self.overrides.get(&p) {
+                t.overrides.insert(j, a);
+            }
+        }
+        t
+    }
+
     /// Zeroes the pruned elements of `t` (same shape).
     pub fn apply_to(&self, t: &crate::ir::Tensor) -> crate::ir::Tensor {
         let mut v = t.to_f64_vec();

@@ -3,6 +3,7 @@
 //! `runtime/tests/graph_ops_compile.rs` (NVRTC + ptxas).
 
 use super::*;
+use crate::codegen::{Activation, Epilogue};
 use crate::ir::DType::{self, *};
 
 fn c(dtype: DType, shape: &[usize]) -> TensorDesc {
@@ -307,4 +308,314 @@ fn same_inputs_give_the_same_source() {
     }
     let other = softmax("sm", 64, 128, F16, true).unwrap();
     assert_ne!(other.source, a[3].source);
+}
+
+// ---- conv ----
+
+/// A convolution shape with square-ish parameters: `k` (kh, kw), `s` strides, `d` dilations.
+#[allow(clippy::too_many_arguments)]
+fn conv(
+    n: usize,
+    (h, w): (usize, usize),
+    c_in: usize,
+    c_out: usize,
+    groups: usize,
+    k: (usize, usize),
+    s: (usize, usize),
+    d: (usize, usize),
+    pads: [usize; 4],
+) -> ConvShape {
+    ConvShape { n, h, w, c_in, c_out, groups, kh: k.0, kw: k.1, stride: s, dilation: d, pads }
+}
+
+/// EfficientNet-Lite0's depthwise convolution at batch 32: `h × h × c`, `k × k`, stride `s`.
+fn effnet_dw(h: usize, c: usize, k: usize, s: usize) -> ConvShape {
+    conv(32, (h, h), c, c, c, (k, k), (s, s), (1, 1), [k / 2; 4])
+}
+
+/// EfficientNet-Lite0's stem at batch 32: 224 × 224 × 3 → 112 × 112 × 32.
+fn stem() -> ConvShape {
+    conv(32, (224, 224), 3, 32, 1, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1])
+}
+
+fn conv_error(shape: &ConvShape) -> String {
+    error(conv_nhwc("cv", shape, true, Activation::None))
+}
+
+#[test]
+fn conv_output_size_follows_onnx() {
+    // ONNX's Conv examples on a 7 × 5 input with a 3 × 3 kernel.
+    let ex = |s, pads| conv(1, (7, 5), 1, 1, 1, (3, 3), (s, s), (1, 1), pads);
+    let size = |c: ConvShape| (c.oh(), c.ow());
+    assert_eq!(size(ex(2, [1; 4])), (4, 3), "conv_with_strides_padding");
+    assert_eq!(size(ex(2, [0; 4])), (3, 2), "conv_with_strides_no_padding");
+    assert_eq!(size(ex(2, [1, 0, 1, 0])), (4, 2), "conv_with_strides_and_asymmetric_padding");
+    assert_eq!(size(ex(1, [1; 4])), (7, 5), "same padding");
+    assert_eq!(size(conv(1, (7, 7), 1, 1, 1, (3, 3), (1, 1), (2, 2), [0; 4])), (3, 3), "dilation 2: extent 5");
+    assert_eq!(size(stem()), (112, 112));
+    assert_eq!(size(effnet_dw(56, 144, 5, 2)), (28, 28));
+    assert_eq!(size(effnet_dw(7, 1152, 3, 1)), (7, 7));
+    assert_eq!(size(conv(1, (2, 2), 1, 1, 1, (5, 1), (1, 1), (1, 1), [0; 4])), (0, 2), "the window does not fit");
+    assert_eq!(size(conv(1, (2, 2), 1, 1, 1, (1, 1), (0, 0), (1, 1), [0; 4])), (0, 0), "stride 0 gives nothing");
+}
+
+#[test]
+fn conv_picks_the_path_by_shape() {
+    let clip = Activation::Clip { lo: 0.0, hi: 6.0 };
+    let dw = conv_nhwc("dw", &effnet_dw(112, 32, 3, 1), true, clip).unwrap();
+    assert_eq!(
+        params(&dw.source, "dw"),
+        vec![
+            "const float* __restrict__ x",
+            "const float* __restrict__ w",
+            "const float* __restrict__ bias",
+            "float* __restrict__ y"
+        ]
+    );
+    assert!(dw.source.contains("depthwise 3x3") && dw.source.contains("#define PW 8"), "{}", dw.source);
+    assert!(dw.source.contains("#define COLS 10") && dw.source.contains("#define V 4"));
+    assert!(dw.source.contains("fminf(fmaxf(acc, 0e0f), 6e0f)") && dw.source.contains("load_v<V, A>(bv, bias + c)"));
+    assert!(dw.source.contains("typedef unsigned idx_t;"), "32-bit indices");
+    // 32 · 112 rows · 14 blocks of 8 · 8 channel groups.
+    assert_eq!((dw.grid, dw.block, dw.smem_bytes), ((32 * 112 * 14 * 8 / 256, 1, 1), (256, 1, 1), 0));
+    let plain = conv_nhwc("dw_plain", &effnet_dw(112, 32, 3, 1), false, Activation::None).unwrap();
+    assert!(!plain.source.contains("bias + c") && !plain.source.contains("fminf"), "no bias read, no activation");
+    // Fewer pixels per thread where the grid would be small; ragged blocks are guarded.
+    let pw = |s: ConvShape| {
+        let src = conv_nhwc("dw", &s, false, Activation::None).unwrap().source;
+        let line = src.lines().find(|l| l.starts_with("#define PW ")).unwrap().to_string();
+        (line["#define PW ".len()..].parse::<usize>().unwrap(), src.contains("if (ow0 + p >= OW) break;"))
+    };
+    assert_eq!(pw(effnet_dw(28, 240, 5, 1)), (7, false), "28 = 4 blocks of 7");
+    assert_eq!(pw(effnet_dw(14, 672, 5, 1)), (7, false));
+    assert_eq!(pw(effnet_dw(112, 96, 3, 2)), (4, false), "at most 4 at stride 2");
+    assert_eq!(pw(effnet_dw(7, 1152, 5, 1)), (3, true), "7 = 3 + 3 + 1 keeps 193k threads");
+    let odd = conv_nhwc("dw_odd", &conv(1, (9, 9), 6, 6, 6, (3, 3), (1, 1), (1, 1), [1; 4]), true, clip).unwrap();
+    assert!(odd.source.contains("#define V 1") && !odd.source.contains("dw_item<true>"), "6 channels: scalar path");
+
+    let st = conv_nhwc("stem", &stem(), true, clip).unwrap();
+    assert!(st.source.contains("direct convolution") && st.source.contains("__shared__ __align__(16) float ws[864];"));
+    assert!(st.source.contains("#define COT 8") && st.source.contains("reinterpret_cast<const float4*>(wp"));
+    assert_eq!(st.grid, (132 * 8, 1, 1), "grid-stride");
+    assert_eq!(params(&st.source, "stem"), params(&dw.source, "dw"), "one parameter list for every path");
+    let grouped =
+        conv_nhwc("grp", &conv(32, (28, 28), 64, 96, 4, (3, 3), (1, 1), (1, 1), [1; 4]), false, clip).unwrap();
+    assert!(grouped.source.contains("#define CIG 16") && grouped.source.contains("#define COT 8"));
+    let mult = conv_nhwc("mult", &conv(2, (9, 9), 8, 24, 8, (3, 3), (1, 1), (1, 1), [1; 4]), true, clip).unwrap();
+    assert!(mult.source.contains("#define COT 3") && mult.source.contains("yp[j] = epilogue("), "multiplier 3");
+    let big = conv_nhwc("big", &conv(1, (14, 14), 512, 512, 1, (3, 3), (1, 1), (1, 1), [1; 4]), true, clip).unwrap();
+    assert!(!big.source.contains("__shared__") && big.source.contains("__ldg(wp + ci * C_OUT + j)"), "9 MB weight");
+    assert!(big.source.contains("#pragma unroll 4"));
+    let huge = conv_nhwc("huge", &effnet_dw(1024, 1024, 3, 1), false, Activation::None).unwrap();
+    assert!(huge.source.contains("typedef unsigned long long idx_t;"), "2^35 elements take 64-bit indices");
+}
+
+#[test]
+fn conv_refuses_bad_shapes() {
+    let mut s = stem();
+    s.groups = 2;
+    let e = conv_error(&s);
+    assert!(e.contains("conv kernel cv") && e.contains("2 groups do not divide c_in 3"), "{e}");
+    let mut s = stem();
+    s.kw = 0;
+    assert!(conv_error(&s).contains("kw is 0"));
+    let mut s = stem();
+    s.dilation = (1, 0);
+    assert!(conv_error(&s).contains("dilation w is 0"));
+    let mut s = stem();
+    s.h = 1;
+    s.pads = [0; 4];
+    assert!(conv_error(&s).contains("does not fit"), "{}", conv_error(&s));
+    let mut s = stem();
+    s.w = usize::MAX / 2;
+    assert!(conv_error(&s).contains("too large"));
+    assert!(error(conv_nhwc("9cv", &stem(), false, Activation::None)).contains("not a C identifier"));
+    let e = pack_conv_weight(&stem(), &[0.0; 10]).unwrap_err().to_string();
+    assert!(e.contains("conv weight: expected 864 values ([32, 3, 3, 3]), got 10"), "{e}");
+    let mut s = stem();
+    s.c_out = 0;
+    assert!(pack_conv_weight(&s, &[]).unwrap_err().to_string().contains("c_out is 0"));
+}
+
+#[test]
+fn packed_weight_is_hwio_per_group() {
+    let s = conv(1, (5, 5), 6, 4, 2, (2, 3), (1, 1), (1, 1), [0; 4]);
+    let (cig, kh, kw) = (3, 2, 3);
+    let oihw: Vec<f32> = (0..s.weight_len()).map(|i| i as f32).collect();
+    let packed = pack_conv_weight(&s, &oihw).unwrap();
+    let mut seen = vec![false; packed.len()];
+    for co in 0..4 {
+        for ci in 0..cig {
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let at = ((ky * kw + kx) * cig + ci) * 4 + co;
+                    assert_eq!(conv::packed_index(&s, co, ci, ky, kx), at);
+                    assert_eq!(packed[at], oihw[((co * cig + ci) * kh + ky) * kw + kx]);
+                    seen[at] = true;
+                }
+            }
+        }
+    }
+    assert!(seen.iter().all(|&v| v), "every packed slot is written once");
+}
+
+/// The rounded-to-f32 random values of `len` elements.
+fn random_values(len: usize, rng: &mut crate::rng::SplitMix64) -> Vec<f32> {
+    (0..len).map(|_| rng.uniform(-1.0, 1.0) as f32).collect()
+}
+
+/// The reference: ONNX Conv of the CPU op registry on NCHW, with the epilogue, as NHWC.
+fn reference_conv(s: &ConvShape, x_nhwc: &[f32], oihw: &[f32], bias: &[f32], epi: Epilogue) -> Vec<f64> {
+    use crate::ir::{Attr, Attrs, Tensor};
+    let (oh, ow) = (s.oh(), s.ow());
+    let mut x_nchw = vec![0.0f32; x_nhwc.len()];
+    for n in 0..s.n {
+        for y in 0..s.h {
+            for x in 0..s.w {
+                for c in 0..s.c_in {
+                    x_nchw[((n * s.c_in + c) * s.h + y) * s.w + x] = x_nhwc[((n * s.h + y) * s.w + x) * s.c_in + c];
+                }
+            }
+        }
+    }
+    let mut a = Attrs::new();
+    a.insert("group", Attr::Int(s.groups as i64));
+    a.insert("strides", Attr::Ints(vec![s.stride.0 as i64, s.stride.1 as i64]));
+    a.insert("dilations", Attr::Ints(vec![s.dilation.0 as i64, s.dilation.1 as i64]));
+    a.insert("pads", Attr::Ints(s.pads.iter().map(|&p| p as i64).collect()));
+    let ctx = crate::ops::NodeCtx { name: "conv", attrs: &a, opset: 11, n_outputs: 1 };
+    let x = Tensor::from_vec(vec![s.n, s.c_in, s.h, s.w], x_nchw);
+    let w = Tensor::from_vec(vec![s.c_out, s.c_in / s.groups, s.kh, s.kw], oihw.to_vec());
+    let b = Tensor::from_vec(vec![s.c_out], bias.to_vec());
+    let eval = crate::ops::registry().get("Conv").expect("Conv is registered").eval;
+    let y = eval(&ctx, &[Some(&x), Some(&w), Some(&b)]).unwrap().remove(0);
+    assert_eq!(y.shape(), &[s.n, s.c_out, oh, ow]);
+    let y = y.to_f64_vec();
+    let mut out = vec![0.0; y.len()];
+    for n in 0..s.n {
+        for c in 0..s.c_out {
+            for i in 0..oh * ow {
+                // The bias is already in: the epilogue adds none.
+                let e = Epilogue { bias: false, ..epi };
+                out[(n * oh * ow + i) * s.c_out + c] = e.apply(y[(n * s.c_out + c) * oh * ow + i], 0.0);
+            }
+        }
+    }
+    out
+}
+
+/// The direct kernel's math on the CPU: one output channel of one pixel at a time, the input
+/// channels of the channel's group, the packed weight read at [`conv::packed_index`].
+fn direct_conv(s: &ConvShape, x: &[f32], packed: &[f32], bias: &[f32], epi: Epilogue) -> Vec<f64> {
+    let (oh, ow, cig, cog) = (s.oh(), s.ow(), s.c_in / s.groups, s.c_out / s.groups);
+    let mut out = vec![0.0; s.n * oh * ow * s.c_out];
+    for n in 0..s.n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for co in 0..s.c_out {
+                    let mut acc = 0.0f64;
+                    for ky in 0..s.kh {
+                        let iy = (oy * s.stride.0 + ky * s.dilation.0) as isize - s.pads[0] as isize;
+                        for kx in 0..s.kw {
+                            let ix = (ox * s.stride.1 + kx * s.dilation.1) as isize - s.pads[1] as isize;
+                            if iy < 0 || iy >= s.h as isize || ix < 0 || ix >= s.w as isize {
+                                continue;
+                            }
+                            let pixel = (n * s.h + iy as usize) * s.w + ix as usize;
+                            for ci in 0..cig {
+                                let xv = x[pixel * s.c_in + co / cog * cig + ci] as f64;
+                                acc += xv * packed[conv::packed_index(s, co, ci, ky, kx)] as f64;
+                            }
+                        }
+                    }
+                    out[((n * oh + oy) * ow + ox) * s.c_out + co] = epi.apply(acc, bias[co] as f64);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The depthwise kernel's walk on the CPU: per thread, `pw` output pixels from `ow0` on; each
+/// input column `j` of a window row goes into pixel `q / sw` through tap `kx` when
+/// `q = j − kx · dw` is a non-negative multiple of `sw` below `pw · sw`, as in the template.
+fn depthwise_walk(s: &ConvShape, pw: usize, x: &[f32], packed: &[f32], bias: &[f32], epi: Epilogue) -> Vec<f64> {
+    let (oh, ow, c) = (s.oh(), s.ow(), s.c_in);
+    let cols = (pw - 1) * s.stride.1 + (s.kw - 1) * s.dilation.1 + 1;
+    let mut out = vec![f64::NAN; s.n * oh * ow * c];
+    for n in 0..s.n {
+        for oy in 0..oh {
+            for ow0 in (0..ow).step_by(pw) {
+                for ch in 0..c {
+                    let mut acc = vec![0.0f64; pw];
+                    let (iy0, ix0) = (
+                        (oy * s.stride.0) as isize - s.pads[0] as isize,
+                        (ow0 * s.stride.1) as isize - s.pads[1] as isize,
+                    );
+                    for ky in 0..s.kh {
+                        let iy = iy0 + (ky * s.dilation.0) as isize;
+                        if iy < 0 || iy >= s.h as isize {
+                            continue;
+                        }
+                        for j in 0..cols {
+                            let ix = ix0 + j as isize;
+                            if ix < 0 || ix >= s.w as isize {
+                                continue;
+                            }
+                            let xv = x[((n * s.h + iy as usize) * s.w + ix as usize) * c + ch] as f64;
+                            for kx in 0..s.kw {
+                                let q = j as isize - (kx * s.dilation.1) as isize;
+                                if q < 0 || !(q as usize).is_multiple_of(s.stride.1) || q as usize / s.stride.1 >= pw {
+                                    continue;
+                                }
+                                // The template's weight index: (ky * KW + kx) * C + c.
+                                let wv = packed[(ky * s.kw + kx) * c + ch] as f64;
+                                acc[q as usize / s.stride.1] += xv * wv;
+                            }
+                        }
+                    }
+                    for (p, a) in acc.iter().enumerate().filter(|(p, _)| ow0 + p < ow) {
+                        out[((n * oh + oy) * ow + ow0 + p) * c + ch] = epi.apply(*a, bias[ch] as f64);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn packed_layout_matches_the_reference_conv() {
+    let clip = Epilogue { bias: true, activation: Activation::Clip { lo: 0.0, hi: 6.0 } };
+    let plain = Epilogue { bias: true, activation: Activation::None };
+    let cases = [
+        ("depthwise 3x3 s2", conv(2, (9, 8), 8, 8, 8, (3, 3), (2, 2), (1, 1), [1; 4]), clip),
+        ("depthwise 5x5 s1", conv(1, (7, 7), 6, 6, 6, (5, 5), (1, 1), (1, 1), [2; 4]), plain),
+        ("depthwise 5x5 s2", conv(1, (14, 14), 4, 4, 4, (5, 5), (2, 2), (1, 1), [2; 4]), plain),
+        ("stem 3x3 s2", conv(2, (9, 10), 3, 8, 1, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1]), clip),
+        ("grouped", conv(1, (6, 7), 8, 12, 4, (3, 3), (1, 1), (1, 1), [1; 4]), plain),
+        ("dilation 2", conv(2, (8, 9), 4, 6, 1, (3, 3), (1, 2), (2, 2), [2, 1, 2, 1]), plain),
+        ("depth multiplier 2", conv(1, (5, 6), 4, 8, 4, (3, 3), (1, 1), (1, 1), [1; 4]), clip),
+        ("depthwise dilated", conv(1, (9, 11), 4, 4, 4, (3, 3), (1, 2), (2, 3), [2, 3, 2, 3]), plain),
+    ];
+    let mut rng = crate::rng::SplitMix64::new(7);
+    for (label, s, epi) in cases {
+        let x = random_values(s.n * s.h * s.w * s.c_in, &mut rng);
+        let oihw = random_values(s.weight_len(), &mut rng);
+        let bias = random_values(s.c_out, &mut rng);
+        let packed = pack_conv_weight(&s, &oihw).unwrap();
+        let want = reference_conv(&s, &x, &oihw, &bias, epi);
+        let mut got = vec![("direct", direct_conv(&s, &x, &packed, &bias, epi))];
+        if s.groups == s.c_in && s.c_in == s.c_out {
+            for pw in [1, 3, 4, 8] {
+                got.push(("depthwise walk", depthwise_walk(&s, pw, &x, &packed, &bias, epi)));
+            }
+        }
+        for (how, got) in got {
+            assert_eq!(got.len(), want.len(), "{label}");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() < 1e-5, "{label} ({how}) [{i}]: {g} vs {w}");
+            }
+        }
+    }
 }

@@ -1,0 +1,390 @@
+//! `shrink_channels`: cut out the channels that propagation pruned, so channel and filter
+//! pruning becomes physically smaller dense operators (SparTA's "pruned filters shrink the
+//! tensor" case).
+//!
+//! Values that carry channels (4-D float activations, axis 1, and the `[N, C]` that a global
+//! pool or a flattening of `[N, C, 1, 1]` leaves) are grouped into *channel classes*: the
+//! values a channel-wise op connects (elementwise ops, BatchNormalization, depthwise Conv,
+//! pooling and reductions over the spatial axes, that flattening) share one class, because
+//! their channel `c` only ever meets channel `c`. A channel is cut from a class when every
+//! value of the class has it pruned in its TeSA. That is exact: a pruned activation element is
+//! zero or unused (propagation's invariant), channel-wise ops keep channel `c` to itself, and
+//! the ops that read a class across channels are re-indexed with it: a Conv reading it loses
+//! those input channels of its weight, the Conv producing it loses those filters and their
+//! bias, a depthwise Conv its filters (and its `group` follows), a Gemm or MatMul reading the
+//! flattened `[N, C]` loses those rows of its weight.
+//!
+//! A class is left whole (frozen) when one of its values is a graph input or output, is read
+//! or written by an op this pass does not know, or when a weight to cut is shared or not
+//! constant. A class keeps at least one channel (an all-pruned class keeps channel 0, which
+//! is zero).
+
+use super::{gather_tensor, renumber, take_positions};
+use crate::ir::{Attr, DType, Graph, Initializer, Tensor, ValueFact, ValueId, ValueKind};
+use crate::Error;
+use std::collections::{BTreeMap, HashMap};
+
+/// What [`shrink_channels`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShrinkReport {
+    /// Channel classes found, and how many were cut.
+    pub classes: usize,
+    pub shrunk: usize,
+    /// Channels summed over the classes, before and after.
+    pub channels_before: usize,
+    pub channels_after: usize,
+    /// Elements of the weights that were cut, before and after.
+    pub weight_elements_before: usize,
+    pub weight_elements_after: usize,
+}
+
+/// A weight (or per-channel constant) input to cut along `axis` with the channels of the
+/// class of `class_value`.
+struct Cut {
+    node: usize,
+    input: usize,
+    axis: usize,
+    class_value: ValueId,
+}
+
+struct Classes {
+    parent: Vec<usize>,
+}
+
+impl Classes {
+    fn find(&mut self, v: usize) -> usize {
+        let mut r = v;
+        while self.parent[r] != r {
+            r = self.parent[r];
+        }
+        let mut x = v;
+        while self.parent[x] != r {
+            let next = self.parent[x];
+            self.parent[x] = r;
+            x = next;
+        }
+        r
+    }
+
+    fn union(&mut self, a: usize, b: usize) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra != rb {
+            self.parent[ra.max(rb)] = ra.min(rb);
+        }
+    }
+}
+
+/// Ops that map channel `c` of their inputs to channel `c` of their output, elementwise.
+const CHANNELWISE: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+    "Relu",
+    "Clip",
+    "Neg",
+    "Abs",
+    "Identity",
+    "Sigmoid",
+    "Tanh",
+    "Exp",
+    "Sqrt",
+    "Erf",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+    "Dropout",
+];
+
+/// Pooling and reductions that keep the channel axis (checked per node).
+const POOLS: &[&str] = &[
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "MaxPool",
+    "AveragePool",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+];
+
+/// Cuts pruned channels out of `graph` (see the module docs). Run it after propagation.
+pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
+    let n_values = graph.values.len();
+    let mut chan = vec![false; n_values];
+    for (i, v) in graph.values.iter().enumerate() {
+        chan[i] = v.fact.shape.len() == 4 && v.fact.dtype.is_float() && v.kind != ValueKind::Initializer;
+    }
+    let mut classes = Classes { parent: (0..n_values).collect() };
+    let mut frozen = vec![false; n_values];
+    let mut cuts: Vec<Cut> = vec![];
+    let mut groups: Vec<(usize, ValueId)> = vec![];
+    let mut reshapes: Vec<(usize, ValueId)> = vec![];
+    for &v in graph.inputs.iter().chain(&graph.outputs) {
+        frozen[v.index()] = true;
+    }
+    let is_const = |graph: &Graph, v: Option<ValueId>| v.is_some_and(|v| graph.initializers.contains_key(&v));
+    for (ni, node) in graph.nodes.iter().enumerate() {
+        let ins: Vec<Option<ValueId>> = node.inputs.clone();
+        let input = |i: usize| ins.get(i).copied().flatten();
+        let touches = ins.iter().flatten().chain(&node.outputs).any(|v| chan[v.index()]);
+        if !touches {
+            continue;
+        }
+        let freeze_all = |frozen: &mut Vec<bool>| {
+            for v in ins.iter().flatten().chain(&node.outputs) {
+                frozen[v.index()] = true;
+            }
+        };
+        let y = node.outputs[0];
+        let op = node.op_type.as_str();
+        match op {
+            "Conv" => {
+                let (Some(x), Some(w)) = (input(0), input(1)) else {
+                    freeze_all(&mut frozen);
+                    continue;
+                };
+                let bias = input(2);
+                if !is_const(graph, Some(w)) || (bias.is_some() && !is_const(graph, bias)) || !chan[y.index()] {
+                    freeze_all(&mut frozen);
+                    continue;
+                }
+                let group = node.attrs.int("group", 1).unwrap_or(1) as usize;
+                let (c_in, c_out) = (graph.fact(x).shape[1], graph.fact(w).shape[0]);
+                if group == 1 {
+                    if chan[x.index()] {
+                        cuts.push(Cut { node: ni, input: 1, axis: 1, class_value: x });
+                    }
+                    cuts.push(Cut { node: ni, input: 1, axis: 0, class_value: y });
+                    if bias.is_some() {
+                        cuts.push(Cut { node: ni, input: 2, axis: 0, class_value: y });
+                    }
+                } else if group == c_in && c_out == c_in && chan[x.index()] && graph.fact(w).shape[1] == 1 {
+                    classes.union(x.index(), y.index());
+                    cuts.push(Cut { node: ni, input: 1, axis: 0, class_value: y });
+                    if bias.is_some() {
+                        cuts.push(Cut { node: ni, input: 2, axis: 0, class_value: y });
+                    }
+                    groups.push((ni, y));
+                } else {
+                    freeze_all(&mut frozen);
+                }
+            }
+            "BatchNormalization" => {
+                let x = input(0).expect("a BatchNormalization reads its input");
+                if node.outputs.len() != 1 || !(1..5).all(|i| is_const(graph, input(i))) || !chan[x.index()] {
+                    freeze_all(&mut frozen);
+                    continue;
+                }
+                classes.union(x.index(), y.index());
+                for i in 1..5 {
+                    cuts.push(Cut { node: ni, input: i, axis: 0, class_value: y });
+                }
+            }
+            _ if CHANNELWISE.contains(&op) => {
+                let rank = graph.fact(y).shape.len();
+                if !chan[y.index()] || node.outputs.len() != 1 {
+                    freeze_all(&mut frozen);
+                    continue;
+                }
+                let mut ok = true;
+                for (i, v) in ins.iter().enumerate() {
+                    let Some(v) = *v else { continue };
+                    if chan[v.index()] {
+                        if graph.fact(v).shape.len() == rank {
+                            classes.union(v.index(), y.index());
+                        } else {
+                            ok = false;
+                        }
+                        continue;
+                    }
+                    let f = graph.fact(v);
+                    if !is_const(graph, Some(v)) {
+                        ok = false;
+                    } else if f.numel() > 1 {
+                        // A constant broadcast along the channel axis is cut with the class.
+                        let r = f.shape.len();
+                        if r + 1 >= rank && f.shape[r + 1 - rank] > 1 {
+                            cuts.push(Cut { node: ni, input: i, axis: r + 1 - rank, class_value: y });
+                        }
+                    }
+                }
+                if !ok {
+                    freeze_all(&mut frozen);
+                }
+            }
+            _ if POOLS.contains(&op) => {
+                let x = input(0).expect("a pool reads its input");
+                let keeps_channels = match op {
+                    "GlobalAveragePool" | "GlobalMaxPool" | "MaxPool" | "AveragePool" => node.outputs.len() == 1,
+                    _ => reduce_axes(graph, node)
+                        .is_some_and(|axes| !axes.is_empty() && !axes.contains(&1) && !axes.contains(&0)),
+                };
+                let yf = graph.fact(y);
+                let y_ok = chan[y.index()] || (yf.shape.len() == 2 && yf.shape[1] == graph.fact(x).shape[1]);
+                if !keeps_channels || !chan[x.index()] || !y_ok {
+                    freeze_all(&mut frozen);
+                    continue;
+                }
+                chan[y.index()] = true;
+                classes.union(x.index(), y.index());
+            }
+            "Reshape" | "Flatten" | "Squeeze" => {
+                let x = input(0).expect("a view reads its input");
+                let (xs, ys) = (&graph.fact(x).shape, &graph.fact(y).shape);
+                let flattens = chan[x.index()] && xs.len() == 4 && xs[2] == 1 && xs[3] == 1 && ys[..] == xs[..2];
+                let shape_ok = op != "Reshape" || is_const(graph, input(1));
+                if !flattens || !shape_ok {
+                    freeze_all(&mut frozen);
+                    continue;
+                }
+                chan[y.index()] = true;
+                classes.union(x.index(), y.index());
+                if op == "Reshape" {
+                    reshapes.push((ni, y));
+                }
+            }
+            "Gemm" | "MatMul" => {
+                let (Some(x), Some(w)) = (input(0), input(1)) else {
+                    freeze_all(&mut frozen);
+                    continue;
+                };
+                let trans_a = node.attrs.int("transA", 0).unwrap_or(0) != 0;
+                let trans_b = node.attrs.int("transB", 0).unwrap_or(0) != 0;
+                let two_d = graph.fact(x).shape.len() == 2 && graph.fact(w).shape.len() == 2;
+                if !chan[x.index()] || trans_a || !two_d || !is_const(graph, Some(w)) || chan[y.index()] {
+                    freeze_all(&mut frozen);
+                    continue;
+                }
+                cuts.push(Cut { node: ni, input: 1, axis: if trans_b { 1 } else { 0 }, class_value: x });
+            }
+            _ => freeze_all(&mut frozen),
+        }
+    }
+    // A weight to cut must be read by its node alone.
+    let mut readers: HashMap<ValueId, usize> = HashMap::new();
+    for node in &graph.nodes {
+        for v in node.inputs.iter().flatten() {
+            *readers.entry(*v).or_default() += 1;
+        }
+    }
+    for cut in &cuts {
+        let w = graph.nodes[cut.node].inputs[cut.input].expect("cut input");
+        if readers[&w] > 1 {
+            frozen[cut.class_value.index()] = true;
+        }
+    }
+    // Classes: members, frozen, channel count, live channels.
+    let mut members: BTreeMap<usize, Vec<ValueId>> = BTreeMap::new();
+    for (i, &c) in chan.iter().enumerate() {
+        if c {
+            let r = classes.find(i);
+            members.entry(r).or_default().push(ValueId(i as u32));
+        }
+    }
+    let mut keep: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut report = ShrinkReport { classes: members.len(), ..Default::default() };
+    for (&root, vals) in &members {
+        let c = graph.fact(vals[0]).shape[1];
+        let same = vals.iter().all(|v| graph.fact(*v).shape[1] == c);
+        let mut live = vec![false; c];
+        if !same || vals.iter().any(|v| frozen[v.index()]) {
+            live = vec![true; c];
+        }
+        for v in vals {
+            let value = graph.value(*v);
+            let Some(tesa) = &value.tesa else {
+                live = vec![true; c];
+                break;
+            };
+            let shape = &value.fact.shape;
+            let inner: usize = shape[2..].iter().product();
+            for n in 0..shape[0] {
+                for (ch, l) in live.iter_mut().enumerate() {
+                    if !*l {
+                        let base = (n * c + ch) * inner;
+                        *l = (base..base + inner).any(|e| !tesa.is_pruned(e));
+                    }
+                }
+            }
+        }
+        let mut kept: Vec<usize> = (0..c).filter(|&ch| live[ch]).collect();
+        if kept.is_empty() {
+            kept.push(0);
+        }
+        report.channels_before += c;
+        report.channels_after += kept.len();
+        if kept.len() < c {
+            report.shrunk += 1;
+        }
+        keep.insert(root, kept);
+    }
+    // Weights first (their cuts read the class's channel list), then the values.
+    for cut in &cuts {
+        let root = classes.find(cut.class_value.index());
+        let kept = &keep[&root];
+        let w = graph.nodes[cut.node].inputs[cut.input].expect("cut input");
+        let t = graph.initializers[&w].to_dense();
+        if kept.len() == t.shape()[cut.axis] {
+            continue;
+        }
+        let (shape, positions) = take_positions(t.shape(), cut.axis, kept);
+        report.weight_elements_before += t.len();
+        report.weight_elements_after += positions.len();
+        let value = &mut graph.values[w.index()];
+        value.tesa = value.tesa.as_ref().map(|tesa| tesa.gather(&shape, &positions));
+        value.fact = ValueFact::new(t.dtype(), shape.clone());
+        graph.initializers.insert(w, Initializer::Dense(gather_tensor(&t, shape, &positions)));
+    }
+    for (&root, vals) in &members {
+        let kept = &keep[&root];
+        if kept.len() == graph.fact(vals[0]).shape[1] {
+            continue;
+        }
+        for v in vals {
+            let value = &mut graph.values[v.index()];
+            let (shape, positions) = take_positions(&value.fact.shape, 1, kept);
+            value.tesa = value.tesa.as_ref().map(|tesa| tesa.gather(&shape, &positions));
+            value.fact.shape = shape;
+        }
+    }
+    for (ni, y) in groups {
+        let c = graph.fact(y).shape[1] as i64;
+        graph.nodes[ni].attrs.insert("group", Attr::Int(c));
+    }
+    for (ni, y) in reshapes {
+        let shape: Vec<i64> = graph.fact(y).shape.iter().map(|&d| d as i64).collect();
+        let old = graph.nodes[ni].inputs[1].expect("reshape shape");
+        let name = super::fresh_name(graph, &format!("{}.shrunk", graph.value(old).name));
+        let t = Tensor::from_vec(vec![shape.len()], shape);
+        let id = graph.add_value(name, ValueFact::new(DType::I64, vec![t.len()]), ValueKind::Initializer);
+        graph.values[id.index()].tesa = graph.value(old).tesa.clone();
+        graph.initializers.insert(id, Initializer::Dense(t));
+        graph.nodes[ni].inputs[1] = Some(id);
+    }
+    renumber(graph)?;
+    Ok(report)
+}
+
+/// The axes a Reduce* node reduces (attribute or, from opset 18, the constant second input);
+/// `None` when they are not known at compile time. No axes means all of them.
+fn reduce_axes(graph: &Graph, node: &crate::ir::Node) -> Option<Vec<usize>> {
+    let rank = graph.fact(node.inputs[0]?).shape.len();
+    let keepdims = node.attrs.int("keepdims", 1).unwrap_or(1) != 0;
+    let raw: Vec<i64> = match node.inputs.get(1).copied().flatten() {
+        Some(a) => graph.initializers.get(&a)?.to_dense().to_i64_vec(),
+        None => node.attrs.ints_opt("axes").ok().flatten().map(|a| a.to_vec()).unwrap_or_default(),
+    };
+    let mut axes: Vec<usize> =
+        raw.iter().map(|&a| crate::ir::normalize_axis(a, rank)).collect::<Option<Vec<usize>>>()?;
+    if axes.is_empty() {
+        axes = (0..rank).collect();
+    }
+    // Without keepdims only a reduction of the trailing spatial axes keeps `[N, C]`.
+    if !keepdims && axes != [2, 3] {
+        return None;
+    }
+    Some(axes)
+}

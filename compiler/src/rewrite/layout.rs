@@ -1,0 +1,376 @@
+//! `channels_last`: the convolution part of a model moves from NCHW to NHWC.
+//!
+//! In NHWC a 1×1 convolution with stride 1 and no padding is a MatMul of the activation rows
+//! `[N·H·W, C_in]` by the weight `[C_in, C_out]`: the pass rewrites it into exactly that
+//! (`MatMul` with the transposed weight, then `Add` of the bias), so the planner, the sparse
+//! kernels and their fused bias + activation epilogues take pointwise convolutions as they
+//! take any MatMul. Every other Conv becomes `Transpose(NHWC→NCHW) → Conv → Transpose
+//! (NCHW→NHWC)`, the form model lowering runs as one NHWC convolution kernel.
+//!
+//! Between convolutions values stay NHWC: a channel-wise elementwise op (its constants
+//! permuted to match), and a pooling or reduction over the spatial axes, take NHWC inputs
+//! and give NHWC outputs. Any other reader of a converted value gets its NCHW form back
+//! through one Transpose, made once and only where read; graph inputs and outputs keep their
+//! NCHW types. The graph computes exactly what it computed before (the reference executor
+//! checks that), and TeSAs move with their elements.
+
+use super::{fresh_name, gather_tensor, renumber, transpose_positions};
+use crate::ir::{Attr, Attrs, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueId, ValueKind};
+use crate::Error;
+use std::collections::HashMap;
+
+/// NCHW → NHWC and back.
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+
+/// Elementwise ops that act on each element alone, whatever the layout.
+const ELEMENTWISE: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+    "Relu",
+    "Clip",
+    "Neg",
+    "Abs",
+    "Identity",
+    "Sigmoid",
+    "Tanh",
+    "Exp",
+    "Sqrt",
+    "Erf",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+];
+
+/// What [`channels_last`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LayoutReport {
+    /// 1×1 convolutions that became MatMuls.
+    pub pointwise: usize,
+    /// Other convolutions, now between transposes.
+    pub convs: usize,
+    /// Transposes at the borders of the NHWC region (into it and out of it).
+    pub border_transposes: usize,
+}
+
+struct Rewriter<'a> {
+    graph: &'a mut Graph,
+    nodes: Vec<Node>,
+    /// The NHWC form of a (4-D) NCHW value.
+    nhwc: HashMap<ValueId, ValueId>,
+    /// Values whose NCHW form exists in the new graph.
+    nchw: Vec<bool>,
+    opset: i64,
+    report: LayoutReport,
+}
+
+impl Rewriter<'_> {
+    fn new_value(&mut self, base: &str, fact: ValueFact) -> ValueId {
+        let name = fresh_name(self.graph, base);
+        let id = self.graph.add_value(name, fact, ValueKind::NodeOutput(NodeId(0)));
+        self.nchw.push(false);
+        id
+    }
+
+    fn constant(&mut self, base: &str, t: Tensor, tesa: Option<crate::tesa::Tesa>) -> ValueId {
+        let name = fresh_name(self.graph, base);
+        let id = self.graph.add_value(name, ValueFact::of(&t), ValueKind::Initializer);
+        self.graph.values[id.index()].tesa = tesa;
+        self.graph.initializers.insert(id, Initializer::Dense(t));
+        self.nchw.push(true);
+        id
+    }
+
+    fn push(&mut self, name: String, op: &str, attrs: Attrs, inputs: Vec<Option<ValueId>>, outputs: Vec<ValueId>) {
+        let name = self.unique_node_name(name);
+        self.nodes.push(Node {
+            name,
+            op_type: op.to_string(),
+            domain: String::new(),
+            opset: self.opset,
+            attrs,
+            inputs,
+            outputs,
+        });
+    }
+
+    fn unique_node_name(&self, base: String) -> String {
+        let taken = |n: &str| self.nodes.iter().chain(&self.graph.nodes).any(|x| x.name == n);
+        if !taken(&base) {
+            return base;
+        }
+        (1..).map(|i| format!("{base}.{i}")).find(|n| !taken(n)).expect("a free node name")
+    }
+
+    fn transpose(&mut self, x: ValueId, perm: &[usize], out: ValueId) {
+        let mut attrs = Attrs::new();
+        attrs.insert("perm", Attr::Ints(perm.iter().map(|&p| p as i64).collect()));
+        let name = format!("{}.transpose", self.graph.value(out).name);
+        self.push(name, "Transpose", attrs, vec![Some(x)], vec![out]);
+    }
+
+    /// The value with `v`'s TeSA permuted by `perm`.
+    fn permuted_tesa(&self, v: ValueId, perm: &[usize]) -> Option<crate::tesa::Tesa> {
+        let value = self.graph.value(v);
+        let (shape, positions) = transpose_positions(&value.fact.shape, perm);
+        value.tesa.as_ref().map(|t| t.gather(&shape, &positions))
+    }
+
+    /// `v` in NHWC, made with a Transpose the first time it is asked for.
+    fn nhwc_of(&mut self, v: ValueId) -> ValueId {
+        if let Some(&h) = self.nhwc.get(&v) {
+            return h;
+        }
+        let f = self.graph.fact(v).clone();
+        let shape = TO_NHWC.iter().map(|&p| f.shape[p]).collect();
+        let base = format!("{}.nhwc", self.graph.value(v).name);
+        let h = self.new_value(&base, ValueFact::new(f.dtype, shape));
+        self.graph.values[h.index()].tesa = self.permuted_tesa(v, &TO_NHWC);
+        self.transpose(v, &TO_NHWC, h);
+        self.report.border_transposes += 1;
+        self.nhwc.insert(v, h);
+        h
+    }
+
+    /// `v` in NCHW: itself when it exists, else a Transpose of its NHWC form into it.
+    fn nchw_of(&mut self, v: ValueId) -> ValueId {
+        if !self.nchw[v.index()] {
+            let h = self.nhwc[&v];
+            self.transpose(h, &TO_NCHW, v);
+            self.report.border_transposes += 1;
+            self.nchw[v.index()] = true;
+        }
+        v
+    }
+
+    /// The NHWC value standing for `y` (NCHW), with `y`'s TeSA permuted.
+    fn nhwc_output(&mut self, y: ValueId) -> ValueId {
+        let f = self.graph.fact(y).clone();
+        let shape = TO_NHWC.iter().map(|&p| f.shape[p]).collect();
+        let base = format!("{}.nhwc", self.graph.value(y).name);
+        let h = self.new_value(&base, ValueFact::new(f.dtype, shape));
+        self.graph.values[h.index()].tesa = self.permuted_tesa(y, &TO_NHWC);
+        self.nhwc.insert(y, h);
+        h
+    }
+
+    fn keep(&mut self, node: &Node) {
+        let inputs = node.inputs.iter().map(|v| v.map(|v| self.nchw_of(v))).collect();
+        for v in &node.outputs {
+            self.nchw[v.index()] = true;
+        }
+        self.nodes.push(Node { inputs, ..node.clone() });
+    }
+
+    fn conv(&mut self, node: &Node) -> bool {
+        let (Some(x), Some(w)) = (node.inputs[0], node.inputs.get(1).copied().flatten()) else { return false };
+        let bias = node.inputs.get(2).copied().flatten();
+        let wf = self.graph.fact(w).clone();
+        if self.graph.fact(x).shape.len() != 4 || wf.shape.len() != 4 || !self.graph.initializers.contains_key(&w) {
+            return false;
+        }
+        let y = node.outputs[0];
+        let ints = |name: &str, default: i64| -> Vec<i64> {
+            node.attrs.ints_opt(name).ok().flatten().map(|v| v.to_vec()).unwrap_or_else(|| vec![default; 4])
+        };
+        let auto_pad = node.attrs.string("auto_pad", "NOTSET").unwrap_or("NOTSET");
+        let pointwise = wf.shape[2] == 1
+            && wf.shape[3] == 1
+            && node.attrs.int("group", 1).unwrap_or(1) == 1
+            && ints("strides", 1).iter().all(|&s| s == 1)
+            && ints("pads", 0).iter().all(|&p| p == 0)
+            && (auto_pad == "NOTSET" || auto_pad == "VALID")
+            && bias.is_none_or(|b| self.graph.initializers.contains_key(&b));
+        let xh = self.nhwc_of(x);
+        if pointwise {
+            // y = x·Wᵀ (+ b) over the rows of NHWC.
+            let (c_out, c_in) = (wf.shape[0], wf.shape[1]);
+            let t = self.graph.initializers[&w].to_dense();
+            let (shape, positions) = transpose_positions(&[c_out, c_in], &[1, 0]);
+            let wt = gather_tensor(&t, shape.clone(), &positions);
+            let tesa = self.graph.value(w).tesa.as_ref().map(|t| {
+                let flat = t.gather(&[c_out, c_in], &(0..c_out * c_in).collect::<Vec<_>>());
+                flat.gather(&shape, &positions)
+            });
+            let base = format!("{}.kc", self.graph.value(w).name);
+            let wt = self.constant(&base, wt, tesa);
+            let yh = self.nhwc_output(y);
+            let name = node.name.clone();
+            match bias {
+                Some(b) => {
+                    let f = self.graph.fact(yh).clone();
+                    let base = format!("{}.matmul", self.graph.value(y).name);
+                    let mm = self.new_value(&base, f);
+                    self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(xh), Some(wt)], vec![mm]);
+                    self.push(format!("{name}.bias"), "Add", Attrs::new(), vec![Some(mm), Some(b)], vec![yh]);
+                }
+                None => self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(xh), Some(wt)], vec![yh]),
+            }
+            self.report.pointwise += 1;
+            return true;
+        }
+        let xf = self.graph.fact(x).clone();
+        let xt = self.new_value(&format!("{}.nchw", self.graph.value(x).name), xf);
+        self.graph.values[xt.index()].tesa = self.graph.value(x).tesa.clone();
+        self.transpose(xh, &TO_NCHW, xt);
+        let yf = self.graph.fact(y).clone();
+        let yt = self.new_value(&format!("{}.nchw", self.graph.value(y).name), yf);
+        self.graph.values[yt.index()].tesa = self.graph.value(y).tesa.clone();
+        let mut inputs = node.inputs.clone();
+        inputs[0] = Some(xt);
+        self.nodes.push(Node { inputs, outputs: vec![yt], ..node.clone() });
+        let yh = self.nhwc_output(y);
+        self.transpose(yt, &TO_NHWC, yh);
+        self.report.convs += 1;
+        true
+    }
+
+    fn elementwise(&mut self, node: &Node) -> bool {
+        let y = node.outputs[0];
+        let reads_nhwc = node.inputs.iter().flatten().any(|v| self.nhwc.contains_key(v));
+        if !reads_nhwc || node.outputs.len() != 1 || self.graph.fact(y).shape.len() != 4 {
+            return false;
+        }
+        // Every input must be NHWC-able: converted, 4-D, or a constant of rank <= 4.
+        let ok = node.inputs.iter().flatten().all(|v| {
+            self.nhwc.contains_key(v)
+                || self.graph.fact(*v).shape.len() == 4
+                || (self.graph.initializers.contains_key(v) && self.graph.fact(*v).shape.len() <= 4)
+        });
+        if !ok {
+            return false;
+        }
+        let mut inputs = vec![];
+        for v in &node.inputs {
+            let Some(v) = *v else {
+                inputs.push(None);
+                continue;
+            };
+            let f = self.graph.fact(v).clone();
+            let conv =
+                if self.nhwc.contains_key(&v) || (f.shape.len() == 4 && !self.graph.initializers.contains_key(&v)) {
+                    self.nhwc_of(v)
+                } else if f.numel() <= 1 || node.op_type == "Clip" {
+                    v
+                } else {
+                    // A constant broadcast against NCHW: padded to rank 4 and permuted.
+                    let mut shape4 = vec![1; 4 - f.shape.len()];
+                    shape4.extend(&f.shape);
+                    let t = self.graph.initializers[&v].to_dense();
+                    let (shape, positions) = transpose_positions(&shape4, &TO_NHWC);
+                    let base = format!("{}.nhwc", self.graph.value(v).name);
+                    let tesa = self.graph.value(v).tesa.as_ref().map(|t| {
+                        let flat = t.gather(&shape4, &(0..f.numel()).collect::<Vec<_>>());
+                        flat.gather(&shape, &positions)
+                    });
+                    let t = gather_tensor(&t, shape, &positions);
+                    self.constant(&base, t, tesa)
+                };
+            inputs.push(Some(conv));
+        }
+        let yh = self.nhwc_output(y);
+        self.nodes.push(Node { inputs, outputs: vec![yh], ..node.clone() });
+        true
+    }
+
+    fn pool(&mut self, node: &Node) -> bool {
+        let Some(x) = node.inputs[0] else { return false };
+        if !self.nhwc.contains_key(&x) || node.outputs.len() != 1 {
+            return false;
+        }
+        let y = node.outputs[0];
+        let rank = self.graph.fact(x).shape.len();
+        let (axes, keepdims, op) = match node.op_type.as_str() {
+            "GlobalAveragePool" => (vec![2, 3], true, "ReduceMean"),
+            "GlobalMaxPool" => (vec![2, 3], true, "ReduceMax"),
+            op @ ("ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin") => {
+                let raw: Vec<i64> = match node.inputs.get(1).copied().flatten() {
+                    Some(a) => match self.graph.initializers.get(&a) {
+                        Some(t) => t.to_dense().to_i64_vec(),
+                        None => return false,
+                    },
+                    None => node.attrs.ints_opt("axes").ok().flatten().map(|a| a.to_vec()).unwrap_or_default(),
+                };
+                if raw.is_empty() || node.attrs.int("noop_with_empty_axes", 0).unwrap_or(0) != 0 {
+                    return false;
+                }
+                let Some(axes) = raw.iter().map(|&a| crate::ir::normalize_axis(a, rank)).collect::<Option<Vec<_>>>()
+                else {
+                    return false;
+                };
+                (axes, node.attrs.int("keepdims", 1).unwrap_or(1) != 0, op)
+            }
+            _ => return false,
+        };
+        let mut sorted = axes.clone();
+        sorted.sort_unstable();
+        // Without keepdims only a reduction over H and W leaves the same [N, C] in both layouts.
+        if !keepdims && sorted != [2, 3] {
+            return false;
+        }
+        let xh = self.nhwc[&x];
+        let mut nhwc_axes: Vec<i64> =
+            axes.iter().map(|&a| TO_NHWC.iter().position(|&p| p == a).unwrap() as i64).collect();
+        nhwc_axes.sort_unstable();
+        let out = if keepdims { self.nhwc_output(y) } else { y };
+        let mut attrs = Attrs::new();
+        attrs.insert("keepdims", Attr::Int(keepdims as i64));
+        let mut inputs = vec![Some(xh)];
+        if self.opset >= 18 {
+            let t = Tensor::from_vec(vec![nhwc_axes.len()], nhwc_axes);
+            let base = format!("{}.axes", node.name);
+            inputs.push(Some(self.constant(&base, t, None)));
+        } else {
+            attrs.insert("axes", Attr::Ints(nhwc_axes));
+        }
+        self.push(format!("{}.nhwc", node.name), op, attrs, inputs, vec![out]);
+        if !keepdims {
+            self.nchw[y.index()] = true;
+        }
+        true
+    }
+}
+
+/// Moves the convolutions of `graph` and what lies between them to NHWC (see the module
+/// docs). A graph without a 4-D Conv is left as it is.
+pub fn channels_last(graph: &mut Graph) -> Result<LayoutReport, Error> {
+    let has_conv =
+        graph.nodes.iter().any(|n| n.op_type == "Conv" && n.inputs[0].is_some_and(|x| graph.fact(x).shape.len() == 4));
+    if !has_conv {
+        return Ok(LayoutReport::default());
+    }
+    let opset = graph.opsets.get("").copied().unwrap_or(13);
+    let old_nodes = std::mem::take(&mut graph.nodes);
+    let n_values = graph.values.len();
+    let mut nchw = vec![false; n_values];
+    for &v in graph.inputs.iter().chain(graph.initializers.keys()) {
+        nchw[v.index()] = true;
+    }
+    let mut rw = Rewriter { graph, nodes: vec![], nhwc: HashMap::new(), nchw, opset, report: LayoutReport::default() };
+    for node in &old_nodes {
+        let done = node.domain.is_empty()
+            && match node.op_type.as_str() {
+                "Conv" => rw.conv(node),
+                op if ELEMENTWISE.contains(&op) => rw.elementwise(node),
+                "GlobalAveragePool" | "GlobalMaxPool" | "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+                    rw.pool(node)
+                }
+                _ => false,
+            };
+        if !done {
+            rw.keep(node);
+        }
+    }
+    let outputs = rw.graph.outputs.clone();
+    for v in outputs {
+        rw.nchw_of(v);
+    }
+    let (nodes, report) = (rw.nodes, rw.report);
+    graph.nodes = nodes;
+    renumber(graph)?;
+    Ok(report)
+}

@@ -1,0 +1,139 @@
+//! Graph rewrites between propagation and the plan, each a pass over the IR that keeps what
+//! the graph computes (with every pruned element zeroed):
+//! - [`shrink_channels`]: channels that propagation pruned in every tensor that carries them
+//!   are cut out, so pruned filters become physically smaller dense operators;
+//! - [`channels_last`]: the convolution part of a model moves to NHWC, where a 1×1 convolution
+//!   is the MatMul the planner and the sparse kernels already handle, and the other
+//!   convolutions run as one NHWC kernel each.
+//!
+//! Both leave a verified graph (`ir::verify`) with unreferenced values dropped and the
+//! remaining values renumbered in a deterministic order.
+
+pub mod channels;
+pub mod layout;
+
+pub use channels::{shrink_channels, ShrinkReport};
+pub use layout::{channels_last, LayoutReport};
+
+use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};
+use std::collections::BTreeMap;
+
+/// What [`prepare_for_lowering`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RewriteReport {
+    pub shrink: ShrinkReport,
+    pub layout: LayoutReport,
+}
+
+/// The rewrites `spartac compile` runs between propagation and the plan: pruned weight
+/// elements become zero (the compiled model computes the pruned model), then
+/// [`shrink_channels`] (unless `shrink` is false) and [`channels_last`].
+pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteReport, crate::Error> {
+    crate::tesa::attrs::zero_pruned_initializers(graph);
+    let shrink = if shrink { shrink_channels(graph)? } else { ShrinkReport::default() };
+    let layout = channels_last(graph)?;
+    Ok(RewriteReport { shrink, layout })
+}
+
+/// The new shape and the flat source positions of `shape` with only the indices `keep` (in
+/// that order) of `axis` kept.
+pub(crate) fn take_positions(shape: &[usize], axis: usize, keep: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut positions = Vec::with_capacity(outer * keep.len() * inner);
+    for o in 0..outer {
+        for &k in keep {
+            let base = (o * shape[axis] + k) * inner;
+            positions.extend(base..base + inner);
+        }
+    }
+    let mut new_shape = shape.to_vec();
+    new_shape[axis] = keep.len();
+    (new_shape, positions)
+}
+
+/// The flat source positions of a transpose of `shape` by `perm` (ONNX Transpose).
+pub(crate) fn transpose_positions(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let in_strides = crate::ir::strides(shape);
+    let n: usize = shape.iter().product();
+    let mut positions = Vec::with_capacity(n);
+    let mut idx = vec![0usize; perm.len()];
+    for _ in 0..n {
+        positions.push(idx.iter().zip(perm).map(|(&i, &p)| i * in_strides[p]).sum());
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    (out_shape, positions)
+}
+
+/// `t`'s elements at `positions`, as a tensor of `shape`.
+pub(crate) fn gather_tensor(t: &Tensor, shape: Vec<usize>, positions: &[usize]) -> Tensor {
+    Tensor::new(shape, t.data().gather_flat(positions)).expect("one position per element")
+}
+
+/// Drops the values nothing refers to, renumbers the rest in order of first reference (inputs,
+/// initializers by old id, node outputs and inputs in node order, outputs), fixes every
+/// value's kind and verifies the graph.
+pub(crate) fn renumber(graph: &mut Graph) -> Result<(), crate::Error> {
+    let mut order: Vec<ValueId> = vec![];
+    let mut new_id: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    let mut visit = |v: ValueId, order: &mut Vec<ValueId>| {
+        if let std::collections::btree_map::Entry::Vacant(e) = new_id.entry(v) {
+            e.insert(ValueId(order.len() as u32));
+            order.push(v);
+        }
+    };
+    for &v in &graph.inputs {
+        visit(v, &mut order);
+    }
+    for &v in graph.initializers.keys() {
+        visit(v, &mut order);
+    }
+    for node in &graph.nodes {
+        for v in node.inputs.iter().flatten() {
+            visit(*v, &mut order);
+        }
+        for &v in &node.outputs {
+            visit(v, &mut order);
+        }
+    }
+    for &v in &graph.outputs {
+        visit(v, &mut order);
+    }
+    let map = |v: &ValueId| new_id[v];
+    let mut values: Vec<_> = order.iter().map(|v| graph.values[v.index()].clone()).collect();
+    graph.inputs = graph.inputs.iter().map(map).collect();
+    graph.outputs = graph.outputs.iter().map(map).collect();
+    graph.initializers = std::mem::take(&mut graph.initializers).into_iter().map(|(k, v)| (map(&k), v)).collect();
+    for (i, node) in graph.nodes.iter_mut().enumerate() {
+        for v in node.inputs.iter_mut().flatten() {
+            *v = map(v);
+        }
+        for v in node.outputs.iter_mut() {
+            *v = map(v);
+            values[v.index()].kind = ValueKind::NodeOutput(NodeId(i as u32));
+        }
+    }
+    for &v in &graph.inputs {
+        values[v.index()].kind = ValueKind::Input;
+    }
+    for v in graph.initializers.keys() {
+        values[v.index()].kind = ValueKind::Initializer;
+    }
+    graph.values = values;
+    crate::ir::verify(graph)
+}
+
+/// A value name not yet in `graph`, from `base`.
+pub(crate) fn fresh_name(graph: &Graph, base: &str) -> String {
+    if graph.find_value(base).is_none() {
+        return base.to_string();
+    }
+    (1..).map(|i| format!("{base}.{i}")).find(|n| graph.find_value(n).is_none()).expect("a free name")
+}
