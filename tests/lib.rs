@@ -1,7 +1,9 @@
-//! Shared helpers for the integration tests: repository paths, ONNX conformance runner.
+//! Shared helpers for the integration tests: repository paths, ONNX conformance runner, model
+//! builder, and a GPU-free timer for the tuner (`fake_timer`).
 
 pub mod builder;
 pub mod conformance;
+pub mod fake_timer;
 pub mod models;
 
 use std::path::PathBuf;

@@ -8,13 +8,14 @@
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use spartac::ir::DType;
 use spartac::plan::cost::{CostDb, CostModel};
 use spartac::plan::hardware::HardwareProfile;
 use spartac::plan::PlanOptions;
 use spartac::program::artifact::{encode, PtxProto};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
 use spartac::propagate::{propagate, PropagateOptions};
-use spartac::rewrite::{prepare_for_lowering, RewriteReport};
+use spartac::rewrite::{prepare_for_lowering, to_half, RewriteReport};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,7 +45,8 @@ pub struct CompileArgs {
     /// Where to write the artifact (default: the model's path with the extension .sparta).
     #[arg(short, long, value_name = "MODEL.sparta")]
     pub output: Option<PathBuf>,
-    /// Element type the model runs in. Only f32 is built so far.
+    /// Element type the model runs in: f32, or a 16-bit float type (every value between
+    /// kernels rounded to it, inputs and outputs kept fp32, sums and reductions in fp32).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
     pub dtype: String,
     /// Skip sparsity propagation (the pruned weights alone are planned).
@@ -70,15 +72,16 @@ pub struct CompileArgs {
     /// Also write the summary as JSON.
     #[arg(long, value_name = "SUMMARY.json")]
     pub json: Option<PathBuf>,
+    /// The `spartac tune` cache whose measured winners (and refitted cost DB) the plan takes
+    /// (default: $SPARTAC_CACHE_DIR/tune or ~/.cache/spartac/tune, when it exists).
+    #[arg(long, value_name = "DIR")]
+    pub tune_cache: Option<PathBuf>,
 }
 
 /// The artifact's PTX architecture (the H100/H200's, with the wgmma features).
 const PTX_ARCH: &str = "sm_90a";
 
 pub fn run(args: CompileArgs) -> Result<ExitCode> {
-    if args.dtype != "f32" {
-        bail!("--dtype {}: only f32 models are built so far (f16/bf16 lowering is not implemented yet)", args.dtype);
-    }
     let out = args.output.clone().unwrap_or_else(|| args.model.model.with_extension("sparta"));
     if out == args.model.model {
         bail!("the output {} would overwrite the model", out.display());
@@ -109,6 +112,15 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     stage("tesa+propagate", &bar, &mut t);
     bar.set_message("shrinking channels, NHWC");
     let RewriteReport { shrink, layout } = prepare_for_lowering(&mut graph, !args.no_shrink)?;
+    match args.dtype.as_str() {
+        "f16" => {
+            to_half(&mut graph, DType::F16)?;
+        }
+        "bf16" => {
+            to_half(&mut graph, DType::BF16)?;
+        }
+        _ => {}
+    }
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
@@ -117,7 +129,10 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         let db = CostDb::parse(&text).with_context(|| format!("in {}", path.display()))?;
         opts.cost = CostModel::new(HardwareProfile::sm_90(), db)?;
     }
-    let plan = crate::plan::plan_graph(&graph, &opts)?;
+    // Tuning (`spartac tune`): the refitted cost DB, then the measured winners.
+    let tuning = crate::tune::CompileTuning::open(args.tune_cache.as_deref(), args.costdb.is_some(), &mut opts)?;
+    let mut plan = crate::plan::plan_graph(&graph, &opts)?;
+    let tuned = tuning.apply(&graph, &mut plan, &opts)?;
     stage("plan", &bar, &mut t);
     bar.set_message("specializing kernels");
     let options =
@@ -170,6 +185,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             ),
         ),
         ("planned matmuls".into(), format!("{} ({} sparse)", s.planned_ops, s.sparse_ops)),
+        ("tuning".into(), tuned.clone()),
         (
             "fused".into(),
             format!(
@@ -229,6 +245,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "ptx_kernels": ptx.len(),
             "stages_s": stages.iter().map(|(n, s)| (n.to_string(), *s)).collect::<std::collections::BTreeMap<_, _>>(),
             "compile_s": total,
+            "tuning": tuned,
         });
         spartac::output::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
     }

@@ -1,6 +1,7 @@
 //! `spartac`: the command-line tool. Each subcommand lives in its own file (`plan.rs` holds
-//! `plan` and `explain`; `run.rs` hands `.sparta` files to `run_artifact.rs`); `model_args.rs`
-//! holds the arguments every model-loading command shares.
+//! `plan` and `explain`; `run.rs` hands `.sparta` files to `run_artifact.rs`; `tune.rs` writes its
+//! report through `tune_report.rs`); `model_args.rs` holds the arguments every model-loading
+//! command shares.
 //!
 //! The binary is its own crate because it needs both the compiler and the runtime, and the
 //! compiler must not depend on the runtime (which holds CUDA). An error prints as one
@@ -18,6 +19,8 @@ mod plot;
 mod propagate;
 mod run;
 mod run_artifact;
+mod tune;
+mod tune_report;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -52,6 +55,7 @@ enum Command {
     Kernels(kernels::KernelsArgs),
     /// The planner's cost DB: fit it to measured kernel times.
     Costdb(costdb::CostdbArgs),
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Hpec(args) => hpec::run(args).map(|()| ExitCode::SUCCESS),
         Command::Kernels(args) => kernels::run(args).map(|()| ExitCode::SUCCESS),
         Command::Costdb(args) => costdb::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Tune(args) => tune::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! `spartac propagate --plot sparsity.png`: a bar chart of every weight's density before
-//! and after propagation, drawn into an RGB buffer with the public-domain 8×8 glyphs of
+//! and after propagation; `spartac tune --plot`: predicted against measured kernel times
+//! ([`ScatterPlot`]). Drawn into an RGB buffer with the public-domain 8×8 glyphs of
 //! `font8x8` and encoded with `png`. Small on purpose: no plotting library.
 
 use anyhow::{Context, Result};
@@ -133,6 +134,103 @@ impl SparsityPlot {
     }
 }
 
+/// `spartac tune --plot`: one point per (predicted, measured) pair on log-log axes, a series
+/// per color, and the diagonal where prediction equals measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScatterPlot {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+}
+
+/// One color of a [`ScatterPlot`]: its legend and `(x, y)` points (those with a coordinate of
+/// zero or less are left out).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub legend: String,
+    pub color: [u8; 3],
+    pub points: Vec<(f64, f64)>,
+}
+
+const SCATTER_SIDE: usize = 520;
+const SCATTER_LEFT: usize = 96;
+const SCATTER_TOP: usize = 84;
+
+impl ScatterPlot {
+    /// The decades the axes span: from below the smallest value to above the largest.
+    fn decades(&self) -> (i32, i32) {
+        let shown = self.series.iter().flat_map(|s| &s.points).filter(|(x, y)| *x > 0.0 && *y > 0.0);
+        let values = shown.flat_map(|&(x, y)| [x, y]);
+        let (lo, hi) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        if !lo.is_finite() {
+            return (-6, -3);
+        }
+        let (lo, hi) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+        (lo, hi.max(lo + 1))
+    }
+
+    /// The chart as an RGB canvas.
+    pub fn render(&self) -> Canvas {
+        let width = SCATTER_LEFT + SCATTER_SIDE + 32;
+        let height = SCATTER_TOP + SCATTER_SIDE + 64;
+        let mut c = Canvas::new(width, height);
+        c.text(16, 12, &fit(&self.title, (width - 32) / 16), INK, 2);
+        let n: usize = self.series.iter().map(|s| s.points.len()).sum();
+        c.text(16, 38, &format!("{n} points, log-log; on the diagonal the model is exact"), MUTED, 1);
+        let mut lx = SCATTER_LEFT;
+        for s in &self.series {
+            c.fill(lx, 58, 10, 10, s.color);
+            c.text(lx + 16, 59, &s.legend, INK, 1);
+            lx += 16 + s.legend.len() * 8 + 24;
+        }
+        let (lo, hi) = self.decades();
+        let span = (hi - lo) as f64;
+        let pos = |v: f64| ((v.log10() - lo as f64) / span * (SCATTER_SIDE - 1) as f64).round() as usize;
+        let (x0, y_bottom) = (SCATTER_LEFT, SCATTER_TOP + SCATTER_SIDE - 1);
+        for d in lo..=hi {
+            let p = pos(10f64.powi(d));
+            c.fill(x0 + p, SCATTER_TOP, 1, SCATTER_SIDE, GRID);
+            c.fill(x0, y_bottom - p, SCATTER_SIDE, 1, GRID);
+            let label = seconds_label(d);
+            c.text((x0 + p).saturating_sub(label.len() * 4), y_bottom + 8, &label, INK, 1);
+            c.text(x0.saturating_sub(label.len() * 8 + 6), (y_bottom - p).saturating_sub(4), &label, INK, 1);
+        }
+        // The diagonal, then the axes over it.
+        for i in 0..SCATTER_SIDE {
+            c.fill(x0 + i, y_bottom - i, 1, 1, MUTED);
+        }
+        c.fill(x0, y_bottom, SCATTER_SIDE, 1, INK);
+        c.fill(x0, SCATTER_TOP, 1, SCATTER_SIDE, INK);
+        c.text(x0 + SCATTER_SIDE / 2 - self.x_label.len() * 4, y_bottom + 28, &self.x_label, INK, 1);
+        c.text(8, SCATTER_TOP - 16, &self.y_label, INK, 1);
+        for s in &self.series {
+            for &(x, y) in s.points.iter().filter(|(x, y)| *x > 0.0 && *y > 0.0) {
+                let (px, py) = (x0 + pos(x).min(SCATTER_SIDE - 1), y_bottom - pos(y).min(SCATTER_SIDE - 1));
+                c.fill(px.saturating_sub(2), py.saturating_sub(2), 5, 5, s.color);
+            }
+        }
+        c
+    }
+
+    /// Renders and writes the PNG atomically.
+    pub fn write_png(&self, path: &Path) -> Result<()> {
+        let bytes = self.render().to_png()?;
+        Ok(spartac::output::write_atomic(path, &bytes)?)
+    }
+}
+
+/// `10^d` seconds as a short label: `1us`, `100ms`, `10s`.
+fn seconds_label(d: i32) -> String {
+    let (unit, base) = match d {
+        i32::MIN..=-7 => return format!("1e{d}s"),
+        -6..=-4 => ("us", -6),
+        -3..=-1 => ("ms", -3),
+        _ => ("s", 0),
+    };
+    format!("{}{unit}", 10u64.pow((d - base).clamp(0, 18) as u32))
+}
+
 /// `s` cut to `max` characters, ending in ".." when cut.
 fn fit(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
@@ -255,6 +353,31 @@ mod tests {
         assert_eq!(h as usize, TOP + MAX_BARS * ROW_H + BOTTOM);
         assert_eq!(fit_tail("abcdefgh", 5), "..fgh");
         assert_eq!(fit("abcdefgh", 5), "abc..");
+    }
+
+    #[test]
+    fn scatter_plot_spans_the_decades_of_its_points() {
+        let plot = ScatterPlot {
+            title: "t".into(),
+            x_label: "predicted".into(),
+            y_label: "measured".into(),
+            series: vec![
+                Series {
+                    legend: "before".into(),
+                    color: BEFORE,
+                    points: vec![(2e-6, 3e-6), (40e-6, 20e-6), (0.0, 1.0)],
+                },
+                Series { legend: "after".into(), color: AFTER, points: vec![(3e-6, 3e-6)] },
+            ],
+        };
+        assert_eq!(plot.decades(), (-6, -4));
+        let (w, h, rgb) = decode(&plot.render().to_png().unwrap());
+        assert_eq!((w as usize, h as usize), (SCATTER_LEFT + SCATTER_SIDE + 32, SCATTER_TOP + SCATTER_SIDE + 64));
+        assert!(has_color(&rgb, BEFORE) && has_color(&rgb, AFTER));
+        assert_eq!(seconds_label(-5), "10us");
+        assert_eq!(seconds_label(-3), "1ms");
+        let empty = ScatterPlot { series: vec![], ..plot };
+        assert_eq!(empty.decades(), (-6, -3));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use spartac::ir::Tensor;
 use spartac::program::artifact::{decode, Artifact};
 use spartac::program::model::ModelProgram;
-use spartac::program::Op;
+use spartac::program::{Elem, Op};
 use spartac_runtime::exec::model::{relative_error, run_cpu, GpuModel, Outputs};
 use spartac_runtime::npz::{read_npz, write_npz};
 use std::collections::BTreeMap;
@@ -130,12 +130,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 }
                 summary["check_errors"] = errors.into();
                 summary["check_cpu_s"] = t.elapsed().as_secs_f64().into();
-                if worst > args.tolerance {
+                let half = reference.program.buffers.iter().any(|b| matches!(b.elem, Elem::F16 | Elem::BF16));
+                let tolerance = args.tolerance.unwrap_or(if half { 1e-2 } else { 1e-4 });
+                summary["check_tolerance"] = tolerance.into();
+                if worst > tolerance {
                     write_summary(args, &summary)?;
-                    bail!(
-                        "GPU outputs differ from the CPU executor: relative error {worst:.3e} > {:.1e}",
-                        args.tolerance
-                    );
+                    bail!("GPU outputs differ from the CPU executor: relative error {worst:.3e} > {tolerance:.1e}");
                 }
             }
             if args.profile {

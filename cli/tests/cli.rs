@@ -405,3 +405,96 @@ fn hpec_files_that_name_huge_sizes_are_refused_before_allocating() {
     let err = expect_error(&spartac(&["hpec", "run", "--network", net.to_str().unwrap(), "--no-check", "--no-cache"]));
     assert!(err.contains("10000000000 neurons, at most"), "{err}");
 }
+
+/// `y = relu(x · w + b)` with a 256 × 256 weight, 85% of its 32 × 32 blocks and most other
+/// elements zero.
+fn write_sparse_model(dir: &Path) -> PathBuf {
+    use spartac::tesa::patterns::Pattern;
+    let mask = Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.85, scattered: 0.01 }.mask(256, 256, 11);
+    let mut rng = spartac::rng::SplitMix64::new(12);
+    let w: Vec<f32> = mask.iter().map(|p| if *p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
+    let bytes = ModelBuilder::new("sparse", 17)
+        .input("x", DType::F32, &fixed(&[128, 256]))
+        .init("w", &Tensor::from_vec(vec![256, 256], w))
+        .init("b", &Tensor::from_vec(vec![256], vec![0.25f32; 256]))
+        .node("fc", "MatMul", &["x", "w"], &["h"], vec![])
+        .node("add", "Add", &["h", "b"], &["z"], vec![])
+        .node("relu", "Relu", &["z"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[128, 256]))
+        .bytes();
+    let path = dir.join("sparse.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn tune_without_a_gpu_is_a_one_line_error() {
+    if spartac_runtime::cuda::driver_present().is_ok() {
+        eprintln!("skipped: a CUDA driver is present (the GPU test scripts run the real tune)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_sparse_model(dir.path());
+    let cache = dir.path().join("cache");
+    let o = spartac(&["tune", model.to_str().unwrap(), "--cache", cache.to_str().unwrap(), "--budget", "90s"]);
+    let err = expect_error(&o);
+    assert!(err.contains("GPU") && err.contains("CUDA driver"), "{err}");
+    assert!(!cache.exists(), "nothing written");
+    let o = spartac(&["tune", model.to_str().unwrap(), "--budget", "5 parsecs"]);
+    assert!(!o.status.success() && stderr(&o).contains("unknown unit"), "{}", stderr(&o));
+}
+
+#[test]
+fn compile_takes_the_measured_winners_and_the_refitted_db_from_a_tune_cache() {
+    use spartac::codegen::Engine;
+    use spartac::plan::tune::{tune_graph, TuneCache, TuneOptions};
+    use spartac::plan::KernelChoice;
+    if spartac_runtime::cuda::driver_present().is_ok() {
+        eprintln!("skipped: a CUDA driver is present (compile matches the cache to that GPU, not the fake one)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_sparse_model(dir.path());
+    // `compile`'s pipeline up to the plan, then a tune on a fake GPU where SIMT wins.
+    let mut graph = spartac::frontend::load_model(&model, &Default::default()).unwrap();
+    spartac::tesa::attrs::apply_attrs(&mut graph, None).unwrap();
+    spartac::propagate::propagate(&mut graph, &Default::default()).unwrap();
+    spartac::rewrite::prepare_for_lowering(&mut graph, true).unwrap();
+    let cache_dir = dir.path().join("tune");
+    let cache = TuneCache::new(&cache_dir);
+    let mut timer = spartac_tests::fake_timer::FakeTimer::favoring(KernelChoice::Engine(Engine::Simt));
+    tune_graph(&graph, &TuneOptions::default(), &cache, &mut timer, &mut |_| {}).unwrap();
+    let compile = |extra: &[&str]| {
+        let out = dir.path().join("m.sparta");
+        let json = dir.path().join("m.json");
+        let base = [model.to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-ptx", "--json", json.to_str().unwrap()];
+        let o = spartac(&[&["compile"][..], &base, extra].concat());
+        assert!(o.status.success(), "stdout: {}\nstderr: {}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+        let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), summary["tuning"].as_str().unwrap().to_string(), stderr(&o))
+    };
+    let tuned = ["--tune-cache", cache_dir.to_str().unwrap()];
+    let (text, tuning, _) = compile(&tuned);
+    assert!(tuning.starts_with("1 of 1 operators from") && tuning.contains("Fake GPU"), "{tuning}");
+    assert!(text.lines().any(|l| l.starts_with("tuning") && l.contains("1 of 1")), "{text}");
+    // The refitted DB in the cache is used, and said so.
+    let mut db = spartac::plan::cost::CostModel::sm_90().db;
+    db.source = "fitted by a test".into();
+    std::fs::write(cache_dir.join("costdb.json"), serde_json::to_string(&db).unwrap()).unwrap();
+    let (_, tuning, _) = compile(&tuned);
+    assert!(tuning.contains("cost DB") && tuning.contains("fitted by a test"), "{tuning}");
+    // A damaged entry: a warning, and the model's own plan.
+    for e in std::fs::read_dir(&cache_dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap() != "costdb.json" {
+            std::fs::write(&p, "{\"checksum\": \"0\", \"entry\": {}}").unwrap();
+        }
+    }
+    let (_, tuning, err) = compile(&tuned);
+    assert!(err.contains("warning: damaged tune cache entry"), "{err}");
+    assert!(tuning.starts_with("no entries"), "{tuning}");
+    // An empty folder given explicitly: no entries, no error.
+    let empty = dir.path().join("empty");
+    let (_, tuning, _) = compile(&["--tune-cache", empty.to_str().unwrap()]);
+    assert!(tuning.starts_with("no entries"), "{tuning}");
+}

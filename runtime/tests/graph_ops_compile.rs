@@ -290,20 +290,37 @@ fn cases() -> Vec<(String, OpKernel)> {
         let shape = dw(32, h, ch, k, s);
         add(
             &format!("conv dw {k}x{k} s{s} {h}x{h}x{ch} relu6"),
-            conv_nhwc(&format!("dw{k}s{s}_{h}_{ch}"), &shape, true, relu6),
+            conv_nhwc(&format!("dw{k}s{s}_{h}_{ch}"), &shape, F32, true, relu6),
         );
     }
-    add("conv dw 3x3 s1 no bias", conv_nhwc("dw_plain", &dw(32, 56, 144, 3, 1), false, Activation::None));
-    add("conv dw 5x5 s2 no bias", conv_nhwc("dw5_plain", &dw(32, 28, 240, 5, 2), false, Activation::None));
-    add("conv dw 3x3 scalar c=6", conv_nhwc("dw_c6", &dw(2, 15, 6, 3, 1), true, Activation::Relu));
+    add("conv dw 3x3 s1 no bias", conv_nhwc("dw_plain", &dw(32, 56, 144, 3, 1), F32, false, Activation::None));
+    add("conv dw 5x5 s2 no bias", conv_nhwc("dw5_plain", &dw(32, 28, 240, 5, 2), F32, false, Activation::None));
+    add("conv dw 3x3 scalar c=6", conv_nhwc("dw_c6", &dw(2, 15, 6, 3, 1), F32, true, Activation::Relu));
     let dilated = ConvShape { dilation: (2, 3), pads: [2, 3, 2, 3], ..dw(2, 17, 8, 3, 1) };
-    add("conv dw dilated gelu", conv_nhwc("dw_dil", &dilated, true, Activation::GeluErf));
+    add("conv dw dilated gelu", conv_nhwc("dw_dil", &dilated, F32, true, Activation::GeluErf));
     let stem = stem_shape();
-    add("conv stem 3x3 s2 relu6", conv_nhwc("stem", &stem, true, relu6));
-    add("conv stem no bias", conv_nhwc("stem_plain", &stem, false, Activation::None));
-    add("conv grouped 4", conv_nhwc("grp4", &conv_shape(32, 28, 64, 96, 4, 3, 1), true, relu6));
-    add("conv depth multiplier 3", conv_nhwc("mult3", &conv_shape(8, 28, 16, 48, 16, 3, 2), false, relu6));
-    add("conv dense big c_in", conv_nhwc("dense512", &conv_shape(32, 14, 512, 512, 1, 3, 1), true, Activation::Gelu));
+    add("conv stem 3x3 s2 relu6", conv_nhwc("stem", &stem, F32, true, relu6));
+    add("conv stem no bias", conv_nhwc("stem_plain", &stem, F32, false, Activation::None));
+    add("conv grouped 4", conv_nhwc("grp4", &conv_shape(32, 28, 64, 96, 4, 3, 1), F32, true, relu6));
+    add("conv depth multiplier 3", conv_nhwc("mult3", &conv_shape(8, 28, 16, 48, 16, 3, 2), F32, false, relu6));
+    add(
+        "conv dense big c_in",
+        conv_nhwc("dense512", &conv_shape(32, 14, 512, 512, 1, 3, 1), F32, true, Activation::Gelu),
+    );
+    // 16-bit x and y, f32 weights, bias and math.
+    for (d, t) in [(F16, "f16"), (BF16, "bf16")] {
+        let mut add16 = |label: &str, name: &str, shape: &ConvShape| {
+            add(&format!("conv {t} {label} relu6"), conv_nhwc(&format!("{name}_{t}"), shape, d, true, relu6));
+        };
+        add16("dw 3x3 s1 112x112x32", "dw3s1", &dw(32, 112, 32, 3, 1));
+        add16("dw 3x3 s2 112x112x96", "dw3s2", &dw(32, 112, 96, 3, 2));
+        add16("dw 5x5 s1 14x14x672", "dw5s1", &dw(32, 14, 672, 5, 1));
+        add16("dw 5x5 s2 56x56x144", "dw5s2", &dw(32, 56, 144, 5, 2));
+        add16("dw 3x3 scalar c=6", "dw_c6", &dw(2, 15, 6, 3, 1));
+        add16("stem 3x3 s2", "stem", &stem);
+        add16("grouped 4", "grp4", &conv_shape(32, 28, 64, 96, 4, 3, 1));
+        add16("depth multiplier 3", "mult3", &conv_shape(8, 28, 16, 48, 16, 3, 2));
+    }
     out
 }
 
@@ -368,12 +385,22 @@ fn generated_ptx_has_the_expected_instructions() {
     let text = ptx(&sm);
     assert!(text.contains("shfl.sync.bfly"), "softmax without warp shuffles");
     let relu6 = Activation::Clip { lo: 0.0, hi: 6.0 };
-    let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), true, relu6).unwrap());
+    let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), DType::F32, true, relu6).unwrap());
     assert!(text.contains("ld.global.nc.v4.f32"), "the depthwise conv does not load 4 channels at once");
     assert!(text.contains("st.global.v4.f32"), "the depthwise conv does not store 4 channels at once");
-    let text = ptx(&conv_nhwc("stem", &stem_shape(), true, relu6).unwrap());
+    let text = ptx(&conv_nhwc("stem", &stem_shape(), DType::F32, true, relu6).unwrap());
     assert!(text.contains("ld.shared.v4.f32"), "the stem does not read its weights 4 channels at a time");
     assert!(text.contains("st.global.v4.f32"), "the stem does not store 4 channels at once");
+    for d in [DType::F16, DType::BF16] {
+        let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), d, true, relu6).unwrap());
+        assert!(text.contains("ld.global.nc.v2.u32"), "the {d} depthwise conv does not load 4 channels at once");
+        assert!(text.contains("ld.global.nc.v4.f32"), "the {d} depthwise conv does not load 4 f32 weights at once");
+        assert!(text.contains("st.global.v2.u32"), "the {d} depthwise conv does not store 4 channels at once");
+        assert!(text.contains(&format!("cvt.rn.{d}.f32")), "the {d} depthwise conv does not round its output");
+        let text = ptx(&conv_nhwc("stem", &stem_shape(), d, true, relu6).unwrap());
+        assert!(text.contains("ld.shared.v4.f32"), "the {d} stem does not read its weights 4 channels at a time");
+        assert!(text.contains("st.global.v2.u32"), "the {d} stem does not store 4 channels at once");
+    }
 }
 
 /// Small rendered kernels as snapshots of the exact source.

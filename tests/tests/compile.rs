@@ -263,3 +263,67 @@ fn a_pruned_convnet_compiles_to_nhwc_kernels_and_matches_the_reference() {
         spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
     }
 }
+
+/// `--dtype f16`: the small block runs with every value between kernels in fp16 (the planned
+/// matmuls on fp16 kernels); the CPU executor stays within fp16 rounding of the fp32 reference,
+/// and every kernel compiles.
+#[test]
+fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
+    let mut graph = small_block();
+    let reference = graph.clone();
+    apply_attrs(&mut graph, None).unwrap();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    prepare_for_lowering(&mut graph, true).unwrap();
+    let report = spartac::rewrite::to_half(&mut graph, DType::F16).unwrap();
+    assert!(report.values > 5 && report.constants > 3, "{report:?}");
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    assert!(p.operators.iter().all(|op| op.dtype == "f16"), "every planned matmul on fp16 kernels");
+    let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+    let halves = model.program.buffers.iter().filter(|b| b.elem == spartac::program::Elem::F16).count();
+    assert!(halves > 5, "fp16 buffers: {halves}");
+    // The interface keeps the model's fp32 types.
+    assert!(model.inputs.iter().chain(&model.outputs).all(|s| s.dtype != DType::F16));
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(&reference, seed);
+        let want = spartac::reference::execute(&reference, &inputs).unwrap();
+        let got = run_cpu(&model, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            let e = relative_error(g, w);
+            assert!(e <= 1e-2 && e > 0.0, "{name}: relative error {e:.3e} (fp16 rounds, but not by more)");
+        }
+    }
+    let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
+    if lib.is_dir() {
+        spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
+    }
+    spartac_runtime::cuda::nvrtc_version().expect("NVRTC is required (tests/run-all.sh installs it under .cuda/)");
+    for k in &model.program.kernels {
+        spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
+    }
+}
+
+/// The pruned convnet in fp16: NHWC conv kernels and planned matmuls on 16-bit activations.
+#[test]
+fn the_pruned_convnet_in_fp16_stays_within_half_precision_of_the_reference() {
+    let mut graph =
+        load_model_bytes(&spartac_tests::builder::small_convnet(), "convnet", &LoadOptions::default()).unwrap();
+    let tesa = r#"{"tensors": {"*.weight": {"channel_magnitude": {"sparsity": 0.5}}, "fc.weight": {}}}"#;
+    apply_attrs(&mut graph, Some(&TesaAttrs::parse(tesa).unwrap())).unwrap();
+    let pruned = graph.clone();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    prepare_for_lowering(&mut graph, true).unwrap();
+    spartac::rewrite::to_half(&mut graph, DType::F16).unwrap();
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+    let convs = model.program.kernels.iter().filter(|k| k.name.starts_with("conv_")).count();
+    assert_eq!(convs, 2);
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(&pruned, seed);
+        let want = execute_zeroing_pruned(&pruned, &inputs).unwrap();
+        let got = run_cpu(&model, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            let e = relative_error(g, w);
+            assert!(e <= 1e-2 && e > 0.0, "{name}: relative error {e:.3e}");
+        }
+    }
+}

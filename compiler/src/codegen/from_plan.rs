@@ -14,6 +14,9 @@
 //!   the fine-grained kernel over exactly the elements the sub-operator owns;
 //! - the dense fallback: the block kernel with every block present.
 //!
+//! The operator's [`KernelChoice`] (`Auto` unless tuned) goes on the specs last
+//! ([`apply_kernel_choice`]).
+//!
 //! Weight values travel beside the spec (the sub-operator's masked weight), so a kernel
 //! can either embed them or read them from device memory.
 //!
@@ -26,7 +29,7 @@
 
 use super::{Activation, CodegenError, Dtype, Epilogue, Mode, Orientation, SpmmSpec};
 use crate::plan::suboperator::{SubOpKind, SubOperator};
-use crate::plan::OperatorPlan;
+use crate::plan::{KernelChoice, OperatorPlan};
 
 /// One kernel launch of a planned operator: its spec and the weight it multiplies with
 /// (row-major `k × n`, zero outside what the sub-operator owns).
@@ -152,6 +155,7 @@ pub fn kernels_for_operator_with(
     // The epilogue belongs to the last launch, and only the first one overwrites.
     let last = out.len().saturating_sub(1);
     for (i, pk) in out.iter_mut().enumerate() {
+        apply_kernel_choice(op.kernel, &mut pk.spec);
         pk.spec.accumulate = i > 0;
         if i != last {
             pk.spec.epilogue = Epilogue::NONE;
@@ -160,6 +164,22 @@ pub fn kernels_for_operator_with(
         }
     }
     Ok(out)
+}
+
+/// Puts a planned operator's kernel choice (the tuner's) on one of its specs: an engine on
+/// every spec, a 3xTF32 fine tile on the fp32 element-sparse one (right orientation; the block
+/// specs keep the specializer's choice). `KernelChoice::Auto` leaves the spec as it is.
+pub fn apply_kernel_choice(choice: KernelChoice, spec: &mut SpmmSpec) {
+    match choice {
+        KernelChoice::Auto => {}
+        KernelChoice::Engine(engine) => spec.engine = engine,
+        KernelChoice::FineTf32(tile) => {
+            if spec.block == (1, 1) && spec.dtype == Dtype::F32 && spec.orientation == Orientation::Right {
+                spec.engine = super::Engine::Tf32x3;
+                spec.tile = Some(tile);
+            }
+        }
+    }
 }
 
 /// Plans `Y = X·W` for one `k × n` weight (pruned where `w` is zero, `m` rows of `X`,

@@ -47,7 +47,7 @@ pub use spmm_fine_tf32::{auto_work as fine_tf32_auto_work, FineTf32Work};
 pub use spmm_tf32::auto_takes as block_tf32_auto_takes;
 pub use spmm_wgmma::CoreLayout;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Errors of the specializer; the spec is user input, so none of these panic.
 #[derive(Debug, thiserror::Error)]
@@ -188,7 +188,7 @@ pub enum Mode {
 /// `rows` (32, 64 or 128), `group` (column groups per CTA, 1..=31), `k_rows` (k-chunk
 /// depth / 32, 1..=8), `stages` (0 = as many as fit, up to 8) and `n_tiles` (n8 tiles per
 /// group: 1 or 2, groups of 8 or 16 columns; 0 = 1 under a forced tile).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tile {
     pub rows: usize,
     pub stages: usize,
@@ -218,7 +218,7 @@ pub fn fine_first(dtype: Dtype) -> bool {
 /// Which tensor-core path a kernel takes: fp16/bf16 blocks on mma.sync or wgmma, fp32 blocks
 /// and fp32 element-sparse weights (right orientation) on SIMT FMAs or on tensor cores at
 /// fp32 accuracy (3xTF32); other fine kernels ignore it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Engine {
     /// The specializer's choice: fp16/bf16 right-orientation blocks take `WgmmaWs` (the dense
     /// kernel and the left orientation mma.sync; run 17, in the git history of benches/results/);

@@ -152,7 +152,7 @@ fn auto_prefers(spec: &SpmmSpec) -> Result<bool, CodegenError> {
 /// What the 3xTF32 fine kernel does for a pattern, for the planner's cost model
 /// (`plan::cost::CostModel::fine_tf32_time`): its k8 steps, each an `M × 8·nt × 8` TF32 product
 /// (three with the split), and its CTA column tiles, each of which reads all of A.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FineTf32Work {
     pub steps: usize,
     /// n8 tiles per step (1 or 2: a step of 2 multiplies 16 columns on its 8 gathered k).

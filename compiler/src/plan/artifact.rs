@@ -9,7 +9,7 @@
 
 use super::egraph::SplitKind;
 use super::suboperator::{Epilogue, KernelHints, Mode, Orientation, SubOpKind, SubOperator};
-use super::{Considered, OperatorPlan, Plan};
+use super::{Considered, KernelChoice, OperatorPlan, Plan};
 use crate::tesa::Format;
 use crate::Error;
 use prost::Message;
@@ -71,6 +71,9 @@ pub struct OperatorProto {
     pub planned_s: f64,
     #[prost(string, tag = "20")]
     pub reason: String,
+    /// The kernel choice (`KernelChoice` as JSON); empty: `auto`.
+    #[prost(string, tag = "21")]
+    pub kernel: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -222,6 +225,10 @@ impl Plan {
                     dense_s: o.dense_s,
                     planned_s: o.planned_s,
                     reason: o.reason.clone(),
+                    kernel: match o.kernel {
+                        KernelChoice::Auto => String::new(),
+                        k => serde_json::to_string(&k).unwrap_or_default(),
+                    },
                 })
                 .collect(),
         }
@@ -277,6 +284,12 @@ impl Plan {
                 planned_s: o.planned_s,
                 reason: o.reason.clone(),
                 cover_s: 0.0,
+                kernel: if o.kernel.is_empty() {
+                    KernelChoice::Auto
+                } else {
+                    serde_json::from_str(&o.kernel)
+                        .map_err(|_| Error::Unsupported("plan artifact: bad kernel".into()))?
+                },
             });
         }
         Ok(Plan { arch: p.arch, operators })
@@ -303,6 +316,7 @@ impl Plan {
                 "planned_s": o.planned_s,
                 "speedup": o.speedup(),
                 "reason": o.reason,
+                "kernel": o.kernel.label(),
                 "epilogue": {"bias": o.epilogue.bias, "activation": o.epilogue.activation, "fused": o.epilogue.fused},
                 "considered": o.considered.iter().map(|c| json!({
                     "split": c.split.name(), "label": c.label, "predicted_s": c.predicted_s,

@@ -16,9 +16,10 @@ use super::cover::BlockShape;
 use super::hardware::NumberFormat;
 use crate::codegen::FineTf32Work;
 use crate::Error;
+use serde::{Deserialize, Serialize};
 
 /// One kernel of a measured case.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Part {
     pub shape: BlockShape,
     /// Live blocks (elements for 1×1) the kernel multiplies.
@@ -27,7 +28,8 @@ pub struct Part {
 }
 
 /// The kernel a part ran on, which picks the model's term that prices it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PartKernel {
     /// A kernel of the per-(shape, dtype) table (SIMT, mma.sync/wgmma, int8, the fine kernels).
     Blocks,
@@ -48,7 +50,7 @@ pub struct Fitted {
 
 /// One measured case: `m × k` activations times a `k × n` weight covered by `parts`
 /// (empty parts and `dense = true`: a dense GEMM).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub label: String,
     pub dtype: String,

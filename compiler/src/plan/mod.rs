@@ -12,7 +12,12 @@
 //! artifact ([`artifact`]); [`explain`] says why each choice was made. [`calibrate`] fits the
 //! cost DB to GPU timings; [`ilp`] is the exact cover the tests measure the greedy one against.
 //!
-//! Entry point: [`plan()`], `plan(graph, &PlanOptions)`, which plans every site of the graph.
+//! [`tune`] replaces the model's choice by measured ones: it times every alternative (crossed
+//! with the kernel choices that matter, [`KernelChoice`]) on the GPU through a [`tune::Timer`]
+//! the runtime implements, caches the winners, and refits the cost DB to the measurements.
+//!
+//! Entry point: [`plan()`], `plan(graph, &PlanOptions)`, which plans every site of the graph;
+//! [`plan_site_with`] forces an alternative of one site, [`plan_site_alternatives`] gives them all.
 
 pub mod artifact;
 pub mod calibrate;
@@ -25,6 +30,7 @@ pub mod ilp;
 pub mod round_bits;
 pub mod site;
 pub mod suboperator;
+pub mod tune;
 
 use cost::CostModel;
 use cover::{cover_blocks_fewer_parts, single_shape_cover, BlockShape, Cover, DEFAULT_SHAPES};
@@ -34,8 +40,10 @@ use site::{find_sites, Site};
 use std::time::Instant;
 use suboperator::{from_cover, split_two_four, Epilogue, Orientation, SubOpKind, SubOperator};
 
+use crate::codegen::{Engine, Tile};
 use crate::ir::Graph;
 use crate::Error;
+use serde::{Deserialize, Serialize};
 
 /// Planner settings.
 #[derive(Clone, Debug)]
@@ -60,6 +68,33 @@ pub struct Considered {
     /// E.g. `32x32 f32 ×100 + 1x1 f32 ×900`.
     pub label: String,
     pub predicted_s: f64,
+}
+
+/// The kernels an operator's sub-operators run on, where the specializer has several (the
+/// tuner measures them; `codegen::from_plan` applies the choice to the specs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelChoice {
+    /// The specializer's own choice for every part (`Engine::Auto`).
+    #[default]
+    Auto,
+    /// Every part on this engine (`Simt`: fp32 on the FMA pipe, no 3xTF32; `MmaSync`: 16-bit
+    /// blocks on mma.sync instead of wgmma).
+    Engine(Engine),
+    /// The fp32 element-sparse part on the 3xTF32 fine kernel with this tile; block parts as
+    /// the specializer chooses.
+    FineTf32(Tile),
+}
+
+impl KernelChoice {
+    /// Short name for tables: `auto`, `simt`, `tf32x3 64,16,6,1` (rows, groups, k rows, n tiles).
+    pub fn label(&self) -> String {
+        match self {
+            KernelChoice::Auto => "auto".into(),
+            KernelChoice::Engine(e) => format!("{e:?}").to_lowercase(),
+            KernelChoice::FineTf32(t) => format!("tf32x3 {},{},{},{}", t.rows, t.group, t.k_rows, t.n_tiles),
+        }
+    }
 }
 
 /// The plan of one operator.
@@ -90,6 +125,8 @@ pub struct OperatorPlan {
     pub reason: String,
     /// Wall time of the covers, seconds (not serialized: it varies run to run).
     pub cover_s: f64,
+    /// The kernels the sub-operators run on (`Auto` unless a tuning cache says otherwise).
+    pub kernel: KernelChoice,
 }
 
 impl OperatorPlan {
@@ -135,6 +172,43 @@ pub fn plan(graph: &Graph, opts: &PlanOptions) -> Result<Plan, Error> {
 
 /// Plans one site.
 pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<OperatorPlan, Error> {
+    plan_site_with(graph, site, opts, &|_| None)
+}
+
+/// Plans one site, the alternative that `pick` returns (an index into the considered
+/// alternatives it is shown) instead of the extracted one; `None` from `pick`: the
+/// extracted one. A tuning cache picks the measured winner this way.
+pub fn plan_site_with(
+    graph: &Graph,
+    site: &Site,
+    opts: &PlanOptions,
+    pick: &dyn Fn(&[Considered]) -> Option<usize>,
+) -> Result<OperatorPlan, Error> {
+    let mut plans = plan_site_choices(graph, site, opts, Choices::Pick(pick))?;
+    Ok(plans.swap_remove(0))
+}
+
+/// Every alternative of one site as a plan of its own (`chosen` = its index, the epilogue
+/// fused where there is one), in the order of `considered`, after the plan the e-graph
+/// extracts; an operator with every weight element pruned gives that plan alone.
+pub fn plan_site_alternatives(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Vec<OperatorPlan>, Error> {
+    plan_site_choices(graph, site, opts, Choices::Every)
+}
+
+/// Which plans [`plan_site_choices`] returns.
+enum Choices<'a> {
+    /// One: the picked alternative, else the extracted one.
+    Pick(&'a dyn Fn(&[Considered]) -> Option<usize>),
+    /// The extracted plan, then one per alternative.
+    Every,
+}
+
+fn plan_site_choices(
+    graph: &Graph,
+    site: &Site,
+    opts: &PlanOptions,
+    which: Choices,
+) -> Result<Vec<OperatorPlan>, Error> {
     let node = graph.node(site.node);
     let cm = &opts.cost;
     let hw = &cm.hw;
@@ -216,41 +290,61 @@ pub fn plan_site(graph: &Graph, site: &Site, opts: &PlanOptions) -> Result<Opera
         .zip(&alternatives)
         .map(|(c, a)| Considered { split: c.split, label: c.label(), predicted_s: a.term_times.iter().sum() })
         .collect();
-    let mut epilogue = site.epilogue.clone();
-    let (chosen, expr, suboperators, planned_s) = match &choice {
-        Some(ch) => {
-            epilogue.fused = ch.fused_epilogue && !epilogue.is_empty();
-            let subops = candidates.swap_remove(ch.alternative).subops;
-            (Some(ch.alternative), ch.expr.clone(), subops, ch.time_s)
-        }
-        None => (None, String::new(), vec![], 0.0),
+    // (alternative, fused epilogue, expression, predicted time with the epilogue) of each plan.
+    let forced = |a: usize| {
+        let fused = !site.epilogue.is_empty();
+        let kind = considered[a].split.name();
+        let terms: Vec<String> = (0..candidates[a].subops.len()).map(|j| format!("a{a}.{j}")).collect();
+        let body = format!("({kind} {})", terms.join(" "));
+        let expr = if fused { format!("(fused {body})") } else { body };
+        (a, fused, expr, considered[a].predicted_s)
     };
-    let dense_total = dense_s + if epilogue.fused { 0.0 } else { epilogue_s.unwrap_or(0.0) };
+    let extracted = choice.as_ref().map(|ch| (ch.alternative, ch.fused_epilogue, ch.expr.clone(), ch.time_s));
+    let picks: Vec<Option<(usize, bool, String, f64)>> = match which {
+        Choices::Pick(pick) => {
+            vec![pick(&considered).filter(|a| *a < candidates.len()).map(forced).or(extracted)]
+        }
+        Choices::Every => std::iter::once(extracted).chain((0..candidates.len()).map(|a| Some(forced(a)))).collect(),
+    };
     let best_sparse =
         considered.iter().filter(|c| c.split != SplitKind::Dense).map(|c| c.predicted_s).fold(f64::INFINITY, f64::min);
     let fixed_s = cm.suboperator_fixed(&nf, m, cols);
-    let reason = reason(density, dense_s, best_sparse, fixed_s, chosen.map(|c| considered[c].split));
-    Ok(OperatorPlan {
-        node: node.name.clone(),
-        op_type: node.op_type.clone(),
-        weight: graph.value(site.weight).name.clone(),
-        orientation: site.orientation,
-        transposed: site.transposed,
-        rows,
-        cols,
-        m,
-        density,
-        dtype: nf.dtype.to_string(),
-        considered,
-        chosen,
-        expr,
-        suboperators,
-        epilogue,
-        dense_s: dense_total,
-        planned_s,
-        reason,
-        cover_s,
-    })
+    let mut plans = Vec::with_capacity(picks.len());
+    for pick in picks {
+        let mut epilogue = site.epilogue.clone();
+        let (chosen, expr, suboperators, planned_s) = match pick {
+            Some((a, fused, expr, time_s)) => {
+                epilogue.fused = fused && !epilogue.is_empty();
+                (Some(a), expr, candidates[a].subops.clone(), time_s)
+            }
+            None => (None, String::new(), vec![], 0.0),
+        };
+        let dense_total = dense_s + if epilogue.fused { 0.0 } else { epilogue_s.unwrap_or(0.0) };
+        let reason = reason(density, dense_s, best_sparse, fixed_s, chosen.map(|c| considered[c].split));
+        plans.push(OperatorPlan {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            weight: graph.value(site.weight).name.clone(),
+            orientation: site.orientation,
+            transposed: site.transposed,
+            rows,
+            cols,
+            m,
+            density,
+            dtype: nf.dtype.to_string(),
+            considered: considered.clone(),
+            chosen,
+            expr,
+            suboperators,
+            epilogue,
+            dense_s: dense_total,
+            planned_s,
+            reason,
+            cover_s,
+            kernel: KernelChoice::Auto,
+        });
+    }
+    Ok(plans)
 }
 
 /// The density at which the best sparse plan would cost as much as dense (`dense_s`),

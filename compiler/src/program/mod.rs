@@ -609,7 +609,8 @@ impl Program {
                             return Err(fail(format!("step {i} ({}): buffer {} out of range", step.label, buf.0)));
                         }
                         let b = self.buffer(*buf);
-                        if Elem::of_dtype(*dtype) != Some(b.elem) || shape.iter().product::<usize>() != b.len {
+                        // A value lies in the front of its buffer (a reused one may be longer).
+                        if Elem::of_dtype(*dtype) != Some(b.elem) || shape.iter().product::<usize>() > b.len {
                             return Err(fail(format!(
                                 "step {i} ({}): node {} sees {} as {}{:?} ({} {})",
                                 step.label,
@@ -878,6 +879,17 @@ impl ProgramBuilder {
     /// Changes where a buffer lives (a scratch buffer that turns out to be an output).
     pub fn set_storage(&mut self, id: BufferId, storage: Storage) {
         self.program.buffers[id.0 as usize].storage = storage;
+    }
+
+    /// Lengthens a scratch buffer to `len` elements (a reused buffer that must hold a larger
+    /// value next); earlier accesses stay in range.
+    ///
+    /// # Panics
+    /// When the buffer is not scratch.
+    pub fn grow(&mut self, id: BufferId, len: usize) {
+        let b = &mut self.program.buffers[id.0 as usize];
+        assert!(matches!(b.storage, Storage::Scratch), "only scratch buffers grow");
+        b.len = b.len.max(len);
     }
 
     /// Renames a buffer (a reused one that ends up holding an output).

@@ -30,7 +30,8 @@
 //! one-element constants inside a group are literals in its code. Planned matmuls lower in fp32
 //! only (`spartac compile --dtype f32`).
 //!
-//! Memory: a scratch buffer is reused (same element type and length) once every value it held
+//! Memory: a scratch buffer is reused (same element type; the smallest free one that fits, else
+//! the largest, grown) once every value it held
 //! has been read by its last reader, counted at the loop iteration that emits that reader's
 //! step (a fused group at its last node, an absorbed epilogue with its matmul, a folded
 //! transpose with its matmul). Reuse needs no extra care for ordering: the builder makes a
@@ -202,11 +203,11 @@ struct Lowering<'a> {
     convs: HashMap<usize, (usize, usize)>,
     /// Memory reuse: the loop iteration after which each value is no longer read, the last
     /// such iteration of each scratch buffer (over the values it holds), the scratch buffers in
-    /// use, and the freed ones by (element, length).
+    /// use, and the freed ones.
     last_use: Vec<usize>,
     buf_last: HashMap<BufferId, usize>,
     in_use: Vec<BufferId>,
-    free: HashMap<(Elem, usize), Vec<BufferId>>,
+    free: Vec<BufferId>,
 }
 
 impl<'a> Lowering<'a> {
@@ -239,7 +240,7 @@ impl<'a> Lowering<'a> {
             last_use: vec![],
             buf_last: HashMap::new(),
             in_use: vec![],
-            free: HashMap::new(),
+            free: vec![],
         })
     }
 
@@ -266,8 +267,24 @@ impl<'a> Lowering<'a> {
             }
             None => {
                 let len = value.fact.numel();
-                let id = match self.free.get_mut(&(elem, len)).and_then(|f| f.pop()) {
-                    Some(id) => id,
+                // Best fit among the free buffers of this element type: the smallest that holds
+                // the value, else the largest, grown. Graph outputs get a buffer of their own.
+                let fits = |b: &BufferId| self.b.program().buffer(*b).len;
+                let same: Vec<usize> = (0..self.free.len())
+                    .filter(|&i| self.b.program().buffer(self.free[i]).elem == elem && !self.is_output[v.0 as usize])
+                    .collect();
+                let pick = same
+                    .iter()
+                    .copied()
+                    .filter(|&i| fits(&self.free[i]) >= len)
+                    .min_by_key(|&i| (fits(&self.free[i]), i))
+                    .or_else(|| same.iter().copied().max_by_key(|&i| (fits(&self.free[i]), usize::MAX - i)));
+                let id = match pick {
+                    Some(i) => {
+                        let id = self.free.remove(i);
+                        self.b.grow(id, len);
+                        id
+                    }
                     None => self.b.buffer(&value.name, elem, len, Storage::Scratch),
                 };
                 self.in_use.push(id);
@@ -295,8 +312,7 @@ impl<'a> Lowering<'a> {
         self.in_use = keep;
         for b in done {
             self.buf_last.remove(&b);
-            let buf = self.b.program().buffer(b);
-            self.free.entry((buf.elem, buf.len)).or_default().push(b);
+            self.free.push(b);
         }
     }
 
@@ -447,7 +463,8 @@ impl<'a> Lowering<'a> {
             let elem = self.elem(value.fact.dtype, &value.name)?;
             let src = self.buf(v)?;
             let shared = graph.outputs.iter().filter(|&&o| self.bufs.get(&o) == Some(&src)).count() > 1;
-            let own = matches!(self.b.program().buffer(src).storage, Storage::Scratch) && !shared;
+            let exact = self.b.program().buffer(src).len == value.fact.numel();
+            let own = matches!(self.b.program().buffer(src).storage, Storage::Scratch) && !shared && exact;
             let buf = if own {
                 self.b.set_storage(src, Storage::Output);
                 self.b.rename(src, &value.name);
@@ -929,8 +946,8 @@ impl<'a> Lowering<'a> {
         let bias = node.inputs.get(2).copied().flatten();
         let yh = graph.nodes[t_out].outputs[0];
         let (xs, ws) = (graph.fact(node.inputs[0].expect("checked")).shape.clone(), graph.fact(w).shape.clone());
-        if graph.fact(xh).dtype != DType::F32 || ws.len() != 4 {
-            return Err(self.node_err(node, "only 2-D fp32 convolutions are built"));
+        if !matches!(graph.fact(xh).dtype, DType::F32 | DType::F16 | DType::BF16) || ws.len() != 4 {
+            return Err(self.node_err(node, "only 2-D f32, f16 and bf16 convolutions are built"));
         }
         let wt = constant(graph, w).ok_or_else(|| self.node_err(node, "a non-constant weight is not built"))?;
         let bt = match bias {
@@ -1000,7 +1017,8 @@ impl<'a> Lowering<'a> {
         let w32: Vec<f32> = wt.to_f64_vec().into_iter().map(|x| x as f32).collect();
         let packed = graph_ops::pack_conv_weight(&shape, &w32).map_err(|e| self.node_err(node, e))?;
         let name = format!("conv_{}", sanitize(&node.name));
-        let k = graph_ops::conv_nhwc(&name, &shape, bt.is_some(), activation).map_err(|e| self.node_err(node, e))?;
+        let k = graph_ops::conv_nhwc(&name, &shape, graph.fact(xh).dtype, bt.is_some(), activation)
+            .map_err(|e| self.node_err(node, e))?;
         let wb = self.b.constant(&format!("{}.packed", node.name), Data::F32(packed), false);
         let bb = match bt {
             Some(b) => self.b.constant(
@@ -1059,9 +1077,9 @@ impl<'a> Lowering<'a> {
         }
         let (k, n) = (op.rows, op.cols);
         let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
-        if graph.fact(x).dtype != DType::F32 {
-            return Err(self
-                .node_err(node, format!("{} activations are not built into models yet", graph.fact(x).dtype.name())));
+        let act_dtype = graph.fact(x).dtype;
+        if !matches!(act_dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(self.node_err(node, format!("{} activations are not built into models yet", act_dtype.name())));
         }
         let m = graph.fact(x).numel() / k.max(1);
         if m * k != graph.fact(x).numel() {
@@ -1134,7 +1152,7 @@ impl<'a> Lowering<'a> {
         let a_buf = self.buf(x)?;
         let c_buf = self.buf(out)?;
         let bias_buf = match &bias {
-            Some(b) => Some(self.b.constant(&format!("{}.bias", node.name), Data::F32(b.clone()), false)),
+            Some(b) => Some(self.b.constant(&format!("{}.bias", node.name), float_data(act_dtype, b), false)),
             None => None,
         };
         let last = planned.len() - 1;
@@ -1184,10 +1202,27 @@ impl<'a> Lowering<'a> {
                 4 * (if kernel.values_embedded { 0 } else { wdata.len() }) + 4 * (ptr.len() + idx.len());
             let wl = wdata.len();
             let (pl, il) = (ptr.len(), idx.len());
-            let wb = self.b.constant(&format!("{}.p{p}.w", node.name), Data::F32(wdata.clone()), false);
+            let kernel_dtype = match kernel.dtype {
+                crate::codegen::Dtype::F32 => DType::F32,
+                crate::codegen::Dtype::F16 => DType::F16,
+                crate::codegen::Dtype::Bf16 => DType::BF16,
+                crate::codegen::Dtype::I8 => DType::I8,
+            };
+            if kernel_dtype != act_dtype {
+                return Err(self.node_err(
+                    node,
+                    format!(
+                        "the planned kernel is {} but the activations are {}",
+                        kernel_dtype.name(),
+                        act_dtype.name()
+                    ),
+                ));
+            }
+            let wdata = float_data(act_dtype, &wdata);
+            let wb = self.b.constant(&format!("{}.p{p}.w", node.name), wdata.clone(), false);
             let pb = self.b.constant(&format!("{}.p{p}.ptr", node.name), Data::I32(ptr.clone()), false);
             let ib = self.b.constant(&format!("{}.p{p}.idx", node.name), Data::I32(idx.clone()), false);
-            packed.push((wb, wl, Data::F32(wdata).checksum()));
+            packed.push((wb, wl, wdata.checksum()));
             packed.push((pb, pl, Data::I32(ptr).checksum()));
             packed.push((ib, il, Data::I32(idx).checksum()));
             let kid = self.b.kernel(&kernel.name, &kernel.source, kernel.launch.smem_bytes);
@@ -1241,7 +1276,8 @@ impl<'a> Lowering<'a> {
         // act(0) ≠ 0 (a Clip above zero) needs the kernel even without a bias.
         let zero_out = Epilogue { bias: false, activation }.apply(0.0, 0.0) == 0.0;
         let bias = if bias.is_none() && !zero_out { Some(vec![0.0; n]) } else { bias };
-        let bias_buf = bias.map(|b| self.b.constant(&format!("{}.bias", node.name), Data::F32(b), false));
+        let dt = self.graph.fact(out).dtype;
+        let bias_buf = bias.map(|b| self.b.constant(&format!("{}.bias", node.name), float_data(dt, &b), false));
         let matrix = self.b.matrix(Csr { rows: k, cols: n, offsets: vec![0; k + 1], indices: vec![], values: vec![] });
         let epilogue = Epilogue { bias: bias_buf.is_some(), activation };
         let launch = match bias_buf {
@@ -1250,10 +1286,10 @@ impl<'a> Lowering<'a> {
                 let expr = match activation {
                     Activation::None => Expr::Unary(Unary::Identity, Box::new(x)),
                     Activation::Relu => Expr::Unary(Unary::Relu, Box::new(x)),
-                    Activation::GeluErf => gelu_erf_expr(x, DType::F32),
+                    Activation::GeluErf => gelu_erf_expr(x, dt),
                     Activation::Clip { lo, hi } => {
-                        let lo = Expr::Const(lo as f64, DType::F32);
-                        let hi = Expr::Const(hi as f64, DType::F32);
+                        let lo = Expr::Const(lo as f64, dt);
+                        let hi = Expr::Const(hi as f64, dt);
                         let low = Expr::Binary(Binary::Max, Box::new(x), Box::new(lo));
                         Expr::Binary(Binary::Min, Box::new(low), Box::new(hi))
                     }
@@ -1262,8 +1298,8 @@ impl<'a> Lowering<'a> {
                 let name = format!("pruned_{}", sanitize(&node.name));
                 let k = graph_ops::elementwise(
                     &name,
-                    &[TensorDesc::contiguous(DType::F32, &[n])],
-                    &TensorDesc::contiguous(DType::F32, &[m, n]),
+                    &[TensorDesc::contiguous(dt, &[n])],
+                    &TensorDesc::contiguous(dt, &[m, n]),
                     &expr,
                 )
                 .map_err(|e| self.node_err(node, e))?;
@@ -1323,7 +1359,7 @@ impl<'a> Lowering<'a> {
         }
         let other = add.inputs.iter().flatten().find(|&&v| v != y).copied()?;
         let t = constant(graph, other)?;
-        if t.dtype() != DType::F32 || graph.fact(add.outputs[0]).shape != graph.fact(y).shape {
+        if t.dtype() != graph.fact(y).dtype || graph.fact(add.outputs[0]).shape != graph.fact(y).shape {
             return None;
         }
         let vals: Vec<f32> = t.to_f64_vec().into_iter().map(|x| x as f32).collect();
@@ -1411,12 +1447,22 @@ impl<'a> Lowering<'a> {
         Some(Activation::Clip { lo, hi })
     }
 
-    /// Whether running `members` on probe values of `z` gives `act(z)` (relative 1e-6).
+    /// Whether running `members` on probe values of `z` gives `act(z)` (relative 1e-6; 16-bit
+    /// types within their rounding).
     fn chain_computes(&self, z: ValueId, members: &[usize], end: ValueId, act: Activation) -> bool {
         let graph = self.graph;
-        let probes: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.173).collect();
+        // Probes in z's own type (a 16-bit model's chain computes in 16 bits).
+        let dtype = graph.fact(z).dtype;
+        let raw: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.173).collect();
+        let probe_t = Tensor::from_vec(vec![raw.len()], raw).cast(dtype);
+        let probes = probe_t.to_f64_vec();
+        let tolerance = match dtype {
+            DType::F16 => 2e-3,
+            DType::BF16 => 1e-2,
+            _ => 1e-6,
+        };
         let mut vals: HashMap<ValueId, Tensor> = HashMap::new();
-        vals.insert(z, Tensor::from_vec(vec![probes.len()], probes.clone()));
+        vals.insert(z, probe_t);
         for &m in members {
             let node = &graph.nodes[m];
             let ins: Vec<Option<Tensor>> = node
@@ -1439,8 +1485,8 @@ impl<'a> Lowering<'a> {
         }
         let e = Epilogue { bias: false, activation: act };
         got.to_f64_vec().iter().zip(&probes).all(|(g, &x)| {
-            let want = e.apply(x as f64, 0.0);
-            (g - want).abs() <= 1e-6 * want.abs().max(1.0)
+            let want = e.apply(x, 0.0);
+            (g - want).abs() <= tolerance * want.abs().max(1.0)
         })
     }
 }
@@ -1459,6 +1505,15 @@ fn sanitize(name: &str) -> String {
         s = s.trim_start_matches('_').to_string();
     }
     s
+}
+
+/// `values` as a buffer of float type `dtype` (f32, f16 or bf16; rounded to nearest).
+fn float_data(dtype: DType, values: &[f32]) -> Data {
+    match dtype {
+        DType::F16 => Data::F16(values.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect()),
+        DType::BF16 => Data::BF16(values.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect()),
+        _ => Data::F32(values.to_vec()),
+    }
 }
 
 fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {

@@ -10,9 +10,11 @@
 //! remaining values renumbered in a deterministic order.
 
 pub mod channels;
+pub mod half;
 pub mod layout;
 
 pub use channels::{shrink_channels, ShrinkReport};
+pub use half::{to_half, HalfReport};
 pub use layout::{channels_last, LayoutReport};
 
 use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};

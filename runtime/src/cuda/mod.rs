@@ -2,8 +2,9 @@
 //! source hash and arch), device buffers, kernel launches and CUDA-event timing (optionally
 //! after overwriting a buffer larger than the L2). CUDA 13.
 //!
-//! Beside it: `tma.rs` (tensor maps), `cublas.rs` (the dense fallback), and the kernel test
-//! bench: `cases.rs` (the one case list), `spmm.rs` and `spmm_int8.rs` (run and check a case).
+//! Beside it: `tma.rs` (tensor maps), `cublas.rs` (the dense fallback), the kernel test
+//! bench: `cases.rs` (the one case list), `spmm.rs` and `spmm_int8.rs` (run and check a case),
+//! and `tune.rs`, the GPU timer of `spartac tune` (a planned operator's kernels run the same way).
 //!
 //! Everything goes through cudarc with dynamic loading, so building needs no CUDA and a
 //! machine without a driver gets [`CudaError::NoDriver`] instead of a panic: cudarc panics
@@ -16,6 +17,7 @@ mod nvrtc;
 pub mod spmm;
 pub mod spmm_int8;
 pub(crate) mod tma;
+pub mod tune;
 
 pub use nvrtc::{compile_ptx, nvrtc_version, preload_nvrtc, Ptx};
 
@@ -134,6 +136,38 @@ impl CudaDevice {
             }
         };
         module.load_function(entry).ctx("cuModuleGetFunction")
+    }
+
+    /// Compiles the `(name, source)` pairs not loaded yet, in parallel (NVRTC runs on the host
+    /// and is thread-safe), and loads their modules, so that later [`CudaDevice::function`]
+    /// calls find them. Returns the first compile or load error; the others still load.
+    pub fn precompile(&self, sources: &[(String, String)]) -> Result<(), CudaError> {
+        use rayon::prelude::*;
+        let mut todo: Vec<(u64, &str, &str)> = vec![];
+        {
+            let modules = self.modules.lock().expect("module cache poisoned");
+            for (name, source) in sources {
+                let hash = spartac::codegen::source_hash(source);
+                if !modules.contains_key(&(hash, self.arch.clone())) && !todo.iter().any(|t| t.0 == hash) {
+                    todo.push((hash, name, source));
+                }
+            }
+        }
+        let compiled: Vec<(u64, Result<Ptx, CudaError>)> =
+            todo.par_iter().map(|(hash, name, source)| (*hash, compile_ptx(name, source, &self.arch))).collect();
+        let mut first_err = None;
+        for (hash, ptx) in compiled {
+            let loaded = ptx.and_then(|p| self.load_ptx(p.ptx));
+            match loaded {
+                Ok(m) => {
+                    self.modules.lock().expect("module cache poisoned").insert((hash, self.arch.clone()), m);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// The cuBLAS handle on this device's stream (created once), or why there is none.

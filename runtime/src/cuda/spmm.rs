@@ -100,11 +100,28 @@ pub fn run_case(
     timing: Option<(usize, usize)>,
     dump: Option<(&Path, &str, &str)>,
 ) -> Result<CaseReport, CudaError> {
+    run_problem(dev, case, case.problem(seed), seed, check, timing, dump)
+}
+
+/// [`run_case`] on a given problem instead of the one `case` generates: `case` gives the
+/// shape, dtype, orientation, label and whether dense specs run on cuBLAS; `problem` the
+/// weight (zero where pruned), its mask and the specs (with each one's part of the weight)
+/// that cover it. The tuner runs a planned operator's own kernels this way.
+pub fn run_problem(
+    dev: &CudaDevice,
+    case: &Case,
+    problem: Problem,
+    seed: u64,
+    check: Check,
+    timing: Option<(usize, usize)>,
+    dump: Option<(&Path, &str, &str)>,
+) -> Result<CaseReport, CudaError> {
     match case.dtype {
-        Dtype::F32 => run_typed::<f32>(dev, case, seed, check, timing, dump, |x| x, |x| x, f32::NAN),
+        Dtype::F32 => run_typed::<f32>(dev, case, problem, seed, check, timing, dump, |x| x, |x| x, f32::NAN),
         Dtype::F16 => run_typed::<u16>(
             dev,
             case,
+            problem,
             seed,
             check,
             timing,
@@ -116,6 +133,7 @@ pub fn run_case(
         Dtype::Bf16 => run_typed::<u16>(
             dev,
             case,
+            problem,
             seed,
             check,
             timing,
@@ -124,7 +142,7 @@ pub fn run_case(
             |x| half::bf16::from_bits(x).to_f32(),
             0x7fc0,
         ),
-        Dtype::I8 => super::spmm_int8::run_case_int8(dev, case, seed, check, timing, dump),
+        Dtype::I8 => super::spmm_int8::run_problem_int8(dev, case, problem, seed, check, timing, dump),
     }
 }
 
@@ -132,6 +150,7 @@ pub fn run_case(
 fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     dev: &CudaDevice,
     case: &Case,
+    problem: Problem,
     seed: u64,
     check: Check,
     timing: Option<(usize, usize)>,
@@ -142,7 +161,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
 ) -> Result<CaseReport, CudaError> {
     let (m, k, n) = (case.m, case.k, case.n);
     let left = case.orientation == Orientation::Left;
-    let Problem { w, specs, mask, part_weights } = case.problem(seed);
+    let Problem { w, specs, mask, part_weights } = problem;
     let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa);
     // The dense operand: A (`M × K`), or B (`K × N`) when the weight is on the left.
     let (a_rows, a_cols) = case.dense_shape();

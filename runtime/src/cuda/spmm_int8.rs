@@ -34,8 +34,21 @@ pub fn run_case_int8(
     timing: Option<(usize, usize)>,
     dump: Option<(&Path, &str, &str)>,
 ) -> Result<CaseReport, CudaError> {
+    run_problem_int8(dev, case, case.problem(seed), seed, check, timing, dump)
+}
+
+/// [`run_case_int8`] on a given problem (see [`super::spmm::run_problem`]).
+pub fn run_problem_int8(
+    dev: &CudaDevice,
+    case: &Case,
+    problem: Problem,
+    seed: u64,
+    check: Check,
+    timing: Option<(usize, usize)>,
+    dump: Option<(&Path, &str, &str)>,
+) -> Result<CaseReport, CudaError> {
     let (m, k, n) = (case.m, case.k, case.n);
-    let Problem { w, specs, mask, part_weights } = case.problem(seed);
+    let Problem { w, specs, mask, part_weights } = problem;
     let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa);
     let a: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
     let bias: Vec<f32> = (0..n).map(|_| round_to(Dtype::F16, rng.uniform(-1.0, 1.0) as f32)).collect();

@@ -5,7 +5,7 @@
 
 use spartac::ir::{DType, Tensor};
 use spartac::ops::{registry, NodeCtx};
-use spartac::program::{BufferId, Data, Launch, NodeOp, Op, Operand, Program, Rows, Storage};
+use spartac::program::{BufferId, Data, Elem, Launch, NodeOp, Op, Operand, Program, Rows, Storage};
 use std::collections::HashMap;
 
 use super::ExecError;
@@ -60,6 +60,26 @@ impl CpuMemory {
 
     fn f32s(&self, id: BufferId) -> Vec<f32> {
         self.bufs[id.0 as usize].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+    /// A float buffer (f32, f16 or bf16) widened to f32.
+    fn floats(&self, id: BufferId, elem: Elem) -> Vec<f32> {
+        let b = &self.bufs[id.0 as usize];
+        match elem {
+            Elem::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            Elem::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            _ => self.f32s(id),
+        }
+    }
+    /// Stores `values` into a float buffer of `elem` (rounded to nearest for 16 bits).
+    fn store_floats(&mut self, id: BufferId, elem: Elem, values: &[f32]) {
+        let dst = &mut self.bufs[id.0 as usize];
+        for (i, v) in values.iter().enumerate() {
+            match elem {
+                Elem::F16 => dst[2 * i..2 * i + 2].copy_from_slice(&half::f16::from_f32(*v).to_le_bytes()),
+                Elem::BF16 => dst[2 * i..2 * i + 2].copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes()),
+                _ => dst[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes()),
+            }
+        }
     }
     fn i32_at(&self, id: BufferId, at: usize) -> i32 {
         let b = &self.bufs[id.0 as usize][4 * at..4 * at + 4];
@@ -137,7 +157,13 @@ fn row_nonzero(mem: &CpuMemory, buf: BufferId, r: usize, cols: usize) -> bool {
 /// or a scalar.
 fn read_operand(mem: &CpuMemory, temps: &HashMap<u32, Tensor>, o: &Operand) -> Result<Tensor, String> {
     match o {
-        Operand::Buf { buf, dtype, shape } => tensor_of_bytes(mem.bytes(*buf), *dtype, shape),
+        Operand::Buf { buf, dtype, shape } => {
+            // A value may live in the front of a longer (reused) buffer.
+            let len = dtype.size_bytes() * shape.iter().product::<usize>();
+            let bytes = mem.bytes(*buf);
+            let front = bytes.get(..len).ok_or_else(|| format!("a buffer of {} bytes holds no {len}", bytes.len()))?;
+            tensor_of_bytes(front, *dtype, shape)
+        }
         Operand::Temp { id, .. } => {
             temps.get(id).cloned().ok_or_else(|| format!("temporary t{id} read before it was made"))
         }
@@ -201,7 +227,7 @@ fn run_nodes(mem: &mut CpuMemory, nodes: &[NodeOp]) -> Result<(), String> {
                 Operand::Buf { buf, .. } => {
                     let bytes = bytes_of_tensor(&t);
                     let dst = &mut mem.bufs[buf.0 as usize];
-                    if dst.len() != bytes.len() {
+                    if dst.len() < bytes.len() {
                         return Err(format!(
                             "node {}: output of {} bytes into a buffer of {}",
                             n.name,
@@ -209,7 +235,7 @@ fn run_nodes(mem: &mut CpuMemory, nodes: &[NodeOp]) -> Result<(), String> {
                             dst.len()
                         ));
                     }
-                    dst.copy_from_slice(&bytes);
+                    dst[..bytes.len()].copy_from_slice(&bytes);
                 }
                 Operand::Temp { id, .. } => {
                     temps.insert(*id, t);
@@ -227,7 +253,8 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
         Op::Nodes(nodes) => run_nodes(mem, nodes),
         Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate } => {
             for &(buf, len, sum) in packed {
-                let got = spartac::program::checksum(&mem.bufs[buf.0 as usize][..4 * len]);
+                let size = program.buffer(buf).elem.bytes();
+                let got = spartac::program::checksum(&mem.bufs[buf.0 as usize][..size * len]);
                 if got != sum {
                     return Err(format!(
                         "weight buffer {} does not hold the packed weight this layer reads (copy not landed?)",
@@ -238,9 +265,11 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             use rayon::prelude::*;
             let w = &program.matrices[*weight];
             let live = live_rows(mem, rows)?;
-            let av = mem.f32s(*a);
-            let bias: Vec<f32> = bias.map(|b| mem.f32s(b)).unwrap_or_else(|| vec![0.0; w.cols]);
-            let prev = if *accumulate { mem.f32s(*c) } else { vec![] };
+            let (a_elem, c_elem) = (program.buffer(*a).elem, program.buffer(*c).elem);
+            let av = mem.floats(*a, a_elem);
+            let bias: Vec<f32> =
+                bias.map(|b| mem.floats(b, program.buffer(b).elem)).unwrap_or_else(|| vec![0.0; w.cols]);
+            let prev = if *accumulate { mem.floats(*c, c_elem) } else { vec![] };
             let n = w.cols;
             // Rows in parallel: each row's sum is in f64, in the same order whatever the threads.
             let mut out = vec![0.0f32; live * n];
@@ -262,10 +291,7 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
                     orow[j] = epilogue.apply(*x as f32 as f64, bias[j] as f64) as f32;
                 }
             });
-            let dst = &mut mem.bufs[c.0 as usize];
-            for (i, v) in out.iter().enumerate() {
-                dst[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
-            }
+            mem.store_floats(*c, c_elem, &out);
             Ok(())
         }
         Op::LoadRows { offsets, indices, values, images, first, count, cols, dst, ids, live, at, clear } => {

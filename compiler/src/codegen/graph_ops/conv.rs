@@ -1,9 +1,14 @@
-//! 2-D convolution in channels-last layout, fp32: `y[n, oh, ow, c_out] = act(conv(x[n, h, w,
-//! c_in], w) + bias)`, with the fused epilogue of `templates/epilogue.cuh`. Two templates, three
+//! 2-D convolution in channels-last layout: `y[n, oh, ow, c_out] = act(conv(x[n, h, w, c_in], w) +
+//! bias)`, with the fused epilogue of `templates/epilogue.cuh`. x and y are f32, f16 or bf16 (the
+//! activation type); the packed weight and the bias are f32 in every case and the math is f32: a
+//! 16-bit element is widened on load and rounded on store with the conversions of
+//! `templates/ops.cuh` (`ld_f16`/`st_f16`, `ld_bf16`/`st_bf16`), as in the other graph-op kernels.
+//! Where the fp32 kernels move 4 channels as one 16-byte access, the 16-bit ones move them as one
+//! 8-byte `uint2` (two elements per 32-bit word, the first in the low half). Two templates, three
 //! paths chosen by the shape:
 //!
 //! 1. **Depthwise** (`groups == c_in == c_out`, `templates/op_conv_depthwise.cu.tera`),
-//!    memory-bound. A thread computes 4 consecutive channels (one 16-byte access; 1 channel
+//!    memory-bound. A thread computes 4 consecutive channels (one 16- or 8-byte access; 1 channel
 //!    when `c % 4 != 0`, or 4 scalar accesses when a pointer is misaligned) of `pw` adjacent
 //!    output pixels along w. It walks each input row of its window once, column by column, and
 //!    adds every loaded column into each output pixel whose window covers it, so a 3×3 stride-1
@@ -14,7 +19,7 @@
 //!    loop-carried index math; CTAs go out in memory order (channels, then column blocks, rows,
 //!    images), so the input rows that the next output row reads again are still in L2. DRAM
 //!    traffic is then the input once and the output once: 8 bytes per output element at
-//!    stride 1, 20 at stride 2 (each output reads a 2×2 patch of new input).
+//!    stride 1, 20 at stride 2 (each output reads a 2×2 patch of new input); half that in 16 bits.
 //!    `pw` ([`depthwise_columns`]): at most 8 at stride 1 and 4 at larger strides (registers:
 //!    `pw · 4` accumulators and `kw · 4` weights), lowered until the grid has at least
 //!    [`MIN_THREADS`] threads, then evened out over the row (`ow = 14` takes two blocks of 7).
@@ -26,8 +31,8 @@
 //!    shared memory once per CTA when it fits in 48 KiB, and read from global memory (through
 //!    L1) otherwise: correct for any channel count, kernel, stride, dilation and padding, fast
 //!    only for small weights. A grid-stride loop over `(pixel, channel group)` with at most 8
-//!    CTAs per SM amortizes the staging. The stem moves 5.5 bytes per output element (0.375
-//!    input floats, read once, and the output).
+//!    CTAs per SM amortizes the staging. The stem moves 5.5 bytes per output element in fp32
+//!    (0.375 input elements, read once, and the output), 2.75 in 16 bits.
 //! 3. **Other grouped** (`1 < groups`, not depthwise, or a depth multiplier): the same direct
 //!    kernel; `cot` divides the channels per group, so each thread stays in one group and reads
 //!    that group's input channels.
@@ -38,16 +43,20 @@
 //! kernel's `cot` weights of one tap and input channel are contiguous.
 //!
 //! Every shape is baked in as constants; pads read as zero; index arithmetic is 32-bit when the
-//! tensors allow it. Parameters: `(const float* x, const float* w, const float* bias, float* y)`;
-//! `bias` is never read when the kernel has no bias.
+//! tensors allow it. Parameters: `(const T* x, const float* w, const float* bias, T* y)`, `T` the
+//! activation type (`float`, `half_t` or `bf16_t`); `bias` is never read when the kernel has no
+//! bias.
 
-use super::{check_name, index_type, shape_text, spec_error, stride_grid, OpKernel, MAX_STRIDE_CTAS};
+use super::{
+    check_name, index_type, shape_text, spec_error, stride_grid, type_ctx, OpKernel, TypeCtx, MAX_STRIDE_CTAS,
+};
 use crate::codegen::render::{render, EpilogueCtx};
 use crate::codegen::spmm::epilogue_ctx_of;
 use crate::codegen::{Activation, CodegenError, Epilogue};
+use crate::ir::DType;
 use serde::Serialize;
 
-/// A 2-D convolution in channels-last layout: x `[n, h, w, c_in]` → y `[n, oh, ow, c_out]`, fp32.
+/// A 2-D convolution in channels-last layout: x `[n, h, w, c_in]` → y `[n, oh, ow, c_out]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConvShape {
     pub n: usize,
@@ -212,8 +221,12 @@ const SMEM_WEIGHT_FLOATS: usize = 48 * 1024 / 4;
 #[derive(Serialize)]
 struct ConvHead {
     kernel_name: String,
-    /// For `common.cuh` (the epilogue's element type).
+    /// For `common.cuh`: the epilogue's element type, that of the bias (always f32).
     dtype: &'static str,
+    /// Storage of x and y (`op_conv.cuh`'s `act_t`), its size and its name.
+    act: TypeCtx,
+    act_bytes: usize,
+    act_name: &'static str,
     x_shape: String,
     y_shape: String,
     idx: &'static str,
@@ -268,18 +281,28 @@ struct DirectCtx {
     tap_stride: usize,
     w_len: usize,
     smem_weights: bool,
-    /// 16-byte shared-memory weight reads and output stores (`cot % 4 == 0`).
+    /// 16-byte shared-memory weight reads and 4-channel output stores (`cot % 4 == 0`).
     vec: bool,
     /// `#pragma unroll` argument of the input-channel loop (empty: fully).
     ci_unroll: &'static str,
 }
 
-/// `y = act(conv(x, w) + bias)` over the channels-last `shape`, `w` packed by
-/// [`pack_conv_weight`]. Parameters `(const float* x, const float* w, const float* bias,
-/// float* y)`; `bias` (`c_out` floats) is never read when `bias == false`.
-pub fn conv_nhwc(name: &str, shape: &ConvShape, bias: bool, activation: Activation) -> Result<OpKernel, CodegenError> {
+/// `y = act(conv(x, w) + bias)` over the channels-last `shape`, x and y of type `dtype` (F32,
+/// F16 or BF16), `w` packed by [`pack_conv_weight`]. Parameters `(const T* x, const float* w,
+/// const float* bias, T* y)` with `T` the storage type of `dtype`; `bias` (`c_out` floats) is
+/// never read when `bias == false`. Refuses other types.
+pub fn conv_nhwc(
+    name: &str,
+    shape: &ConvShape,
+    dtype: DType,
+    bias: bool,
+    activation: Activation,
+) -> Result<OpKernel, CodegenError> {
     let fail = |m: String| spec_error("conv", name, m);
     check_name(name).map_err(fail)?;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(fail(format!("x and y of type {dtype} are not supported (f32, f16 or bf16)")));
+    }
     shape.check().map_err(fail)?;
     let (oh, ow) = (shape.oh(), shape.ow());
     let x_len = shape.n * shape.h * shape.w * shape.c_in;
@@ -287,6 +310,9 @@ pub fn conv_nhwc(name: &str, shape: &ConvShape, bias: bool, activation: Activati
     let head = |total: usize, stride: usize| ConvHead {
         kernel_name: name.to_string(),
         dtype: "f32",
+        act: type_ctx(dtype),
+        act_bytes: dtype.size_bytes(),
+        act_name: dtype.name(),
         x_shape: shape_text(&[shape.n, shape.h, shape.w, shape.c_in]),
         y_shape: shape_text(&[shape.n, oh, ow, shape.c_out]),
         idx: index_type(x_len.max(y_len).max(total + stride)),

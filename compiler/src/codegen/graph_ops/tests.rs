@@ -339,7 +339,7 @@ fn stem() -> ConvShape {
 }
 
 fn conv_error(shape: &ConvShape) -> String {
-    error(conv_nhwc("cv", shape, true, Activation::None))
+    error(conv_nhwc("cv", shape, F32, true, Activation::None))
 }
 
 #[test]
@@ -362,7 +362,7 @@ fn conv_output_size_follows_onnx() {
 #[test]
 fn conv_picks_the_path_by_shape() {
     let clip = Activation::Clip { lo: 0.0, hi: 6.0 };
-    let dw = conv_nhwc("dw", &effnet_dw(112, 32, 3, 1), true, clip).unwrap();
+    let dw = conv_nhwc("dw", &effnet_dw(112, 32, 3, 1), F32, true, clip).unwrap();
     assert_eq!(
         params(&dw.source, "dw"),
         vec![
@@ -378,11 +378,11 @@ fn conv_picks_the_path_by_shape() {
     assert!(dw.source.contains("typedef unsigned idx_t;"), "32-bit indices");
     // 32 · 112 rows · 14 blocks of 8 · 8 channel groups.
     assert_eq!((dw.grid, dw.block, dw.smem_bytes), ((32 * 112 * 14 * 8 / 256, 1, 1), (256, 1, 1), 0));
-    let plain = conv_nhwc("dw_plain", &effnet_dw(112, 32, 3, 1), false, Activation::None).unwrap();
+    let plain = conv_nhwc("dw_plain", &effnet_dw(112, 32, 3, 1), F32, false, Activation::None).unwrap();
     assert!(!plain.source.contains("bias + c") && !plain.source.contains("fminf"), "no bias read, no activation");
     // Fewer pixels per thread where the grid would be small; ragged blocks are guarded.
     let pw = |s: ConvShape| {
-        let src = conv_nhwc("dw", &s, false, Activation::None).unwrap().source;
+        let src = conv_nhwc("dw", &s, F32, false, Activation::None).unwrap().source;
         let line = src.lines().find(|l| l.starts_with("#define PW ")).unwrap().to_string();
         (line["#define PW ".len()..].parse::<usize>().unwrap(), src.contains("if (ow0 + p >= OW) break;"))
     };
@@ -390,24 +390,73 @@ fn conv_picks_the_path_by_shape() {
     assert_eq!(pw(effnet_dw(14, 672, 5, 1)), (7, false));
     assert_eq!(pw(effnet_dw(112, 96, 3, 2)), (4, false), "at most 4 at stride 2");
     assert_eq!(pw(effnet_dw(7, 1152, 5, 1)), (3, true), "7 = 3 + 3 + 1 keeps 193k threads");
-    let odd = conv_nhwc("dw_odd", &conv(1, (9, 9), 6, 6, 6, (3, 3), (1, 1), (1, 1), [1; 4]), true, clip).unwrap();
+    let odd = conv_nhwc("dw_odd", &conv(1, (9, 9), 6, 6, 6, (3, 3), (1, 1), (1, 1), [1; 4]), F32, true, clip).unwrap();
     assert!(odd.source.contains("#define V 1") && !odd.source.contains("dw_item<true>"), "6 channels: scalar path");
 
-    let st = conv_nhwc("stem", &stem(), true, clip).unwrap();
+    let st = conv_nhwc("stem", &stem(), F32, true, clip).unwrap();
     assert!(st.source.contains("direct convolution") && st.source.contains("__shared__ __align__(16) float ws[864];"));
     assert!(st.source.contains("#define COT 8") && st.source.contains("reinterpret_cast<const float4*>(wp"));
     assert_eq!(st.grid, (132 * 8, 1, 1), "grid-stride");
     assert_eq!(params(&st.source, "stem"), params(&dw.source, "dw"), "one parameter list for every path");
     let grouped =
-        conv_nhwc("grp", &conv(32, (28, 28), 64, 96, 4, (3, 3), (1, 1), (1, 1), [1; 4]), false, clip).unwrap();
+        conv_nhwc("grp", &conv(32, (28, 28), 64, 96, 4, (3, 3), (1, 1), (1, 1), [1; 4]), F32, false, clip).unwrap();
     assert!(grouped.source.contains("#define CIG 16") && grouped.source.contains("#define COT 8"));
-    let mult = conv_nhwc("mult", &conv(2, (9, 9), 8, 24, 8, (3, 3), (1, 1), (1, 1), [1; 4]), true, clip).unwrap();
-    assert!(mult.source.contains("#define COT 3") && mult.source.contains("yp[j] = epilogue("), "multiplier 3");
-    let big = conv_nhwc("big", &conv(1, (14, 14), 512, 512, 1, (3, 3), (1, 1), (1, 1), [1; 4]), true, clip).unwrap();
+    let mult = conv_nhwc("mult", &conv(2, (9, 9), 8, 24, 8, (3, 3), (1, 1), (1, 1), [1; 4]), F32, true, clip).unwrap();
+    assert!(mult.source.contains("#define COT 3") && mult.source.contains("st_act(yp + j, epilogue("), "multiplier 3");
+    let big =
+        conv_nhwc("big", &conv(1, (14, 14), 512, 512, 1, (3, 3), (1, 1), (1, 1), [1; 4]), F32, true, clip).unwrap();
     assert!(!big.source.contains("__shared__") && big.source.contains("__ldg(wp + ci * C_OUT + j)"), "9 MB weight");
     assert!(big.source.contains("#pragma unroll 4"));
-    let huge = conv_nhwc("huge", &effnet_dw(1024, 1024, 3, 1), false, Activation::None).unwrap();
+    let huge = conv_nhwc("huge", &effnet_dw(1024, 1024, 3, 1), F32, false, Activation::None).unwrap();
     assert!(huge.source.contains("typedef unsigned long long idx_t;"), "2^35 elements take 64-bit indices");
+}
+
+#[test]
+fn conv_16_bit_activations_keep_f32_weights_and_math() {
+    let clip = Activation::Clip { lo: 0.0, hi: 6.0 };
+    let grouped = conv(32, (28, 28), 64, 96, 4, (3, 3), (1, 1), (1, 1), [1; 4]);
+    let odd = conv(1, (9, 9), 6, 6, 6, (3, 3), (1, 1), (1, 1), [1; 4]);
+    for (d, st, ld, store) in [(F16, "half_t", "ld_f16", "st_f16"), (BF16, "bf16_t", "ld_bf16", "st_bf16")] {
+        let fp32 = [effnet_dw(112, 32, 3, 1), stem(), grouped.clone(), odd.clone()]
+            .map(|s| conv_nhwc("cv", &s, F32, true, clip).unwrap());
+        let half = [effnet_dw(112, 32, 3, 1), stem(), grouped.clone(), odd.clone()]
+            .map(|s| conv_nhwc("cv", &s, d, true, clip).unwrap());
+        for (f, h) in fp32.iter().zip(&half) {
+            assert_eq!((f.grid, f.block, f.smem_bytes), (h.grid, h.block, h.smem_bytes), "{d}: the same geometry");
+            assert_eq!(
+                params(&h.source, "cv"),
+                vec![
+                    format!("const {st}* __restrict__ x"),
+                    "const float* __restrict__ w".to_string(),
+                    "const float* __restrict__ bias".to_string(),
+                    format!("{st}* __restrict__ y"),
+                ],
+                "{d}: 16-bit x and y, f32 weight and bias"
+            );
+            assert!(h.source.contains(&format!("typedef {st} act_t;")), "{d}");
+            assert!(h.source.contains(&format!("return {ld}(x);")) && h.source.contains(&format!("{store}(a)")));
+            assert!(h.source.contains(&format!("x and y are {d}, the weights, bias and math float.")));
+            assert!(h.source.contains("typedef float elem_t;"), "{d}: the epilogue reads an f32 bias");
+            assert!(!f.source.contains("uint2") && !f.source.contains("half_t"), "f32: 16-byte path, no ops.cuh");
+        }
+        let [dw, st_k, grp, odd_k] = &half;
+        // Four channels as one 8-byte access where x, y, w and bias are aligned to them.
+        assert!(dw.source.contains("__ldg(reinterpret_cast<const uint2*>(p))"), "{}", dw.source);
+        assert!(dw.source.contains("*reinterpret_cast<uint2*>(p) = make_uint2(pack2(r[0], r[1]), pack2(r[2], r[3]));"));
+        assert!(dw.source.contains("if (aligned_v(x) && aligned_v(w) && aligned_v(y) && aligned_v(bias))"));
+        assert!(dw.source.contains("dw_item<false>(x, w, bias, y, e);"), "scalar fallback");
+        assert!(st_k.source.contains("const float xv = ld_act(__ldg(xp + ci));"));
+        assert!(st_k.source.contains("const bool aligned = aligned_v(y);"));
+        assert!(grp.source.contains("#define COT 8") && grp.source.contains("store_v<4, false>(yp + j, o);"));
+        assert!(odd_k.source.contains("#define V 1") && !odd_k.source.contains("dw_item<true>"), "6 channels: scalar");
+    }
+    for d in [I32, F64, I8, Bool] {
+        let e = error(conv_nhwc("cv", &stem(), d, true, clip));
+        assert!(
+            e.contains(&format!("conv kernel cv: x and y of type {d} are not supported (f32, f16 or bf16)")),
+            "{e}"
+        );
+    }
 }
 
 #[test]
@@ -429,7 +478,7 @@ fn conv_refuses_bad_shapes() {
     let mut s = stem();
     s.w = usize::MAX / 2;
     assert!(conv_error(&s).contains("too large"));
-    assert!(error(conv_nhwc("9cv", &stem(), false, Activation::None)).contains("not a C identifier"));
+    assert!(error(conv_nhwc("9cv", &stem(), F32, false, Activation::None)).contains("not a C identifier"));
     let e = pack_conv_weight(&stem(), &[0.0; 10]).unwrap_err().to_string();
     assert!(e.contains("conv weight: expected 864 values ([32, 3, 3, 3]), got 10"), "{e}");
     let mut s = stem();
