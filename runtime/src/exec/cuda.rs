@@ -379,13 +379,16 @@ impl GpuProgram {
                     Arg::I32(v) => ArgValue::I32(*v),
                     Arg::F32(v) => ArgValue::F32(*v),
                     Arg::Param(p) => ArgValue::I32(self.params[p.0 as usize]),
-                    Arg::TensorMap { buf, rows, cols, tma } => ArgValue::Map(Box::new(encode_matrix(
-                        self.device_ptr(*buf, 0),
-                        *rows,
-                        *cols,
-                        spartac::codegen::Dtype::F32,
-                        *tma,
-                    )?)),
+                    Arg::TensorMap { buf, rows, cols, tma } => {
+                        // The map's element type is the buffer's (a 16-bit model's activations).
+                        let dtype = match self.program.buffer(*buf).elem {
+                            spartac::program::Elem::F16 => spartac::codegen::Dtype::F16,
+                            spartac::program::Elem::BF16 => spartac::codegen::Dtype::Bf16,
+                            spartac::program::Elem::U8 => spartac::codegen::Dtype::I8,
+                            _ => spartac::codegen::Dtype::F32,
+                        };
+                        ArgValue::Map(Box::new(encode_matrix(self.device_ptr(*buf, 0), *rows, *cols, dtype, *tma)?))
+                    }
                 })
             })
             .collect()
