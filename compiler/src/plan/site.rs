@@ -2,8 +2,11 @@
 //! constant weight, with the weight's logical view (`k × n` for `Y = X·W`), the activation
 //! rows `m`, and the epilogue (bias add, activation) that follows.
 //!
-//! Not planned (yet): Conv (it would need the im2col view of its weight), weights of rank
-//! above 2, Gemm with a constant `A`.
+//! Convolutions reach the planner through `rewrite::channels_last`: a 1×1 convolution is a
+//! MatMul there, planned like any other. Other convolutions (k×k, depthwise) are not planned:
+//! their pruned channels are cut by `rewrite::shrink_channels`, and finer sparsity inside a
+//! k×k filter would need the implicit-GEMM view of its weight, which is not built. Also not
+//! planned: weights of rank above 2, Gemm with a constant `A`.
 
 use super::suboperator::{Epilogue, Orientation};
 use crate::ir::{Graph, Initializer, NodeId, Tensor, ValueId, ValueKind};
