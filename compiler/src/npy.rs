@@ -74,17 +74,43 @@ fn header_field<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..end].trim())
 }
 
-/// Parses one `.npy` file.
-pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+/// What a `.npy` header declares: element type, shape, where the data starts and how many
+/// bytes it must have (computed with checked arithmetic).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NpyHeader {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data_offset: usize,
+    pub data_bytes: usize,
+}
+
+impl NpyHeader {
+    /// The whole file's length: header and data.
+    pub fn file_bytes(&self) -> usize {
+        self.data_offset + self.data_bytes
+    }
+}
+
+/// Bytes of the fixed part before the header dict: enough to know the header's length.
+pub const NPY_PREAMBLE: usize = 12;
+
+/// Parses the header of a `.npy` file from its first bytes. `Ok(None)`: `bytes` holds too
+/// little of the file to tell yet (give it at least the header's length, which the first
+/// [`NPY_PREAMBLE`] bytes name).
+pub fn parse_npy_header(bytes: &[u8]) -> Result<Option<NpyHeader>, NpyError> {
+    if bytes.len() < 10 {
+        return if b"\x93NUMPY".starts_with(&bytes[..bytes.len().min(6)]) { Ok(None) } else { Err(NpyError::BadMagic) };
+    }
+    if &bytes[..6] != b"\x93NUMPY" {
         return Err(NpyError::BadMagic);
     }
     let (header_len, offset) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
         2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize, 12),
+        2 | 3 => return Ok(None),
         v => return Err(NpyError::Version(v)),
     };
-    let header = bytes.get(offset..offset + header_len).ok_or_else(|| header_err("truncated .npy header"))?;
+    let Some(header) = bytes.get(offset..offset + header_len) else { return Ok(None) };
     let header = std::str::from_utf8(header).map_err(|_| header_err(".npy header is not text"))?;
     let descr = header_field(header, "descr").ok_or_else(|| header_err(".npy header has no descr"))?.trim_matches('\'');
     let dtype = descr_dtype(descr)?;
@@ -99,14 +125,29 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>().map_err(|_| header_err(format!("bad dimension {s:?} in .npy shape"))))
         .collect::<Result<_, _>>()?;
-    let body = &bytes[offset + header_len..];
-    let n: usize = shape.iter().product();
-    let want = n * dtype.size_bytes();
-    if body.len() != want {
-        return Err(NpyError::Length { found: body.len(), shape, dtype, want });
+    let data_bytes = shape
+        .iter()
+        .try_fold(dtype.size_bytes(), |acc, &d| acc.checked_mul(d))
+        .filter(|&b| b.checked_add(offset + header_len).is_some())
+        .ok_or_else(|| header_err(format!("shape {shape:?} of {dtype} is too large to address")))?;
+    Ok(Some(NpyHeader { dtype, shape, data_offset: offset + header_len, data_bytes }))
+}
+
+/// Parses one `.npy` file.
+pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
+    let h = parse_npy_header(bytes)?.ok_or_else(|| {
+        if bytes.len() < 10 {
+            NpyError::BadMagic
+        } else {
+            header_err("truncated .npy header")
+        }
+    })?;
+    let body = &bytes[h.data_offset..];
+    if body.len() != h.data_bytes {
+        return Err(NpyError::Length { found: body.len(), shape: h.shape, dtype: h.dtype, want: h.data_bytes });
     }
-    let data = Data::from_le_bytes(dtype, body).ok_or_else(|| header_err("array data does not fit its type"))?;
-    Ok(Tensor::new(shape, data).expect("length checked"))
+    let data = Data::from_le_bytes(h.dtype, body).ok_or_else(|| header_err("array data does not fit its type"))?;
+    Ok(Tensor::new(h.shape, data).expect("length checked"))
 }
 
 /// Serializes one tensor as `.npy` (version 1.0).
