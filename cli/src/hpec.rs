@@ -123,9 +123,9 @@ pub struct RunArgs {
     /// images go up to 60,000).
     #[arg(long)]
     pub image_count: Option<usize>,
-    /// Repeat the images in order up to --image-count (image i is image i mod n): how the
-    /// measured peers of PEERS.md made 60,000 inputs from the 1,200 real challenge images. The
-    /// truth of the distinct images is repeated with them.
+    /// Repeat the images in order up to --image-count (image i is image i mod n): how the GPU
+    /// peers' published runs (SNICIT, SNIG) made 60,000 inputs from the 1,200 real challenge
+    /// images. The truth of the distinct images is repeated with them.
     #[arg(long)]
     pub repeat_images: bool,
     /// Truth: one 1-based image id per line.
