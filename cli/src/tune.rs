@@ -21,7 +21,7 @@ use spartac::plan::tune::{
 };
 use spartac::plan::{Plan, PlanOptions};
 use spartac::propagate::{propagate, PropagateOptions};
-use spartac::rewrite::prepare_for_lowering;
+use spartac::rewrite::{prepare_for_lowering, to_half};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use spartac_runtime::cuda::tune::GpuTimer;
 use spartac_runtime::cuda::CudaDevice;
@@ -57,6 +57,10 @@ pub struct TuneArgs {
     /// Skip sparsity propagation (as `compile --no-propagate`).
     #[arg(long)]
     pub no_propagate: bool,
+    /// Element type the model runs in (as `compile --dtype`; tune with the dtype you compile with:
+    /// the cache keys carry it).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    pub dtype: String,
     /// Cost DB the candidates are predicted (and pruned) with before the refit (default: the
     /// built-in sm_90 one).
     #[arg(long, value_name = "COSTDB.json")]
@@ -136,6 +140,15 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         propagate(&mut graph, &PropagateOptions::default())?;
     }
     prepare_for_lowering(&mut graph, true)?;
+    match args.dtype.as_str() {
+        "f16" => {
+            to_half(&mut graph, spartac::ir::DType::F16)?;
+        }
+        "bf16" => {
+            to_half(&mut graph, spartac::ir::DType::BF16)?;
+        }
+        _ => {}
+    }
     let base = cost_model(args.costdb.as_deref())?;
     let mut timer = GpuTimer::new(dev, 5, args.reps);
     let cache = TuneCache::new(&dir);
