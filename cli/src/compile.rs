@@ -8,16 +8,16 @@
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use spartac::ir::DType;
+use spartac::ir::{DType, Graph};
 use spartac::plan::cost::{CostDb, CostModel};
 use spartac::plan::hardware::HardwareProfile;
 use spartac::plan::PlanOptions;
 use spartac::program::artifact::{encode, PtxProto};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
-use spartac::propagate::{propagate, PropagateOptions};
+use spartac::propagate::PropagateOptions;
 use spartac::rewrite::{prepare_for_lowering, to_half, RewriteReport};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -81,6 +81,48 @@ pub struct CompileArgs {
 /// The artifact's PTX architecture (the H100/H200's, with the wgmma features).
 const PTX_ARCH: &str = "sm_90a";
 
+/// The TeSA attrs file applied (every weight pruned where zero without one), then propagation
+/// unless `propagate` is false: the first stages `compile` and `tune` share.
+pub fn sparsify(graph: &mut Graph, tesa: Option<&Path>, propagate: bool) -> Result<()> {
+    let attrs = match tesa {
+        Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
+        None => None,
+    };
+    apply_attrs(graph, attrs.as_ref())?;
+    if propagate {
+        spartac::propagate::propagate(graph, &PropagateOptions::default())?;
+    }
+    Ok(())
+}
+
+/// The rewrites before the plan (`spartac::rewrite`), then the model's element type (`f32`,
+/// `f16` or `bf16`, as `--dtype` takes it).
+pub fn rewrite(graph: &mut Graph, shrink: bool, dtype: &str) -> Result<RewriteReport> {
+    let report = prepare_for_lowering(graph, shrink)?;
+    match dtype {
+        "f16" => {
+            to_half(graph, DType::F16)?;
+        }
+        "bf16" => {
+            to_half(graph, DType::BF16)?;
+        }
+        _ => {}
+    }
+    Ok(report)
+}
+
+/// The cost model: the cost DB at `path`, else the built-in sm_90 one.
+pub fn cost_model(path: Option<&Path>) -> Result<CostModel> {
+    Ok(match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let db = CostDb::parse(&text).with_context(|| format!("in {}", p.display()))?;
+            CostModel::new(HardwareProfile::sm_90(), db)?
+        }
+        None => CostModel::sm_90(),
+    })
+}
+
 pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let out = args.output.clone().unwrap_or_else(|| args.model.model.with_extension("sparta"));
     if out == args.model.model {
@@ -101,33 +143,15 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let mut graph = args.model.load()?;
     stage("frontend", &bar, &mut t);
     bar.set_message("TeSA and propagation");
-    let attrs = match &args.tesa {
-        Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
-        None => None,
-    };
-    apply_attrs(&mut graph, attrs.as_ref())?;
-    if !args.no_propagate {
-        propagate(&mut graph, &PropagateOptions::default())?;
-    }
+    sparsify(&mut graph, args.tesa.as_deref(), !args.no_propagate)?;
     stage("tesa+propagate", &bar, &mut t);
     bar.set_message("shrinking channels, NHWC");
-    let RewriteReport { shrink, layout } = prepare_for_lowering(&mut graph, !args.no_shrink)?;
-    match args.dtype.as_str() {
-        "f16" => {
-            to_half(&mut graph, DType::F16)?;
-        }
-        "bf16" => {
-            to_half(&mut graph, DType::BF16)?;
-        }
-        _ => {}
-    }
+    let RewriteReport { shrink, layout } = rewrite(&mut graph, !args.no_shrink, &args.dtype)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
-    if let Some(path) = &args.costdb {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let db = CostDb::parse(&text).with_context(|| format!("in {}", path.display()))?;
-        opts.cost = CostModel::new(HardwareProfile::sm_90(), db)?;
+    if args.costdb.is_some() {
+        opts.cost = cost_model(args.costdb.as_deref())?;
     }
     // Tuning (`spartac tune`): the refitted cost DB, then the measured winners.
     let tuning = crate::tune::CompileTuning::open(args.tune_cache.as_deref(), args.costdb.is_some(), &mut opts)?;

@@ -13,16 +13,12 @@ use crate::model_args::ModelArgs;
 use crate::tune_report::{unique_entries, Report};
 use anyhow::{Context, Result};
 use clap::Args;
-use spartac::plan::cost::{CostDb, CostModel};
-use spartac::plan::hardware::HardwareProfile;
+use spartac::plan::cost::CostModel;
 use spartac::plan::tune::{
     apply_cache, refit, samples, spartac_version, tune_graph, Entry, Event, StopReason, Target, Timer, TuneCache,
     TuneOptions, TuneRun,
 };
 use spartac::plan::{Plan, PlanOptions};
-use spartac::propagate::{propagate, PropagateOptions};
-use spartac::rewrite::{prepare_for_lowering, to_half};
-use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use spartac_runtime::cuda::tune::GpuTimer;
 use spartac_runtime::cuda::CudaDevice;
 use std::path::{Path, PathBuf};
@@ -114,42 +110,15 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     spartac_runtime::exec::cache_root().map(|r| r.join("tune"))
 }
 
-fn cost_model(path: Option<&Path>) -> Result<CostModel> {
-    Ok(match path {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            let db = CostDb::parse(&text).with_context(|| format!("in {}", p.display()))?;
-            CostModel::new(HardwareProfile::sm_90(), db)?
-        }
-        None => CostModel::sm_90(),
-    })
-}
-
 pub fn run(args: TuneArgs) -> Result<ExitCode> {
     let started = Instant::now();
     // The GPU first: without one, say so before any work.
     let dev = CudaDevice::open(0).context("spartac tune times kernels on the GPU")?;
     let dir = args.cache.clone().or_else(default_cache_dir).context("no cache folder: pass --cache DIR")?;
     let mut graph = args.model.load()?;
-    let attrs = match &args.tesa {
-        Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
-        None => None,
-    };
-    apply_attrs(&mut graph, attrs.as_ref())?;
-    if !args.no_propagate {
-        propagate(&mut graph, &PropagateOptions::default())?;
-    }
-    prepare_for_lowering(&mut graph, true)?;
-    match args.dtype.as_str() {
-        "f16" => {
-            to_half(&mut graph, spartac::ir::DType::F16)?;
-        }
-        "bf16" => {
-            to_half(&mut graph, spartac::ir::DType::BF16)?;
-        }
-        _ => {}
-    }
-    let base = cost_model(args.costdb.as_deref())?;
+    crate::compile::sparsify(&mut graph, args.tesa.as_deref(), !args.no_propagate)?;
+    crate::compile::rewrite(&mut graph, true, &args.dtype)?;
+    let base = crate::compile::cost_model(args.costdb.as_deref())?;
     let mut timer = GpuTimer::new(dev, 5, args.reps);
     let cache = TuneCache::new(&dir);
     let deadline = args.budget.map(|b| started + b);
@@ -316,7 +285,7 @@ impl CompileTuning {
         let mut costdb = None;
         let path = cache.costdb_path();
         if !costdb_given && path.is_file() {
-            opts.cost = cost_model(Some(&path))?;
+            opts.cost = crate::compile::cost_model(Some(&path))?;
             costdb = Some(format!("cost DB {} ({})", path.display(), opts.cost.db.source));
         }
         Ok(CompileTuning { cache: Some(cache), costdb })
@@ -388,9 +357,8 @@ mod tests {
             .output("y", DType::F32, &fixed(&[128, 256]))
             .bytes();
         let mut g = spartac::frontend::load_model_bytes(&bytes, "two.onnx", &Default::default()).unwrap();
-        apply_attrs(&mut g, None).unwrap();
-        propagate(&mut g, &PropagateOptions::default()).unwrap();
-        prepare_for_lowering(&mut g, true).unwrap();
+        crate::compile::sparsify(&mut g, None, true).unwrap();
+        crate::compile::rewrite(&mut g, true, "f32").unwrap();
         g
     }
 
@@ -417,7 +385,7 @@ mod tests {
         }
         let table = report.table();
         assert!(table.contains("fc1") && table.contains("fc2") && table.contains("median"), "{table}");
-        let db = CostDb::parse(&std::fs::read_to_string(cache.costdb_path()).unwrap()).unwrap();
+        let db = spartac::plan::cost::CostDb::parse(&std::fs::read_to_string(cache.costdb_path()).unwrap()).unwrap();
         assert!(db.source.contains("Fake GPU"), "{}", db.source);
         let png = dir.path().join("tune.png");
         report.plot(Path::new("two.onnx")).write_png(&png).unwrap();

@@ -74,30 +74,6 @@ impl Classes {
     }
 }
 
-/// Ops that map channel `c` of their inputs to channel `c` of their output, elementwise.
-const CHANNELWISE: &[&str] = &[
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Max",
-    "Min",
-    "Relu",
-    "Clip",
-    "Neg",
-    "Abs",
-    "Identity",
-    "Sigmoid",
-    "Tanh",
-    "Exp",
-    "Sqrt",
-    "Erf",
-    "HardSigmoid",
-    "HardSwish",
-    "LeakyRelu",
-    "Dropout",
-];
-
 /// Pooling and reductions that keep the channel axis (checked per node).
 const POOLS: &[&str] = &[
     "GlobalAveragePool",
@@ -183,7 +159,7 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
                     cuts.push(Cut { node: ni, input: i, axis: 0, class_value: y });
                 }
             }
-            _ if CHANNELWISE.contains(&op) => {
+            _ if super::ELEMENTWISE.contains(&op) || op == "Dropout" => {
                 let rank = graph.fact(y).shape.len();
                 if !chan[y.index()] || node.outputs.len() != 1 {
                     freeze_all(&mut frozen);

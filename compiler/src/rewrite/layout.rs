@@ -14,7 +14,7 @@
 //! NCHW types. The graph computes exactly what it computed before (the reference executor
 //! checks that), and TeSAs move with their elements.
 
-use super::{fresh_name, gather_tensor, renumber, transpose_positions};
+use super::{fresh_name, gather_tensor, renumber, transpose_positions, ELEMENTWISE};
 use crate::ir::{Attr, Attrs, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueId, ValueKind};
 use crate::Error;
 use std::collections::HashMap;
@@ -22,29 +22,6 @@ use std::collections::HashMap;
 /// NCHW → NHWC and back.
 const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
-
-/// Elementwise ops that act on each element alone, whatever the layout.
-const ELEMENTWISE: &[&str] = &[
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Max",
-    "Min",
-    "Relu",
-    "Clip",
-    "Neg",
-    "Abs",
-    "Identity",
-    "Sigmoid",
-    "Tanh",
-    "Exp",
-    "Sqrt",
-    "Erf",
-    "HardSigmoid",
-    "HardSwish",
-    "LeakyRelu",
-];
 
 /// What [`channels_last`] did.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -20,6 +20,30 @@ pub use layout::{channels_last, LayoutReport};
 use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};
 use std::collections::BTreeMap;
 
+/// Elementwise ops that map each element alone (so channel `c` to channel `c`, whatever the
+/// layout): what both passes carry through.
+pub(crate) const ELEMENTWISE: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+    "Relu",
+    "Clip",
+    "Neg",
+    "Abs",
+    "Identity",
+    "Sigmoid",
+    "Tanh",
+    "Exp",
+    "Sqrt",
+    "Erf",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+];
+
 /// What [`prepare_for_lowering`] did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RewriteReport {
