@@ -3,7 +3,7 @@
 # (checked against the CPU executor on the same inputs) for dense and pruned cases, and the
 # PyTorch baselines (benches/e2e_torch.py) in the same call.
 # usage: BIN=./target/gpu/spartac OUT=/tmp/e2e [CASES="dense b90"] [TORCH=1] [FINE_TILE=64,16,6,1] benches/e2e_gpu.sh
-# (a case ending in _t compiles with --fine-tile $FINE_TILE, one ending in _f16 with --dtype f16)
+# (suffixes add flags: _t --fine-tile $FINE_TILE, _f16 --dtype f16, _nolib --no-library, _nofuse, _noprop, _noshrink)
 # Needs .device/minilm-l6.stripped.onnx (benches/e2e_prepare.py strip, here).
 # MODEL=efficientnet: EfficientNet-Lite0 (batch 32 x 3 x 224 x 224) instead, cases dense c50 c70 c70_noshrink
 # (output-channel pruning, models/tesa/efficientnet-lite0-channels-{50,70}.json), the ONNX model
@@ -28,24 +28,26 @@ else
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
 tesa() {
-  case "${1%_f16}" in
+  case "${1%%_f16*}" in
     dense|dense_nofuse) echo "" ;;
     b50|b50_t) echo "--tesa models/tesa/minilm-l6-block32-50.json" ;;
     b90|b90_noprop|b90_nofuse|b90_t) echo "--tesa models/tesa/minilm-l6-block32-90.json" ;;
     b95|b95_t) echo "--tesa models/tesa/minilm-l6-block32-95.json" ;;
     u95|u95_t) echo "--tesa models/tesa/minilm-l6-unstructured-95.json" ;;
-    c50|c70) b=${1%_f16}; echo "--tesa models/tesa/efficientnet-lite0-channels-${b#c}.json" ;;
+    c50|c70) b=${1%%_*}; echo "--tesa models/tesa/efficientnet-lite0-channels-${b#c}.json" ;;
     c70_noshrink) echo "--tesa models/tesa/efficientnet-lite0-channels-70.json" ;;
   esac
 }
 extra() {
-  case "$1" in
-    *_f16) echo "--dtype f16" ;;
-    *_noprop) echo "--no-propagate" ;;
-    *_nofuse) echo "--no-fuse" ;;
-    *_noshrink) echo "--no-shrink" ;;
-    *_t) echo "--fine-tile ${FINE_TILE:-64,16,6,1}" ;;
-  esac
+  # every suffix of the case adds its flag: dense_f16_nolib = --dtype f16 --no-library
+  local f=""
+  case "$1" in *_f16|*_f16_*) f="$f --dtype f16" ;; esac
+  case "$1" in *_noprop*) f="$f --no-propagate" ;; esac
+  case "$1" in *_nofuse*) f="$f --no-fuse" ;; esac
+  case "$1" in *_noshrink*) f="$f --no-shrink" ;; esac
+  case "$1" in *_nolib*) f="$f --no-library" ;; esac
+  case "$1" in *_t) f="$f --fine-tile ${FINE_TILE:-64,16,6,1}" ;; esac
+  echo "$f"
 }
 for c in ${CASES:-$DEFAULT_CASES}; do
   echo "== $c"

@@ -58,6 +58,10 @@ pub struct CompileArgs {
     /// Do not fuse epilogues or elementwise chains (one kernel per node; for ablations).
     #[arg(long)]
     pub no_fuse: bool,
+    /// Run dense fp16/bf16 matmuls on our own dense kernel instead of cuBLAS (for ablations;
+    /// fp32 always runs on our 3xTF32 kernel).
+    #[arg(long)]
+    pub no_library: bool,
     /// Tile of the 3xTF32 fine kernels: ROWS,GROUPS,K_ROWS,N_TILES (e.g. 64,16,6,1), or auto
     /// for the specializer's choice.
     #[arg(long, default_value = "auto", value_parser = crate::hpec::parse_tile)]
@@ -159,8 +163,12 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let tuned = tuning.apply(&graph, &mut plan, &opts)?;
     stage("plan", &bar, &mut t);
     bar.set_message("specializing kernels");
-    let options =
-        ModelOptions { fuse_epilogues: !args.no_fuse, fuse_elementwise: !args.no_fuse, fine_tile: args.fine_tile.0 };
+    let options = ModelOptions {
+        fuse_epilogues: !args.no_fuse,
+        fuse_elementwise: !args.no_fuse,
+        fine_tile: args.fine_tile.0,
+        library_dense: !args.no_library,
+    };
     let model = lower_model(&graph, &plan, &options, &mut |done, total| {
         bar.set_message(format!("specializing kernels: node {done}/{total}"));
     })
@@ -208,7 +216,10 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
                 layout.pointwise, layout.convs, layout.border_transposes
             ),
         ),
-        ("planned matmuls".into(), format!("{} ({} sparse)", s.planned_ops, s.sparse_ops)),
+        (
+            "planned matmuls".into(),
+            format!("{} ({} sparse, {} dense parts on cuBLAS)", s.planned_ops, s.sparse_ops, s.library_gemms),
+        ),
         ("tuning".into(), tuned.clone()),
         (
             "fused".into(),
@@ -254,6 +265,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "kernels": p.kernels.len(),
             "planned_ops": s.planned_ops,
             "sparse_ops": s.sparse_ops,
+            "library_gemms": s.library_gemms,
             "fused_epilogues": s.fused_epilogues,
             "fused_nodes": s.fused_nodes,
             "views": s.views,

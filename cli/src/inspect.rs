@@ -144,14 +144,7 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
     let dims = |s: &[usize]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
     let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
     for s in &p.steps {
-        let k = match &s.op {
-            spartac::program::Op::Spmm { .. } => "MatMul (planned)".to_string(),
-            spartac::program::Op::Nodes(n) if n.len() > 1 => "fused elementwise".to_string(),
-            spartac::program::Op::Nodes(n) => n.first().map_or("node".to_string(), |n| n.op_type.clone()),
-            spartac::program::Op::Move => "copy".to_string(),
-            _ => "other".to_string(),
-        };
-        *kinds.entry(k).or_default() += 1;
+        *kinds.entry(crate::run_artifact::step_kind(&s.op)).or_default() += 1;
     }
     let constants: usize = p
         .buffers
@@ -178,6 +171,7 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
             "constant_bytes": constants,
             "planned_ops": s.planned_ops,
             "sparse_ops": s.sparse_ops,
+            "library_gemms": s.library_gemms,
             "dense_weight_bytes": s.dense_weight_bytes,
             "packed_weight_bytes": s.packed_weight_bytes,
         });
@@ -199,9 +193,10 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
     }
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
-        "planned matmuls: {} ({} sparse); weights {:.2} MiB dense -> {:.2} MiB packed",
+        "planned matmuls: {} ({} sparse, {} dense parts on cuBLAS); weights {:.2} MiB dense -> {:.2} MiB packed",
         s.planned_ops,
         s.sparse_ops,
+        s.library_gemms,
         mib(s.dense_weight_bytes),
         mib(s.packed_weight_bytes)
     );

@@ -44,10 +44,17 @@ fn inputs_for(model: &ModelProgram, args: &RunArgs) -> Result<BTreeMap<String, T
     }
 }
 
-/// What a step is, for the profile table: its ops (`MatMul (planned)` for the planned ones).
-fn step_kind(op: &Op) -> String {
+/// What a step is, for the profile table and `inspect`: its ops (`MatMul (planned)` for the
+/// planned ones, `attention (fused)` for one attention kernel).
+pub(crate) fn step_kind(op: &Op) -> String {
     match op {
         Op::Spmm { .. } => "MatMul (planned)".into(),
+        Op::Nodes(nodes)
+            if nodes.iter().any(|n| n.op_type == "Softmax") && nodes.iter().any(|n| n.op_type == "MatMul") =>
+        {
+            "attention (fused)".into()
+        }
+        Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "MatMul") => "MatMul (activations)".into(),
         Op::Nodes(nodes) if nodes.len() > 1 => "fused elementwise".into(),
         Op::Nodes(nodes) => nodes.first().map_or("node".into(), |n| n.op_type.clone()),
         Op::Move => "copy".into(),
@@ -188,4 +195,11 @@ fn print_step_profile(model: &ModelProgram, steps: &[f64]) {
         println!("{k:<24} {n:>6} {ms:>10.3} {:>6.1}%", 100.0 * ms / total.max(1e-12));
     }
     println!("{:<24} {:>6} {total:>10.3}   (steps run one by one; the graph is faster)", "total", "");
+    let mut slowest: Vec<(usize, f64)> = steps.iter().copied().enumerate().collect();
+    slowest.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    println!("slowest steps:");
+    for (i, ms) in slowest.into_iter().take(8) {
+        let s = &model.program.steps[i];
+        println!("  {ms:>8.3} ms  #{i:<4} {:<20} {}", step_kind(&s.op), s.label);
+    }
 }

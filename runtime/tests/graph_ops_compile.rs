@@ -4,8 +4,8 @@
 //! `.cuda/` (tests/run-all.sh installs them); a missing NVRTC fails the test.
 
 use spartac::codegen::graph_ops::{
-    concat, conv_nhwc, elementwise, gather, layer_norm, matmul, reduce, softmax, Binary, ConvShape, Expr, OpKernel,
-    Reduce, TensorDesc, Unary,
+    attention, concat, conv_nhwc, elementwise, gather, layer_norm, matmul, reduce, softmax, Binary, ConvShape, Expr,
+    OpKernel, Reduce, TensorDesc, Unary,
 };
 use spartac::codegen::Activation;
 use spartac::ir::DType;
@@ -264,6 +264,31 @@ fn cases() -> Vec<(String, OpKernel)> {
     add(
         "matmul folded batch",
         matmul("mm_fold", &c(F32, &[70000, 4, 4]), &c(F32, &[70000, 4, 4]), &c(F32, &[70000, 4, 4])),
+    );
+    // ---- fused attention ----
+    // MiniLM's: heads split out of [32, 128, 384] projections, Kᵀ folded, scale and the
+    // [32, 1, 128, 128] additive mask, heads merged back through the output strides.
+    let heads = |d: DType| c(d, &[32, 128, 12, 32]).permuted(&[0, 2, 1, 3]);
+    let merged = |d: DType| c(d, &[32, 128, 12, 32]).permuted(&[0, 2, 1, 3]);
+    let masked = |d: DType| bin(Binary::Add, bin(Binary::Mul, input(0), k(0.17677669529663687, d)), input(1));
+    for (label, d) in [("attention MiniLM f32", F32), ("attention MiniLM f16", F16)] {
+        let kt = c(d, &[32, 128, 12, 32]).permuted(&[0, 2, 3, 1]);
+        let mask = c(d, &[32, 1, 128, 128]);
+        add(label, attention("attn_minilm", &heads(d), &kt, &heads(d), d, &[mask], &masked(d), &merged(d)));
+    }
+    // Ragged everything: 50 queries, 45 keys, 20-wide q/k, 30-wide v, broadcast batch, no extra.
+    add(
+        "attention ragged",
+        attention(
+            "attn_ragged",
+            &c(F32, &[3, 50, 20]),
+            &c(F32, &[1, 20, 45]),
+            &c(F32, &[3, 45, 30]),
+            F32,
+            &[],
+            &input(0),
+            &c(F32, &[3, 50, 30]),
+        ),
     );
     // ---- concat ----
     add("concat axis 1", concat("cat1", &[c(F32, &[2, 3, 4]), c(F32, &[2, 5, 4])], 1, &c(F32, &[2, 8, 4])));

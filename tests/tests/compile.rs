@@ -46,6 +46,11 @@ fn minilm_l3_compiled_matches_onnxruntime_on_the_cpu_executor() {
     let (graph, model) = compile(minilm_l3(), None, &ModelOptions::default());
     assert!(model.stats.planned_ops >= 18, "every MatMul weight is planned: {:?}", model.stats);
     assert!(model.stats.fused_epilogues >= 18, "biases and GELUs run in epilogues: {:?}", model.stats);
+    // Each layer's attention (Q·Kᵀ, scale and mask, Softmax, ·V, the heads merged back) is one
+    // kernel: no score tensor, no Softmax or batched matmul kernel of its own.
+    let kernels = |prefix: &str| model.program.kernels.iter().filter(|k| k.name.starts_with(prefix)).count();
+    assert_eq!(kernels("attention_"), 3, "one fused attention per layer");
+    assert_eq!(kernels("softmax_") + kernels("matmul_"), 0, "no unfused attention step");
     let arrays = spartac_runtime::npz::read_npz(&models_dir().join("minilm-l3.ref.npz")).unwrap();
     let inputs: BTreeMap<String, Tensor> = graph
         .inputs
@@ -281,6 +286,27 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
     let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
     let halves = model.program.buffers.iter().filter(|b| b.elem == spartac::program::Elem::F16).count();
     assert!(halves > 5, "fp16 buffers: {halves}");
+    // The dense fp16 matmul runs on the library: its bias written into the output first (the
+    // GEMM adds into it, so the sum is rounded once), GELU in the kernel after it; the
+    // artifact carries the GEMM.
+    let gemms = |m: &ModelProgram| -> Vec<(usize, usize, usize, bool)> {
+        let launches = m.program.steps.iter().flat_map(|s| &s.launches);
+        launches
+            .filter_map(|l| match l {
+                spartac::program::Launch::Gemm { m, k, n, accumulate, .. } => Some((*m, *k, *n, *accumulate)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(gemms(&model), [(32, 64, 64, true)], "{}", model.program.to_text());
+    assert_eq!(model.stats.library_gemms, 1);
+    for kernel in ["bias_rows", "epilogue_rows"] {
+        assert!(model.program.kernels.iter().any(|k| k.name.starts_with(kernel)), "no {kernel} kernel");
+    }
+    assert_eq!(decode(&encode(&model, &[]).unwrap()).unwrap().model, model, "the artifact reads back as written");
+    let own = ModelOptions { library_dense: false, ..ModelOptions::default() };
+    let own = lower_model(&graph, &p, &own, &mut |_, _| {}).unwrap();
+    assert!(gemms(&own).is_empty() && own.stats.library_gemms == 0, "--no-library keeps our dense kernel");
     // The interface keeps the model's fp32 types.
     assert!(model.inputs.iter().chain(&model.outputs).all(|s| s.dtype != DType::F16));
     for seed in [1, 2] {
@@ -291,13 +317,17 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
             let e = relative_error(g, w);
             assert!(e <= 1e-2 && e > 0.0, "{name}: relative error {e:.3e} (fp16 rounds, but not by more)");
         }
+        let theirs = run_cpu(&own, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&theirs) {
+            assert!(relative_error(g, w) <= 1e-6, "{name}: the library and own-kernel programs differ");
+        }
     }
     let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
     if lib.is_dir() {
         spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
     }
     spartac_runtime::cuda::nvrtc_version().expect("NVRTC is required (tests/run-all.sh installs it under .cuda/)");
-    for k in &model.program.kernels {
+    for k in model.program.kernels.iter().chain(&own.program.kernels) {
         spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
     }
 }

@@ -1,6 +1,6 @@
 //! Kernels of the ONNX ops that are not matmuls with constant weights: fused elementwise
 //! expressions ([`elementwise`]), [`gather`], [`layer_norm`], [`softmax`] (and LogSoftmax),
-//! [`reduce`], batched [`matmul`] of two activations, [`concat`] and channels-last convolution
+//! [`reduce`], batched [`matmul`] of two activations, fused [`attention`], [`concat`] and channels-last convolution
 //! ([`conv_nhwc`], with its weight packing [`pack_conv_weight`]). Each is one Tera template
 //! (`templates/op_*.cu.tera`, helpers in `templates/ops.cuh`; conv has two and
 //! `templates/op_conv.cuh`) rendered from a typed context.
@@ -20,6 +20,7 @@
 //!
 //! Zero-element tensors give a kernel that does nothing (grid of one block).
 
+mod attention;
 mod conv;
 mod copy;
 mod elementwise;
@@ -30,6 +31,7 @@ mod rows;
 #[cfg(test)]
 mod tests;
 
+pub use attention::{attention, attention_smem, MAX_SMEM as ATTENTION_MAX_SMEM};
 pub use conv::{conv_nhwc, pack_conv_weight, ConvShape};
 pub use copy::{concat, gather};
 pub use elementwise::elementwise;

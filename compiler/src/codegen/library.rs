@@ -11,7 +11,8 @@ use super::render::{render, EpiRowsCtx};
 use super::spmm::{epilogue_ctx, Family, Kernel, Launch};
 use super::{Activation, CodegenError, Dtype, Mode, Orientation, SpmmSpec};
 
-/// A dense GEMM for the library, plus the epilogue kernel to launch after it.
+/// A dense GEMM for the library, with the kernels around it: `prefill` before it, `epilogue`
+/// after it.
 #[derive(Clone, Debug)]
 pub struct LibraryGemm {
     pub m: usize,
@@ -21,8 +22,27 @@ pub struct LibraryGemm {
     pub orientation: Orientation,
     /// Add into the output (`beta = 1`) instead of overwriting it (`beta = 0`).
     pub accumulate: bool,
-    /// Bias and activation as a separate in-place kernel; `None` when the spec has neither.
+    /// `C[r, :] = bias` for every row, launched before the GEMM, which then adds into it: the
+    /// product and the bias are summed in fp32 and rounded once, as our kernels' epilogues do
+    /// (adding the bias to an fp16 product already rounded loses a bit where they cancel). Set
+    /// for a part with a bias that writes the output first.
+    pub prefill: Option<Kernel>,
+    /// The rest of the epilogue (the bias unless prefilled, the activation) as an in-place
+    /// kernel; `None` when nothing is left.
     pub epilogue: Option<Kernel>,
+}
+
+/// Whether a model runs `spec` on the library rather than on a generated kernel: a 16-bit
+/// sub-operator with every weight block present. The cost model prices a dense GEMM at the
+/// library's rate (`costdb`, fitted from cuBLAS), and on these dtypes our own dense kernel is
+/// far from it. fp32 stays on the 3xTF32 dense kernel: it keeps fp32 accuracy and beats the
+/// library's true-fp32 GEMM (dense MiniLM-L6: 2.18 ms against 2.93 ms for torch, which runs
+/// cuBLAS). int8 has no library path (see [`library_gemm`]).
+pub fn library_takes(spec: &SpmmSpec) -> bool {
+    let weight = if spec.orientation == Orientation::Left { spec.m * spec.k } else { spec.k * spec.n };
+    matches!(spec.dtype, Dtype::F16 | Dtype::Bf16)
+        && spec.block != (1, 1)
+        && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
 }
 
 /// The library call for `spec`, whose weight is used densely (its pattern is ignored: a
@@ -41,13 +61,40 @@ pub fn library_gemm(spec: &SpmmSpec) -> Result<LibraryGemm, CodegenError> {
             "the int8 dense fallback on cuBLAS is not built; use the int8 dense kernel".into(),
         ));
     }
-    let needs_epilogue = spec.epilogue.bias || spec.epilogue.activation != Activation::None;
-    let epilogue = if needs_epilogue { Some(epilogue_kernel(spec)?) } else { None };
-    Ok(LibraryGemm { m, k, n, dtype: spec.dtype, orientation: spec.orientation, accumulate: spec.accumulate, epilogue })
+    let prefilled = spec.epilogue.bias && !spec.accumulate;
+    let prefill = if prefilled { Some(rows_kernel(spec, RowsPass::Bias)?) } else { None };
+    let rest = if prefilled {
+        spec.epilogue.activation != Activation::None
+    } else {
+        spec.epilogue.bias || spec.epilogue.activation != Activation::None
+    };
+    let pass = if prefilled { RowsPass::Activation } else { RowsPass::Epilogue };
+    let epilogue = if rest { Some(rows_kernel(spec, pass)?) } else { None };
+    Ok(LibraryGemm {
+        m,
+        k,
+        n,
+        dtype: spec.dtype,
+        orientation: spec.orientation,
+        accumulate: spec.accumulate || prefilled,
+        prefill,
+        epilogue,
+    })
 }
 
-/// `C = act(C + bias)` in place over the `m × n` output, 16 bytes per thread when rows allow.
-fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
+/// What a kernel over the rows of C does.
+#[derive(Clone, Copy, PartialEq)]
+enum RowsPass {
+    /// `C = bias` (no read of C).
+    Bias,
+    /// `C = act(C + bias)` in place.
+    Epilogue,
+    /// `C = act(C)` in place (the bias was prefilled).
+    Activation,
+}
+
+/// One pass over the `m × n` output, 16 bytes per thread when rows allow.
+fn rows_kernel(spec: &SpmmSpec, pass: RowsPass) -> Result<Kernel, CodegenError> {
     let (m, n) = (spec.m, spec.n);
     let per16 = 16 / spec.dtype.bytes();
     let vec = if n % per16 == 0 { per16 } else { 1 };
@@ -58,9 +105,23 @@ fn epilogue_kernel(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let mut ep = epilogue_ctx(spec);
     // The library already added the previous output (beta = 1).
     ep.accumulate = false;
-    let name = format!("epilogue_rows_{}", spec.dtype.name());
-    let ctx =
-        EpiRowsCtx { kernel_name: name.clone(), dtype: spec.dtype.name().into(), m, n, vec, threads, epilogue: ep };
+    match pass {
+        RowsPass::Bias => ep.activation = "none".into(),
+        RowsPass::Activation => ep.bias = false,
+        RowsPass::Epilogue => {}
+    }
+    let fill = pass == RowsPass::Bias;
+    let name = format!("{}_rows_{}", if fill { "bias" } else { "epilogue" }, spec.dtype.name());
+    let ctx = EpiRowsCtx {
+        kernel_name: name.clone(),
+        dtype: spec.dtype.name().into(),
+        m,
+        n,
+        vec,
+        threads,
+        fill,
+        epilogue: ep,
+    };
     Ok(Kernel {
         name,
         family: Family::Epilogue,
@@ -98,26 +159,36 @@ mod tests {
     }
 
     #[test]
-    fn epilogue_kernel_only_when_needed_and_vectorized_when_rows_allow() {
+    fn kernels_only_when_needed_and_vectorized_when_rows_allow() {
         let plain = library_gemm(&spec(96, Dtype::F32, Epilogue::NONE)).unwrap();
-        assert!(plain.epilogue.is_none());
+        assert!(plain.epilogue.is_none() && plain.prefill.is_none() && !plain.accumulate);
+        // A bias is prefilled (the GEMM adds into it); the activation follows in place.
         let relu = Epilogue { bias: true, activation: Activation::Relu };
-        let f32k = library_gemm(&spec(96, Dtype::F32, relu)).unwrap().epilogue.unwrap();
+        let g = library_gemm(&spec(96, Dtype::F32, relu)).unwrap();
+        assert!(g.accumulate, "the GEMM adds its product to the prefilled bias");
+        let fill = g.prefill.unwrap();
+        assert!(fill.source.contains("bias[col]") && !fill.source.contains("fmaxf"), "{}", fill.source);
+        assert!(!fill.source.contains("= *reinterpret_cast<const uint4*>(C + e)"), "the fill reads no C");
+        let f32k = g.epilogue.unwrap();
         assert_eq!(f32k.family, Family::Epilogue);
         assert!(f32k.source.contains("#define VEC 4") && f32k.source.contains("fmaxf"));
+        assert!(!f32k.source.contains("bias[col]"), "the bias is added once");
         let f16k = library_gemm(&spec(96, Dtype::F16, relu)).unwrap().epilogue.unwrap();
         assert!(f16k.source.contains("#define VEC 8"));
-        // 100 columns of fp16: rows are not 16-byte multiples, one element per thread.
-        let odd = library_gemm(&spec(100, Dtype::F16, Epilogue { bias: true, activation: Activation::None }))
-            .unwrap()
-            .epilogue
-            .unwrap();
+        // 100 columns of fp16: rows are not 16-byte multiples, one element per thread; a bias
+        // alone leaves nothing after the GEMM.
+        let odd = library_gemm(&spec(100, Dtype::F16, Epilogue { bias: true, activation: Activation::None })).unwrap();
+        assert!(odd.epilogue.is_none());
+        let odd = odd.prefill.unwrap();
         assert!(odd.source.contains("#define VEC 1") && !odd.source.contains("uint4"));
-        // The library adds into C itself: the kernel must not add the previous value again.
+        // A part that adds into C gets the whole epilogue after the library's sum, which must
+        // not add the previous value again.
         let mut acc = spec(96, Dtype::F32, relu);
         acc.accumulate = true;
         let g = library_gemm(&acc).unwrap();
-        assert!(g.accumulate && !g.epilogue.unwrap().source.contains("acc += prev"));
+        assert!(g.prefill.is_none());
+        let k = g.epilogue.unwrap();
+        assert!(g.accumulate && !k.source.contains("acc += prev") && k.source.contains("bias[col]"));
     }
 
     #[test]

@@ -40,7 +40,7 @@ mod spmm_int8;
 mod spmm_tf32;
 mod spmm_wgmma;
 
-pub use library::{library_gemm, LibraryGemm};
+pub use library::{library_gemm, library_takes, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::{specialize, stride_live_rows, Family, FineTable, Kernel, Launch, Prepass, TmaBox};
 pub use spmm_fine_tf32::{auto_work as fine_tf32_auto_work, FineTf32Work};

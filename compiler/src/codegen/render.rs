@@ -39,6 +39,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_softmax.cu.tera", include_str!("../../../templates/op_softmax.cu.tera")),
     ("op_reduce.cu.tera", include_str!("../../../templates/op_reduce.cu.tera")),
     ("op_matmul.cu.tera", include_str!("../../../templates/op_matmul.cu.tera")),
+    ("op_attention.cu.tera", include_str!("../../../templates/op_attention.cu.tera")),
     ("op_conv.cuh", include_str!("../../../templates/op_conv.cuh")),
     ("op_conv_depthwise.cu.tera", include_str!("../../../templates/op_conv_depthwise.cu.tera")),
     ("op_conv_direct.cu.tera", include_str!("../../../templates/op_conv_direct.cu.tera")),
@@ -246,6 +247,8 @@ pub struct EpiRowsCtx {
     /// Elements per thread: 16 bytes' worth when a row is a multiple of that, else 1.
     pub vec: usize,
     pub threads: usize,
+    /// Write `epilogue(0)` (the bias) without reading C.
+    pub fill: bool,
     pub epilogue: EpilogueCtx,
 }
 

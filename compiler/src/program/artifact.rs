@@ -21,7 +21,7 @@ use crate::ir::{Attr, Attrs, DType, Tensor};
 use prost::Message;
 
 pub const ARTIFACT_MAGIC: &[u8; 8] = b"SPARTAC\0";
-pub const ARTIFACT_VERSION: u32 = 1;
+pub const ARTIFACT_VERSION: u32 = 2;
 
 /// PTX of one kernel for one arch.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -228,7 +228,7 @@ struct AttrProto {
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct LaunchProto {
-    /// 0 kernel, 1 copy, 2 zero.
+    /// 0 kernel, 1 copy, 2 zero, 3 library GEMM (`src` = A, `dst` = C).
     #[prost(uint32, tag = "1")]
     kind: u32,
     #[prost(uint32, tag = "2")]
@@ -247,6 +247,13 @@ struct LaunchProto {
     dst_at: u64,
     #[prost(uint64, tag = "9")]
     len: u64,
+    /// GEMM: the weight buffer, `[m, k, n]`, and whether it adds into C.
+    #[prost(uint32, tag = "10")]
+    w: u32,
+    #[prost(uint64, repeated, tag = "11")]
+    mkn: Vec<u64>,
+    #[prost(bool, tag = "12")]
+    accumulate: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -308,6 +315,7 @@ fn stats_vec(s: &LoweringStats) -> Vec<u64> {
         s.views,
         s.dense_weight_bytes,
         s.packed_weight_bytes,
+        s.library_gemms,
     ]
     .iter()
     .map(|&x| x as u64)
@@ -513,6 +521,15 @@ fn launch_proto(l: &Launch) -> LaunchProto {
         Launch::Zero { dst, at, len } => {
             LaunchProto { kind: 2, dst: dst.0, dst_at: *at as u64, len: *len as u64, ..Default::default() }
         }
+        Launch::Gemm { a, w, c, m, k, n, accumulate } => LaunchProto {
+            kind: 3,
+            src: a.0,
+            dst: c.0,
+            w: w.0,
+            mkn: vec![*m as u64, *k as u64, *n as u64],
+            accumulate: *accumulate,
+            ..Default::default()
+        },
     }
 }
 
@@ -726,6 +743,15 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
                     at: usize_of(l.dst_at, "offset")?,
                     len: usize_of(l.len, "length")?,
                 },
+                3 if l.mkn.len() == 3 => Launch::Gemm {
+                    a: buf_id(l.src)?,
+                    w: buf_id(l.w)?,
+                    c: buf_id(l.dst)?,
+                    m: usize_of(l.mkn[0], "GEMM rows")?,
+                    k: usize_of(l.mkn[1], "GEMM depth")?,
+                    n: usize_of(l.mkn[2], "GEMM columns")?,
+                    accumulate: l.accumulate,
+                },
                 k => return Err(bad(format!("step {i}: launch kind {k}"))),
             });
         }
@@ -771,6 +797,7 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
         views: st(5),
         dense_weight_bytes: st(6),
         packed_weight_bytes: st(7),
+        library_gemms: st(8),
     };
     for p in &proto.ptx {
         if p.kernel as usize >= program.kernels.len() {

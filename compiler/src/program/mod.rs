@@ -5,7 +5,8 @@
 //! constants that stream in, scratch), the kernel sources ([`KernelCode`]) and an ordered list
 //! of [`Step`]s. Every step has an [`Op`]: what it computes, in terms of buffers, which the
 //! runtime's CPU executor simulates on the same buffers in the same order, and, for the GPU,
-//! the [`Launch`]es (kernels of [`KernelCode`], memcpys, memsets) that realize it. Steps name
+//! the [`Launch`]es (kernels of [`KernelCode`], vendor-library GEMMs, memcpys, memsets) that
+//! realize it. Steps name
 //! the steps they wait for (`after`); [`ProgramBuilder`] derives those edges from what each op
 //! reads and writes, so the runtime can turn the list into a CUDA graph whose edges are exactly
 //! the data dependencies (copies overlap kernels where nothing orders them).
@@ -287,6 +288,19 @@ pub enum Launch {
         at: usize,
         len: usize,
     },
+    /// `c = a·w` (`+ c` when `accumulate`) on the vendor library (cuBLAS): `a` row-major
+    /// `m × k`, `w` row-major `k × n`, `c` row-major `m × n`, all three of one float element
+    /// type, products summed in fp32. The dense 16-bit sub-operators of a planned matmul run
+    /// this way (`codegen::library_takes`); the bias and activation follow as a kernel.
+    Gemm {
+        a: BufferId,
+        w: BufferId,
+        c: BufferId,
+        m: usize,
+        k: usize,
+        n: usize,
+        accumulate: bool,
+    },
 }
 
 /// A sparse weight in CSR, as the CPU executor multiplies it (`rows × cols`, row-major view).
@@ -544,6 +558,11 @@ impl Program {
                     out.push(Access { buf: *dst, at: *dst_at, len: *len, write: true });
                 }
                 Launch::Zero { dst, at, len } => out.push(Access { buf: *dst, at: *at, len: *len, write: true }),
+                Launch::Gemm { a, w, c, m, k, n, .. } => {
+                    out.push(Access { buf: *a, at: 0, len: m * k, write: false });
+                    out.push(Access { buf: *w, at: 0, len: k * n, write: false });
+                    out.push(Access { buf: *c, at: 0, len: m * n, write: true });
+                }
                 Launch::Kernel { .. } => {}
             }
         }
@@ -597,6 +616,29 @@ impl Program {
                     }
                     Launch::Copy { src, dst, .. } if self.buffer(*src).elem != self.buffer(*dst).elem => {
                         return Err(fail(format!("step {i} ({}): copy between element types", step.label)));
+                    }
+                    Launch::Gemm { a, w, c, m, k, n, .. } => {
+                        if [a, w, c].iter().any(|b| b.0 as usize >= nb) {
+                            return Err(fail(format!("step {i} ({}): GEMM buffer out of range", step.label)));
+                        }
+                        let elems = [self.buffer(*a).elem, self.buffer(*w).elem, self.buffer(*c).elem];
+                        if !matches!(elems[0], Elem::F32 | Elem::F16 | Elem::BF16)
+                            || elems.iter().any(|e| *e != elems[0])
+                        {
+                            return Err(fail(format!(
+                                "step {i} ({}): GEMM on {}, {} and {} (one float element type wanted)",
+                                step.label,
+                                elems[0].name(),
+                                elems[1].name(),
+                                elems[2].name()
+                            )));
+                        }
+                        if [m, k, n].iter().any(|&&d| d == 0 || d > i32::MAX as usize) {
+                            return Err(fail(format!(
+                                "step {i} ({}): GEMM {m}x{k}x{n} outside the library's 32-bit dimensions",
+                                step.label
+                            )));
+                        }
                     }
                     _ => {}
                 }
@@ -833,6 +875,13 @@ fn launch_text(l: &Launch) -> String {
             format!("copy buf%{}[{src_at}..+{len}] -> buf%{}[{dst_at}..]", src.0, dst.0)
         }
         Launch::Zero { dst, at, len } => format!("zero buf%{}[{at}..+{len}]", dst.0),
+        Launch::Gemm { a, w, c, m, k, n, accumulate } => format!(
+            "gemm buf%{}[{m}x{k}] * buf%{}[{k}x{n}] {} buf%{}",
+            a.0,
+            w.0,
+            if *accumulate { "+=>" } else { "=>" },
+            c.0
+        ),
     }
 }
 

@@ -61,12 +61,28 @@ pub struct ModelOptions {
     pub fuse_elementwise: bool,
     /// The tile of every 3xTF32 fine kernel (`None`: the specializer's choice).
     pub fine_tile: Option<crate::codegen::Tile>,
+    /// Run dense 16-bit sub-operators on the vendor library ([`Launch::Gemm`], see
+    /// `codegen::library_takes`) instead of our dense kernel.
+    pub library_dense: bool,
 }
 
 impl Default for ModelOptions {
     fn default() -> ModelOptions {
-        ModelOptions { fuse_epilogues: true, fuse_elementwise: true, fine_tile: None }
+        ModelOptions { fuse_epilogues: true, fuse_elementwise: true, fine_tile: None, library_dense: true }
     }
+}
+
+/// An attention that runs as one kernel ([`graph_ops::attention`]): node indices of the
+/// scores MatMul, the elementwise group between it and the Softmax (empty when there is none),
+/// the Softmax, the probabilities·V MatMul and the Transpose after it whose permutation the
+/// kernel's output strides take.
+#[derive(Clone, Debug)]
+struct AttentionFusion {
+    scores: usize,
+    group: Vec<usize>,
+    softmax: usize,
+    pv: usize,
+    out_transpose: Option<usize>,
 }
 
 /// One model input or output: its name, type and buffer.
@@ -96,6 +112,8 @@ pub struct LoweringStats {
     /// index tables).
     pub dense_weight_bytes: usize,
     pub packed_weight_bytes: usize,
+    /// Sub-operators that run on the vendor library ([`Launch::Gemm`]).
+    pub library_gemms: usize,
 }
 
 /// A lowered model.
@@ -201,6 +219,8 @@ struct Lowering<'a> {
     /// NHWC convolutions: Conv node → (the Transpose into NCHW before it, the Transpose back
     /// to NHWC after it).
     convs: HashMap<usize, (usize, usize)>,
+    /// Fused attentions, keyed by their probabilities·V MatMul.
+    attention: HashMap<usize, AttentionFusion>,
     /// Memory reuse: the loop iteration after which each value is no longer read, the last
     /// such iteration of each scratch buffer (over the values it holds), the scratch buffers in
     /// use, and the freed ones.
@@ -237,6 +257,7 @@ impl<'a> Lowering<'a> {
             stats: LoweringStats { graph_nodes: graph.nodes.len(), ..Default::default() },
             folded: HashMap::new(),
             convs: HashMap::new(),
+            attention: HashMap::new(),
             last_use: vec![],
             buf_last: HashMap::new(),
             in_use: vec![],
@@ -402,7 +423,27 @@ impl<'a> Lowering<'a> {
             }
             self.convs.insert(i, (t_in, t_out));
         }
-        let groups = if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
+        let mut groups =
+            if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
+        // Attention (scores MatMul → score group → Softmax → ·V MatMul → Transpose) runs as one
+        // kernel at its ·V MatMul.
+        if self.options.fuse_elementwise {
+            for f in self.find_attention(&groups) {
+                let mut members = vec![f.scores, f.softmax];
+                members.extend(&f.group);
+                members.extend(self.folded.get(&f.scores).into_iter().flatten().map(|&(_, t)| t));
+                members.extend(f.out_transpose);
+                for g in f.group.last().into_iter().chain(&f.out_transpose) {
+                    groups.remove(g);
+                }
+                for m in members {
+                    absorbed[m] = true;
+                    done[m] = true;
+                    emit_at[m] = f.pv;
+                }
+                self.attention.insert(f.pv, f);
+            }
+        }
         for (&last, members) in &groups {
             for &m in members {
                 emit_at[m] = last;
@@ -432,7 +473,9 @@ impl<'a> Lowering<'a> {
                 continue;
             }
             let node = &graph.nodes[i];
-            if let Some(op) = self.planned.get(node.name.as_str()).copied() {
+            if let Some(f) = self.attention.get(&i).cloned() {
+                self.lower_attention(&f)?;
+            } else if let Some(op) = self.planned.get(node.name.as_str()).copied() {
                 self.lower_planned(i, op, &mut done)?;
             } else if let Some(&(t_in, t_out)) = self.convs.get(&i) {
                 self.lower_conv(i, t_in, t_out)?;
@@ -557,11 +600,52 @@ impl<'a> Lowering<'a> {
     fn lower_group(&mut self, members: &[usize]) -> Result<(), ProgramError> {
         let graph = self.graph;
         let last = *members.last().expect("a group has a node");
+        let out_v = graph.nodes[last].outputs[0];
+        let mut ext = vec![];
+        let out_operand = self.operand(out_v)?;
+        let (expr, nodes) = self.group_expr(members, &mut ext, &HashMap::new(), out_operand, 0)?;
+        // A Transpose reads its input through permuted strides.
+        let descs: Vec<TensorDesc> = ext
+            .iter()
+            .map(|(v, perm)| match perm {
+                Some(p) => self.desc(*v).permuted(p),
+                None => self.desc(*v),
+            })
+            .collect();
+        let out_desc = self.desc(out_v);
+        let name = format!("ew_{}", sanitize(&graph.nodes[last].name));
+        let k = graph_ops::elementwise(&name, &descs, &out_desc, &expr)
+            .map_err(|e| self.node_err(&graph.nodes[last], e))?;
+        let mut args: Vec<BufferId> = vec![];
+        for (v, _) in &ext {
+            args.push(self.buf(*v)?);
+        }
+        args.push(self.buf(out_v)?);
+        let label = graph.nodes[last].name.clone();
+        self.kernel_step(&label, Op::Nodes(nodes), k, args);
+        Ok(())
+    }
+
+    /// The expression of the group `members` (graph order) and its nodes for the CPU
+    /// executor. `ext` lists the kernel inputs, distinct outside values that are not
+    /// one-element constants, each with the permutation it is read through (a Transpose's
+    /// input); values already in it keep their position (`Expr::Input(i)` is `ext[i]`), new
+    /// ones are appended. `temps` gives the operand of outside values that are temporaries of
+    /// an enclosing fused step; the values made inside are temporaries numbered from
+    /// `temp_base`, but for the last node's output, which is `out`.
+    fn group_expr(
+        &mut self,
+        members: &[usize],
+        ext: &mut Vec<(ValueId, Option<Vec<usize>>)>,
+        temps: &HashMap<ValueId, Operand>,
+        out: Operand,
+        temp_base: u32,
+    ) -> Result<(Expr, Vec<NodeOp>), ProgramError> {
+        let graph = self.graph;
+        let last = *members.last().expect("a group has a node");
         let inside: Vec<ValueId> = members.iter().flat_map(|&m| graph.nodes[m].outputs.clone()).collect();
         let out_v = graph.nodes[last].outputs[0];
-        // Kernel inputs: distinct outside values that are not one-element constants, each with
-        // the permutation it is read through (a Transpose's input).
-        let mut ext: Vec<(ValueId, Option<Vec<usize>>)> = vec![];
+        let temp_id = |v: ValueId| temp_base + inside.iter().position(|&x| x == v).expect("inside value") as u32;
         let mut exprs: HashMap<ValueId, Expr> = HashMap::new();
         let mut nodes = vec![];
         for &m in members {
@@ -582,8 +666,7 @@ impl<'a> Lowering<'a> {
                 } else if let Some(e) = exprs.get(&v) {
                     args.push(Some(e.clone()));
                     let f = graph.fact(v);
-                    let id = inside.iter().position(|&x| x == v).expect("inside value") as u32;
-                    operands.push(Some(Operand::Temp { id, dtype: f.dtype, shape: f.shape.clone() }));
+                    operands.push(Some(Operand::Temp { id: temp_id(v), dtype: f.dtype, shape: f.shape.clone() }));
                 } else if let Some((dtype, value)) = scalar_constant(graph, v).filter(|_| node.op_type != "Expand") {
                     args.push(Some(Expr::Const(value, dtype)));
                     operands.push(Some(Operand::Scalar { dtype, value }));
@@ -597,42 +680,207 @@ impl<'a> Lowering<'a> {
                         }
                     };
                     args.push(Some(Expr::Input(at)));
-                    operands.push(Some(self.operand(v)?));
+                    operands.push(Some(match temps.get(&v) {
+                        Some(t) => t.clone(),
+                        None => self.operand(v)?,
+                    }));
                 }
             }
             let expr = node_expr(graph, node, &args).map_err(|e| self.node_err(node, e))?;
-            let out = node.outputs[0];
-            let f = graph.fact(out);
-            let operand = if out == out_v {
-                self.operand(out)?
+            let o = node.outputs[0];
+            let f = graph.fact(o);
+            let operand = if o == out_v {
+                out.clone()
             } else {
-                let id = inside.iter().position(|&x| x == out).expect("inside value") as u32;
-                Operand::Temp { id, dtype: f.dtype, shape: f.shape.clone() }
+                Operand::Temp { id: temp_id(o), dtype: f.dtype, shape: f.shape.clone() }
             };
-            exprs.insert(out, expr);
+            exprs.insert(o, expr);
             let op = self.node_op(node, operands, vec![operand]);
             nodes.push(op);
         }
-        // A Transpose reads its input through permuted strides.
-        let descs: Vec<TensorDesc> = ext
-            .iter()
-            .map(|(v, perm)| match perm {
-                Some(p) => self.desc(*v).permuted(p),
-                None => self.desc(*v),
-            })
-            .collect();
         let expr = exprs.remove(&out_v).expect("group output");
-        let out_desc = self.desc(out_v);
-        let name = format!("ew_{}", sanitize(&graph.nodes[last].name));
-        let k = graph_ops::elementwise(&name, &descs, &out_desc, &expr)
-            .map_err(|e| self.node_err(&graph.nodes[last], e))?;
-        let mut args: Vec<BufferId> = vec![];
-        for (v, _) in &ext {
+        Ok((expr, nodes))
+    }
+
+    /// The attentions to fuse (see [`AttentionFusion`]): a Softmax over the last axis read only
+    /// by an activation×activation MatMul as its left operand, whose input is an activation
+    /// MatMul's output, directly or through an elementwise group (no Transpose in it) that
+    /// reads it and other values; every value on the way read by the next node alone; K and V
+    /// small enough for one CTA's shared memory; float types.
+    fn find_attention(&self, groups: &HashMap<usize, Vec<usize>>) -> Vec<AttentionFusion> {
+        let graph = self.graph;
+        let producer = |v: ValueId| graph.nodes.iter().position(|n| n.outputs.contains(&v));
+        let act_matmul =
+            |i: usize| graph.nodes[i].op_type == "MatMul" && !self.planned.contains_key(graph.nodes[i].name.as_str());
+        let float = |v: ValueId| matches!(graph.fact(v).dtype, DType::F32 | DType::F16 | DType::BF16);
+        let mut found = vec![];
+        for (pv, node) in graph.nodes.iter().enumerate() {
+            if !act_matmul(pv) {
+                continue;
+            }
+            let (Some(p), Some(vv)) = (node.inputs.first().copied().flatten(), node.inputs.get(1).copied().flatten())
+            else {
+                continue;
+            };
+            let Some(sm) = producer(p) else { continue };
+            let smn = &graph.nodes[sm];
+            let rank = graph.fact(p).shape.len();
+            let axis = smn.attrs.int("axis", if smn.opset >= 13 { -1 } else { 1 }).unwrap_or(0);
+            if smn.op_type != "Softmax"
+                || self.only_consumer(p) != Some(pv)
+                || rank < 2
+                || norm_axis(axis, rank) != Some(rank - 1)
+            {
+                continue;
+            }
+            let Some(x) = smn.inputs.first().copied().flatten() else { continue };
+            let Some(g) = producer(x) else { continue };
+            if self.only_consumer(x) != Some(sm) {
+                continue;
+            }
+            let (scores, group) = if act_matmul(g) {
+                (g, vec![])
+            } else if let Some(members) = groups.get(&g) {
+                if members.iter().any(|&m| graph.nodes[m].op_type == "Transpose") {
+                    continue;
+                }
+                let inside: Vec<ValueId> = members.iter().flat_map(|&m| graph.nodes[m].outputs.clone()).collect();
+                let mut matmuls: Vec<usize> = members
+                    .iter()
+                    .flat_map(|&m| graph.nodes[m].inputs.iter().flatten())
+                    .filter(|v| !inside.contains(v))
+                    .filter_map(|&v| producer(v).filter(|&pr| act_matmul(pr)))
+                    .collect();
+                matmuls.sort_unstable();
+                matmuls.dedup();
+                let [s] = matmuls[..] else { continue };
+                (s, members.clone())
+            } else {
+                continue;
+            };
+            let sv = graph.nodes[scores].outputs[0];
+            let readers_ok =
+                self.consumers[sv.0 as usize].iter().all(|c| group.contains(c) || group.is_empty() && *c == sm);
+            if self.is_output[sv.0 as usize] || !readers_ok {
+                continue;
+            }
+            let snode = &graph.nodes[scores];
+            let (Some(q), Some(k)) = (snode.inputs.first().copied().flatten(), snode.inputs.get(1).copied().flatten())
+            else {
+                continue;
+            };
+            let o = node.outputs[0];
+            if ![q, k, vv, sv, x, p, o].into_iter().all(float) {
+                continue;
+            }
+            let (kf, vf, of) = (graph.fact(k), graph.fact(vv), graph.fact(o));
+            if kf.shape.len() < 2 || vf.shape.len() < 2 || of.shape.len() < 2 || graph.fact(q).shape.len() < 2 {
+                continue;
+            }
+            let (d, sk) = (kf.shape[kf.shape.len() - 2], kf.shape[kf.shape.len() - 1]);
+            let dv = vf.shape[vf.shape.len() - 1];
+            let batch: usize = of.shape[..of.shape.len() - 2].iter().product();
+            if graph_ops::attention_smem(sk, d, dv) > graph_ops::ATTENTION_MAX_SMEM || batch > 65535 {
+                continue;
+            }
+            // The Transpose after it, when nothing else reads the product, is the output's strides.
+            let out_transpose = self
+                .only_consumer(o)
+                .filter(|&t| graph.nodes[t].op_type == "Transpose" && groups.get(&t).is_none_or(|m| m.len() == 1));
+            found.push(AttentionFusion { scores, group, softmax: sm, pv, out_transpose });
+        }
+        found
+    }
+
+    /// One step for a fused attention: the [`graph_ops::attention`] kernel, its nodes (the
+    /// folded Transposes, both MatMuls, the score group, the Softmax) for the CPU executor.
+    fn lower_attention(&mut self, f: &AttentionFusion) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let pv_node = &graph.nodes[f.pv];
+        let s_node = &graph.nodes[f.scores];
+        let mut nodes = vec![];
+        let mut next_temp = 0u32;
+        let mut temp = |v: ValueId| {
+            let fact = graph.fact(v);
+            next_temp += 1;
+            Operand::Temp { id: next_temp - 1, dtype: fact.dtype, shape: fact.shape.clone() }
+        };
+        // q and k (the scores MatMul's operands) and v, each through its folded Transpose.
+        let mut descs = vec![];
+        let mut args = vec![];
+        let mut operands = vec![];
+        for (at, pos) in [(f.scores, 0), (f.scores, 1), (f.pv, 1)] {
+            let node = &graph.nodes[at];
+            let v = node.inputs[pos].ok_or_else(|| self.node_err(node, format!("input {pos} is missing")))?;
+            match self.folded.get(&at).and_then(|fs| fs.iter().find(|(p, _)| *p == pos)) {
+                Some(&(_, t)) => {
+                    let tnode = &graph.nodes[t];
+                    let src = tnode.inputs[0].ok_or_else(|| self.node_err(tnode, "input 0 is missing"))?;
+                    descs.push(self.desc(src).permuted(&transpose_perm(graph, tnode)));
+                    args.push(self.buf(src)?);
+                    let tmp = temp(v);
+                    let src_op = self.operand(src)?;
+                    nodes.push(self.node_op(tnode, vec![Some(src_op)], vec![tmp.clone()]));
+                    operands.push(tmp);
+                }
+                None => {
+                    descs.push(self.desc(v));
+                    args.push(self.buf(v)?);
+                    operands.push(self.operand(v)?);
+                }
+            }
+        }
+        let sv = s_node.outputs[0];
+        let s_temp = temp(sv);
+        nodes.push(self.node_op(
+            s_node,
+            vec![Some(operands[0].clone()), Some(operands[1].clone())],
+            vec![s_temp.clone()],
+        ));
+        let sm_node = &graph.nodes[f.softmax];
+        let x = sm_node.inputs[0].ok_or_else(|| self.node_err(sm_node, "input 0 is missing"))?;
+        let mut ext: Vec<(ValueId, Option<Vec<usize>>)> = vec![(sv, None)];
+        let (expr, x_op) = if f.group.is_empty() {
+            (Expr::Input(0), s_temp.clone())
+        } else {
+            let x_temp = temp(x);
+            let temps = HashMap::from([(sv, s_temp.clone())]);
+            let (expr, group_nodes) = self.group_expr(&f.group, &mut ext, &temps, x_temp.clone(), 1000)?;
+            nodes.extend(group_nodes);
+            (expr, x_temp)
+        };
+        let p_temp = temp(sm_node.outputs[0]);
+        nodes.push(self.node_op(sm_node, vec![Some(x_op)], vec![p_temp.clone()]));
+        let o = pv_node.outputs[0];
+        let (out_desc, out_v) = match f.out_transpose {
+            Some(t) => {
+                let tnode = &graph.nodes[t];
+                let perm = transpose_perm(graph, tnode);
+                let mut inverse = vec![0; perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    inverse[p] = i;
+                }
+                (self.desc(tnode.outputs[0]).permuted(&inverse), tnode.outputs[0])
+            }
+            None => (self.desc(o), o),
+        };
+        let o_op = if f.out_transpose.is_some() { temp(o) } else { self.operand(o)? };
+        nodes.push(self.node_op(pv_node, vec![Some(p_temp), Some(operands[2].clone())], vec![o_op.clone()]));
+        if let Some(t) = f.out_transpose {
+            let final_op = self.operand(out_v)?;
+            nodes.push(self.node_op(&graph.nodes[t], vec![Some(o_op)], vec![final_op]));
+        }
+        let extras: Vec<TensorDesc> = ext[1..].iter().map(|(v, _)| self.desc(*v)).collect();
+        for (v, _) in &ext[1..] {
             args.push(self.buf(*v)?);
         }
         args.push(self.buf(out_v)?);
-        let label = graph.nodes[last].name.clone();
-        self.kernel_step(&label, Op::Nodes(nodes), k, args);
+        let name = format!("attention_{}", sanitize(&pv_node.name));
+        let score_t = graph.fact(sv).dtype;
+        let k = graph_ops::attention(&name, &descs[0], &descs[1], &descs[2], score_t, &extras, &expr, &out_desc)
+            .map_err(|e| self.node_err(pv_node, e))?;
+        self.stats.fused_nodes += nodes.len();
+        self.kernel_step(&pv_node.name.clone(), Op::Nodes(nodes), k, args);
         Ok(())
     }
 
@@ -1170,6 +1418,18 @@ impl<'a> Lowering<'a> {
             if p == last {
                 spec.epilogue = epilogue;
             }
+            if self.options.library_dense && crate::codegen::library_takes(&spec) {
+                self.lower_library_part(
+                    node,
+                    p,
+                    &spec,
+                    &pk.weight,
+                    (a_buf, c_buf, bias_buf),
+                    &mut launches,
+                    &mut packed,
+                )?;
+                continue;
+            }
             let kernel = crate::codegen::specialize(&spec).map_err(|e| self.node_err(node, e))?;
             if kernel.family == Family::Epilogue {
                 return Err(
@@ -1198,8 +1458,9 @@ impl<'a> Lowering<'a> {
             let wdata = if kernel.values_embedded { vec![0.0] } else { kernel.pack_weight(&pk.weight) };
             let ptr = table(&kernel, true);
             let idx = table(&kernel, false);
-            self.stats.packed_weight_bytes +=
-                4 * (if kernel.values_embedded { 0 } else { wdata.len() }) + 4 * (ptr.len() + idx.len());
+            self.stats.packed_weight_bytes += act_dtype.size_bytes()
+                * (if kernel.values_embedded { 0 } else { wdata.len() })
+                + 4 * (ptr.len() + idx.len());
             let wl = wdata.len();
             let (pl, il) = (ptr.len(), idx.len());
             let kernel_dtype = match kernel.dtype {
@@ -1254,6 +1515,67 @@ impl<'a> Lowering<'a> {
             },
             launches,
         );
+        Ok(())
+    }
+
+    /// Part `p` of a planned operator as a library GEMM over its weight stored plainly
+    /// (row-major `k × n` in the activations' type), with the kernels `codegen::library_gemm`
+    /// puts around it: the bias written into C before (the GEMM adds into it), the rest of
+    /// the epilogue in place after.
+    #[allow(clippy::too_many_arguments)]
+    fn lower_library_part(
+        &mut self,
+        node: &Node,
+        p: usize,
+        spec: &crate::codegen::SpmmSpec,
+        weight: &[f32],
+        (a_buf, c_buf, bias_buf): (BufferId, BufferId, Option<BufferId>),
+        launches: &mut Vec<Launch>,
+        packed: &mut Vec<(BufferId, usize, u64)>,
+    ) -> Result<(), ProgramError> {
+        let gemm = crate::codegen::library_gemm(spec).map_err(|e| self.node_err(node, e))?;
+        let dtype = match spec.dtype {
+            crate::codegen::Dtype::F16 => DType::F16,
+            crate::codegen::Dtype::Bf16 => DType::BF16,
+            other => return Err(self.node_err(node, format!("no library GEMM for {} weights", other.name()))),
+        };
+        let wdata = float_data(dtype, weight);
+        self.stats.packed_weight_bytes += wdata.len() * dtype.size_bytes();
+        self.stats.library_gemms += 1;
+        let wb = self.b.constant(&format!("{}.p{p}.w", node.name), wdata.clone(), false);
+        packed.push((wb, wdata.len(), wdata.checksum()));
+        // The row kernels take the spmm kernels' arguments; they read only bias and C.
+        let rows_args = vec![
+            Arg::Buf(a_buf, 0),
+            Arg::Buf(wb, 0),
+            Arg::Buf(wb, 0),
+            Arg::Buf(wb, 0),
+            Arg::Buf(bias_buf.unwrap_or(wb), 0),
+            Arg::Buf(c_buf, 0),
+        ];
+        if let Some(fill) = gemm.prefill {
+            let kid = self.b.kernel(&fill.name, &fill.source, fill.launch.smem_bytes);
+            let (grid, block) = (fill.launch.grid, fill.launch.block);
+            launches.push(Launch::Kernel { kernel: kid, grid, block, args: rows_args.clone() });
+        }
+        launches.push(Launch::Gemm {
+            a: a_buf,
+            w: wb,
+            c: c_buf,
+            m: gemm.m,
+            k: gemm.k,
+            n: gemm.n,
+            accumulate: gemm.accumulate,
+        });
+        if let Some(ep) = gemm.epilogue {
+            let kid = self.b.kernel(&ep.name, &ep.source, ep.launch.smem_bytes);
+            launches.push(Launch::Kernel {
+                kernel: kid,
+                grid: ep.launch.grid,
+                block: ep.launch.block,
+                args: rows_args,
+            });
+        }
         Ok(())
     }
 

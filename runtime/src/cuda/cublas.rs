@@ -109,3 +109,95 @@ impl Blas {
         .map_err(|e| CudaError::Kernel("cublas gemm".into(), e.to_string()))
     }
 }
+
+/// Bytes of the workspace a [`ProgramBlas`] hands cuBLAS (what NVIDIA suggests for Hopper).
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// The cuBLAS handle of a loaded program: its own workspace, so that a call captured into a
+/// CUDA graph allocates nothing, and calls issued on whichever stream the caller names (the
+/// capture stream while the graph is built, the device's stream for stream launches).
+pub struct ProgramBlas {
+    handle: CudaBlas,
+    workspace: CudaSlice<u8>,
+}
+
+impl ProgramBlas {
+    pub fn new(dev: &CudaDevice) -> Result<ProgramBlas, CudaError> {
+        cublas_present()?;
+        let handle =
+            CudaBlas::new(dev.stream().clone()).map_err(|e| CudaError::NoLibrary(format!("cublasCreate: {e}")))?;
+        let workspace = dev.zeros::<u8>(WORKSPACE_BYTES)?;
+        Ok(ProgramBlas { handle, workspace })
+    }
+
+    /// Issues `c = a·w` (`+ c` when `accumulate`) on `stream`: row-major `a` (`m × k`), `w`
+    /// (`k × n`), `c` (`m × n`) at raw device addresses, all of element type `dtype`, fp32 sums.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_on(
+        &self,
+        stream: cudarc::driver::sys::CUstream,
+        dtype: Dtype,
+        (m, k, n): (usize, usize, usize),
+        a: u64,
+        w: u64,
+        c: u64,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let fail =
+            |what: &str, e: String| CudaError::Kernel(format!("cublas gemm {m}x{k}x{n}"), format!("{what}: {e}"));
+        let ty = match dtype {
+            Dtype::F32 => sys::cudaDataType::CUDA_R_32F,
+            Dtype::F16 => sys::cudaDataType::CUDA_R_16F,
+            Dtype::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+            Dtype::I8 => return Err(fail("type", "int8 is not routed to cuBLAS".into())),
+        };
+        let dims: Vec<i32> = [m, k, n]
+            .iter()
+            .map(|&d| i32::try_from(d))
+            .collect::<Result<_, _>>()
+            .map_err(|_| fail("dimensions", "past the library's 32-bit range".into()))?;
+        let (m, k, n) = (dims[0], dims[1], dims[2]);
+        let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0f32 });
+        let h = *self.handle.handle();
+        let (ws, _guard) = self.workspace.device_ptr(self.workspace.stream());
+        // SAFETY: the handle is live; cublasSetStream resets the workspace to the library's own
+        // pool, so ours is set again after it; the workspace outlives every call (it lives
+        // with the handle, and the program drops both after its graph).
+        unsafe {
+            sys::cublasSetStream_v2(h, stream as sys::cudaStream_t)
+                .result()
+                .map_err(|e| fail("cublasSetStream", e.to_string()))?;
+            sys::cublasSetWorkspace_v2(h, ws as *mut _, WORKSPACE_BYTES)
+                .result()
+                .map_err(|e| fail("cublasSetWorkspace", e.to_string()))?;
+        }
+        let op = sys::cublasOperation_t::CUBLAS_OP_N;
+        // Column-major view of row-major storage: Cᵀ (n × m, ld n) = Wᵀ (n × k, ld n) · Aᵀ (k × m, ld k).
+        // SAFETY: the caller passes live device buffers of at least these sizes (checked by
+        // `Program::verify`), alpha/beta are f32 as CUBLAS_COMPUTE_32F requires.
+        unsafe {
+            result::gemm_ex(
+                h,
+                op,
+                op,
+                n,
+                m,
+                k,
+                (&alpha) as *const f32 as *const _,
+                w as *const _,
+                ty,
+                n,
+                a as *const _,
+                ty,
+                k,
+                (&beta) as *const f32 as *const _,
+                c as *mut _,
+                ty,
+                n,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| fail("cublasGemmEx", e.to_string()))
+    }
+}

@@ -181,6 +181,11 @@ impl CudaDevice {
         Ok(b)
     }
 
+    /// A new stream of this device's context (the default stream cannot be captured).
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>, CudaError> {
+        self.ctx.new_stream().ctx("cuStreamCreate")
+    }
+
     /// Makes this device's context current on the calling thread (raw driver calls need it).
     pub fn bind(&self) -> Result<(), CudaError> {
         self.ctx.bind_to_thread().ctx("cuCtxSetCurrent")

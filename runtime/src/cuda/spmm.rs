@@ -84,6 +84,7 @@ enum Stage<T> {
         gemm: Box<LibraryGemm>,
         blas: std::sync::Arc<super::cublas::Blas>,
         w: CudaSlice<T>,
+        prefill: Option<Part<T>>,
         epilogue: Option<Part<T>>,
     },
 }
@@ -201,9 +202,10 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         if case.uses_library(spec) {
             // The dense fallback on the library: the weight as stored, then our epilogue.
             let gemm = library_gemm(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
+            let prefill = gemm.prefill.clone().map(|k| compile(k, part_w)).transpose()?;
             let epilogue = gemm.epilogue.clone().map(|k| compile(k, part_w)).transpose()?;
             let w_dev = dev.upload(&enc_all(part_w))?;
-            parts.push(Stage::Library { gemm: Box::new(gemm), blas: dev.blas()?, w: w_dev, epilogue });
+            parts.push(Stage::Library { gemm: Box::new(gemm), blas: dev.blas()?, w: w_dev, prefill, epilogue });
         } else {
             let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
             parts.push(Stage::Generated(compile(kernel, part_w)?));
@@ -240,7 +242,10 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         for stage in &mut parts {
             match stage {
                 Stage::Generated(p) => launch(p, c)?,
-                Stage::Library { gemm, blas, w, epilogue } => {
+                Stage::Library { gemm, blas, w, prefill, epilogue } => {
+                    if let Some(p) = prefill {
+                        launch(p, c)?;
+                    }
                     blas.gemm(gemm, &a_dev, w, c)?;
                     if let Some(p) = epilogue {
                         launch(p, c)?;
@@ -300,7 +305,8 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
                 kernels.push(info(p));
                 flops += p.kernel.flops();
             }
-            Stage::Library { gemm, epilogue, .. } => {
+            Stage::Library { gemm, prefill, epilogue, .. } => {
+                kernels.extend(prefill.iter().map(info));
                 kernels.push(KernelInfo {
                     name: "cublasGemmEx".into(),
                     family: "cublas".into(),

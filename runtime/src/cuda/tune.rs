@@ -9,7 +9,7 @@ use super::spmm::{run_problem, Check};
 use super::CudaDevice;
 use rayon::prelude::*;
 use spartac::codegen::from_plan::PlannedKernel;
-use spartac::codegen::{specialize, Orientation, SpmmSpec};
+use spartac::codegen::{specialize, Dtype, Orientation, SpmmSpec};
 use spartac::plan::suboperator::Orientation as PlanOrientation;
 use spartac::plan::tune::{Measurement, Target, Timer};
 use spartac::plan::OperatorPlan;
@@ -63,8 +63,9 @@ impl Timer for GpuTimer {
         let mkn = if left { (op.rows, op.cols, op.m) } else { (op.m, op.rows, op.cols) };
         let mut case = Case::new(mkn, dtype, Pattern::Unstructured { sparsity: 1.0 - op.density }, Cover::Planned)
             .with_orientation(if left { Orientation::Left } else { Orientation::Right });
-        // What the model lowering runs: the dense part on our own kernel, not cuBLAS.
-        case.cublas_dense = false;
+        // What the model lowering runs (`codegen::library_takes`): a dense 16-bit part on
+        // cuBLAS, fp32 on our own 3xTF32 kernel.
+        case.cublas_dense = matches!(dtype, Dtype::F16 | Dtype::Bf16);
         case.epilogue = kernels.last().map_or(case.epilogue, |pk| pk.spec.epilogue);
         let parts: Vec<Vec<f32>> =
             kernels.iter().map(|pk| pk.weight.iter().map(|v| round_to(dtype, *v)).collect()).collect();

@@ -5,8 +5,9 @@
 //! that fails its checksum is rebuilt); every buffer is allocated (device memory, or pinned host
 //! memory for streamed constants) and the constants uploaded. Then one graph is built with the
 //! driver's explicit graph API: a kernel node per kernel launch, a memcpy node per copy, a memset
-//! node per fill, each node depending on the last nodes of the steps its step waits for, and
-//! instantiated once. [`GpuProgram::launch`] sets the per-run parameters (an exec-graph update of
+//! node per fill, a child-graph node per library GEMM (the cuBLAS call captured on a stream of
+//! its own, with a workspace the program owns so the capture allocates nothing), each node
+//! depending on the last nodes of the steps its step waits for, and instantiated once. [`GpuProgram::launch`] sets the per-run parameters (an exec-graph update of
 //! the kernel nodes that take one; nothing is re-instantiated) and launches the graph.
 //! [`GpuProgram::launch_stream`] issues the same work as plain stream operations in step order,
 //! the ablation the graph is measured against; [`GpuProgram::profile_steps`] does so with an
@@ -24,6 +25,7 @@ use rayon::prelude::*;
 use spartac::program::{Arg, Launch, Program, Storage};
 
 use super::ExecError;
+use crate::cuda::cublas::ProgramBlas;
 use crate::cuda::tma::{encode_matrix, TensorMap};
 use crate::cuda::{compile_ptx, CudaDevice, CudaError};
 
@@ -210,6 +212,9 @@ pub struct GpuProgram {
     /// Kernel nodes that take a per-run parameter: (step, launch index, node).
     param_nodes: Vec<(usize, usize, sys::CUgraphNode)>,
     params: Vec<i32>,
+    /// cuBLAS for the program's library GEMMs and the stream their calls are captured on
+    /// (`None` when the program has none).
+    blas: Option<(ProgramBlas, Arc<cudarc::driver::CudaStream>)>,
     pub compile: CompileStats,
 }
 
@@ -343,6 +348,8 @@ impl GpuProgram {
             })
             .collect();
         let params = program.params.iter().map(|p| p.default).collect();
+        let has_gemm = program.steps.iter().any(|s| s.launches.iter().any(|l| matches!(l, Launch::Gemm { .. })));
+        let blas = if has_gemm { Some((ProgramBlas::new(&dev)?, dev.new_stream()?)) } else { None };
         let mut gp = GpuProgram {
             dev,
             program,
@@ -353,6 +360,7 @@ impl GpuProgram {
             exec: std::ptr::null_mut(),
             param_nodes: vec![],
             params,
+            blas,
             compile,
         };
         gp.build_graph()?;
@@ -483,6 +491,14 @@ impl GpuProgram {
                                 sys::cuGraphAddMemcpyNode(&mut node, self.graph, deps.as_ptr(), deps.len(), &p, ctx),
                             )?;
                         }
+                        Launch::Gemm { .. } => {
+                            let child = self.capture_gemm(l)?;
+                            let r =
+                                sys::cuGraphAddChildGraphNode(&mut node, self.graph, deps.as_ptr(), deps.len(), child);
+                            // The node holds a copy of the captured graph.
+                            sys::cuGraphDestroy(child);
+                            drv("cuGraphAddChildGraphNode", r)?;
+                        }
                         Launch::Zero { dst, at, len } => {
                             let p = sys::CUDA_MEMSET_NODE_PARAMS {
                                 dst: self.device_ptr(*dst, *at),
@@ -514,6 +530,48 @@ impl GpuProgram {
             drv("cuGraphInstantiate", sys::cuGraphInstantiateWithFlags(&mut self.exec, self.graph, 0))?;
         }
         Ok(())
+    }
+
+    /// Issues library GEMM `l` on `stream`.
+    fn issue_gemm(&self, l: &Launch, stream: sys::CUstream) -> Result<(), CudaError> {
+        let Launch::Gemm { a, w, c, m, k, n, accumulate } = l else {
+            return Err(CudaError::Kernel("gemm".into(), "not a library GEMM launch".into()));
+        };
+        let Some((blas, _)) = &self.blas else {
+            return Err(CudaError::Kernel("gemm".into(), "the program was loaded without cuBLAS".into()));
+        };
+        let dtype = match self.program.buffer(*c).elem {
+            spartac::program::Elem::F16 => spartac::codegen::Dtype::F16,
+            spartac::program::Elem::BF16 => spartac::codegen::Dtype::Bf16,
+            _ => spartac::codegen::Dtype::F32,
+        };
+        let (pa, pw, pc) = (self.device_ptr(*a, 0), self.device_ptr(*w, 0), self.device_ptr(*c, 0));
+        blas.gemm_on(stream, dtype, (*m, *k, *n), pa, pw, pc, *accumulate)
+    }
+
+    /// Library GEMM `l` as a graph of its own, captured on the program's capture stream.
+    fn capture_gemm(&self, l: &Launch) -> Result<sys::CUgraph, CudaError> {
+        let Some((_, cap)) = &self.blas else {
+            return Err(CudaError::Kernel("gemm".into(), "the program was loaded without cuBLAS".into()));
+        };
+        let stream = cap.cu_stream();
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: a stream of this context; the capture is ended on every path before returning.
+        unsafe {
+            drv(
+                "cuStreamBeginCapture",
+                sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            )?;
+            let issued = self.issue_gemm(l, stream);
+            let ended = drv("cuStreamEndCapture", sys::cuStreamEndCapture(stream, &mut graph));
+            if let Err(e) = issued.and(ended) {
+                if !graph.is_null() {
+                    sys::cuGraphDestroy(graph);
+                }
+                return Err(e);
+            }
+        }
+        Ok(graph)
     }
 
     /// Sets the per-run parameters and launches the graph (asynchronously). Only the kernel
@@ -620,6 +678,7 @@ impl GpuProgram {
                             );
                             drv("cuMemcpy3DAsync", sys::cuMemcpy3DAsync_v2(&p, stream))?;
                         }
+                        Launch::Gemm { .. } => self.issue_gemm(l, stream)?,
                         Launch::Zero { dst, at, len } => {
                             let bytes = len * self.program.buffer(*dst).elem.bytes();
                             drv("cuMemsetD8Async", sys::cuMemsetD8Async(self.device_ptr(*dst, *at), 0, bytes, stream))?;

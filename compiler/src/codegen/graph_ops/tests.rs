@@ -668,3 +668,30 @@ fn packed_layout_matches_the_reference_conv() {
         }
     }
 }
+
+#[test]
+fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
+    let q = c(F32, &[2, 4, 40, 16]);
+    let kt = c(F32, &[2, 4, 40, 16]).permuted(&[0, 1, 3, 2]);
+    let out = c(F32, &[2, 40, 4, 16]).permuted(&[0, 2, 1, 3]);
+    let mask = c(F32, &[2, 1, 1, 40]);
+    let k = attention("attn", &q, &kt, &q, F32, &[mask.clone()], &add01(), &out).unwrap();
+    assert_eq!(k.grid, (1, 8, 1), "one CTA per 64 queries of each of the 8 batch entries");
+    assert_eq!(k.smem_bytes as usize, attention_smem(40, 16, 16));
+    let ps = params(&k.source, "attn");
+    assert_eq!(ps.len(), 5, "q, k, v, the mask, out: {ps:?}");
+    // The mask broadcast over heads and queries: its offset depends on the key (e % 40) and the batch entry.
+    assert!(k.source.contains("in1[(e / 6400) * 40 + (e % 40)]"), "{}", k.source);
+    // The output goes through the merged-heads strides.
+    assert!(k.source.contains("(long long)gi * 64 + (long long)e * 1"), "{}", k.source);
+    // A score expression that does not read the mask loads nothing from it.
+    let plain = attention("attn", &q, &kt, &q, F32, &[mask], &Expr::input(0), &out).unwrap();
+    assert!(!plain.source.contains("in1["));
+    // K and V of 4096 keys do not fit a CTA's shared memory.
+    let big = c(F32, &[1, 4096, 128]);
+    let e = error(attention("attn", &big, &big.permuted(&[0, 2, 1]), &big, F32, &[], &Expr::input(0), &big));
+    assert!(e.contains("shared memory"), "{e}");
+    // Shapes that do not chain are refused.
+    let e = error(attention("attn", &q, &q, &q, F32, &[], &Expr::input(0), &out));
+    assert!(e.contains("does not give"), "{e}");
+}
