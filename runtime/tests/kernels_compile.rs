@@ -20,68 +20,84 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
     let mut seen_families = std::collections::BTreeSet::new();
     for (i, case) in correctness_cases().iter().enumerate() {
         for (j, spec) in case.problem(1).specs.iter().enumerate() {
-            let kernel = if case.uses_library(spec) {
-                // cuBLAS does the product; what we generate is the epilogue kernel, if any.
-                match library_gemm(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label())).epilogue {
-                    Some(k) => k,
-                    None => continue,
-                }
+            let kernels = if case.uses_library(spec) {
+                // cuBLAS does the product; what we generate is the bias prefill and the rest of
+                // the epilogue, when there are.
+                let g = library_gemm(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label()));
+                g.prefill.into_iter().chain(g.epilogue).collect()
             } else {
-                specialize(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label()))
+                vec![specialize(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label()))]
             };
-            let ptx = compile_ptx(&kernel.name, &kernel.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
-            assert!(ptx.ptx.contains(&format!(".entry {}", kernel.name)), "no entry {} in PTX", kernel.name);
-            if kernel.family == spartac::codegen::Family::BlockMma
-                || (kernel.family.name() == "dense" && spec.dtype != Dtype::F32)
-            {
-                assert!(ptx.ptx.contains("mma.sync.aligned.m16n8k16"), "{}: no tensor-core mma in PTX", kernel.name);
-                assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
+            for (n, kernel) in kernels.into_iter().enumerate() {
+                let ptx = compile_ptx(&kernel.name, &kernel.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+                assert!(ptx.ptx.contains(&format!(".entry {}", kernel.name)), "no entry {} in PTX", kernel.name);
+                if kernel.family == spartac::codegen::Family::BlockMma
+                    || (kernel.family.name() == "dense" && spec.dtype != Dtype::F32)
+                {
+                    assert!(
+                        ptx.ptx.contains("mma.sync.aligned.m16n8k16"),
+                        "{}: no tensor-core mma in PTX",
+                        kernel.name
+                    );
+                    assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
+                }
+                if kernel.family == spartac::codegen::Family::BlockInt8 {
+                    assert!(
+                        ptx.ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"),
+                        "{}: no int8 tensor-core mma in PTX",
+                        kernel.name
+                    );
+                    assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
+                }
+                if kernel.family == spartac::codegen::Family::BlockWgmma {
+                    let op = format!(
+                        "wgmma.mma_async.sync.aligned.m64n{}k16.f32.{1}.{1}",
+                        kernel.block.1,
+                        spec.dtype.name()
+                    );
+                    assert!(ptx.ptx.contains(&op), "{}: no {op} in PTX", kernel.name);
+                    assert!(
+                        ptx.ptx.contains("fence.proxy.async.shared::cta"),
+                        "{}: no proxy fence in PTX",
+                        kernel.name
+                    );
+                    assert!(!ptx.ptx.contains("mma.sync"), "{}: mma.sync in a wgmma kernel", kernel.name);
+                }
+                if kernel.family == spartac::codegen::Family::FineTf32 {
+                    let op = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32";
+                    assert!(ptx.ptx.contains(op), "{}: no {op} in PTX", kernel.name);
+                    assert!(
+                        ptx.ptx.contains("cp.async.bulk.shared"),
+                        "{}: no bulk copy of the steps in PTX",
+                        kernel.name
+                    );
+                }
+                if kernel.tma_a.is_some() {
+                    assert!(ptx.ptx.contains("cp.async.bulk.tensor.2d"), "{}: no TMA copy in PTX", kernel.name);
+                    assert!(ptx.ptx.contains("mbarrier.expect_tx"), "{}: no transaction count in PTX", kernel.name);
+                }
+                if !matches!(kernel.family, spartac::codegen::Family::Fine | spartac::codegen::Family::Epilogue) {
+                    assert!(ptx.ptx.contains("cp.async"), "{}: no cp.async in PTX", kernel.name);
+                }
+                let (regs, st, ld) = ptxas(&format!("k{i}_{j}_{n}"), &ptx.ptx, dir.path());
+                assert!(regs <= 255);
+                assert_eq!((st, ld), (0, 0), "{} ({}) spills: {st} B stored, {ld} B loaded", kernel.name, case.label());
+                if let Some(pre) = &kernel.prepass {
+                    let ptx = compile_ptx(&pre.name, &pre.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+                    let (regs, st, ld) = ptxas(&format!("k{i}_{j}_prepass"), &ptx.ptx, dir.path());
+                    assert_eq!((st, ld), (0, 0), "{} ({}) spills", pre.name, case.label());
+                    seen_families.insert("transpose prepass");
+                    table.push_str(&format!("{} | {} | prepass | 0 | {regs} | {st}/{ld}\n", case.label(), pre.name));
+                }
+                seen_families.insert(kernel.family.name());
+                table.push_str(&format!(
+                    "{} | {} | {:?} | {} | {regs} | {st}/{ld}\n",
+                    case.label(),
+                    kernel.name,
+                    kernel.mode,
+                    kernel.launch.smem_bytes
+                ));
             }
-            if kernel.family == spartac::codegen::Family::BlockInt8 {
-                assert!(
-                    ptx.ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"),
-                    "{}: no int8 tensor-core mma in PTX",
-                    kernel.name
-                );
-                assert!(ptx.ptx.contains("ldmatrix"), "{}: no ldmatrix in PTX", kernel.name);
-            }
-            if kernel.family == spartac::codegen::Family::BlockWgmma {
-                let op =
-                    format!("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{1}.{1}", kernel.block.1, spec.dtype.name());
-                assert!(ptx.ptx.contains(&op), "{}: no {op} in PTX", kernel.name);
-                assert!(ptx.ptx.contains("fence.proxy.async.shared::cta"), "{}: no proxy fence in PTX", kernel.name);
-                assert!(!ptx.ptx.contains("mma.sync"), "{}: mma.sync in a wgmma kernel", kernel.name);
-            }
-            if kernel.family == spartac::codegen::Family::FineTf32 {
-                let op = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32";
-                assert!(ptx.ptx.contains(op), "{}: no {op} in PTX", kernel.name);
-                assert!(ptx.ptx.contains("cp.async.bulk.shared"), "{}: no bulk copy of the steps in PTX", kernel.name);
-            }
-            if kernel.tma_a.is_some() {
-                assert!(ptx.ptx.contains("cp.async.bulk.tensor.2d"), "{}: no TMA copy in PTX", kernel.name);
-                assert!(ptx.ptx.contains("mbarrier.expect_tx"), "{}: no transaction count in PTX", kernel.name);
-            }
-            if !matches!(kernel.family, spartac::codegen::Family::Fine | spartac::codegen::Family::Epilogue) {
-                assert!(ptx.ptx.contains("cp.async"), "{}: no cp.async in PTX", kernel.name);
-            }
-            let (regs, st, ld) = ptxas(&format!("k{i}_{j}"), &ptx.ptx, dir.path());
-            assert!(regs <= 255);
-            assert_eq!((st, ld), (0, 0), "{} ({}) spills: {st} B stored, {ld} B loaded", kernel.name, case.label());
-            if let Some(pre) = &kernel.prepass {
-                let ptx = compile_ptx(&pre.name, &pre.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
-                let (regs, st, ld) = ptxas(&format!("k{i}_{j}_prepass"), &ptx.ptx, dir.path());
-                assert_eq!((st, ld), (0, 0), "{} ({}) spills", pre.name, case.label());
-                seen_families.insert("transpose prepass");
-                table.push_str(&format!("{} | {} | prepass | 0 | {regs} | {st}/{ld}\n", case.label(), pre.name));
-            }
-            seen_families.insert(kernel.family.name());
-            table.push_str(&format!(
-                "{} | {} | {:?} | {} | {regs} | {st}/{ld}\n",
-                case.label(),
-                kernel.name,
-                kernel.mode,
-                kernel.launch.smem_bytes
-            ));
         }
     }
     for family in [

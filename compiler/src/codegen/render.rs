@@ -40,6 +40,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_reduce.cu.tera", include_str!("../../../templates/op_reduce.cu.tera")),
     ("op_matmul.cu.tera", include_str!("../../../templates/op_matmul.cu.tera")),
     ("op_attention.cu.tera", include_str!("../../../templates/op_attention.cu.tera")),
+    ("op_attention_mma.cu.tera", include_str!("../../../templates/op_attention_mma.cu.tera")),
     ("op_conv.cuh", include_str!("../../../templates/op_conv.cuh")),
     ("op_conv_depthwise.cu.tera", include_str!("../../../templates/op_conv_depthwise.cu.tera")),
     ("op_conv_direct.cu.tera", include_str!("../../../templates/op_conv_direct.cu.tera")),

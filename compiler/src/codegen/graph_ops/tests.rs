@@ -695,3 +695,22 @@ fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
     let e = error(attention("attn", &q, &q, &q, F32, &[], &Expr::input(0), &out));
     assert!(e.contains("does not give"), "{e}");
 }
+
+#[test]
+fn attention_on_16_bit_operands_takes_the_tensor_core_path() {
+    for (dtype, mma) in [(F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), (BF16, ".f32.bf16.bf16.f32")] {
+        let q = c(dtype, &[2, 4, 100, 32]);
+        let kt = c(dtype, &[2, 4, 100, 32]).permuted(&[0, 1, 3, 2]);
+        let k = attention("attn", &q, &kt, &q, dtype, &[], &Expr::input(0), &q).unwrap();
+        assert!(k.source.contains(mma), "{}", k.source);
+        assert_eq!(k.block, (128, 1, 1), "a warp per 16 of the 64 query rows");
+        // 100 keys padded to 112, d 32 to 32, rows padded by 8 halves.
+        assert_eq!(k.smem_bytes, 2 * ((64 + 112) * 40 + 32 * 120));
+    }
+    // Mixed types, or more keys than the fragments hold, stay on the FFMA path.
+    let q = c(F16, &[1, 200, 32]);
+    let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &q).unwrap();
+    assert!(!k.source.contains("mma.sync"));
+    let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F16, &[], &Expr::input(0), &q).unwrap();
+    assert!(!k.source.contains("mma.sync"), "200 keys");
+}
