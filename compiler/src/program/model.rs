@@ -8,7 +8,9 @@
 //!   chain after it are fused into the last kernel's epilogue when the matmul's output feeds
 //!   nothing else; the activation is recognized by *evaluating* the chain of elementwise nodes
 //!   with the reference ops on probe values and comparing it with each epilogue activation
-//!   (`x·Φ(x)` GELU, ReLU), so any spelling of GELU an exporter picks is found;
+//!   (`x·Φ(x)` GELU, ReLU), so any spelling of GELU an exporter picks is found. A dense 16-bit
+//!   part (`codegen::library_takes`) is a [`Launch::Gemm`] on cuBLAS instead, its weight stored
+//!   plainly, with the bias written into C before it and the activation applied after it;
 //! - **views** (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Dropout): no step; the output
 //!   is the input's buffer seen with another shape;
 //! - **elementwise groups**: an elementwise node whose input is produced by an elementwise node
@@ -19,6 +21,12 @@
 //! - **transposes folded into a matmul**: a Transpose read only by an activation×activation
 //!   MatMul is read through the matmul's strides (one kernel; the step keeps both nodes for
 //!   the CPU executor);
+//! - **attention**: a Softmax over the last axis between two activation×activation MatMuls
+//!   (the scores MatMul, through an elementwise group or directly, and the probabilities·V
+//!   MatMul, each value read by the next alone) is one step and one kernel
+//!   (`codegen::graph_ops::attention`): the group becomes the kernel's score expression, the
+//!   transposes folded into either MatMul its operand strides, and a Transpose after it its
+//!   output strides;
 //! - **data movement with constant indices** (GatherND, GatherElements, Slice, Tile,
 //!   DepthToSpace, SpaceToDepth whose only non-constant input is the data): one gather through
 //!   a source map traced at compile time with the op's own `eval` on the data's element numbers;
@@ -27,8 +35,8 @@
 //!
 //! Unknown ops, and ops without a kernel (e.g. a GatherElements with run-time indices), are an
 //! error naming the node, op type and opset. Constants that reach a kernel are device buffers;
-//! one-element constants inside a group are literals in its code. Planned matmuls lower in fp32
-//! only (`spartac compile --dtype f32`).
+//! one-element constants inside a group are literals in its code. `rewrite::to_half` makes a
+//! model fp16/bf16 before lowering (`spartac compile --dtype`).
 //!
 //! Memory: a scratch buffer is reused (same element type; the smallest free one that fits, else
 //! the largest, grown) once every value it held
