@@ -11,6 +11,7 @@
 //! builds it.
 
 pub mod codegen;
+pub mod contained;
 pub mod error;
 pub mod frontend;
 pub mod ir;

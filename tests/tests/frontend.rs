@@ -71,7 +71,19 @@ fn external_data_is_read_relative_to_the_model() {
     t.external_data[0].value = "../weights.bin".into();
     std::fs::write(&path, protobuf::Message::write_to_bytes(&model).unwrap()).unwrap();
     let err = load_model(&path, &LoadOptions::default()).unwrap_err().to_string();
-    assert!(err.contains("inside the model's directory"), "{err}");
+    assert!(err.contains("must be a relative path inside"), "{err}");
+
+    // A link inside the folder that points out of it is refused, not followed (a model must
+    // not read a file the user never gave it into its tensors), and so is a device.
+    #[cfg(unix)]
+    for (link, target) in [("leak.bin", "/etc/passwd"), ("zero.bin", "/dev/zero")] {
+        std::os::unix::fs::symlink(target, dir.path().join(link)).unwrap();
+        let t = &mut model.graph.as_mut().unwrap().initializer[0];
+        t.external_data[0].value = link.into();
+        std::fs::write(&path, protobuf::Message::write_to_bytes(&model).unwrap()).unwrap();
+        let err = load_model(&path, &LoadOptions::default()).unwrap_err().to_string();
+        assert!(err.contains("leads outside") && !err.contains('\n'), "{link}: {err}");
+    }
 }
 
 fn symbolic_model() -> Vec<u8> {

@@ -5,7 +5,7 @@ use crate::ir::{numel, DType, Data, SparseTensor, Tensor};
 use crate::Error;
 use half::{bf16, f16};
 use onnx_protobuf::{SparseTensorProto, TensorProto};
-use std::path::{Component, Path};
+use std::path::Path;
 
 /// Where external data files are looked up (the model's directory), if anywhere.
 #[derive(Clone, Copy, Debug)]
@@ -108,33 +108,12 @@ fn read_external(p: &TensorProto, name: &str, dir: DataDir) -> Result<Vec<u8>, E
         }
     }
     let location = location.ok_or_else(|| Error::tensor(name, "external data without a location"))?;
-    let rel = Path::new(&location);
-    if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-        return Err(Error::tensor(
-            name,
-            format!("external data location {location:?} must stay inside the model's directory"),
-        ));
-    }
     let base =
         dir.0.ok_or_else(|| Error::tensor(name, "external data needs the model's directory (load from a file)"))?;
-    let path = base.join(rel);
-    let bytes = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-    let start = usize::try_from(offset).unwrap_or(usize::MAX);
-    let end = match length {
-        Some(l) => start.saturating_add(usize::try_from(l).unwrap_or(usize::MAX)),
-        None => bytes.len(),
-    };
-    if start > bytes.len() || end > bytes.len() {
-        return Err(Error::tensor(
-            name,
-            format!(
-                "external data range {start}..{end} is beyond the end of {} ({} bytes)",
-                path.display(),
-                bytes.len()
-            ),
-        ));
-    }
-    Ok(bytes[start..end].to_vec())
+    // Inside the model's folder once links are resolved, a regular file, exactly the range.
+    let path = crate::contained::resolve(base, &location)
+        .map_err(|e| Error::tensor(name, format!("external data {location:?}: {e}")))?;
+    crate::contained::read_range(&path, offset, length).map_err(|e| Error::tensor(name, format!("external data: {e}")))
 }
 
 fn parse_u64(s: &str, what: &str, name: &str) -> Result<u64, Error> {

@@ -319,8 +319,9 @@ fn nested<T>(v: &Json, leaf: &dyn Fn(&Json) -> Option<T>, what: &str) -> Result<
 fn keep_mask(v: &Json, dir: &Path) -> Result<KeepMask, String> {
     if let Some(path) = v.get("npy") {
         let path = path.as_str().ok_or("\"npy\" expects a file path")?;
-        let full = dir.join(path);
-        let bytes = std::fs::read(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
+        // Inside the attrs file's folder once links are resolved, and a regular file.
+        let full = crate::contained::resolve(dir, path).map_err(|e| format!("mask {path:?}: {e}"))?;
+        let bytes = crate::contained::read_range(&full, 0, None)?;
         let t = crate::npy::parse_npy(&bytes).map_err(|e| format!("{}: {e}", full.display()))?;
         let keep = t.to_f64_vec().iter().map(|x| *x != 0.0).collect();
         return Ok(KeepMask { shape: t.shape().to_vec(), keep });

@@ -104,7 +104,22 @@ fn npy_mask_is_relative_to_the_attrs_file() {
     let e = TesaAttrs::parse_in(r#"{"tensors": {"w": {"mask": {"npy": "bad.npy"}}}}"#, &dir).unwrap_err().to_string();
     assert!(e.contains("\"w\": mask: ") && e.contains("bad magic"), "{e}");
     let e = TesaAttrs::parse_in(r#"{"tensors": {"w": {"mask": {"npy": "gone.npy"}}}}"#, &dir).unwrap_err().to_string();
-    assert!(e.contains("cannot read") && e.contains("gone.npy") && !e.contains('\n'), "{e}");
+    assert!(e.contains("cannot open") && e.contains("gone.npy") && !e.contains('\n'), "{e}");
+    // Masks stay inside the attrs file's folder: absolute paths, `..` and links out are refused.
+    std::fs::write(dir.with_extension("outside.npy"), crate::npy::write_npy(&mask).unwrap()).unwrap();
+    let outside = dir.with_extension("outside.npy");
+    for path in [outside.display().to_string(), format!("../{}", outside.file_name().unwrap().to_string_lossy())] {
+        let json = format!(r#"{{"tensors": {{"w": {{"mask": {{"npy": {path:?}}}}}}}}}"#);
+        let e = TesaAttrs::parse_in(&json, &dir).unwrap_err().to_string();
+        assert!(e.contains("must be a relative path inside"), "{path}: {e}");
+    }
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(&outside, dir.join("link.npy")).unwrap();
+        let e = TesaAttrs::parse_in(r#"{"tensors": {"w": {"mask": {"npy": "link.npy"}}}}"#, &dir).unwrap_err();
+        assert!(e.to_string().contains("leads outside"), "{e}");
+    }
+    std::fs::remove_file(&outside).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
