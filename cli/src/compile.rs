@@ -119,7 +119,7 @@ pub fn rewrite(graph: &mut Graph, shrink: bool, dtype: &str) -> Result<RewriteRe
 pub fn cost_model(path: Option<&Path>) -> Result<CostModel> {
     Ok(match path {
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = spartac::contained::read_regular_text(p).with_context(|| format!("reading {}", p.display()))?;
             let db = CostDb::parse(&text).with_context(|| format!("in {}", p.display()))?;
             CostModel::new(HardwareProfile::sm_90(), db)?
         }

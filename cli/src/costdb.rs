@@ -143,13 +143,16 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
 pub fn run(args: CostdbArgs) -> Result<()> {
     let CostdbCommand::Fit { bench, peers, base, out, report, dense_only } = args.command;
     let mut db = match &base {
-        Some(p) => CostDb::parse(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)?,
+        Some(p) => CostDb::parse(
+            &spartac::contained::read_regular_text(p).with_context(|| format!("reading {}", p.display()))?,
+        )?,
         None => CostModel::sm_90().db,
     };
     if let Some(p) = &peers {
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-                .with_context(|| format!("{}: not JSON", p.display()))?;
+        let v: serde_json::Value = serde_json::from_str(
+            &spartac::contained::read_regular_text(p).with_context(|| format!("reading {}", p.display()))?,
+        )
+        .with_context(|| format!("{}: not JSON", p.display()))?;
         let hbm = v.pointer("/ceilings/hbm_GBps").and_then(|x| x.as_f64());
         match hbm {
             Some(gbps) if gbps > 0.0 => db.dram_tb_s = gbps / 1000.0,
@@ -159,7 +162,7 @@ pub fn run(args: CostdbArgs) -> Result<()> {
     let mut samples = vec![];
     let mut skipped = 0;
     for p in &bench {
-        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let text = spartac::contained::read_regular_text(p).with_context(|| format!("reading {}", p.display()))?;
         let recs: Vec<CaseRec> = serde_json::from_str(&text)
             .with_context(|| format!("{}: not `spartac kernels bench --json` output", p.display()))?;
         for r in &recs {

@@ -91,7 +91,8 @@ fn load(inputs: &PlanInputs) -> Result<(Graph, PlanOptions)> {
     }
     let mut opts = PlanOptions::default();
     if let Some(path) = &inputs.costdb {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            spartac::contained::read_regular_text(path).with_context(|| format!("reading {}", path.display()))?;
         let db = CostDb::parse(&text).with_context(|| format!("in {}", path.display()))?;
         opts.cost = CostModel::new(HardwareProfile::sm_90(), db)?;
     }

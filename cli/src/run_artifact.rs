@@ -20,15 +20,17 @@ pub fn is_artifact(path: &Path) -> bool {
         return true;
     }
     let mut head = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok_and(|()| &head == spartac::program::artifact::ARTIFACT_MAGIC)
+    // Only a regular file is opened (a FIFO would block); anything else is left to the loader's error.
+    spartac::contained::check_regular(path).is_ok()
+        && std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+            .is_ok_and(|()| &head == spartac::program::artifact::ARTIFACT_MAGIC)
 }
 
 /// Reads and checks an artifact (one-line errors for a missing, truncated, corrupted or
 /// other-version file).
 pub fn load_artifact(path: &Path) -> Result<Artifact> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = spartac::contained::read_regular(path).with_context(|| format!("reading {}", path.display()))?;
     decode(&bytes).with_context(|| format!("{}", path.display()))
 }
 

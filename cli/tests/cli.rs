@@ -111,6 +111,27 @@ fn missing_file_is_one_line_error() {
     assert!(err.contains("/nonexistent/model.onnx"), "{err}");
 }
 
+/// A FIFO or a device given as a model, attrs file or input archive would block or never end:
+/// each is a one-line error, at once.
+#[test]
+#[cfg(unix)]
+fn fifos_and_devices_are_refused_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success(), "mkfifo is needed for this test");
+    let (m, f) = (model.to_str().unwrap(), fifo.to_str().unwrap());
+    for args in [
+        vec!["inspect", f],
+        vec!["inspect", "/dev/zero"],
+        vec!["propagate", m, "--tesa", f],
+        vec!["run", m, "--inputs", f],
+    ] {
+        let err = expect_error(&spartac(&args));
+        assert!(err.contains("not a regular file"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn wrong_npz_name_or_dtype_leaves_no_output_file() {
     let dir = tempfile::tempdir().unwrap();

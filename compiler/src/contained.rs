@@ -62,6 +62,28 @@ pub fn read_range(path: &Path, offset: u64, length: Option<u64>) -> Result<Vec<u
     Ok(out)
 }
 
+/// The whole of a file the user named (a model, an attrs file, an input archive), refused with
+/// an I/O error unless it is a regular file: a FIFO or a device would block or never end.
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    check_regular(path)?;
+    std::fs::read(path)
+}
+
+/// [`read_regular`] as UTF-8 text.
+pub fn read_regular_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_regular(path)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// An I/O error unless `path` is a regular file (links followed).
+pub fn check_regular(path: &Path) -> std::io::Result<()> {
+    if std::fs::metadata(path)?.is_file() {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +118,8 @@ mod tests {
             let e = resolve(&inner, "fifo").unwrap_err();
             assert!(e.contains("not a regular file"), "{e}");
             assert!(read_range(&fifo, 0, Some(4)).unwrap_err().contains("not a regular file"));
+            assert!(read_regular(&fifo).is_err() && read_regular(Path::new("/dev/zero")).is_err());
+            assert_eq!(read_regular(&inner.join("alias")).unwrap(), [1, 2, 3, 4, 5]);
         }
         assert!(resolve(&inner, "missing.bin").unwrap_err().contains("cannot open"));
     }

@@ -13,6 +13,7 @@ use std::path::Path;
 
 /// Reads every array of an `.npz` file.
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Tensor>> {
+    spartac::contained::check_regular(path).with_context(|| format!("cannot open {}", path.display()))?;
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut zip =
         zip::ZipArchive::new(file).map_err(|e| anyhow!("{} is not a valid .npz archive: {e}", path.display()))?;

@@ -51,7 +51,8 @@ impl LoadOptions {
 
 /// Reads an ONNX file and builds the graph. External data is looked up next to the file.
 pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Graph, Error> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let bytes =
+        crate::contained::read_regular(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
     let mut opts = opts.clone();
     if opts.model_dir.is_none() {
         opts.model_dir = Some(path.parent().map(Path::to_path_buf).unwrap_or_default());

@@ -153,7 +153,9 @@ impl TesaAttrs {
 
     /// Reads and parses `path`; `.npy` paths are relative to its folder.
     pub fn read(path: &Path) -> Result<TesaAttrs, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let io = |source| Error::Io { path: path.to_path_buf(), source };
+        crate::contained::check_regular(path).map_err(io)?;
+        let text = std::fs::read_to_string(path).map_err(io)?;
         TesaAttrs::parse_in(&text, path.parent().unwrap_or(Path::new(".")))
     }
 
