@@ -79,13 +79,13 @@ struct Part<T> {
 /// One step of a cover: a generated kernel, or a library GEMM (the dense fallback on
 /// cuBLAS) followed by the generated epilogue kernel when there is one.
 enum Stage<T> {
-    Generated(Part<T>),
+    Generated(Box<Part<T>>),
     Library {
         gemm: Box<LibraryGemm>,
         blas: std::sync::Arc<super::cublas::Blas>,
         w: CudaSlice<T>,
-        prefill: Option<Part<T>>,
-        epilogue: Option<Part<T>>,
+        prefill: Option<Box<Part<T>>>,
+        epilogue: Option<Box<Part<T>>>,
     },
 }
 
@@ -202,13 +202,13 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         if case.uses_library(spec) {
             // The dense fallback on the library: the weight as stored, then our epilogue.
             let gemm = library_gemm(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
-            let prefill = gemm.prefill.clone().map(|k| compile(k, part_w)).transpose()?;
-            let epilogue = gemm.epilogue.clone().map(|k| compile(k, part_w)).transpose()?;
+            let prefill = gemm.prefill.clone().map(|k| compile(k, part_w).map(Box::new)).transpose()?;
+            let epilogue = gemm.epilogue.clone().map(|k| compile(k, part_w).map(Box::new)).transpose()?;
             let w_dev = dev.upload(&enc_all(part_w))?;
             parts.push(Stage::Library { gemm: Box::new(gemm), blas: dev.blas()?, w: w_dev, prefill, epilogue });
         } else {
             let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
-            parts.push(Stage::Generated(compile(kernel, part_w)?));
+            parts.push(Stage::Generated(Box::new(compile(kernel, part_w)?)));
         }
     }
     let launch = |p: &mut Part<T>, c: &mut CudaSlice<T>| -> Result<(), CudaError> {
@@ -244,11 +244,11 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
                 Stage::Generated(p) => launch(p, c)?,
                 Stage::Library { gemm, blas, w, prefill, epilogue } => {
                     if let Some(p) = prefill {
-                        launch(p, c)?;
+                        launch(p.as_mut(), c)?;
                     }
                     blas.gemm(gemm, &a_dev, w, c)?;
                     if let Some(p) = epilogue {
-                        launch(p, c)?;
+                        launch(p.as_mut(), c)?;
                     }
                 }
             }
@@ -306,7 +306,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
                 flops += p.kernel.flops();
             }
             Stage::Library { gemm, prefill, epilogue, .. } => {
-                kernels.extend(prefill.iter().map(info));
+                kernels.extend(prefill.iter().map(|p| info(p)));
                 kernels.push(KernelInfo {
                     name: "cublasGemmEx".into(),
                     family: "cublas".into(),
@@ -321,7 +321,7 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
                     steps: None,
                     n_tiles: None,
                 });
-                kernels.extend(epilogue.iter().map(info));
+                kernels.extend(epilogue.iter().map(|p| info(p)));
                 flops += 2.0 * (gemm.m * gemm.k * gemm.n) as f64;
             }
         }

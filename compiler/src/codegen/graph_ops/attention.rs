@@ -164,6 +164,7 @@ struct AttentionCtx {
 /// the raw scores (`expr`'s input 0), `extra[i]` is `expr`'s input `i + 1`, broadcast to the
 /// scores' shape `[batch..., Sq, Sk]`. Float element types; `expr` must give a float.
 /// Parameters: `(q, k, v, extra..., out)`.
+#[allow(clippy::too_many_arguments)] // the operands of one formula, each with its own role
 pub fn attention(
     name: &str,
     q: &TensorDesc,
