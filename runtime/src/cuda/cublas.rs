@@ -63,50 +63,19 @@ impl Blas {
                 ));
             }
         }
-        let ty = match g.dtype {
-            Dtype::F32 => sys::cudaDataType::CUDA_R_32F,
-            Dtype::F16 => sys::cudaDataType::CUDA_R_16F,
-            Dtype::Bf16 => sys::cudaDataType::CUDA_R_16BF,
-            Dtype::I8 => return Err(CudaError::Kernel("cublas gemm".into(), "int8 is not routed to cuBLAS".into())),
-        };
-        let (alpha, beta) = (1.0f32, if g.accumulate { 1.0f32 } else { 0.0f32 });
+        let ty = cuda_type(g.dtype).map_err(|e| CudaError::Kernel("cublas gemm".into(), e))?;
         let stream = &self.stream;
         let (a_ptr, _ra) = a.device_ptr(stream);
         let (w_ptr, _rw) = w.device_ptr(stream);
         let (c_ptr, _rc) = c.device_ptr_mut(stream);
-        // Column-major view: Cᵀ (N × M, ld N) = X (N × K, ld N) · Y (K × M, ld K).
         let (x, y) = match g.orientation {
             Orientation::Right => (w_ptr, a_ptr),
             Orientation::Left => (a_ptr, w_ptr),
         };
-        let op = sys::cublasOperation_t::CUBLAS_OP_N;
-        // SAFETY: the pointers are live device buffers of at least the sizes checked above,
-        // the handle is bound to the stream that owns them, and alpha/beta are f32 as
-        // CUBLAS_COMPUTE_32F requires.
-        unsafe {
-            result::gemm_ex(
-                *self.handle.handle(),
-                op,
-                op,
-                n,
-                m,
-                k,
-                (&alpha) as *const f32 as *const _,
-                x as *const _,
-                ty,
-                n,
-                y as *const _,
-                ty,
-                k,
-                (&beta) as *const f32 as *const _,
-                c_ptr as *mut _,
-                ty,
-                n,
-                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| CudaError::Kernel("cublas gemm".into(), e.to_string()))
+        // SAFETY: the pointers are live device buffers of at least the sizes checked above and
+        // the handle is bound to the stream that owns them.
+        unsafe { gemm_col_major(*self.handle.handle(), ty, (m, k, n), x, y, c_ptr, g.accumulate) }
+            .map_err(|e| CudaError::Kernel("cublas gemm".into(), e.to_string()))
     }
 }
 
@@ -145,19 +114,13 @@ impl ProgramBlas {
     ) -> Result<(), CudaError> {
         let fail =
             |what: &str, e: String| CudaError::Kernel(format!("cublas gemm {m}x{k}x{n}"), format!("{what}: {e}"));
-        let ty = match dtype {
-            Dtype::F32 => sys::cudaDataType::CUDA_R_32F,
-            Dtype::F16 => sys::cudaDataType::CUDA_R_16F,
-            Dtype::Bf16 => sys::cudaDataType::CUDA_R_16BF,
-            Dtype::I8 => return Err(fail("type", "int8 is not routed to cuBLAS".into())),
-        };
+        let ty = cuda_type(dtype).map_err(|e| fail("type", e))?;
         let dims: Vec<i32> = [m, k, n]
             .iter()
             .map(|&d| i32::try_from(d))
             .collect::<Result<_, _>>()
             .map_err(|_| fail("dimensions", "past the library's 32-bit range".into()))?;
         let (m, k, n) = (dims[0], dims[1], dims[2]);
-        let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0f32 });
         let h = *self.handle.handle();
         let (ws, _guard) = self.workspace.device_ptr(self.workspace.stream());
         // SAFETY: the handle is live; cublasSetStream resets the workspace to the library's own
@@ -171,33 +134,63 @@ impl ProgramBlas {
                 .result()
                 .map_err(|e| fail("cublasSetWorkspace", e.to_string()))?;
         }
-        let op = sys::cublasOperation_t::CUBLAS_OP_N;
-        // Column-major view of row-major storage: Cᵀ (n × m, ld n) = Wᵀ (n × k, ld n) · Aᵀ (k × m, ld k).
         // SAFETY: the caller passes live device buffers of at least these sizes (checked by
-        // `Program::verify`), alpha/beta are f32 as CUBLAS_COMPUTE_32F requires.
-        unsafe {
-            result::gemm_ex(
-                h,
-                op,
-                op,
-                n,
-                m,
-                k,
-                (&alpha) as *const f32 as *const _,
-                w as *const _,
-                ty,
-                n,
-                a as *const _,
-                ty,
-                k,
-                (&beta) as *const f32 as *const _,
-                c as *mut _,
-                ty,
-                n,
-                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| fail("cublasGemmEx", e.to_string()))
+        // `Program::verify`).
+        unsafe { gemm_col_major(h, ty, (m, k, n), w, a, c, accumulate) }
+            .map_err(|e| fail("cublasGemmEx", e.to_string()))
+    }
+}
+
+/// The library's type for `dtype` (int8 is not routed to cuBLAS).
+fn cuda_type(dtype: Dtype) -> Result<sys::cudaDataType, String> {
+    match dtype {
+        Dtype::F32 => Ok(sys::cudaDataType::CUDA_R_32F),
+        Dtype::F16 => Ok(sys::cudaDataType::CUDA_R_16F),
+        Dtype::Bf16 => Ok(sys::cudaDataType::CUDA_R_16BF),
+        Dtype::I8 => Err("int8 is not routed to cuBLAS".into()),
+    }
+}
+
+/// Row-major `C (m × n) = Y · X` (`+ C` when `accumulate`) as cuBLAS's column-major
+/// `Cᵀ (n × m, ld n) = X (n × k, ld n) · Y (k × m, ld k)`, fp32 sums, no copies.
+///
+/// # Safety
+/// `x`, `y` and `c` are live device buffers of `n·k`, `k·m` and `m·n` elements of type `ty`
+/// on the handle's stream.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_col_major(
+    handle: sys::cublasHandle_t,
+    ty: sys::cudaDataType,
+    (m, k, n): (i32, i32, i32),
+    x: u64,
+    y: u64,
+    c: u64,
+    accumulate: bool,
+) -> Result<(), cudarc::cublas::result::CublasError> {
+    let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0f32 });
+    let op = sys::cublasOperation_t::CUBLAS_OP_N;
+    // SAFETY: the caller's contract; alpha and beta are f32 as CUBLAS_COMPUTE_32F requires.
+    unsafe {
+        result::gemm_ex(
+            handle,
+            op,
+            op,
+            n,
+            m,
+            k,
+            (&alpha) as *const f32 as *const _,
+            x as *const _,
+            ty,
+            n,
+            y as *const _,
+            ty,
+            k,
+            (&beta) as *const f32 as *const _,
+            c as *mut _,
+            ty,
+            n,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
     }
 }
