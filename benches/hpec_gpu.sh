@@ -5,7 +5,10 @@
 #   TARBALL=$OUT/hpec_gpu.tgz BIN=./target/gpu/spartac OUT=/tmp/hpec benches/hpec_gpu.sh
 # (in the device tool's command $OUT is the folder that comes back: the archive goes there, the
 # runs elsewhere; TARBALL comes first, since assignments expand left to right)
-# SETS picks the groups (default: all, in this order): real ablations sweep mnist torch big.
+# SETS picks the groups (default: all single-GPU ones, in this order): real ablations sweep mnist
+# torch big. `multigpu` (not in the default) runs 1024 and 4096 neurons on 1, 2 and 4 GPUs
+# with and without input hashing (benches/results/hpec_multigpu.md); NETS narrows it, e.g.
+# NETS="1024x120 4096x1920", VARIANTS="1 2h 4h" (GPUs, h: with input hashing).
 # Inputs as in PEERS.md: the 1,200 real images repeated to 60,000 (950 categories survive);
 # `mnist` and `big` use the 60,000 MNIST-derived images (more survive: more work).
 # TARBALL, when set, is rewritten after every run (a cut-off call keeps what ran).
@@ -32,10 +35,11 @@ run() { # name, args...
   echo "$name rc=$rc $(python3 -c "
 import json
 d=json.load(open('$OUT/$name.json'))
-print('ms=%.3f compile_s=%.2f load_s=%.2f cats=%d devMiB=%.0f %s prof=%s' % (d['seconds']*1e3, d['compile_seconds'], d['kernel_load_seconds'], d['categories'], d['device_bytes']/2**20, d['verdict'], {k: round(v,2) for k,v in (d.get('profile_ms_by_kind') or {}).items()}))" 2>/dev/null || tail -2 "$OUT/$name.err" | tr '\n' ' ')"
+print('ms=%.3f compile_s=%.2f load_s=%.2f cats=%d devMiB=%.0f %s prof=%s gpus=%d batch=%d images=%s busy_ms=%s' % (d['seconds']*1e3, d['compile_seconds'], d['kernel_load_seconds'], d['categories'], d['device_bytes']/2**20, d['verdict'], {k: round(v,2) for k,v in (d.get('profile_ms_by_kind') or {}).items()}, d['gpus'], d['batch'], d.get('images_per_gpu'), [round(b*1e3,2) for b in d.get('busy_seconds_per_gpu') or []]))" 2>/dev/null || tail -2 "$OUT/$name.err" | tr '\n' ' ')"
   save
 }
 has() { [[ " $SETS " == *" $1 "* ]]; }
+GPUS=$(nvidia-smi -L | wc -l)
 REAL="--repeat-images --image-count 60000"
 if has real; then
   run real_1024x120_1200
@@ -70,4 +74,17 @@ if has big; then # MNIST-derived inputs, truth by the f64 reference
   run mnist_4096x120 --neurons 4096 --layers 120 --image-count 60000
   run mnist_4096x480 --neurons 4096 --layers 480 --image-count 60000
   run mnist_4096x1920 --neurons 4096 --layers 1920 --image-count 60000
+fi
+if has multigpu; then # one network at a time: 1 GPU, then 2 and 4 with and without input hashing
+  nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+  for net in ${NETS:-1024x120 1024x480 1024x1920 4096x120 4096x480 4096x1920}; do
+    n=${net%x*} l=${net#*x}
+    if [[ $n == 1024 ]]; then args="--neurons 1024 --layers $l $REAL"; else args="--neurons $n --layers $l --image-count 60000"; fi
+    if [[ $n$l == 1024120 ]]; then args=$REAL; fi
+    for v in ${VARIANTS:-1 2 2h 4 4h}; do # GPUs, h: with input hashing
+      g=${v%h}
+      (( g <= GPUS )) || continue
+      if [[ $v == *h ]]; then run mg_${net}_g${g}_hash $args --gpus $g --hash-inputs; else run mg_${net}_g$g $args --gpus $g; fi
+    done
+  done
 fi

@@ -164,7 +164,7 @@ pub struct RunArgs {
 /// Settings of the compiled backends (`--backend cuda` and `sim`).
 #[derive(Args, Debug)]
 pub struct GpuArgs {
-    /// Images per batch (rows of the activation buffers; default: all images in one batch).
+    /// Images per batch (rows of the activation buffers; default: the images split evenly over the GPUs, one batch each).
     #[arg(long)]
     pub batch: Option<usize>,
     /// Drop dead images (all-zero rows) after every N layers; 0 keeps every row to the end.
@@ -585,7 +585,10 @@ fn run_compiled(
     use spartac_runtime::hpec::task_graph;
     let g = &args.gpu;
     let backend = if devices.is_empty() { Backend::Sim } else { Backend::Cuda };
-    let batch = g.batch.unwrap_or(images.n_images()).min(images.n_images()).max(1);
+    // One batch per GPU by default: a batch's layers cost a launch chain whatever its rows, so
+    // fewer, larger batches win while they fit (`--batch` cuts them smaller).
+    let per_gpu = images.n_images().div_ceil(devices.len().max(1));
+    let batch = g.batch.unwrap_or(per_gpu).min(images.n_images()).max(1);
     // Weights stay resident while they fit: by default the budget is what the first GPU has
     // free (less a tenth for the driver and fragmentation) after the activation buffers and the
     // images; a network over it streams its weights from pinned host memory instead of failing.
@@ -672,7 +675,7 @@ fn run_compiled(
         run.as_ref().map(|r| task_graph::profile_by_kind(&compiled.lowering.program, &r.step_ms)).unwrap_or_default();
     if args.json {
         let r = run.as_ref();
-        let value = serde_json::json!({
+        let mut value = serde_json::json!({
             "network": network_name,
             "neurons": network.neurons,
             "layers": network.n_layers(),
@@ -712,6 +715,9 @@ fn run_compiled(
             "profile_ms_by_kind": profile,
             "profile_ms_per_step": r.map(|r| r.step_ms.iter().map(|(l, ms)| serde_json::json!([l, ms])).collect::<Vec<_>>()),
         });
+        // The multi-GPU split of the median inference (one macro call holds only so many keys).
+        value["images_per_gpu"] = serde_json::json!(r.map(|r| r.images_per_device.clone()));
+        value["busy_seconds_per_gpu"] = serde_json::json!(r.map(|r| r.busy_seconds_per_device.clone()));
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!(
@@ -751,6 +757,21 @@ fn run_compiled(
                 r.seconds_all.len(),
                 edges / r.seconds
             );
+            if r.devices > 1 {
+                for (d, ((b, n), busy)) in r
+                    .batches_per_device
+                    .iter()
+                    .zip(&r.images_per_device)
+                    .zip(&r.busy_seconds_per_device)
+                    .enumerate()
+                {
+                    println!(
+                        "  GPU {d}: {b} batches, {n} images, busy {:.3} ms ({:.1}% of the run idle)",
+                        busy * 1e3,
+                        100.0 * (1.0 - busy / r.seconds).max(0.0)
+                    );
+                }
+            }
         }
         if !profile.is_empty() {
             let total: f64 = profile.values().sum();

@@ -219,13 +219,17 @@ pub struct GpuProgram {
 }
 
 // SAFETY: the raw driver handles (context-owned graph, exec graph, functions, allocations) may be
-// used from any thread that binds the device's context first; every entry point that a moved
-// program runs on another thread starts with `CudaDevice::bind` (the callers do, see
-// `hpec::task_graph`), and a program is used by one thread at a time (`&mut self` launches).
+// used from any thread that binds the device's context first; every public entry point that makes
+// driver calls (launches, reads, writes, fills, drop) starts with `CudaDevice::bind`, so a
+// program moved to another thread, or used after another device's program on the same thread,
+// talks to its own context; a program is used by one thread at a time (`&mut self` launches).
 unsafe impl Send for GpuProgram {}
 
 impl Drop for GpuProgram {
     fn drop(&mut self) {
+        // The graph and (after this) the buffers are freed in this device's context, whatever
+        // thread drops the program (several GPUs are driven from one process).
+        let _ = self.dev.bind();
         // SAFETY: created by this program, destroyed once, after the stream is idle.
         unsafe {
             let _ = self.dev.synchronize();
@@ -577,6 +581,7 @@ impl GpuProgram {
     /// Sets the per-run parameters and launches the graph (asynchronously). Only the kernel
     /// nodes that take a parameter are updated, and only when it changed.
     pub fn launch(&mut self, params: &[i32]) -> Result<(), ExecError> {
+        self.dev.bind()?;
         self.set_params(params)?;
         // SAFETY: the exec graph belongs to this context; the stream is the device's.
         drv("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.exec, self.dev.stream().cu_stream()) })?;
@@ -617,12 +622,14 @@ impl GpuProgram {
     /// step's milliseconds (event to event: its launches and the gaps between them). Slower than
     /// the graph by the launch overhead; it says where the time goes, not how fast a run is.
     pub fn profile_steps(&mut self, params: &[i32]) -> Result<Vec<f64>, ExecError> {
+        self.dev.bind()?;
         let events = Events::new(self.program.steps.len() + 1)?;
         self.stream_steps(params, Some(&events.0))?;
         events.gaps()
     }
 
     fn stream_steps(&mut self, params: &[i32], events: Option<&[sys::CUevent]>) -> Result<(), ExecError> {
+        self.dev.bind()?;
         if params.len() != self.params.len() {
             return Err(ExecError::Shape(format!(
                 "{} parameters given, the program takes {}",
@@ -697,6 +704,7 @@ impl GpuProgram {
 
     /// Reads a device buffer back (after [`GpuProgram::synchronize`]).
     pub fn read(&self, buf: spartac::program::BufferId) -> Result<Vec<u8>, ExecError> {
+        self.dev.bind()?;
         let b = self.program.buffer(buf);
         let mut out = vec![0u8; b.bytes()];
         match &self.mems[buf.0 as usize] {
@@ -717,6 +725,7 @@ impl GpuProgram {
 
     /// Sets every byte of a device buffer to `byte`.
     pub fn fill(&self, buf: spartac::program::BufferId, byte: u8) -> Result<(), ExecError> {
+        self.dev.bind()?;
         if let Mem::Device(d) = &self.mems[buf.0 as usize] {
             // SAFETY: the allocation holds d.bytes bytes.
             drv("memset", unsafe { sys::cuMemsetD8_v2(d.ptr, byte, d.bytes) })?;
@@ -738,6 +747,7 @@ impl GpuProgram {
     /// Launches the graph `runs` times back to back, with a CUDA event between launches, and
     /// returns each launch's milliseconds (device time, launch gaps included).
     pub fn time_launches(&mut self, params: &[i32], runs: usize) -> Result<Vec<f64>, ExecError> {
+        self.dev.bind()?;
         self.set_params(params)?;
         let stream = self.dev.stream().cu_stream();
         let events = Events::new(runs + 1)?;
@@ -754,6 +764,7 @@ impl GpuProgram {
 
     /// Fills a device buffer from the host (an input).
     pub fn write(&self, buf: spartac::program::BufferId, bytes: &[u8]) -> Result<(), ExecError> {
+        self.dev.bind()?;
         let b = self.program.buffer(buf);
         if bytes.len() != b.bytes() {
             return Err(ExecError::Shape(format!("buffer {}: {} bytes given for {}", b.name, bytes.len(), b.bytes())));

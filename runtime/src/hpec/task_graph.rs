@@ -186,7 +186,12 @@ pub struct GpuRun {
     pub live_rows: Vec<i32>,
     pub batches: usize,
     pub devices: usize,
+    /// Per device, of the median timed inference: batches taken, images in them, and busy
+    /// seconds (from the inference's start until the device's last batch finished; the rest of
+    /// the inference it sat idle while another device still worked).
     pub batches_per_device: Vec<usize>,
+    pub images_per_device: Vec<usize>,
+    pub busy_seconds_per_device: Vec<f64>,
     /// With [`GpuRunOptions::profile`]: per step of the program (label, milliseconds summed
     /// over the batches of one inference run as timed stream launches on the first device).
     pub step_ms: Vec<(String, f64)>,
@@ -233,23 +238,35 @@ pub fn run_gpu_devices(
         .collect::<HpecResult<Vec<_>>>()?;
     let load_seconds = started.elapsed().as_secs_f64();
     let mut times = vec![];
-    let mut per_device = vec![0usize; gps.len()];
+    // Per timed inference: (seconds, per device (batches, images, busy seconds)).
+    let mut timed: Vec<(f64, Vec<(usize, usize, f64)>)> = vec![];
+    let images_in = |b: usize| batch.min(compiled.images - b * batch);
     for rep in 0..options.warmup + options.repeats {
         for gp in &gps {
             gp.zero(lowering.flags).map_err(gpu_err)?;
             gp.synchronize().map_err(gpu_err)?;
         }
         let counter = AtomicUsize::new(0);
-        let t0 = Instant::now();
-        let counter = &counter;
-        let counts: Vec<HpecResult<usize>> = std::thread::scope(|scope| {
+        // Every device thread binds its context, then all start together: the inference is
+        // timed from the first start to the last device done, without the threads' spawning.
+        let barrier = std::sync::Barrier::new(gps.len());
+        let several = gps.len() > 1;
+        let (counter, barrier) = (&counter, &barrier);
+        type DeviceRun = (usize, usize, Instant, Instant);
+        let runs: Vec<HpecResult<DeviceRun>> = std::thread::scope(|scope| {
             let handles: Vec<_> = gps
                 .iter_mut()
                 .map(|gp| {
-                    scope.spawn(move || -> HpecResult<usize> {
-                        gp.device().bind().map_err(gpu_err)?;
-                        let mut done = 0;
+                    scope.spawn(move || -> HpecResult<DeviceRun> {
+                        let bound = gp.device().bind().map_err(gpu_err);
+                        barrier.wait();
+                        bound?;
+                        let start = Instant::now();
+                        let (mut done, mut images) = (0, 0);
                         loop {
+                            // With several devices one takes its next batch only once its last
+                            // one finished: launches return at once, and a device that queued
+                            // ahead would take batches an idle device should have had.
                             let b = counter.fetch_add(1, Ordering::Relaxed);
                             if b >= n_batches {
                                 break;
@@ -260,22 +277,32 @@ pub fn run_gpu_devices(
                             } else {
                                 gp.launch_stream(&params).map_err(gpu_err)?;
                             }
+                            if several {
+                                gp.synchronize().map_err(gpu_err)?;
+                            }
                             done += 1;
+                            images += images_in(b);
                         }
                         gp.synchronize().map_err(gpu_err)?;
-                        Ok(done)
+                        Ok((done, images, start, Instant::now()))
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(gpu_err("a device thread panicked")))).collect()
         });
-        let elapsed = t0.elapsed().as_secs_f64();
-        let counts = counts.into_iter().collect::<HpecResult<Vec<_>>>()?;
+        let runs = runs.into_iter().collect::<HpecResult<Vec<_>>>()?;
+        let t0 = runs.iter().map(|r| r.2).min().expect("at least one device");
+        let elapsed = runs.iter().map(|r| r.3.duration_since(t0).as_secs_f64()).fold(0.0, f64::max);
+        let counts: Vec<(usize, usize, f64)> =
+            runs.iter().map(|r| (r.0, r.1, r.3.duration_since(t0).as_secs_f64())).collect();
         if rep >= options.warmup {
             times.push(elapsed);
-            per_device = counts;
+            timed.push((elapsed, counts));
         }
     }
+    // The per-device split of the median inference.
+    timed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let per_device = timed.get(timed.len() / 2).map(|(_, c)| c.clone()).unwrap_or_default();
     let mut step_ms = vec![];
     if options.profile {
         let gp = &mut gps[0];
@@ -313,7 +340,9 @@ pub fn run_gpu_devices(
         live_rows,
         batches: n_batches,
         devices: gps.len(),
-        batches_per_device: per_device,
+        batches_per_device: per_device.iter().map(|d| d.0).collect(),
+        images_per_device: per_device.iter().map(|d| d.1).collect(),
+        busy_seconds_per_device: per_device.iter().map(|d| d.2).collect(),
         step_ms,
     })
 }
