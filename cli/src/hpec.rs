@@ -758,12 +758,8 @@ fn run_compiled(
                 edges / r.seconds
             );
             if r.devices > 1 {
-                for (d, ((b, n), busy)) in r
-                    .batches_per_device
-                    .iter()
-                    .zip(&r.images_per_device)
-                    .zip(&r.busy_seconds_per_device)
-                    .enumerate()
+                for (d, ((b, n), busy)) in
+                    r.batches_per_device.iter().zip(&r.images_per_device).zip(&r.busy_seconds_per_device).enumerate()
                 {
                     println!(
                         "  GPU {d}: {b} batches, {n} images, busy {:.3} ms ({:.1}% of the run idle)",

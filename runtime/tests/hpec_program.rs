@@ -2,7 +2,7 @@
 //! and the specializer, lowered to the batch program, and run by the CPU executor (the same
 //! buffers, steps and order the CUDA graph gets) gives the CPU engine's categories; the
 //! streaming schedule and the dependency edges are checked; the layer and row kernels compile
-//! with NVRTC for sm_90a.
+//! with NVRTC for sm_90a; batches are dealt to simulated devices as to GPUs.
 
 use spartac::codegen::Engine;
 use spartac::program::hpec::HpecOptions;
@@ -246,4 +246,87 @@ fn reference_categories_are_cached_by_content_and_a_damaged_entry_is_recomputed(
     }
     let (recomputed, hit) = hpec::reference_categories_cached(&network, &images, Some(dir.path())).unwrap();
     assert!(!hit && recomputed == fresh);
+}
+
+/// A simulated device for the multi-GPU dealing: each batch takes `ms` milliseconds.
+struct SimDevice {
+    ms: u64,
+    fail_at: Option<usize>,
+    prepared: bool,
+}
+
+fn sim(ms: u64) -> SimDevice {
+    SimDevice { ms, fail_at: None, prepared: false }
+}
+
+fn deal(devices: &mut [SimDevice], n_batches: usize) -> hpec::HpecResult<task_graph::Dealt> {
+    task_graph::deal_batches(
+        devices,
+        n_batches,
+        |d| {
+            d.prepared = true;
+            Ok(())
+        },
+        |d, b| {
+            assert!(d.prepared, "a batch ran on a device that was not prepared");
+            if d.fail_at == Some(b) {
+                return Err(hpec::HpecError::InvalidArgument(format!("device failed on batch {b}")));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(d.ms));
+            Ok(())
+        },
+        |_| Ok(()),
+    )
+}
+
+#[test]
+fn batches_are_dealt_once_each_and_a_slower_device_takes_fewer() {
+    // Four simulated GPUs, the last three times slower.
+    let mut devices = vec![sim(2), sim(2), sim(2), sim(6)];
+    let dealt = deal(&mut devices, 60).unwrap();
+    let mut all: Vec<usize> = dealt.batches.iter().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..60).collect::<Vec<_>>(), "every batch exactly once");
+    let counts: Vec<usize> = dealt.batches.iter().map(|b| b.len()).collect();
+    for fast in &counts[..3] {
+        assert!(*fast > counts[3], "a fast device took no more than the slow one: {counts:?}");
+    }
+    // Each device's batches come in increasing order (one counter), and nobody finished after
+    // the run did.
+    for b in &dealt.batches {
+        assert!(b.windows(2).all(|w| w[0] < w[1]), "{b:?}");
+    }
+    assert!(dealt.busy_seconds.iter().all(|&s| s <= dealt.seconds));
+}
+
+#[test]
+fn one_batch_per_device_gives_every_device_one() {
+    // The default: as many batches as GPUs. A device that took its batch must not take another
+    // before the others started (they start together).
+    let mut devices: Vec<SimDevice> = (0..4).map(|_| sim(20)).collect();
+    let dealt = deal(&mut devices, 4).unwrap();
+    assert_eq!(dealt.batches.iter().map(|b| b.len()).collect::<Vec<_>>(), vec![1, 1, 1, 1]);
+}
+
+#[test]
+fn a_failing_device_fails_the_run_without_hanging_the_others() {
+    let mut devices = vec![sim(1), sim(1), SimDevice { fail_at: Some(5), ..sim(1) }];
+    devices[0].fail_at = Some(5);
+    devices[1].fail_at = Some(5);
+    let err = deal(&mut devices, 40).unwrap_err();
+    assert!(err.to_string().contains("failed on batch 5"), "{err}");
+    // A device that cannot be prepared (no context) fails the run too; the others do not wait
+    // for it at the start forever.
+    let mut devices = vec![sim(1), sim(2)];
+    let err = task_graph::deal_batches(
+        &mut devices,
+        10,
+        |d| if d.ms == 1 { Err(hpec::HpecError::InvalidArgument("no context".into())) } else { Ok(()) },
+        |_, _| Ok(()),
+        |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("no context"), "{err}");
+    let mut none: Vec<SimDevice> = vec![];
+    assert!(deal(&mut none, 3).is_err());
 }

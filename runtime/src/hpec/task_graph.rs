@@ -209,6 +209,73 @@ pub struct GpuRunOptions {
     pub profile: bool,
 }
 
+/// How [`deal_batches`] spread the batches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dealt {
+    /// Per worker, the batches it ran, in order.
+    pub batches: Vec<Vec<usize>>,
+    /// Per worker, seconds from the common start until its last batch was done.
+    pub busy_seconds: Vec<f64>,
+    /// Seconds from the common start until the last worker was done.
+    pub seconds: f64,
+}
+
+/// SNIG's multi-GPU scheme, apart from the GPU: one thread per worker; each runs `prepare`
+/// (binding its device), all start together, then each takes batch numbers `0..n_batches` from
+/// one shared atomic counter and runs them (`run` returns once the worker may take another),
+/// then `finish`. Every batch runs exactly once; a faster worker takes more. The first error
+/// of any worker is returned (the others finish their current batch and stop taking more).
+pub fn deal_batches<W: Send>(
+    workers: &mut [W],
+    n_batches: usize,
+    prepare: impl Fn(&mut W) -> HpecResult<()> + Sync,
+    run: impl Fn(&mut W, usize) -> HpecResult<()> + Sync,
+    finish: impl Fn(&mut W) -> HpecResult<()> + Sync,
+) -> HpecResult<Dealt> {
+    if workers.is_empty() {
+        return Err(HpecError::InvalidArgument("no device to run the batches on".into()));
+    }
+    let counter = AtomicUsize::new(0);
+    let barrier = std::sync::Barrier::new(workers.len());
+    let (counter, barrier, prepare, run, finish) = (&counter, &barrier, &prepare, &run, &finish);
+    type WorkerRun = (Vec<usize>, Instant, Instant);
+    let runs: Vec<HpecResult<WorkerRun>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = workers
+            .iter_mut()
+            .map(|w| {
+                scope.spawn(move || -> HpecResult<WorkerRun> {
+                    // Every thread reaches the barrier, also when preparing failed.
+                    let prepared = prepare(w);
+                    barrier.wait();
+                    prepared?;
+                    let start = Instant::now();
+                    let mut taken = vec![];
+                    loop {
+                        let b = counter.fetch_add(1, Ordering::Relaxed);
+                        if b >= n_batches {
+                            break;
+                        }
+                        if let Err(e) = run(w, b) {
+                            // No other worker takes a batch after this one failed.
+                            counter.store(n_batches, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                        taken.push(b);
+                    }
+                    finish(w)?;
+                    Ok((taken, start, Instant::now()))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(gpu_err("a device thread panicked")))).collect()
+    });
+    let runs = runs.into_iter().collect::<HpecResult<Vec<_>>>()?;
+    let t0 = runs.iter().map(|r| r.1).min().expect("at least one worker");
+    let busy_seconds: Vec<f64> = runs.iter().map(|r| r.2.duration_since(t0).as_secs_f64()).collect();
+    let seconds = busy_seconds.iter().copied().fold(0.0, f64::max);
+    Ok(Dealt { batches: runs.into_iter().map(|r| r.0).collect(), busy_seconds, seconds })
+}
+
 /// Runs the compiled program on one GPU (see [`run_gpu_devices`]).
 pub fn run_gpu(dev: Arc<CudaDevice>, compiled: &CompiledNetwork, options: GpuRunOptions) -> HpecResult<GpuRun> {
     run_gpu_devices(vec![dev], compiled, options)
@@ -238,71 +305,43 @@ pub fn run_gpu_devices(
         .collect::<HpecResult<Vec<_>>>()?;
     let load_seconds = started.elapsed().as_secs_f64();
     let mut times = vec![];
-    // Per timed inference: (seconds, per device (batches, images, busy seconds)).
-    let mut timed: Vec<(f64, Vec<(usize, usize, f64)>)> = vec![];
-    let images_in = |b: usize| batch.min(compiled.images - b * batch);
+    let mut timed: Vec<Dealt> = vec![];
     for rep in 0..options.warmup + options.repeats {
         for gp in &gps {
             gp.zero(lowering.flags).map_err(gpu_err)?;
             gp.synchronize().map_err(gpu_err)?;
         }
-        let counter = AtomicUsize::new(0);
-        // Every device thread binds its context, then all start together: the inference is
-        // timed from the first start to the last device done, without the threads' spawning.
-        let barrier = std::sync::Barrier::new(gps.len());
         let several = gps.len() > 1;
-        let (counter, barrier) = (&counter, &barrier);
-        type DeviceRun = (usize, usize, Instant, Instant);
-        let runs: Vec<HpecResult<DeviceRun>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = gps
-                .iter_mut()
-                .map(|gp| {
-                    scope.spawn(move || -> HpecResult<DeviceRun> {
-                        let bound = gp.device().bind().map_err(gpu_err);
-                        barrier.wait();
-                        bound?;
-                        let start = Instant::now();
-                        let (mut done, mut images) = (0, 0);
-                        loop {
-                            // With several devices one takes its next batch only once its last
-                            // one finished: launches return at once, and a device that queued
-                            // ahead would take batches an idle device should have had.
-                            let b = counter.fetch_add(1, Ordering::Relaxed);
-                            if b >= n_batches {
-                                break;
-                            }
-                            let params = [(b * batch) as i32];
-                            if options.graph {
-                                gp.launch(&params).map_err(gpu_err)?;
-                            } else {
-                                gp.launch_stream(&params).map_err(gpu_err)?;
-                            }
-                            if several {
-                                gp.synchronize().map_err(gpu_err)?;
-                            }
-                            done += 1;
-                            images += images_in(b);
-                        }
-                        gp.synchronize().map_err(gpu_err)?;
-                        Ok((done, images, start, Instant::now()))
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(gpu_err("a device thread panicked")))).collect()
-        });
-        let runs = runs.into_iter().collect::<HpecResult<Vec<_>>>()?;
-        let t0 = runs.iter().map(|r| r.2).min().expect("at least one device");
-        let elapsed = runs.iter().map(|r| r.3.duration_since(t0).as_secs_f64()).fold(0.0, f64::max);
-        let counts: Vec<(usize, usize, f64)> =
-            runs.iter().map(|r| (r.0, r.1, r.3.duration_since(t0).as_secs_f64())).collect();
+        let dealt = deal_batches(
+            &mut gps,
+            n_batches,
+            |gp| gp.device().bind().map_err(gpu_err),
+            |gp, b| {
+                let params = [(b * batch) as i32];
+                if options.graph {
+                    gp.launch(&params).map_err(gpu_err)?;
+                } else {
+                    gp.launch_stream(&params).map_err(gpu_err)?;
+                }
+                // With several devices one takes its next batch only once its last one
+                // finished: launches return at once, and a device that queued ahead would take
+                // batches an idle device should have had.
+                if several {
+                    gp.synchronize().map_err(gpu_err)?;
+                }
+                Ok(())
+            },
+            |gp| gp.synchronize().map_err(gpu_err),
+        )?;
         if rep >= options.warmup {
-            times.push(elapsed);
-            timed.push((elapsed, counts));
+            times.push(dealt.seconds);
+            timed.push(dealt);
         }
     }
     // The per-device split of the median inference.
-    timed.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let per_device = timed.get(timed.len() / 2).map(|(_, c)| c.clone()).unwrap_or_default();
+    timed.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let median = timed.get(timed.len() / 2);
+    let images_in = |b: &usize| batch.min(compiled.images - b * batch);
     let mut step_ms = vec![];
     if options.profile {
         let gp = &mut gps[0];
@@ -340,9 +379,11 @@ pub fn run_gpu_devices(
         live_rows,
         batches: n_batches,
         devices: gps.len(),
-        batches_per_device: per_device.iter().map(|d| d.0).collect(),
-        images_per_device: per_device.iter().map(|d| d.1).collect(),
-        busy_seconds_per_device: per_device.iter().map(|d| d.2).collect(),
+        batches_per_device: median.map(|d| d.batches.iter().map(Vec::len).collect()).unwrap_or_default(),
+        images_per_device: median
+            .map(|d| d.batches.iter().map(|bs| bs.iter().map(images_in).sum()).collect())
+            .unwrap_or_default(),
+        busy_seconds_per_device: median.map(|d| d.busy_seconds.clone()).unwrap_or_default(),
         step_ms,
     })
 }
