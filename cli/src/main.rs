@@ -71,7 +71,10 @@ fn main() -> ExitCode {
         eprintln!("error: internal error{at}: {msg} (this is a bug in spartac; please report it)");
     }));
     spartac_runtime::host_memory::retain_freed_memory();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return argument_error(e),
+    };
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Compile(args) => compile::run(args),
@@ -94,13 +97,87 @@ fn main() -> ExitCode {
     }
 }
 
-/// Joins an error chain on one line, skipping causes already quoted by their parent.
+/// Help and version print as clap writes them; an argument error prints as one `error:` line
+/// (the message, clap's tips, the usage) and exits 2.
+fn argument_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+    }
+    eprintln!("{}", one_line_argument_error(&e.render().to_string()));
+    ExitCode::from(2)
+}
+
+/// clap's rendered error (message, indented details, tips, usage, a pointer to --help) as one
+/// line: `error: MESSAGE DETAILS; TIP (usage: USAGE; see --help)`.
+fn one_line_argument_error(rendered: &str) -> String {
+    let mut parts: Vec<String> = vec![];
+    let mut usage = None;
+    for line in rendered.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(u) = line.strip_prefix("Usage:") {
+            usage = Some(u.trim().to_string());
+        } else if line.starts_with("For more information") {
+            continue;
+        } else if let Some(tip) = line.strip_prefix("tip:") {
+            parts.push(format!("; {}", tip.trim()));
+        } else if parts.is_empty() {
+            parts.push(line.strip_prefix("error:").unwrap_or(line).trim().to_string());
+        } else {
+            parts.push(format!(" {line}"));
+        }
+    }
+    let usage = usage.map(|u| format!(" (usage: {u}; see --help)")).unwrap_or_default();
+    format!("error: {}{usage}", parts.concat())
+}
+
+/// Joins an error chain on one line, skipping causes already quoted by their parent and a
+/// cause's leading `PATH: ` when the line names that path already (`cannot load the network
+/// x.tsv: x.tsv: No such file` reads `cannot load the network x.tsv: No such file`).
 fn dedup_chain(chain: &[String]) -> String {
     let mut out: Vec<&str> = vec![];
     for c in chain {
-        if !out.iter().any(|prev| prev.contains(c.as_str())) {
-            out.push(c);
+        if out.iter().any(|prev| prev.contains(c.as_str())) {
+            continue;
         }
+        let mut c = c.as_str();
+        while let Some((head, rest)) = c.split_once(": ") {
+            if head.len() >= 2 && !rest.is_empty() && out.iter().any(|prev| prev.contains(head)) {
+                c = rest;
+            } else {
+                break;
+            }
+        }
+        out.push(c);
     }
     out.join(": ").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{dedup_chain, one_line_argument_error};
+
+    #[test]
+    fn a_chain_names_each_path_once() {
+        let chain = |v: &[&str]| dedup_chain(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            chain(&["cannot load the network /x", "/x: No such file or directory (os error 2)"]),
+            "cannot load the network /x: No such file or directory (os error 2)"
+        );
+        assert_eq!(chain(&["reading a.npz", "reading a.npz"]), "reading a.npz");
+        // A cause that only shares words with its parent stays whole.
+        assert_eq!(chain(&["layer 3", "row 7: bad value"]), "layer 3: row 7: bad value");
+    }
+
+    #[test]
+    fn clap_errors_become_one_line() {
+        let rendered = "error: unexpected argument '--out' found\n\n  tip: a similar argument exists: '--output'\n\nUsage: spartac compile --output <MODEL.sparta> <MODEL>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line_argument_error(rendered),
+            "error: unexpected argument '--out' found; a similar argument exists: '--output' (usage: spartac compile --output <MODEL.sparta> <MODEL>; see --help)"
+        );
+    }
 }

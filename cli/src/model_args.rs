@@ -1,6 +1,6 @@
 //! Arguments shared by every subcommand that loads a model.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use clap::Args;
 use spartac::frontend::{load_model, parse_input_shape, LoadOptions};
 use spartac::ir::Graph;
@@ -17,11 +17,22 @@ pub struct ModelArgs {
     /// Give a symbolic dim a value: SYMBOL=SIZE (repeatable). Example: --dim batch=32
     #[arg(long = "dim", value_name = "SYMBOL=SIZE")]
     pub dim: Vec<String>,
+    /// Most GiB any one tensor may take (inputs, node outputs, sparse weights made dense); a
+    /// model or shape over it is an error at load, before anything is allocated. Default: the
+    /// machine's memory.
+    #[arg(long = "memory-budget-gib", value_name = "GIB")]
+    pub memory_budget_gib: Option<f64>,
 }
 
 impl ModelArgs {
     pub fn load(&self) -> Result<Graph> {
         let mut opts = LoadOptions::default();
+        if let Some(gib) = self.memory_budget_gib {
+            if !(gib.is_finite() && gib > 0.0) {
+                return Err(anyhow!("--memory-budget-gib {gib}: must be a positive number of GiB"));
+            }
+            opts.memory_budget = (gib * (1u64 << 30) as f64).min(usize::MAX as f64) as usize;
+        }
         for spec in &self.input_shape {
             let (name, dims) = parse_input_shape(spec).map_err(|e| anyhow!(e))?;
             opts.input_shapes.insert(name, dims);
@@ -32,6 +43,14 @@ impl ModelArgs {
             let size: usize = size.trim().parse().map_err(|_| anyhow!("--dim {spec:?}: {size:?} is not a size"))?;
             opts.dim_params.insert(sym.trim().to_string(), size);
         }
-        load_model(&self.model, &opts).with_context(|| format!("loading {}", self.model.display()))
+        // The model's path once: added only when the error does not name it already.
+        let shown = self.model.display().to_string();
+        load_model(&self.model, &opts).map_err(|e| {
+            if e.to_string().contains(&shown) {
+                anyhow!(e)
+            } else {
+                anyhow!(e).context(format!("loading {shown}"))
+            }
+        })
     }
 }

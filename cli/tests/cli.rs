@@ -200,6 +200,27 @@ fn bad_input_shape_flag_is_explained() {
 }
 
 #[test]
+fn argument_errors_are_one_line_with_the_usage_and_exit_2() {
+    for (args, want) in [
+        (vec!["hpec", "run", "--bogus"], "unexpected argument '--bogus'"),
+        (vec!["plan"], "required arguments were not provided: <MODEL> (usage: spartac plan <MODEL>"),
+        (vec!["hpec", "run", "--gpus", "x"], "invalid value 'x' for '--gpus <GPUS>'"),
+        (vec!["hpec", "run", "--backend", "foo"], "[possible values: cpu, cuda, sim, auto]"),
+        (vec!["frobnicate"], "unrecognized subcommand 'frobnicate'"),
+    ] {
+        let o = spartac(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(err.starts_with("error: ") && err.contains(want), "{args:?}: {err}");
+    }
+    // Help is still help: on stdout, exit 0.
+    let o = spartac(&["plan", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Usage: spartac plan"));
+}
+
+#[test]
 fn help_teaches_with_examples() {
     let o = spartac(&["run", "--help"]);
     let text = String::from_utf8(o.stdout).unwrap();

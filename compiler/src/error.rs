@@ -7,6 +7,9 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// A file or folder that could not be written (or created).
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
     #[error("not a valid ONNX model ({reason})")]
     Decode { path: String, reason: String },
     #[error("node {node:?}: unsupported op {} (domain {domain:?}, opset {opset})", OneLine(.op_type))]

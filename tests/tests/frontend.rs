@@ -251,3 +251,56 @@ fn written_models_load_back_to_the_same_graph() {
     assert_eq!(print_graph(&again), print_graph(&graph));
     assert_eq!(again.initializers, graph.initializers);
 }
+
+/// Sizes are checked before anything is allocated: a dim product that overflows, and a tensor
+/// over the memory budget, are one-line errors naming the input, node or tensor (issue 29,
+/// class 1); a `--dim` naming no symbol is an error rather than silently ignored.
+#[test]
+fn huge_and_overflowing_sizes_are_refused_at_load() {
+    let with = |dims: &[(&str, usize)], budget: usize| {
+        let mut opts = LoadOptions { memory_budget: budget, ..LoadOptions::default() };
+        for (s, v) in dims {
+            opts.dim_params.insert(s.to_string(), *v);
+        }
+        load_model_bytes(&symbolic_model(), "sym.onnx", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let err = with(&[("batch", 1 << 62)], usize::MAX).unwrap_err();
+    assert!(err.contains("input \"a\"") && err.contains("more elements than memory can address"), "{err}");
+    let err = with(&[("batch", 100_000_000_000)], 1 << 30).unwrap_err();
+    assert!(err.contains("input \"a\"") && err.contains("1.5 TiB, over the memory budget of 1.0 GiB"), "{err}");
+    assert!(with(&[("batch", 1000)], 1 << 20).is_ok());
+    let err = with(&[("batch", 2), ("nope", 3)], usize::MAX).unwrap_err();
+    assert!(err.contains("--dim nope") && err.contains("symbols: batch"), "{err}");
+
+    // A node whose output is huge: Expand to 2^32 x 2^32 (the element count overflows) and
+    // Pad by 1e12 (fits the address space, not the memory).
+    let expand = ModelBuilder::new("expand", 17)
+        .input("x", DType::F32, &fixed(&[1, 1]))
+        .init("shape", &Tensor::from_vec(vec![2], vec![1i64 << 32, 1i64 << 32]))
+        .node("big", "Expand", &["x", "shape"], &["y"], vec![])
+        .output_untyped_shape("y", DType::F32)
+        .bytes();
+    let err = load(&expand).unwrap_err().to_string();
+    assert!(err.starts_with("node \"big\" (Expand): output \"y\"") && err.contains("more elements"), "{err}");
+    let pad = ModelBuilder::new("pad", 17)
+        .input("x", DType::F32, &fixed(&[1, 4]))
+        .init("pads", &Tensor::from_vec(vec![4], vec![0i64, 1_000_000_000_000, 0, 1_000_000_000_000]))
+        .node("wide", "Pad", &["x", "pads"], &["y"], vec![])
+        .output_untyped_shape("y", DType::F32)
+        .bytes();
+    let opts = LoadOptions { memory_budget: 1 << 30, ..LoadOptions::default() };
+    let err = load_model_bytes(&pad, "pad.onnx", &opts).unwrap_err().to_string();
+    assert!(err.starts_with("node \"wide\" (Pad)") && err.contains("7.3 TiB, over the memory budget"), "{err}");
+
+    // A 1-nonzero sparse initializer of 1e5 x 1e5 is fine to hold, but not to make dense for a
+    // node that reads it densely (40 GB).
+    let w = SparseTensor { shape: vec![100_000, 100_000], indices: vec![7], values: spartac::ir::Data::F32(vec![1.0]) };
+    let model = ModelBuilder::new("sparse_huge", 17)
+        .input("x", DType::F32, &fixed(&[1, 100_000]))
+        .sparse_init("w", &w)
+        .node("add", "Add", &["x", "w"], &["y"], vec![])
+        .output_untyped_shape("y", DType::F32)
+        .bytes();
+    let err = load_model_bytes(&model, "s.onnx", &opts).unwrap_err().to_string();
+    assert!(err.contains("tensor \"w\"") && err.contains("made dense for node \"add\""), "{err}");
+}

@@ -29,6 +29,23 @@ pub struct LoadOptions {
     /// Graph inputs to freeze into constants (e.g. a runtime shape input that must be
     /// static for compilation); each must match the input's declared type.
     pub frozen_inputs: BTreeMap<String, crate::ir::Tensor>,
+    /// Most bytes any one tensor of the graph may take (inputs, initializers made dense,
+    /// every node output); a model or flag over it is an error at load, before anything of
+    /// that size is allocated. Default: the machine's memory ([`machine_memory`]).
+    pub memory_budget: usize,
+}
+
+/// The machine's physical memory in bytes (`MemTotal` of `/proc/meminfo`); where that cannot
+/// be read, no limit.
+pub fn machine_memory() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        })
+        .unwrap_or(usize::MAX)
 }
 
 impl Default for LoadOptions {
@@ -39,6 +56,7 @@ impl Default for LoadOptions {
             fold_constants: true,
             model_dir: None,
             frozen_inputs: BTreeMap::new(),
+            memory_budget: machine_memory(),
         }
     }
 }

@@ -89,6 +89,7 @@ pub(super) fn convert(model: &ModelProto, dir: DataDir, opts: &LoadOptions) -> R
     let symbols = bind_symbols(&real_inputs, opts)?;
     for info in &real_inputs {
         let fact = input_fact(info, opts, &symbols)?;
+        fact.fits(opts.memory_budget).map_err(|e| Error::input(&info.name, e))?;
         let id = graph.add_value(info.name.clone(), fact, ValueKind::Input);
         if by_name.insert(info.name.clone(), id).is_some() {
             return Err(Error::input(&info.name, "is declared twice"));
@@ -121,6 +122,25 @@ pub(super) fn convert(model: &ModelProto, dir: DataDir, opts: &LoadOptions) -> R
 
 /// Symbolic dim name -> size, from inputs pinned with `--input-shape`.
 fn bind_symbols(inputs: &[&ValueInfoProto], opts: &LoadOptions) -> Result<HashMap<String, usize>, Error> {
+    // A --dim for a symbol no input uses would silently do nothing: say so.
+    let used: std::collections::BTreeSet<String> = inputs
+        .iter()
+        .filter_map(|i| declared_dims(i))
+        .flatten()
+        .filter_map(|d| match d {
+            Some(DimValue::DimParam(sym)) if !sym.is_empty() => Some(sym),
+            _ => None,
+        })
+        .collect();
+    for sym in opts.dim_params.keys() {
+        if !used.contains(sym) {
+            let known: Vec<&str> = used.iter().map(String::as_str).collect();
+            return Err(Error::Unsupported(format!(
+                "--dim {sym}: no graph input has a symbolic dim of that name (symbols: {})",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            )));
+        }
+    }
     let mut symbols: HashMap<String, usize> = opts.dim_params.clone().into_iter().collect();
     for info in inputs {
         let (Some(pinned), Some(dims)) = (opts.input_shapes.get(&info.name), declared_dims(info)) else { continue };
@@ -346,15 +366,20 @@ fn add_node(
     let node = Node { name, op_type: np.op_type.clone(), domain, opset, attrs, inputs, outputs: vec![] };
     let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset, n_outputs };
 
-    let dense_consts: BTreeMap<ValueId, Tensor> = node
-        .inputs
-        .iter()
-        .flatten()
-        .filter_map(|id| match graph.initializers.get(id) {
-            Some(Initializer::Dense(_)) | None => None,
-            Some(Initializer::Sparse(s)) => Some((*id, s.to_dense())),
-        })
-        .collect();
+    // Sparse initializers a node reads are made dense for it: only within the budget.
+    let mut dense_consts: BTreeMap<ValueId, Tensor> = BTreeMap::new();
+    for &id in node.inputs.iter().flatten() {
+        if let Some(Initializer::Sparse(s)) = graph.initializers.get(&id) {
+            let fact = graph.fact(id);
+            fact.fits(opts.memory_budget).map_err(|e| {
+                Error::tensor(
+                    &graph.values[id.index()].name,
+                    format!("sparse initializer made dense for node {:?}: {e}", node.name),
+                )
+            })?;
+            dense_consts.insert(id, s.to_dense());
+        }
+    }
     let const_of = |id: ValueId| -> Option<&Tensor> {
         match graph.initializers.get(&id) {
             Some(Initializer::Dense(t)) => Some(t),
@@ -370,6 +395,11 @@ fn add_node(
             &node,
             crate::ops::OpError::new(format!("declares {n_outputs} outputs but the op has {}", facts.len())),
         ));
+    }
+    // Every output's size is checked before anything folds or runs it.
+    for (k, fact) in facts.iter().take(n_outputs).enumerate() {
+        fact.fits(opts.memory_budget)
+            .map_err(|e| Error::op(&node, crate::ops::OpError::new(format!("output {:?}: {e}", np.output[k]))))?;
     }
 
     // Fold when every input is constant (Shape only needs a static input shape).

@@ -118,5 +118,5 @@ pub fn save_model(graph: &Graph, path: &Path) -> Result<(), Error> {
     let bytes = graph_to_model(graph)
         .write_to_bytes()
         .map_err(|e| Error::Unsupported(format!("cannot serialize the model: {e}")))?;
-    crate::output::write_atomic(path, &bytes).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+    crate::output::write_atomic(path, &bytes).map_err(|source| Error::Write { path: path.to_path_buf(), source })
 }

@@ -57,6 +57,46 @@ impl ValueFact {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+
+    /// The element count, `None` when the product of the dims overflows.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
+    /// The bytes a dense value of this type takes, `None` when that overflows.
+    pub fn checked_bytes(&self) -> Option<usize> {
+        self.checked_numel()?.checked_mul(self.dtype.size_bytes())
+    }
+
+    /// `Err(reason)` when a dense value of this type overflows the address space or takes
+    /// more than `budget` bytes (the one place sizes are checked before anything is allocated).
+    pub fn fits(&self, budget: usize) -> Result<usize, String> {
+        match self.checked_bytes() {
+            None => Err(format!("{self} has more elements than memory can address")),
+            Some(b) if b > budget => Err(format!(
+                "{self} takes {}, over the memory budget of {} (--memory-budget-gib)",
+                human_bytes(b),
+                human_bytes(budget)
+            )),
+            Some(b) => Ok(b),
+        }
+    }
+}
+
+/// `1.5 GiB`-style sizes for messages.
+pub fn human_bytes(b: usize) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 impl fmt::Display for ValueFact {

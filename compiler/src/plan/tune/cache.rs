@@ -157,13 +157,13 @@ impl TuneCache {
 
     /// Writes `entry` atomically under its key (creating the folder).
     pub fn write(&self, entry: &Entry) -> Result<(), Error> {
-        let io = |e: std::io::Error| Error::Io { path: self.dir.clone(), source: e };
+        let io = |e: std::io::Error| Error::Write { path: self.dir.clone(), source: e };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
         let text = serde_json::to_string_pretty(entry).map_err(|e| Error::Unsupported(format!("tune cache: {e}")))?;
         let sum = crate::program::checksum(text.as_bytes());
         let file = format!("{{\"checksum\": \"{sum:016x}\", \"entry\": {text}}}\n");
         let path = self.path_of(&entry.key);
-        crate::output::write_atomic(&path, file.as_bytes()).map_err(|e| Error::Io { path, source: e })
+        crate::output::write_atomic(&path, file.as_bytes()).map_err(|e| Error::Write { path, source: e })
     }
 
     /// Every entry in the folder (an absent folder holds none), and one line per damaged file.
