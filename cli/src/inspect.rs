@@ -28,7 +28,7 @@ pub fn run(args: InspectArgs) -> Result<ExitCode> {
     if crate::run_artifact::is_artifact(&args.model.model) {
         return inspect_artifact(&args);
     }
-    let graph = args.model.load()?;
+    let graph = args.model.load_to_describe()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&to_json(&graph))?);
     } else {

@@ -25,7 +25,21 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// Loads the model for a command that computes with it: every sparse initializer must fit
+    /// the memory budget once made dense (the executor, propagation and planning densify them).
     pub fn load(&self) -> Result<Graph> {
+        let (graph, budget) = self.load_with_budget()?;
+        spartac::frontend::check_dense_initializers(&graph, budget).map_err(|e| anyhow!(e))?;
+        Ok(graph)
+    }
+
+    /// Loads the model to describe it (`inspect`): sparse initializers stay sparse and are not
+    /// held to the budget.
+    pub fn load_to_describe(&self) -> Result<Graph> {
+        Ok(self.load_with_budget()?.0)
+    }
+
+    fn load_with_budget(&self) -> Result<(Graph, usize)> {
         let mut opts = LoadOptions::default();
         if let Some(gib) = self.memory_budget_gib {
             if !(gib.is_finite() && gib > 0.0) {
@@ -45,12 +59,14 @@ impl ModelArgs {
         }
         // The model's path once: added only when the error does not name it already.
         let shown = self.model.display().to_string();
-        load_model(&self.model, &opts).map_err(|e| {
+        let budget = opts.memory_budget;
+        let graph = load_model(&self.model, &opts).map_err(|e| {
             if e.to_string().contains(&shown) {
                 anyhow!(e)
             } else {
                 anyhow!(e).context(format!("loading {shown}"))
             }
-        })
+        })?;
+        Ok((graph, budget))
     }
 }

@@ -292,8 +292,8 @@ fn huge_and_overflowing_sizes_are_refused_at_load() {
     let err = load_model_bytes(&pad, "pad.onnx", &opts).unwrap_err().to_string();
     assert!(err.starts_with("node \"wide\" (Pad)") && err.contains("7.3 TiB, over the memory budget"), "{err}");
 
-    // A 1-nonzero sparse initializer of 1e5 x 1e5 is fine to hold, but not to make dense for a
-    // node that reads it densely (40 GB).
+    // A 1-nonzero sparse initializer of 1e5 x 1e5 loads (and is described) sparse; whatever
+    // makes it dense (40 GB) is refused: a node that folds it, and the commands that compute.
     let w = SparseTensor { shape: vec![100_000, 100_000], indices: vec![7], values: spartac::ir::Data::F32(vec![1.0]) };
     let model = ModelBuilder::new("sparse_huge", 17)
         .input("x", DType::F32, &fixed(&[1, 100_000]))
@@ -301,6 +301,14 @@ fn huge_and_overflowing_sizes_are_refused_at_load() {
         .node("add", "Add", &["x", "w"], &["y"], vec![])
         .output_untyped_shape("y", DType::F32)
         .bytes();
-    let err = load_model_bytes(&model, "s.onnx", &opts).unwrap_err().to_string();
-    assert!(err.contains("tensor \"w\"") && err.contains("made dense for node \"add\""), "{err}");
+    let graph = load_model_bytes(&model, "s.onnx", &opts).unwrap();
+    let err = spartac::frontend::check_dense_initializers(&graph, 1 << 30).unwrap_err().to_string();
+    assert!(err.contains("tensor \"w\"") && err.contains("made dense: f32[100000,100000] takes 37.3 GiB"), "{err}");
+    let folded = ModelBuilder::new("sparse_fold", 17)
+        .sparse_init("w", &w)
+        .node("neg", "Neg", &["w"], &["y"], vec![])
+        .output_untyped_shape("y", DType::F32)
+        .bytes();
+    let err = load_model_bytes(&folded, "s.onnx", &opts).unwrap_err().to_string();
+    assert!(err.contains("tensor \"w\"") && err.contains("made dense for node \"neg\""), "{err}");
 }

@@ -35,6 +35,20 @@ pub struct LoadOptions {
     pub memory_budget: usize,
 }
 
+/// Every sparse initializer of `graph` fits `budget` bytes once made dense (the reference
+/// executor, TeSA annotation, propagation and planning all densify them); else one error
+/// naming the tensor.
+pub fn check_dense_initializers(graph: &crate::ir::Graph, budget: usize) -> Result<(), Error> {
+    for (id, init) in &graph.initializers {
+        if let crate::ir::Initializer::Sparse(_) = init {
+            graph.fact(*id).fits(budget).map_err(|e| {
+                Error::tensor(&graph.values[id.index()].name, format!("sparse initializer made dense: {e}"))
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// The machine's physical memory in bytes (`MemTotal` of `/proc/meminfo`); where that cannot
 /// be read, no limit.
 pub fn machine_memory() -> usize {

@@ -366,10 +366,13 @@ fn add_node(
     let node = Node { name, op_type: np.op_type.clone(), domain, opset, attrs, inputs, outputs: vec![] };
     let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset, n_outputs };
 
-    // Sparse initializers a node reads are made dense for it: only within the budget.
+    // Sparse initializers are made dense only for a node that may fold (every input constant),
+    // and only within the budget; other nodes see their facts alone, so a large sparse weight
+    // is never materialized to describe or plan it.
+    let foldable = node.inputs.iter().flatten().all(|id| graph.initializers.contains_key(id));
     let mut dense_consts: BTreeMap<ValueId, Tensor> = BTreeMap::new();
     for &id in node.inputs.iter().flatten() {
-        if let Some(Initializer::Sparse(s)) = graph.initializers.get(&id) {
+        if let (true, Some(Initializer::Sparse(s))) = (foldable, graph.initializers.get(&id)) {
             let fact = graph.fact(id);
             fact.fits(opts.memory_budget).map_err(|e| {
                 Error::tensor(

@@ -1,0 +1,275 @@
+//! Hostile inputs through the whole command line (issue 29): mutated ONNX bytes, `.npz` inputs,
+//! TeSA JSON, cost DBs, HPEC TSV networks and HPEC binary caches. Every run must end in exit 0,
+//! or in exit 1 with one `error:` line and no output file; never a panic, a signal, a hang or
+//! an output left behind, and all of it inside a 4 GiB address space (an allocation past it
+//! aborts the process, which fails the test). The mutations come from a fixed-seed generator,
+//! so a failure names a case that reproduces.
+
+use spartac::ir::{DType, Tensor};
+use spartac_runtime::npz::write_npz;
+use spartac_tests::builder::{fixed, ModelBuilder};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Cases per input kind (each one run of the binary, most under 50 ms).
+const CASES: usize = 150;
+
+/// xorshift64*: small, deterministic, good enough to pick mutations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Values a hostile user puts where a number or a name belongs.
+const HOSTILE: [&str; 16] = [
+    "-1",
+    "0",
+    "4294967296",
+    "18446744073709551616",
+    "1e308",
+    "-1e308",
+    "NaN",
+    "inf",
+    "1.5",
+    "\"x\"",
+    "null",
+    "[]",
+    "{}",
+    "99999999999",
+    "",
+    "\u{0}",
+];
+
+/// One byte-level mutation: flip bits, overwrite with 0xff/0x00, truncate, duplicate a chunk,
+/// or insert random bytes.
+fn mutate_bytes(rng: &mut Rng, data: &[u8]) -> Vec<u8> {
+    let mut d = data.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        if d.is_empty() {
+            break;
+        }
+        let at = rng.below(d.len());
+        match rng.below(5) {
+            0 => d[at] ^= 1 << rng.below(8),
+            1 => d[at] = if rng.below(2) == 0 { 0xff } else { 0 },
+            2 => d.truncate(at),
+            3 => {
+                let len = rng.below(64).min(d.len() - at);
+                let chunk = d[at..at + len].to_vec();
+                d.splice(at..at, chunk);
+            }
+            _ => {
+                let extra: Vec<u8> = (0..1 + rng.below(16)).map(|_| rng.next() as u8).collect();
+                d.splice(at..at, extra);
+            }
+        }
+    }
+    d
+}
+
+/// One text-level mutation: replace a number-like token with a hostile value, delete a line,
+/// truncate, or swap two characters.
+fn mutate_text(rng: &mut Rng, text: &str) -> String {
+    let mut t = text.to_string();
+    for _ in 0..1 + rng.below(3) {
+        match rng.below(4) {
+            0 | 1 => {
+                // Token boundaries: digits, '.', '-', 'e' runs.
+                let spans: Vec<(usize, usize)> = {
+                    let b = t.as_bytes();
+                    let mut v = vec![];
+                    let mut i = 0;
+                    while i < b.len() {
+                        if b[i].is_ascii_digit() {
+                            let s = i;
+                            while i < b.len() && (b[i].is_ascii_digit() || b".-e+".contains(&b[i])) {
+                                i += 1;
+                            }
+                            v.push((s, i));
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    v
+                };
+                if let Some(&(s, e)) = spans.get(rng.below(spans.len())) {
+                    t.replace_range(s..e, HOSTILE[rng.below(HOSTILE.len())]);
+                }
+            }
+            2 => {
+                let lines: Vec<&str> = t.lines().collect();
+                if !lines.is_empty() {
+                    let k = rng.below(lines.len());
+                    t = lines
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i != k)
+                        .map(|(_, l)| *l)
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                }
+            }
+            _ => {
+                let cut = rng.below(t.len());
+                let cut = (0..=cut).rev().find(|&c| t.is_char_boundary(c)).unwrap_or(0);
+                t.truncate(cut);
+            }
+        }
+    }
+    t
+}
+
+/// The binary under a 4 GiB address-space limit and a 60 s time limit.
+fn spartac_limited(args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4194304 && exec timeout 60 \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_spartac"))
+        .args(args)
+        .output()
+        .expect("spawning sh")
+}
+
+/// The run ended cleanly: exit 0, or exit 1 with one `error:` line and `output` not written.
+/// Returns whether it was an error.
+fn check(kind: &str, case: usize, o: &Output, output: Option<&Path>) -> bool {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let code = o.status.code().unwrap_or_else(|| panic!("{kind} case {case}: killed by a signal: {err}"));
+    match code {
+        0 => {}
+        1 => {
+            assert_eq!(err.trim_end().lines().count(), 1, "{kind} case {case}: not one line: {err}");
+            assert!(err.starts_with("error: "), "{kind} case {case}: {err}");
+            assert!(!err.contains("internal error") && !err.contains("panicked"), "{kind} case {case}: {err}");
+            if let Some(p) = output {
+                assert!(!p.exists(), "{kind} case {case}: failed but left {}", p.display());
+            }
+        }
+        124 => panic!("{kind} case {case}: still running after 60 s"),
+        other => panic!("{kind} case {case}: exit {other} (abort or memory limit?): {err}"),
+    }
+    if let Some(p) = output {
+        let _ = std::fs::remove_file(p);
+    }
+    code == 1
+}
+
+/// Per kind of input: runs, and how many ended in an error. A kind whose mutations never
+/// produced an error would mean the mutations do not reach the parser: that fails too.
+#[derive(Default)]
+struct Tally(std::collections::BTreeMap<&'static str, (usize, usize)>);
+
+impl Tally {
+    fn add(&mut self, kind: &'static str, error: bool) {
+        let e = self.0.entry(kind).or_default();
+        e.0 += 1;
+        e.1 += usize::from(error);
+    }
+
+    fn finish(&self) {
+        for (kind, (runs, errors)) in &self.0 {
+            eprintln!("{kind}: {runs} runs, {errors} errors");
+            assert!(*errors > 0, "{kind}: no mutation was refused; the mutations do not reach the reader");
+        }
+    }
+}
+
+fn model_bytes() -> Vec<u8> {
+    ModelBuilder::new("hostile", 17)
+        .input("x", DType::F32, &fixed(&[2, 8]))
+        .init("w", &Tensor::from_vec(vec![8, 4], (0..32).map(|i| if i % 3 == 0 { 0.0 } else { i as f32 }).collect()))
+        .init("b", &Tensor::from_vec(vec![4], vec![0.5f32, -0.5, 1.0, 0.0]))
+        .node("mm", "MatMul", &["x", "w"], &["h"], vec![])
+        .node("add", "Add", &["h", "b"], &["z"], vec![])
+        .node("relu", "Relu", &["z"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[2, 4]))
+        .bytes()
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn mutated_models_inputs_attrs_and_cost_dbs_end_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = model_bytes();
+    let good_model = write(d, "good.onnx", &model);
+    let npz_path = d.join("good.npz");
+    write_npz(&npz_path, &[("x".to_string(), Tensor::from_vec(vec![2, 8], vec![0.25f32; 16]))]).unwrap();
+    let npz = std::fs::read(&npz_path).unwrap();
+    let tesa = r#"{"tensors": {"w": {"block_magnitude": {"block": [4, 2], "sparsity": 0.5}, "bits": 8, "format": "int"}, "b": {"prune": "zeros"}}}"#;
+    let costdb = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../costdb/sm_90.json")).unwrap();
+    let out = d.join("out.npz");
+    let (gm, o) = (good_model.to_str().unwrap(), out.to_str().unwrap());
+    let mut rng = Rng(0x5eed_0029);
+    let mut tally = Tally::default();
+    for case in 0..CASES {
+        // ONNX bytes.
+        let m = write(d, "m.onnx", &mutate_bytes(&mut rng, &model));
+        let o_run = spartac_limited(&["run", m.to_str().unwrap(), "--random", "1", "--output", o]);
+        tally.add("onnx", check("onnx", case, &o_run, Some(&out)));
+        // .npz inputs.
+        let n = write(d, "in.npz", &mutate_bytes(&mut rng, &npz));
+        let o_run = spartac_limited(&["run", gm, "--inputs", n.to_str().unwrap(), "--output", o]);
+        tally.add("npz", check("npz", case, &o_run, Some(&out)));
+        // TeSA attrs.
+        let t = write(d, "attrs.json", mutate_text(&mut rng, tesa).as_bytes());
+        let report = d.join("report.json");
+        let args = ["propagate", gm, "--tesa", t.to_str().unwrap(), "--report", report.to_str().unwrap()];
+        tally.add("tesa", check("tesa", case, &spartac_limited(&args), Some(&report)));
+        // Cost DB.
+        let c = write(d, "db.json", mutate_text(&mut rng, &costdb).as_bytes());
+        let plan = d.join("plan.json");
+        let args = ["plan", gm, "--costdb", c.to_str().unwrap(), "--json", plan.to_str().unwrap()];
+        tally.add("costdb", check("costdb", case, &spartac_limited(&args), Some(&plan)));
+    }
+    tally.finish();
+}
+
+#[test]
+fn mutated_hpec_networks_and_caches_end_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let net = d.join("net");
+    let gen =
+        spartac_limited(&["hpec", "generate", "--neurons", "1024", "--layers", "2", "--out", net.to_str().unwrap()]);
+    assert!(gen.status.success(), "{}", String::from_utf8_lossy(&gen.stderr));
+    let layer = std::fs::read_to_string(net.join("n1024-l1.tsv")).unwrap();
+    // A parsed network in the binary cache, to damage.
+    let cache = d.join("cache");
+    let (n, c) = (net.to_str().unwrap(), cache.to_str().unwrap());
+    let base = ["hpec", "run", "--backend", "cpu", "--image-count", "100"];
+    let first = spartac_limited(&[&base[..], &["--network", n, "--cache-dir", c]].concat());
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let entry = std::fs::read_dir(&cache).unwrap().next().unwrap().unwrap().path();
+    let cached = std::fs::read(&entry).unwrap();
+    let mut rng = Rng(0x5eed_4ec0);
+    let mut tally = Tally::default();
+    for case in 0..CASES {
+        // The TSV: a changed field, a lost line, a cut file.
+        std::fs::write(net.join("n1024-l1.tsv"), mutate_text(&mut rng, &layer)).unwrap();
+        let o = spartac_limited(&[&base[..], &["--network", n, "--no-cache"]].concat());
+        tally.add("hpec tsv", check("hpec tsv", case, &o, None));
+        // The binary cache of the good network: detected and rebuilt, or refused.
+        std::fs::write(net.join("n1024-l1.tsv"), &layer).unwrap();
+        std::fs::write(&entry, mutate_bytes(&mut rng, &cached)).unwrap();
+        let o = spartac_limited(&[&base[..], &["--network", n, "--cache-dir", c]].concat());
+        check("hpec cache", case, &o, None);
+        assert!(o.status.success(), "hpec cache case {case}: a damaged cache entry must be rebuilt, not fail the run");
+    }
+    tally.finish();
+}
