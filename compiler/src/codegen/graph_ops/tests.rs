@@ -675,7 +675,7 @@ fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
     let kt = c(F32, &[2, 4, 40, 16]).permuted(&[0, 1, 3, 2]);
     let out = c(F32, &[2, 40, 4, 16]).permuted(&[0, 2, 1, 3]);
     let mask = c(F32, &[2, 1, 1, 40]);
-    let k = attention("attn", &q, &kt, &q, F32, &[mask.clone()], &add01(), &out).unwrap();
+    let k = attention("attn", &q, &kt, &q, F32, std::slice::from_ref(&mask), &add01(), &out).unwrap();
     assert_eq!(k.grid, (1, 8, 1), "one CTA per 64 queries of each of the 8 batch entries");
     assert_eq!(k.smem_bytes as usize, attention_smem(40, 16, 16));
     let ps = params(&k.source, "attn");
