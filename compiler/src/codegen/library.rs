@@ -8,7 +8,8 @@
 //! The runtime makes the call; this crate never links CUDA.
 
 use super::render::{render, EpiRowsCtx};
-use super::spmm::{epilogue_ctx, Family, Kernel, Launch};
+use super::spmm::kernel::{Family, Kernel, Launch};
+use super::spmm::shared::epilogue_ctx;
 use super::{Activation, CodegenError, Dtype, Mode, Orientation, SpmmSpec};
 
 /// A dense GEMM for the library, with the kernels around it: `prefill` before it, `epilogue`

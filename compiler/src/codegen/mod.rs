@@ -11,8 +11,10 @@
 //! [`Kernel::pack_weight`] (the weight in the order the kernel reads it); this crate never
 //! compiles or runs it (the runtime does, through NVRTC).
 //!
-//! Families, one file each beside the dispatcher `spmm.rs`: fp32 SIMT and fp16/bf16 mma.sync
-//! block kernels and the fine (element-sparse) loop kernel (`spmm.rs`), the Hopper wgmma block
+//! Families, one file each beside the dispatcher `spmm/` (which also holds [`Kernel`] in
+//! `spmm/kernel.rs` and the helpers every family imports, `spmm/shared.rs`, so no family imports
+//! back from the dispatcher): fp32 SIMT and fp16/bf16 mma.sync block kernels (`spmm/block.rs`)
+//! and the fine (element-sparse) loop kernel (`spmm/fine.rs`), the Hopper wgmma block
 //! kernels (`spmm_wgmma.rs`), fp32 blocks and fine weights on tensor cores at fp32 accuracy
 //! (`spmm_tf32.rs`, `spmm_fine_tf32.rs`), the fine weight dismantled to the element
 //! (`spmm_dismantled.rs`), int8 (`spmm_int8.rs`, with [`quant`]) and the dense fallback on the

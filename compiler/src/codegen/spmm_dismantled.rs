@@ -5,7 +5,7 @@
 //! of the weight packed in code order.
 //!
 //! Right orientation, fp32 (`C = A · W`, W element-sparse `K × N`). The loop kernel
-//! (`spmm.rs`, [`Family::Fine`]) spends one shared-memory load per multiply-add, plus the
+//! (`spmm/fine.rs`, [`Family::Fine`]) spends one shared-memory load per multiply-add, plus the
 //! broadcasts of each entry's offset and weight. Here each lane owns one row of A and `nt`
 //! output columns in registers; one 16-byte shared load gives the lane four consecutive k of
 //! its row, and every nonzero of W in those four rows of the warp's columns is then one FFMA
@@ -25,7 +25,8 @@
 
 use super::loopnest::{Level, LoopNest};
 use super::render::{render, KernelHead};
-use super::spmm::{kernel_head, spec_err, Family, Kernel, Launch};
+use super::spmm::kernel::{Family, Kernel, Launch};
+use super::spmm::shared::{kernel_head, spec_err};
 use super::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
 use serde::Serialize;
 

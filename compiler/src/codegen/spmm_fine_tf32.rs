@@ -37,7 +37,7 @@
 //!   `W[k_{t+4}][8j + g]` (its B fragment), zero for padding and for columns past N.
 
 use super::render::{render, KernelHead};
-use super::spmm::{kernel_head, spec_err};
+use super::spmm::shared::{kernel_head, spec_err};
 use super::{
     CodegenError, DenseCopy, Dtype, Engine, Family, FineTable, Kernel, Launch, Mode, Orientation, SpmmSpec, TmaBox,
 };

@@ -6,9 +6,9 @@
 //! the quantization its callers and the GPU reference share is `codegen::quant`.
 
 use super::render::{render, Int8Ctx};
-use super::spmm::{
+use super::spmm::kernel::{Family, Kernel, Launch};
+use super::spmm::shared::{
     block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, warp_rows, BlockTables,
-    Family, Kernel, Launch,
 };
 use super::{CodegenError, Dtype, Mode, SpmmSpec};
 

@@ -19,7 +19,7 @@
 //! helpers (the splits, the TF32 mma) are in `templates/tf32.cuh`.
 
 use super::render::{render, BlockCtx};
-use super::spmm::{
+use super::spmm::shared::{
     block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, uniform_block, value_bits,
     warp_rows, BlockTables,
 };

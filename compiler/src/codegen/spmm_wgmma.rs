@@ -21,9 +21,9 @@
 //! rows through shared memory.
 
 use super::render::{render, MaskPath, WgmmaCtx, WgmmaTileCtx, WgmmaWsCtx};
-use super::spmm::{
-    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables, Family, Kernel,
-    Launch, TmaBox,
+use super::spmm::kernel::{Family, Kernel, Launch, TmaBox};
+use super::spmm::shared::{
+    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables,
 };
 use super::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec, Tile};
 

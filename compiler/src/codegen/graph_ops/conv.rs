@@ -51,7 +51,7 @@ use super::{
     check_name, index_type, shape_text, spec_error, stride_grid, type_ctx, OpKernel, TypeCtx, MAX_STRIDE_CTAS,
 };
 use crate::codegen::render::{render, EpilogueCtx};
-use crate::codegen::spmm::epilogue_ctx_of;
+use crate::codegen::spmm::shared::epilogue_ctx_of;
 use crate::codegen::{Activation, CodegenError, Epilogue};
 use crate::ir::DType;
 use serde::Serialize;

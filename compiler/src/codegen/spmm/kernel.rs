@@ -1,0 +1,359 @@
+//! What a specialized sparse-matmul kernel is: its family, launch, tables, prepass and
+//! source ([`Kernel`]), and how its weight is packed for the device.
+
+use crate::codegen::{Dtype, Mode, Orientation};
+use serde::Serialize;
+
+/// Kernel families.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Family {
+    /// fp32 block-sparse on CUDA cores (FFMA), cp.async pipeline.
+    BlockSimt,
+    /// fp16/bf16 block-sparse on tensor cores (ldmatrix + mma.sync m16n8k16, fp32 accumulate).
+    BlockMma,
+    /// Element-wise sparse weight (block 1×1): chunked CSC, A tile transposed in shared memory.
+    Fine,
+    /// Element-wise sparse weight on the left (`C = W · B`): chunked CSR of W, B rows in shared memory.
+    FineLeft,
+    /// Every block present: the block kernels without tables.
+    Dense,
+    /// Bias and activation in place, after a library GEMM (see `codegen::library_gemm`).
+    Epilogue,
+    /// int8 block-sparse, or dense with every block present, on tensor cores (ldmatrix +
+    /// mma.sync m16n8k32 s8, int32 accumulate, dequantizing epilogue, fp16 output).
+    BlockInt8,
+    /// fp16/bf16 block-sparse on Hopper tensor cores (wgmma from shared memory, persistent grid);
+    /// W blocks packed transposed. See `spmm_wgmma.rs`.
+    BlockWgmma,
+    /// Element-wise sparse fp32 weight dismantled to the element: one FFMA per nonzero in the
+    /// code, W values as immediates or packed in code order. See `spmm_dismantled.rs`.
+    FineDismantled,
+    /// fp32 block-sparse (or dense) on tensor cores at fp32 accuracy (3xTF32: mma.sync
+    /// m16n8k8 on the operands split into TF32 big and small parts); W blocks packed as their
+    /// big part then their small part. See `spmm_tf32.rs`.
+    BlockTf32,
+    /// Element-sparse fp32 weight on tensor cores at fp32 accuracy (3xTF32): columns in
+    /// groups of 8, each multiplying the gathered k where any of them is nonzero. See
+    /// `spmm_fine_tf32.rs`.
+    FineTf32,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::BlockSimt => "block_simt",
+            Family::BlockMma => "block_mma",
+            Family::Fine => "fine",
+            Family::FineLeft => "fine_left",
+            Family::Dense => "dense",
+            Family::Epilogue => "epilogue",
+            Family::BlockInt8 => "block_int8",
+            Family::BlockWgmma => "block_wgmma",
+            Family::FineDismantled => "fine_dismantled",
+            Family::BlockTf32 => "block_tf32",
+            Family::FineTf32 => "fine_tf32",
+        }
+    }
+}
+
+/// Launch geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Launch {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub smem_bytes: u32,
+}
+
+/// A specialized kernel: source, entry point, launch geometry and the tables its arguments
+/// take. Every family has the signature
+/// `(const T* A, const T* W, const int* ptr, const int* idx, const T* bias, T* C)`;
+/// `W` is the weight packed by [`Kernel::pack_weight`]; in unrolled mode `ptr`/`idx` (and `W`
+/// when the values are embedded) are ignored and may be null. A fine kernel with a
+/// [`Kernel::prepass`] takes the prepass's fp32 output in place of `A` (`const float*`); the
+/// caller launches the prepass on `A` first. A kernel with [`Kernel::tma_a`] takes one more,
+/// last parameter: the tensor map of `A` the caller encodes (the warp-specialized wgmma kernel).
+///
+/// The int8 family ([`Family::BlockInt8`], dtype [`Dtype::I8`]) extends it additively:
+/// `(const int8* A_q, const int8* W_q, const int* ptr, const int* idx, const f16* bias,
+/// f16* C, const float* scale_w, float scale_a)`, with `A_q` row-major, `W_q` packed by
+/// [`Kernel::pack_weight_i8`], `scale_w` one dequantization scale per output column and
+/// `scale_a` the activation's (see [`crate::codegen::quant`]): `C = epilogue(scale_a · scale_w[col] ·
+/// Σ A_q·W_q)`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Kernel {
+    pub name: String,
+    pub family: Family,
+    /// `Unrolled` or `IndexStream`, never `Auto`.
+    pub mode: Mode,
+    pub source: String,
+    pub launch: Launch,
+    pub spec_shape: (usize, usize, usize),
+    pub dtype: Dtype,
+    pub block: (usize, usize),
+    /// Where the sparse weight sits. Left-orientation block kernels run on the transposed
+    /// problem `Cᵀ = Bᵀ·Wᵀ`: their `ptr`/`idx` are the tables of `Wᵀ` (one run per block
+    /// row of W, block columns of W as the k-blocks), in blocks of `Wᵀ`.
+    pub orientation: Orientation,
+    /// Block kernels: start of each block column's run in `idx` (`N/bw + 1`).
+    /// Fine kernel: start of each (k-chunk, column) run (`chunks × N + 1`); left: each
+    /// (k-chunk, row of W) run (`chunks × M + 1`). Dismantled: each column segment's first
+    /// entry (the code holds the pattern; the kernel does not read the tables).
+    pub ptr: Vec<i32>,
+    /// Block kernels: block row of each live block. Fine kernels: the entry's offset in the
+    /// kernel's shared D tile (see [`FineTable`]). Dismantled: `k × N + col` of each FFMA in
+    /// code order, -1 for padding (what `pack_weight` gathers).
+    pub idx: Vec<i32>,
+    /// Fine kernels: how `idx` maps to k (`None` for the other families).
+    pub fine: Option<FineTable>,
+    pub live_instances: usize,
+    pub dead_instances: usize,
+    pub literal_words: usize,
+    pub values_embedded: bool,
+    /// A kernel to launch before this one, whose output this one reads as its dense operand
+    /// (see [`Prepass`]).
+    pub prepass: Option<Prepass>,
+    /// Words the kernel reads after `idx` in its index table (see [`Kernel::device_idx`]):
+    /// the warp-specialized wgmma kernel's step schedule (`spmm_wgmma::schedule`); empty for
+    /// the other kernels.
+    pub steps: Vec<i32>,
+    /// A kernel that loads its dense operand `A` by the Tensor Memory Accelerator takes a
+    /// tensor map of it as one more, last parameter (`const __grid_constant__` 128 bytes),
+    /// which the caller encodes for the `A` it launches on (see [`TmaBox`]).
+    pub tma_a: Option<TmaBox>,
+    /// Block wgmma kernels: each live block of W packed as its shared-memory image (the
+    /// swizzled K-major layout), so one bulk copy lands it (the warp-specialized kernel).
+    pub w_smem_image: bool,
+}
+
+/// The tensor map a kernel wants of its dense operand `A` (row-major `M × K` of the kernel's
+/// dtype, `K` innermost): boxes of `rows` × `cols` elements landing in shared memory with the
+/// `swizzle_bytes` swizzle (32, 64 or 128; the wgmma layouts' swizzle), rows past `M` filled
+/// with zeros. The compiler only describes it; the runtime encodes it
+/// (`cuTensorMapEncodeTiled`) with the device address of `A`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TmaBox {
+    pub rows: u32,
+    pub cols: u32,
+    pub swizzle_bytes: u32,
+}
+
+/// A fine kernel's prepass over its dense operand, into an fp32 scratch buffer of
+/// `scratch_bytes` that the kernel then reads instead, copying its rows 16 bytes at a time into
+/// its fp32 tile (pad columns zeroed). Right orientation: `At = Aᵀ`, A row-major `M × K` (any
+/// float dtype), At `K × ld`, `ld = M` rounded up to 4. Left orientation, 16-bit B: `Bw = B`
+/// widened, B row-major `K × N`, Bw `K × ld`, `ld = N` rounded up to 4. Signature
+/// `(const T* D, float* Dw)`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prepass {
+    pub name: String,
+    pub source: String,
+    pub launch: Launch,
+    /// Bytes of the scratch buffer (`4 × K × ld`).
+    pub scratch_bytes: usize,
+}
+
+/// How a fine kernel's entries address its shared D tile: an entry's `idx` is
+/// `k_in_chunk × ld`; every (chunk, column) run is padded to a multiple of 4 entries whose
+/// offset is the tile's zero row (`k_in_chunk = chunk`) and whose weight is 0.
+/// Runs are in (chunk, position) order: the sparse columns are numbered tile by tile (`cols`
+/// per CTA, the last tile completed with empty runs) and, inside a tile, warp by warp, each
+/// warp owning every `warps`-th column, so the runs one warp walks in a chunk are contiguous.
+/// The 3xTF32 fine kernel ([`Family::FineTf32`]) keeps its own layout (see
+/// `spmm_fine_tf32.rs`): `chunk` its k-chunk, `ld` the rows of an A box, `cols` its columns per
+/// CTA, `warps` its consumer warps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FineTable {
+    /// Depth of a k-chunk.
+    pub chunk: usize,
+    /// Row stride (elements) of the D tile.
+    pub ld: usize,
+    /// Sparse columns per CTA tile.
+    pub cols: usize,
+    /// Warps per CTA.
+    pub warps: usize,
+}
+
+impl FineTable {
+    /// Run positions per chunk for `fc` sparse columns (whole tiles).
+    pub fn positions(&self, fc: usize) -> usize {
+        fc.next_multiple_of(self.cols)
+    }
+    /// The sparse column at run position `pos` (it may lie past the last column: an empty run).
+    pub fn column(&self, pos: usize) -> usize {
+        let (tile, p) = (pos / self.cols, pos % self.cols);
+        let per_warp = self.cols / self.warps;
+        tile * self.cols + p / per_warp + (p % per_warp) * self.warps
+    }
+    /// The k inside its chunk of the entry with offset `idx`; `None` for a padding entry.
+    pub fn k_in_chunk(&self, idx: i32) -> Option<usize> {
+        Some(idx as usize / self.ld).filter(|&kk| kk < self.chunk)
+    }
+    /// The offset padding entries carry.
+    pub(crate) fn pad(&self) -> i32 {
+        (self.chunk * self.ld) as i32
+    }
+}
+
+impl Kernel {
+    /// Packs a row-major `K × N` weight (left orientation: `M × K`) into the order the
+    /// kernel reads it: block kernels store each live block row-major, blocks in `idx`
+    /// order; the fine kernel one value per entry in `idx` order; dense: the same as block
+    /// kernels with every block live; the int8 family each live block column-major
+    /// (n-major, the block's k contiguous), blocks in `idx` order. Left-orientation block
+    /// kernels read the blocks of `Wᵀ` (`K × M`), each stored row-major. The 3xTF32 family
+    /// stores each live block's TF32 big part, then its small part (both row-major).
+    pub fn pack_weight(&self, w: &[f32]) -> Vec<f32> {
+        if self.family == Family::BlockTf32 {
+            let (_, k, n) = self.spec_shape;
+            assert_eq!(w.len(), k * n, "weight has the wrong size");
+            return crate::codegen::spmm_tf32::split_blocks(
+                &pack_blocks(&self.ptr, &self.idx, self.block, n, w),
+                self.block,
+            );
+        }
+        self.pack(w)
+    }
+
+    /// [`Kernel::pack_weight`] on quantized values (the int8 family's `W_q` argument).
+    pub fn pack_weight_i8(&self, w: &[i8]) -> Vec<i8> {
+        self.pack(w)
+    }
+
+    fn pack<T: Copy + Default>(&self, w: &[T]) -> Vec<T> {
+        if self.orientation == Orientation::Left && !matches!(self.family, Family::Fine | Family::FineLeft) {
+            let (m, k, _) = self.spec_shape;
+            assert_eq!(w.len(), m * k, "weight has the wrong size");
+            let mut wt = vec![T::default(); k * m];
+            for r in 0..m {
+                for c in 0..k {
+                    wt[c * m + r] = w[r * k + c];
+                }
+            }
+            return pack_blocks(&self.ptr, &self.idx, (self.block.1, self.block.0), m, &wt);
+        }
+        let (_, k, n) = self.spec_shape;
+        if self.family != Family::FineLeft {
+            assert_eq!(w.len(), k * n, "weight has the wrong size");
+        }
+        match self.family {
+            Family::Epilogue => vec![],
+            Family::FineDismantled => crate::codegen::spmm_dismantled::pack(self, w),
+            Family::FineTf32 => crate::codegen::spmm_fine_tf32::pack(self, w),
+            Family::Fine | Family::FineLeft => {
+                // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
+                // left: row `col` of W (`M × K`, row-major).
+                let t = self.fine.expect("fine kernels carry their table layout");
+                let (m, k, _) = self.spec_shape;
+                let left = self.family == Family::FineLeft;
+                if left {
+                    assert_eq!(w.len(), m * k, "weight has the wrong size");
+                }
+                let fct = t.positions(if left { m } else { n });
+                let at = |row: usize, col: usize| if left { col * k + row } else { row * n + col };
+                let mut out = Vec::with_capacity(self.idx.len());
+                for s in 0..self.ptr.len() - 1 {
+                    let (c, col) = (s / fct, t.column(s % fct));
+                    for e in self.ptr[s]..self.ptr[s + 1] {
+                        out.push(match t.k_in_chunk(self.idx[e as usize]) {
+                            Some(kk) => w[at(c * t.chunk + kk, col)],
+                            None => T::default(),
+                        });
+                    }
+                }
+                out.resize(self.idx.len(), T::default());
+                out
+            }
+            // Each live block column-major (n-major, the block's k contiguous): the int8
+            // B fragments via plain ldmatrix, and wgmma's K-major B operand.
+            Family::BlockWgmma if self.w_smem_image => {
+                let (bh, bw) = self.block;
+                let layout = crate::codegen::CoreLayout { k_chunks: bh / 8 };
+                let esize = self.dtype.bytes();
+                let mut out = vec![T::default(); self.idx.len() * bh * bw];
+                let mut e = 0;
+                for j in 0..self.ptr.len() - 1 {
+                    for &kb in &self.idx[self.ptr[j] as usize..self.ptr[j + 1] as usize] {
+                        let base = e * bh * bw;
+                        for c in 0..bw {
+                            for r in 0..bh {
+                                let at = base + (layout.offset(c, r / 8) / esize) + r % 8;
+                                out[at] = w[(kb as usize * bh + r) * n + j * bw + c];
+                            }
+                        }
+                        e += 1;
+                    }
+                }
+                out
+            }
+            Family::BlockInt8 | Family::BlockWgmma => {
+                let (bh, bw) = self.block;
+                let mut out = Vec::with_capacity(self.idx.len() * bh * bw);
+                for j in 0..self.ptr.len() - 1 {
+                    for e in self.ptr[j]..self.ptr[j + 1] {
+                        let kb = self.idx[e as usize] as usize;
+                        for c in 0..bw {
+                            for r in 0..bh {
+                                out.push(w[(kb * bh + r) * n + j * bw + c]);
+                            }
+                        }
+                    }
+                }
+                out
+            }
+            _ => pack_blocks(&self.ptr, &self.idx, self.block, n, w),
+        }
+    }
+
+    /// The `idx` table as the kernel reads it: fine kernels take their entry offsets in bytes;
+    /// the others take `idx` as it is.
+    pub fn device_idx(&self) -> Vec<i32> {
+        match self.family {
+            // Byte offsets into the shared D tile: the kernel adds each to the lane's address
+            // as it is (one add per entry, no unpacking).
+            Family::Fine | Family::FineLeft => self.idx.iter().map(|&e| 4 * e).collect(),
+            _ => self.idx.iter().chain(&self.steps).copied().collect(),
+        }
+    }
+
+    /// The k8 steps of a 3xTF32 fine kernel (each an `M × 8·n_tiles × 8` TF32 product on gathered k;
+    /// what the planner's cost model counts), `None` for other families.
+    pub fn tensor_steps(&self) -> Option<usize> {
+        (self.family == Family::FineTf32).then(|| self.ptr.last().map_or(0, |&p| p as usize))
+    }
+
+    /// The n8 tiles per step of a 3xTF32 fine kernel (1 or 2), `None` for other families.
+    pub fn tensor_n_tiles(&self) -> Option<usize> {
+        let t = self.fine.filter(|_| self.family == Family::FineTf32)?;
+        Some(t.cols / (8 * t.warps).max(1))
+    }
+
+    /// Multiply-adds the kernel executes (live blocks or entries only) times 2.
+    pub fn flops(&self) -> f64 {
+        let (m, _, n) = self.spec_shape;
+        // The dense operand's other dimension: rows of A, or columns of B (left).
+        let m = if self.orientation == Orientation::Left { n } else { m };
+        match self.family {
+            Family::Epilogue => 0.0,
+            Family::Fine | Family::FineDismantled | Family::FineTf32 => 2.0 * m as f64 * self.live_instances as f64,
+            Family::FineLeft => 2.0 * self.spec_shape.2 as f64 * self.live_instances as f64,
+            _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
+        }
+    }
+}
+
+/// The live `(bh, bw)` blocks of a row-major weight with `n` columns, row-major each, in
+/// the order of the block-column tables `ptr`/`idx`.
+pub(crate) fn pack_blocks<T: Copy>(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: usize, w: &[T]) -> Vec<T> {
+    let mut out = Vec::with_capacity(idx.len() * bh * bw);
+    for j in 0..ptr.len() - 1 {
+        for e in ptr[j]..ptr[j + 1] {
+            let kb = idx[e as usize] as usize;
+            for r in 0..bh {
+                for c in 0..bw {
+                    out.push(w[(kb * bh + r) * n + j * bw + c]);
+                }
+            }
+        }
+    }
+    out
+}
