@@ -52,7 +52,7 @@ fn block_fits(dtype: Dtype, (bh, bw): (usize, usize), k: usize, n: usize, left: 
         Dtype::F32 => bh % 4 == 0 && bw % 4 == 0 && limit <= 128,
         Dtype::F16 | Dtype::Bf16 => bh % 16 == 0 && bw % 16 == 0 && limit <= 64,
         // The int8 kernel has the right orientation only.
-        Dtype::I8 => !left && super::spmm_int8::int8_block_fits((bh, bw)),
+        Dtype::I8 => !left && super::spmm::int8::int8_block_fits((bh, bw)),
     };
     family && k.is_multiple_of(bh) && n.is_multiple_of(bw)
 }

@@ -11,13 +11,13 @@
 //! [`Kernel::pack_weight`] (the weight in the order the kernel reads it); this crate never
 //! compiles or runs it (the runtime does, through NVRTC).
 //!
-//! Families, one file each beside the dispatcher `spmm/` (which also holds [`Kernel`] in
-//! `spmm/kernel.rs` and the helpers every family imports, `spmm/shared.rs`, so no family imports
-//! back from the dispatcher): fp32 SIMT and fp16/bf16 mma.sync block kernels (`spmm/block.rs`)
+//! The sparse-matmul families live in `spmm/`, one module each under the dispatcher
+//! `spmm/mod.rs`; [`Kernel`] (`spmm/kernel.rs`) and the helpers every family imports
+//! (`spmm/shared.rs`) sit beside them, so no family imports back from the dispatcher: fp32 SIMT and fp16/bf16 mma.sync block kernels (`spmm/block.rs`)
 //! and the fine (element-sparse) loop kernel (`spmm/fine.rs`), the Hopper wgmma block
-//! kernels (`spmm_wgmma.rs`), fp32 blocks and fine weights on tensor cores at fp32 accuracy
-//! (`spmm_tf32.rs`, `spmm_fine_tf32.rs`), the fine weight dismantled to the element
-//! (`spmm_dismantled.rs`), int8 (`spmm_int8.rs`, with [`quant`]) and the dense fallback on the
+//! kernels (`spmm/wgmma/`), fp32 blocks and fine weights on tensor cores at fp32 accuracy
+//! (`spmm/tf32.rs`, `spmm/fine_tf32/`), the fine weight dismantled to the element
+//! (`spmm/dismantled.rs`), int8 (`spmm/int8.rs`, with [`quant`]) and the dense fallback on the
 //! vendor library (`library.rs`). [`Engine`] forces a family where several apply;
 //! `Engine::Auto` is the specializer's measured choice. Around them: [`from_plan`] turns a
 //! plan into specs, [`graph_ops`] generates the kernels of every other op a compiled model
@@ -36,18 +36,13 @@ pub mod quant;
 mod render;
 pub mod rows;
 mod spmm;
-mod spmm_dismantled;
-mod spmm_fine_tf32;
-mod spmm_int8;
-mod spmm_tf32;
-mod spmm_wgmma;
 
 pub use library::{library_gemm, library_takes, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
+pub use spmm::fine_tf32::{auto_work as fine_tf32_auto_work, FineTf32Work};
+pub use spmm::tf32::auto_takes as block_tf32_auto_takes;
+pub use spmm::wgmma::CoreLayout;
 pub use spmm::{specialize, stride_live_rows, Family, FineTable, Kernel, Launch, Prepass, TmaBox};
-pub use spmm_fine_tf32::{auto_work as fine_tf32_auto_work, FineTf32Work};
-pub use spmm_tf32::auto_takes as block_tf32_auto_takes;
-pub use spmm_wgmma::CoreLayout;
 
 use serde::{Deserialize, Serialize};
 
@@ -225,7 +220,7 @@ pub enum Engine {
     /// The specializer's choice: fp16/bf16 right-orientation blocks take `WgmmaWs` (the dense
     /// kernel and the left orientation mma.sync; run 17, in the git history of benches/results/);
     /// fp32 blocks take 3xTF32 where it applies, fp32 element-sparse weights on the right
-    /// where it measured faster (`spmm_fine_tf32::auto_prefers`).
+    /// where it measured faster (`spmm::fine_tf32::auto_prefers`).
     Auto,
     /// Warp-level `mma.sync` m16n8k16 (any tensor-core GPU).
     MmaSync,
@@ -285,7 +280,7 @@ pub struct SpmmSpec {
     /// switches to the index stream above it. 16384 words = the 64 KiB constant bank.
     pub code_budget: usize,
     /// Most nonzeros a fine-grained weight may have for `Mode::Auto` to dismantle it down to
-    /// the element (one multiply-add instruction each, see `spmm_dismantled`); above it the
+    /// the element (one multiply-add instruction each, see `spmm::dismantled`); above it the
     /// fine kernel loops over index tables.
     pub unroll_budget: usize,
     /// Tile override; `None` lets the specializer choose.

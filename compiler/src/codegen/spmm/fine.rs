@@ -259,11 +259,11 @@ pub(crate) fn fine_tables(
 }
 
 pub(crate) fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
-    if let Some(kernel) = crate::codegen::spmm_fine_tf32::try_specialize(spec, live)? {
+    if let Some(kernel) = crate::codegen::spmm::fine_tf32::try_specialize(spec, live)? {
         return Ok(kernel);
     }
-    if !spec.live_rows && crate::codegen::spmm_dismantled::applies(spec)? {
-        return crate::codegen::spmm_dismantled::specialize(spec, live);
+    if !spec.live_rows && crate::codegen::spmm::dismantled::applies(spec)? {
+        return crate::codegen::spmm::dismantled::specialize(spec, live);
     }
     let n = spec.n;
     fine_kernel(spec, false, &|row, col| live[row * n + col])

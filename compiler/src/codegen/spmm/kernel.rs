@@ -23,18 +23,18 @@ pub enum Family {
     /// mma.sync m16n8k32 s8, int32 accumulate, dequantizing epilogue, fp16 output).
     BlockInt8,
     /// fp16/bf16 block-sparse on Hopper tensor cores (wgmma from shared memory, persistent grid);
-    /// W blocks packed transposed. See `spmm_wgmma.rs`.
+    /// W blocks packed transposed. See `spmm/wgmma/`.
     BlockWgmma,
     /// Element-wise sparse fp32 weight dismantled to the element: one FFMA per nonzero in the
-    /// code, W values as immediates or packed in code order. See `spmm_dismantled.rs`.
+    /// code, W values as immediates or packed in code order. See `spmm/dismantled.rs`.
     FineDismantled,
     /// fp32 block-sparse (or dense) on tensor cores at fp32 accuracy (3xTF32: mma.sync
     /// m16n8k8 on the operands split into TF32 big and small parts); W blocks packed as their
-    /// big part then their small part. See `spmm_tf32.rs`.
+    /// big part then their small part. See `spmm/tf32.rs`.
     BlockTf32,
     /// Element-sparse fp32 weight on tensor cores at fp32 accuracy (3xTF32): columns in
     /// groups of 8, each multiplying the gathered k where any of them is nonzero. See
-    /// `spmm_fine_tf32.rs`.
+    /// `spmm/fine_tf32/`.
     FineTf32,
 }
 
@@ -113,7 +113,7 @@ pub struct Kernel {
     /// (see [`Prepass`]).
     pub prepass: Option<Prepass>,
     /// Words the kernel reads after `idx` in its index table (see [`Kernel::device_idx`]):
-    /// the warp-specialized wgmma kernel's step schedule (`spmm_wgmma::schedule`); empty for
+    /// the warp-specialized wgmma kernel's step schedule (`spmm::wgmma::schedule`); empty for
     /// the other kernels.
     pub steps: Vec<i32>,
     /// A kernel that loads its dense operand `A` by the Tensor Memory Accelerator takes a
@@ -159,7 +159,7 @@ pub struct Prepass {
 /// per CTA, the last tile completed with empty runs) and, inside a tile, warp by warp, each
 /// warp owning every `warps`-th column, so the runs one warp walks in a chunk are contiguous.
 /// The 3xTF32 fine kernel ([`Family::FineTf32`]) keeps its own layout (see
-/// `spmm_fine_tf32.rs`): `chunk` its k-chunk, `ld` the rows of an A box, `cols` its columns per
+/// `spmm/fine_tf32/`): `chunk` its k-chunk, `ld` the rows of an A box, `cols` its columns per
 /// CTA, `warps` its consumer warps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct FineTable {
@@ -206,7 +206,7 @@ impl Kernel {
         if self.family == Family::BlockTf32 {
             let (_, k, n) = self.spec_shape;
             assert_eq!(w.len(), k * n, "weight has the wrong size");
-            return crate::codegen::spmm_tf32::split_blocks(
+            return crate::codegen::spmm::tf32::split_blocks(
                 &pack_blocks(&self.ptr, &self.idx, self.block, n, w),
                 self.block,
             );
@@ -237,8 +237,8 @@ impl Kernel {
         }
         match self.family {
             Family::Epilogue => vec![],
-            Family::FineDismantled => crate::codegen::spmm_dismantled::pack(self, w),
-            Family::FineTf32 => crate::codegen::spmm_fine_tf32::pack(self, w),
+            Family::FineDismantled => crate::codegen::spmm::dismantled::pack(self, w),
+            Family::FineTf32 => crate::codegen::spmm::fine_tf32::pack(self, w),
             Family::Fine | Family::FineLeft => {
                 // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
                 // left: row `col` of W (`M × K`, row-major).

@@ -1,6 +1,6 @@
 //! Sparse × dense matmul: family choice, loop nest, dismantle, tables and rendering.
 //!
-//! [`specialize`] dispatches: int8 to `spmm_int8`; element-sparse weights (1×1 blocks) to the
+//! [`specialize`] dispatches: int8 to `spmm::int8`; element-sparse weights (1×1 blocks) to the
 //! 3xTF32 fine kernel, the dismantled kernel or the fine loop kernel here, as their rules say;
 //! other blocks to the wgmma family, the 3xTF32 block kernel, else the block kernels here (fp32
 //! SIMT, fp16/bf16 mma.sync; [`Family::Dense`] when every block is live). Tile heuristics and
@@ -35,11 +35,16 @@
 //! W tiles) or some (one raw-bits literal per block, NaN marking the general ones).
 
 mod block;
+mod dismantled;
 mod fine;
+pub(crate) mod fine_tf32;
+pub(crate) mod int8;
 pub(crate) mod kernel;
 pub(crate) mod shared;
 #[cfg(test)]
 mod tests;
+pub(crate) mod tf32;
+pub(crate) mod wgmma;
 
 use crate::codegen::{CodegenError, Dtype, Engine, Orientation, SpmmSpec};
 use block::block;
@@ -91,15 +96,15 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         if (bh, bw) == (1, 1) {
             return Err(spec_err("int8 fine-grained kernel not built (int8 runs on block kernels only)".into()));
         }
-        return super::spmm_int8::block_int8(spec, &live, dense);
+        return int8::block_int8(spec, &live, dense);
     }
     if (bh, bw) == (1, 1) {
         return fine(spec, &live);
     }
-    if let Some(kernel) = super::spmm_wgmma::try_specialize(spec, &live, dense)? {
+    if let Some(kernel) = wgmma::try_specialize(spec, &live, dense)? {
         return Ok(kernel);
     }
-    if let Some(kernel) = super::spmm_tf32::try_specialize(spec, &live, dense)? {
+    if let Some(kernel) = tf32::try_specialize(spec, &live, dense)? {
         return Ok(kernel);
     }
     let kernel = block(spec, &live, dense, false)?;

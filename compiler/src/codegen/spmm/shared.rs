@@ -97,7 +97,7 @@ pub(crate) fn value_bits(dtype: Dtype, packed: &[f32]) -> Vec<String> {
             Dtype::F32 => format!("0x{:08x}u", v.to_bits()),
             Dtype::F16 => format!("0x{:04x}u", half::f16::from_f32(*v).to_bits()),
             Dtype::Bf16 => format!("0x{:04x}u", half::bf16::from_f32(*v).to_bits()),
-            // Not reached: the int8 family refuses embedded values (see `spmm_int8`).
+            // Not reached: the int8 family refuses embedded values (see `spmm::int8`).
             Dtype::I8 => format!("0x{:02x}u", (*v as i8) as u8),
         })
         .collect()

@@ -13,7 +13,7 @@ fn simt(mut spec: SpmmSpec) -> SpmmSpec {
 }
 use crate::codegen::Tile;
 
-/// An fp32 spec on the SIMT kernels (auto takes 3xTF32, see `spmm_tf32.rs`).
+/// An fp32 spec on the SIMT kernels (auto takes 3xTF32, see `spmm/tf32.rs`).
 fn spec(blocks: Vec<(usize, usize)>) -> SpmmSpec {
     let mut s = SpmmSpec::new(64, 64, 96, Dtype::F32, (32, 32), blocks);
     s.engine = Engine::Simt;

@@ -23,11 +23,11 @@
 //! holds the barriers; the accumulators stay in shared memory between pieces, so NVRTC and
 //! ptxas only ever see small functions (their time grows faster than linearly with length).
 
-use super::loopnest::{Level, LoopNest};
-use super::render::{render, KernelHead};
-use super::spmm::kernel::{Family, Kernel, Launch};
-use super::spmm::shared::{kernel_head, spec_err};
-use super::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
+use crate::codegen::loopnest::{Level, LoopNest};
+use crate::codegen::render::{render, KernelHead};
+use crate::codegen::spmm::kernel::{Family, Kernel, Launch};
+use crate::codegen::spmm::shared::{kernel_head, spec_err};
+use crate::codegen::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
 use serde::Serialize;
 
 /// Rows of A (lanes) per warp and CTA.

@@ -18,12 +18,12 @@
 //! `Engine::Simt` keeps the SIMT kernel, `Engine::Tf32x3` forces this one. Shared device
 //! helpers (the splits, the TF32 mma) are in `templates/tf32.cuh`.
 
-use super::render::{render, BlockCtx};
-use super::spmm::shared::{
+use crate::codegen::render::{render, BlockCtx};
+use crate::codegen::spmm::shared::{
     block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, uniform_block, value_bits,
     warp_rows, BlockTables,
 };
-use super::{CodegenError, Dtype, Engine, Family, Kernel, Launch, Mode, Orientation, SpmmSpec};
+use crate::codegen::{CodegenError, Dtype, Engine, Family, Kernel, Launch, Mode, Orientation, SpmmSpec};
 
 /// Rounds to TF32 as `cvt.rna.tf32.f32` does: to the nearest value with 10 mantissa bits,
 /// ties away from zero; infinities and NaNs pass unchanged.

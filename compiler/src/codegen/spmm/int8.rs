@@ -5,12 +5,12 @@
 //! `mma.sync` m16n8k32 on s8, int32 accumulation, a dequantizing epilogue and fp16 output;
 //! the quantization its callers and the GPU reference share is `codegen::quant`.
 
-use super::render::{render, Int8Ctx};
-use super::spmm::kernel::{Family, Kernel, Launch};
-use super::spmm::shared::{
+use crate::codegen::render::{render, Int8Ctx};
+use crate::codegen::spmm::kernel::{Family, Kernel, Launch};
+use crate::codegen::spmm::shared::{
     block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, warp_rows, BlockTables,
 };
-use super::{CodegenError, Dtype, Mode, SpmmSpec};
+use crate::codegen::{CodegenError, Dtype, Mode, SpmmSpec};
 
 /// Block shapes the int8 kernel takes: `bh` a multiple of 32 (one m16n8k32 step), `bw` a
 /// multiple of 16 (two n8 tiles per ldmatrix.x4) and at most 64 (accumulator registers).
@@ -64,7 +64,7 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         spec_shape: (m, k, n),
         dtype: Dtype::I8,
         block: (bh, bw),
-        orientation: super::Orientation::Right,
+        orientation: crate::codegen::Orientation::Right,
         ptr,
         idx,
         fine: None,

@@ -1,0 +1,359 @@
+//! Unit tests of the graph-op generators (convolutions in `conv_tests.rs`): tensor views, broadcasting and offset expressions,
+//! refusals, parameter orders and deterministic sources. Compilation is checked by
+//! `runtime/tests/graph_ops_compile.rs` (NVRTC + ptxas).
+
+use super::*;
+use crate::codegen::{Activation, Epilogue};
+use crate::ir::DType::{self, *};
+
+fn c(dtype: DType, shape: &[usize]) -> TensorDesc {
+    TensorDesc::contiguous(dtype, shape)
+}
+
+fn add01() -> Expr {
+    Expr::binary(Binary::Add, Expr::input(0), Expr::input(1))
+}
+
+/// The parameter list of `name` in `source`, e.g. `["const float* __restrict__ in0", ...]`.
+fn params(source: &str, name: &str) -> Vec<String> {
+    let start = source.find(&format!(" {name}(")).expect("kernel signature") + name.len() + 2;
+    let end = start + source[start..].find(')').expect("end of the parameter list");
+    source[start..end].split(',').map(|p| p.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
+}
+
+fn error(r: Result<OpKernel, CodegenError>) -> String {
+    r.expect_err("the generator should refuse this").to_string()
+}
+
+#[test]
+fn contiguous_descs_and_permuted_views() {
+    let t = c(F32, &[2, 3, 4]);
+    assert_eq!(t.strides, vec![12, 4, 1]);
+    assert_eq!(t.len(), 24);
+    assert!(t.is_contiguous());
+    let p = t.permuted(&[0, 2, 1]);
+    assert_eq!((p.shape.clone(), p.strides.clone()), (vec![2, 4, 3], vec![12, 1, 4]));
+    assert!(!p.is_contiguous());
+    assert_eq!(p.permuted(&[0, 2, 1]), t, "transposing back gives the original view");
+    // Size-1 dimensions do not make a tensor non-contiguous; a scalar is contiguous.
+    assert!(TensorDesc { dtype: F32, shape: vec![3, 1, 4], strides: vec![4, 99, 1] }.is_contiguous());
+    assert!(c(I64, &[]).is_contiguous());
+    assert_eq!(c(I64, &[]).len(), 1);
+    assert!(c(F32, &[3, 0]).is_empty());
+}
+
+#[test]
+#[should_panic(expected = "not a permutation")]
+fn permuted_refuses_a_non_permutation() {
+    c(F32, &[2, 3]).permuted(&[0, 0]);
+}
+
+#[test]
+fn broadcast_strides_follow_numpy_rules() {
+    let out = [32, 128, 384];
+    assert_eq!(c(F32, &[384]).broadcast_strides(&out), Some(vec![0, 0, 1]));
+    assert_eq!(c(F32, &[32, 128, 1]).broadcast_strides(&out), Some(vec![128, 1, 0]));
+    assert_eq!(c(F32, &[]).broadcast_strides(&out), Some(vec![0, 0, 0]));
+    assert_eq!(c(F32, &[128]).broadcast_strides(&out), None);
+    assert_eq!(c(F32, &[1, 32, 128, 384]).broadcast_strides(&out), None, "more dimensions than the output");
+    let transposed = c(F32, &[384, 128]).permuted(&[1, 0]);
+    assert_eq!(transposed.broadcast_strides(&out), Some(vec![0, 1, 128]));
+}
+
+#[test]
+fn offsets_collapse_to_the_cheapest_expression() {
+    let out = [32, 128, 384];
+    let s = |t: TensorDesc| t.broadcast_strides(&out).unwrap();
+    assert_eq!(offset_expr("e", &out, &s(c(F32, &out))), "e");
+    assert_eq!(offset_expr("e", &out, &s(c(F32, &[384]))), "e % 384");
+    assert_eq!(offset_expr("e", &out, &s(c(F32, &[32, 128, 1]))), "e / 384");
+    assert_eq!(offset_expr("e", &out, &s(c(F32, &[]))), "0");
+    assert_eq!(offset_expr("e", &out, &s(c(F32, &[32, 1, 384]))), "(e / 49152) * 384 + (e % 384)");
+    assert_eq!(offset_expr("e", &[6, 7], &[1, 6]), "(e / 7) + (e % 7) * 6");
+    assert_eq!(offset_expr("e", &[3, 0], &[0, 1]), "0", "an empty walk reads nothing");
+    let (sizes, strides) = collapse(&[4, 1, 8, 2], &[vec![16, 5, 2, 1], vec![0, 0, 0, 1]]);
+    assert_eq!(sizes, vec![32, 2], "size-1 dropped, 4 × 8 walked as one by both lists");
+    assert_eq!(strides, vec![vec![2, 1], vec![0, 1]]);
+}
+
+#[test]
+fn elementwise_picks_the_vector_path_and_per_input_modes() {
+    let act = [32, 128, 384];
+    let k = elementwise("bias", &[c(F32, &act), c(F32, &[384])], &c(F32, &act), &add01()).unwrap();
+    assert!(k.source.contains("ld4(in0 + (e), aligned)"), "{}", k.source);
+    assert!(k.source.contains("ld4(in1 + (e % 384), aligned)"), "{}", k.source);
+    assert_eq!(k.block, (256, 1, 1));
+    assert_eq!(k.grid, (132 * 8, 1, 1));
+    let k = elementwise("rowscale", &[c(F32, &act), c(F32, &[32, 128, 1])], &c(F32, &act), &add01()).unwrap();
+    assert!(k.source.contains("const float v1 = (in1[e / 384]);"), "one load for four elements: {}", k.source);
+    let k = elementwise("odd", &[c(F32, &[7, 3]), c(F32, &[])], &c(F32, &[7, 3]), &add01()).unwrap();
+    assert!(!k.source.contains("ld4(in"), "21 elements take the scalar path");
+    assert!(k.source.contains("const float v1 = (in1[0]);"), "the scalar is loaded once");
+    assert_eq!(k.grid, (1, 1, 1));
+    let t = c(F32, &[128, 384]).permuted(&[1, 0]);
+    let k = elementwise("tr", &[t], &c(F32, &[384, 128]), &Expr::input(0)).unwrap();
+    assert!(k.source.contains("p0[j * 384]"), "a transposed input is read element by element: {}", k.source);
+}
+
+#[test]
+fn elementwise_parameters_are_the_inputs_then_the_output() {
+    let k = elementwise(
+        "ew",
+        &[c(Bool, &[4, 4]), c(F16, &[4]), c(I64, &[1])],
+        &c(F16, &[4, 4]),
+        &Expr::select(Expr::input(0), Expr::input(1), Expr::constant(0.0, F16)),
+    )
+    .unwrap();
+    assert_eq!(
+        params(&k.source, "ew"),
+        vec![
+            "const unsigned char* __restrict__ in0",
+            "const half_t* __restrict__ in1",
+            "const long long* __restrict__ in2",
+            "half_t* __restrict__ out"
+        ]
+    );
+    assert!(!k.source.contains("in2["), "an unread input is never loaded");
+}
+
+#[test]
+fn expressions_are_typed_like_onnx() {
+    let types = [F32, F16, I64, Bool];
+    let e = |op, a, b| Expr::binary(op, Expr::input(a), Expr::input(b));
+    assert_eq!(e(Binary::Add, 0, 0).dtype(&types), Ok(F32));
+    assert_eq!(e(Binary::Less, 2, 2).dtype(&types), Ok(Bool));
+    assert!(e(Binary::Add, 0, 1).dtype(&types).unwrap_err().contains("differ"));
+    assert!(e(Binary::Add, 3, 3).dtype(&types).unwrap_err().contains("bool"));
+    assert!(e(Binary::And, 0, 0).dtype(&types).unwrap_err().contains("bool"));
+    assert!(Expr::unary(Unary::Exp, Expr::input(2)).dtype(&types).unwrap_err().contains("float"));
+    assert!(Expr::unary(Unary::Not, Expr::input(0)).dtype(&types).unwrap_err().contains("bool"));
+    assert!(Expr::input(4).dtype(&types).unwrap_err().contains("input 4"));
+    let w = Expr::select(Expr::input(0), Expr::input(0), Expr::input(0));
+    assert!(w.dtype(&types).unwrap_err().contains("condition"));
+    let w = Expr::select(Expr::input(3), Expr::input(0), Expr::input(1));
+    assert!(w.dtype(&types).unwrap_err().contains("branch"));
+    assert_eq!(Expr::cast(F16, Expr::input(2)).dtype(&types), Ok(F16));
+    assert!(Expr::cast(F16, Expr::input(2)).reads(2) && !Expr::cast(F16, Expr::input(2)).reads(0));
+}
+
+#[test]
+fn literals_are_exact_in_their_type() {
+    let lit = |v: f64, d: DType| expr::render(&Expr::constant(v, d), &[]).unwrap().0;
+    assert_eq!(lit(0.5, F32), "(0.5f)");
+    assert_eq!(lit(1e-12, F32), "(1e-12f)");
+    assert_eq!(lit(0.1, F16), "(0.099975586f)", "rounded to f16 first");
+    assert_eq!(lit(f64::NEG_INFINITY, F32), "__int_as_float(0xff800000)");
+    assert_eq!(lit(f64::NAN, F64), format!("__longlong_as_double(0x{:016x}LL)", f64::NAN.to_bits()));
+    assert_eq!(lit(-3.7, I64), "(-3LL)");
+    assert_eq!(lit(-1e30, I64), "(-9223372036854775807LL - 1)");
+    assert_eq!(lit(300.0, U8), "((unsigned char)(300LL))");
+    assert_eq!(lit(2.0, Bool), "true");
+}
+
+#[test]
+fn elementwise_refuses_bad_specs() {
+    let x = c(F32, &[4, 4]);
+    let e = error(elementwise("ew", &[x.clone(), c(F16, &[4])], &x, &add01()));
+    assert!(e.contains("elementwise kernel ew") && e.contains("differ"), "{e}");
+    let e = error(elementwise("ew", &[x.clone(), x.clone()], &c(F16, &[4, 4]), &add01()));
+    assert!(e.contains("the expression is f32 but the output is f16"), "{e}");
+    let e = error(elementwise("ew", &[x.clone(), c(F32, &[3])], &x, &add01()));
+    assert!(e.contains("does not broadcast"), "{e}");
+    let e = error(elementwise("ew", &[x.clone(), x.clone()], &x.permuted(&[1, 0]), &add01()));
+    assert!(e.contains("contiguous"), "{e}");
+    let e = error(elementwise("2ew", &[x.clone(), x.clone()], &x, &add01()));
+    assert!(e.contains("not a C identifier"), "{e}");
+    let bad = TensorDesc { dtype: F32, shape: vec![4, 4], strides: vec![1] };
+    let e = error(elementwise("ew", &[bad, x.clone()], &x, &add01()));
+    assert!(e.contains("strides"), "{e}");
+}
+
+#[test]
+fn gather_shapes_indices_and_refusals() {
+    let k = gather("emb", &c(F32, &[30522, 384]), &c(I64, &[32, 128]), 0).unwrap();
+    assert_eq!(
+        params(&k.source, "emb"),
+        vec!["const float* __restrict__ data", "const long long* __restrict__ indices", "float* __restrict__ out"]
+    );
+    assert!(k.source.contains("indices[(e / 384)]"), "{}", k.source);
+    assert!(k.source.contains("if (i < 0) i += 30522;"));
+    let k = gather("mid", &c(F16, &[4, 10, 3]), &c(I32, &[2, 5]), 1).unwrap();
+    assert!(k.source.contains("const int* __restrict__ indices"));
+    assert!(k.source.contains("indices[(e / 3 % 10)]"), "{}", k.source);
+    let e = error(gather("g", &c(F32, &[4, 3]), &c(I64, &[2]), 2));
+    assert!(e.contains("axis 2"), "{e}");
+    let e = error(gather("g", &c(F32, &[4, 3]), &c(F32, &[2]), 0));
+    assert!(e.contains("i64 or i32"), "{e}");
+    let e = error(gather("g", &c(F32, &[4, 3]).permuted(&[1, 0]), &c(I64, &[2]), 0));
+    assert!(e.contains("contiguous"), "{e}");
+}
+
+#[test]
+fn row_kernels_pick_warp_or_block_walks() {
+    let k = layer_norm("ln", 4096, 384, 1e-12, F32, Some(F32), Some(F32), F32).unwrap();
+    assert_eq!((k.grid, k.block), ((512, 1, 1), (256, 1, 1)), "eight rows (warps) per CTA");
+    assert!(k.source.contains("warp_fold(") && !k.source.contains("block_fold<"));
+    assert_eq!(
+        params(&k.source, "ln"),
+        vec![
+            "const float* __restrict__ x",
+            "const float* __restrict__ scale",
+            "const float* __restrict__ bias",
+            "float* __restrict__ y"
+        ]
+    );
+    let k = layer_norm("ln_b", 8, 384, 1e-5, F16, None, Some(F16), F16).unwrap();
+    assert_eq!(
+        params(&k.source, "ln_b"),
+        vec!["const half_t* __restrict__ x", "const half_t* __restrict__ bias", "half_t* __restrict__ y"]
+    );
+    let k = softmax("sm", 49152, 128, F32, false).unwrap();
+    assert_eq!((k.grid, k.block), ((6144, 1, 1), (256, 1, 1)));
+    let k = softmax("sm", 100, 3000, F32, true).unwrap();
+    assert_eq!((k.grid, k.block), ((100, 1, 1), (256, 1, 1)), "a CTA per long row");
+    assert!(k.source.contains("block_fold<8>") && k.source.contains("logf"));
+    let k = softmax("sm", 10, 70000, BF16, false).unwrap();
+    assert!(k.source.contains("reloaded by every pass"), "too long for registers");
+    assert!(error(softmax("sm", 4, 0, F32, false)).contains("0 columns"));
+    assert!(error(softmax("sm", 4, 8, I32, false)).contains("f32, f16 or bf16"));
+    assert!(error(layer_norm("ln", 4, 8, f32::NAN, F32, None, None, F32)).contains("epsilon"));
+}
+
+#[test]
+fn reduce_walks_follow_the_memory() {
+    let x = c(F32, &[32, 128, 384]);
+    let k = reduce("r1", &x, &[1], Reduce::Sum, F32).unwrap();
+    assert_eq!(k.block, (32, 8, 1), "threads along the kept contiguous axis, the reduction split in 8");
+    assert!(k.source.contains("x + ((o / 384) * 49152 + (o % 384))"), "{}", k.source);
+    let k = reduce("r2", &x, &[2], Reduce::Mean, F32).unwrap();
+    assert!(k.source.contains("warp_fold") && k.source.contains("acc / 384"), "{}", k.source);
+    let k = reduce("r_all", &c(F32, &[4096, 4096]), &[0, 1], Reduce::Max, F32).unwrap();
+    assert!(k.source.contains("block_fold") && k.source.contains("FoldMax"));
+    assert_eq!(k.grid, (1, 1, 1));
+    let e = error(reduce("r", &x, &[2, 1], Reduce::Sum, F32));
+    assert!(e.contains("sorted"), "{e}");
+    let e = error(reduce("r", &x, &[3], Reduce::Sum, F32));
+    assert!(e.contains("rank 3"), "{e}");
+    let e = error(reduce("r", &c(Bool, &[4]), &[0], Reduce::Sum, Bool));
+    assert!(e.contains("bool"), "{e}");
+    let k = reduce("r_i8", &c(I8, &[4, 3]), &[1], Reduce::Max, I8).unwrap();
+    assert!(k.source.contains("int acc = (int)-128"), "{}", k.source);
+}
+
+#[test]
+fn matmul_geometry_and_refusals() {
+    let q = c(F32, &[384, 128, 32]);
+    let k = matmul("qk", &q, &q.permuted(&[0, 2, 1]), &c(F32, &[384, 128, 128])).unwrap();
+    assert_eq!((k.grid, k.block), ((2, 2, 384), (256, 1, 1)));
+    assert!(k.source.contains("const int bk0 = t % BK, bn0 = t / BK;"), "Kᵀ is read down K");
+    let k = matmul("pv", &c(F32, &[384, 128, 128]), &q, &c(F32, &[384, 128, 32])).unwrap();
+    assert_eq!(k.grid, (1, 1, 384), "128 × 32 tiles for N = 32");
+    assert!(k.source.contains("#define BM 128") && k.source.contains("#define BN 32"));
+    let k = matmul("fold", &c(F32, &[70000, 4, 4]), &c(F32, &[70000, 4, 4]), &c(F32, &[70000, 4, 4])).unwrap();
+    assert_eq!(k.grid, (70000, 1, 1), "more than 65535 batch entries fold onto grid.x");
+    let k = matmul("bc", &c(F16, &[1, 5, 30, 20]), &c(F16, &[4, 1, 20, 9]), &c(F16, &[4, 5, 30, 9])).unwrap();
+    assert!(k.source.contains("a + ((z % 5) * 600)") && k.source.contains("b + ((z / 5) * 180)"), "{}", k.source);
+    assert_eq!(
+        params(&k.source, "bc"),
+        vec!["const half_t* __restrict__ a", "const half_t* __restrict__ b", "half_t* __restrict__ c"]
+    );
+    let e = error(matmul("m", &c(F32, &[4, 3]), &c(F32, &[4, 3]), &c(F32, &[4, 3])));
+    assert!(e.contains("inner dimensions"), "{e}");
+    let e = error(matmul("m", &c(I32, &[4, 3]), &c(I32, &[3, 4]), &c(I32, &[4, 4])));
+    assert!(e.contains("float"), "{e}");
+    let e = error(matmul("m", &c(F32, &[2, 4, 3]), &c(F32, &[3, 3, 4]), &c(F32, &[3, 4, 4])));
+    assert!(e.contains("does not give"), "{e}");
+    let e = error(matmul("m", &c(F32, &[4, 3]), &c(F32, &[3, 4]), &c(F32, &[4, 5])));
+    assert!(e.contains("does not give"), "{e}");
+}
+
+#[test]
+fn concat_offsets_and_refusals() {
+    let k = concat("cat", &[c(F32, &[2, 3]), c(F32, &[2, 0]), c(F32, &[2, 2])], 1, &c(F32, &[2, 5])).unwrap();
+    assert_eq!(params(&k.source, "cat").len(), 4, "empty inputs stay parameters");
+    assert!(k.source.contains("out[(e / 3) * 5 + e % 3] = in0[e];"), "{}", k.source);
+    assert!(k.source.contains("out[((e - 6) / 2) * 5 + (e - 6) % 2 + 3] = in2[(e - 6)];"), "{}", k.source);
+    assert!(!k.source.contains("in1["));
+    let e = error(concat("cat", &[c(F32, &[2, 3]), c(F32, &[3, 3])], 1, &c(F32, &[2, 6])));
+    assert!(e.contains("does not fit"), "{e}");
+    let e = error(concat("cat", &[c(F32, &[2, 3]), c(F32, &[2, 3])], 1, &c(F32, &[2, 7])));
+    assert!(e.contains("add up to 6"), "{e}");
+    let e = error(concat("cat", &[c(F32, &[2, 3]), c(I64, &[2, 3])], 1, &c(F32, &[2, 6])));
+    assert!(e.contains("input 1 is i64"), "{e}");
+}
+
+#[test]
+fn same_inputs_give_the_same_source() {
+    let build = || {
+        let act = [32, 128, 384];
+        vec![
+            elementwise("ew", &[c(F32, &act), c(F32, &[384])], &c(F32, &act), &add01()).unwrap(),
+            gather("g", &c(F32, &[100, 8]), &c(I64, &[4]), 0).unwrap(),
+            layer_norm("ln", 64, 384, 1e-5, F32, Some(F32), Some(F32), F32).unwrap(),
+            softmax("sm", 64, 128, F16, false).unwrap(),
+            reduce("r", &c(F32, &act), &[1], Reduce::Sum, F32).unwrap(),
+            matmul("mm", &c(F32, &[4, 8, 8]), &c(F32, &[4, 8, 8]), &c(F32, &[4, 8, 8])).unwrap(),
+            concat("cat", &[c(F32, &[2]), c(F32, &[3])], 0, &c(F32, &[5])).unwrap(),
+        ]
+    };
+    let (a, b) = (build(), build());
+    assert_eq!(a, b);
+    for k in &a {
+        assert!(
+            k.source.contains("extern \"C\" __global__ void __launch_bounds__(")
+                && k.source.contains(&format!(") {}(", k.name)),
+            "{} is not declared as asked",
+            k.name
+        );
+    }
+    let other = softmax("sm", 64, 128, F16, true).unwrap();
+    assert_ne!(other.source, a[3].source);
+}
+
+#[test]
+fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
+    let q = c(F32, &[2, 4, 40, 16]);
+    let kt = c(F32, &[2, 4, 40, 16]).permuted(&[0, 1, 3, 2]);
+    let out = c(F32, &[2, 40, 4, 16]).permuted(&[0, 2, 1, 3]);
+    let mask = c(F32, &[2, 1, 1, 40]);
+    let k = attention("attn", &q, &kt, &q, F32, std::slice::from_ref(&mask), &add01(), &out).unwrap();
+    assert_eq!(k.grid, (1, 8, 1), "one CTA per 64 queries of each of the 8 batch entries");
+    assert_eq!(k.smem_bytes as usize, attention_smem(40, 16, 16));
+    let ps = params(&k.source, "attn");
+    assert_eq!(ps.len(), 5, "q, k, v, the mask, out: {ps:?}");
+    // The mask broadcast over heads and queries: its offset depends on the key (e % 40) and the batch entry.
+    assert!(k.source.contains("in1[(e / 6400) * 40 + (e % 40)]"), "{}", k.source);
+    // The output goes through the merged-heads strides.
+    assert!(k.source.contains("(long long)gi * 64 + (long long)e * 1"), "{}", k.source);
+    // A score expression that does not read the mask loads nothing from it.
+    let plain = attention("attn", &q, &kt, &q, F32, &[mask], &Expr::input(0), &out).unwrap();
+    assert!(!plain.source.contains("in1["));
+    // K and V of 4096 keys do not fit a CTA's shared memory.
+    let big = c(F32, &[1, 4096, 128]);
+    let e = error(attention("attn", &big, &big.permuted(&[0, 2, 1]), &big, F32, &[], &Expr::input(0), &big));
+    assert!(e.contains("shared memory"), "{e}");
+    // Shapes that do not chain are refused.
+    let e = error(attention("attn", &q, &q, &q, F32, &[], &Expr::input(0), &out));
+    assert!(e.contains("does not give"), "{e}");
+}
+
+#[test]
+fn attention_on_16_bit_operands_takes_the_tensor_core_path() {
+    for (dtype, mma) in [(F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), (BF16, ".f32.bf16.bf16.f32")] {
+        let q = c(dtype, &[2, 4, 100, 32]);
+        let kt = c(dtype, &[2, 4, 100, 32]).permuted(&[0, 1, 3, 2]);
+        let k = attention("attn", &q, &kt, &q, dtype, &[], &Expr::input(0), &q).unwrap();
+        assert!(k.source.contains(mma), "{}", k.source);
+        assert_eq!(k.block, (128, 1, 1), "a warp per 16 of the 64 query rows");
+        // 100 keys padded to 112, d 32 to 32, rows padded by 8 halves.
+        assert_eq!(k.smem_bytes, 2 * ((64 + 112) * 40 + 32 * 120));
+    }
+    // Mixed types, or more keys than the fragments hold, stay on the FFMA path.
+    let q = c(F16, &[1, 200, 32]);
+    let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &q).unwrap();
+    assert!(!k.source.contains("mma.sync"));
+    let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F16, &[], &Expr::input(0), &q).unwrap();
+    assert!(!k.source.contains("mma.sync"), "200 keys");
+}
+
+mod conv_tests;
