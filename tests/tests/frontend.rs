@@ -298,10 +298,11 @@ fn huge_and_overflowing_sizes_are_refused_at_load() {
     let model = ModelBuilder::new("sparse_huge", 17)
         .input("x", DType::F32, &fixed(&[1, 100_000]))
         .sparse_init("w", &w)
-        .node("add", "Add", &["x", "w"], &["y"], vec![])
+        .node("mm", "MatMul", &["x", "w"], &["y"], vec![])
         .output_untyped_shape("y", DType::F32)
         .bytes();
     let graph = load_model_bytes(&model, "s.onnx", &opts).unwrap();
+    assert!(matches!(graph.initializers[&graph.find_value("w").unwrap()], Initializer::Sparse(_)));
     let err = spartac::frontend::check_dense_initializers(&graph, 1 << 30).unwrap_err().to_string();
     assert!(err.contains("tensor \"w\"") && err.contains("made dense: f32[100000,100000] takes 37.3 GiB"), "{err}");
     let folded = ModelBuilder::new("sparse_fold", 17)
