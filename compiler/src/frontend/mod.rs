@@ -49,17 +49,18 @@ pub fn check_dense_initializers(graph: &crate::ir::Graph, budget: usize) -> Resu
     Ok(())
 }
 
-/// The machine's physical memory in bytes (`MemTotal` of `/proc/meminfo`); where that cannot
+/// The machine's physical memory in bytes (`MemTotal`, [`meminfo_bytes`]); where that cannot
 /// be read, no limit.
 pub fn machine_memory() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-            kib.checked_mul(1024)
-        })
-        .unwrap_or(usize::MAX)
+    meminfo_bytes("MemTotal").unwrap_or(usize::MAX)
+}
+
+/// A field of `/proc/meminfo` (`MemTotal`, `MemAvailable`, ...) in bytes; `None` where it
+/// cannot be read.
+pub fn meminfo_bytes(field: &str) -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.split(':').next() == Some(field))?;
+    line.split_whitespace().nth(1)?.parse::<usize>().ok()?.checked_mul(1024)
 }
 
 impl Default for LoadOptions {

@@ -172,9 +172,7 @@ pub fn network_bytes(neurons: usize, layers: usize) -> u128 {
 /// Memory the machine can still give (`MemAvailable` of `/proc/meminfo`); `None` where it
 /// cannot be read, and nothing is checked.
 pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
+    spartac::frontend::meminfo_bytes("MemAvailable").map(|b| b as u64)
 }
 
 /// A one-line error when `bytes` exceed `available` (before anything is allocated).
