@@ -3,8 +3,9 @@
 //! after overwriting a buffer larger than the L2). CUDA 13.
 //!
 //! Beside it: `tma.rs` (tensor maps), `cublas.rs` (the dense fallback), the kernel test
-//! bench: `cases.rs` (the one case list), `spmm.rs` and `spmm_int8.rs` (run and check a case),
-//! and `tune.rs`, the GPU timer of `spartac tune` (a planned operator's kernels run the same way).
+//! bench: `cases/` (the one case list, as tables), `spmm.rs` and `spmm_int8.rs` (run and check
+//! a case), and `tune.rs`, the GPU timer of `spartac tune` (a planned operator's kernels run the
+//! same way).
 //!
 //! Everything goes through cudarc with dynamic loading, so building needs no CUDA and a
 //! machine without a driver gets [`CudaError::NoDriver`] instead of a panic: cudarc panics
