@@ -5,8 +5,8 @@
 #   TARBALL=$OUT/hpec_gpu.tgz BIN=./target/gpu/spartac OUT=/tmp/hpec benches/hpec_gpu.sh
 # (in the device tool's command $OUT is the folder that comes back: the archive goes there, the
 # runs elsewhere; TARBALL comes first, since assignments expand left to right)
-# SETS picks the groups (default: all single-GPU ones, in this order): real ablations sweep mnist
-# torch big. `multigpu` (not in the default) runs 1024 and 4096 neurons on 1, 2 and 4 GPUs
+# SETS picks the groups (default: all single-GPU ones, in this order): real ablations sweep merge
+# mnist torch big (`merge`: row merging and the few-rows kernels on and off, MERGE_NETS narrows it). `multigpu` (not in the default) runs 1024 and 4096 neurons on 1, 2 and 4 GPUs
 # with and without input hashing (benches/results/hpec_multigpu.md); NETS narrows it, e.g.
 # NETS="1024x120 4096x1920", VARIANTS="1 2h 4h" (GPUs, h: with input hashing).
 # Inputs as in PEERS.md: the 1,200 real images repeated to 60,000 (950 categories survive);
@@ -15,7 +15,7 @@
 set -uo pipefail
 BIN=${BIN:-./target/release/spartac}
 OUT=${OUT:-./hpec_gpu_out}
-SETS=${SETS:-real ablations sweep mnist torch big}
+SETS=${SETS:-real ablations sweep merge mnist torch big}
 LIMIT=${LIMIT:-240}
 COMMON=${COMMON:-}   # appended to every spartac run, e.g. "--fine-tile auto"
 TAG=${TAG:-}         # appended to every run name
@@ -59,6 +59,17 @@ fi
 if has sweep; then # fine tiles on 1024x480
   for t in 64,24,6,1 64,31,6,1 64,16,4,1 64,16,8,1 32,31,6,1; do
     run sweep_1024x480_t${t//,/-} --neurons 1024 --layers 480 $REAL --fine-tile $t
+  done
+fi
+if has merge; then # merging identical rows and the few-rows kernels, each turned off alone and both
+  for net in ${MERGE_NETS:-r1024x120 r1024x1920 m1024x120 m1024x1920 m4096x120 m4096x480}; do
+    n=${net:1}; N=${n%x*}; L=${n#*x}
+    if [[ $net == r* ]]; then IN="$REAL"; else IN="--mnist-images --image-count 60000"; fi
+    run merge_${net} --neurons $N --layers $L $IN
+    run merge_${net}_no_merge --neurons $N --layers $L $IN --no-merge
+    run merge_${net}_no_few --neurons $N --layers $L $IN --few-rows 0
+    [[ $net == r1024x120 || $net == m4096x120 ]] && run merge_${net}_neither --neurons $N --layers $L $IN --no-merge --few-rows 0
+    [[ $net == r1024x120 || $net == m1024x120 ]] && run merge_${net}_profile --neurons $N --layers $L $IN --profile
   done
 fi
 has mnist && run mnist_1024x120 --mnist-images --profile

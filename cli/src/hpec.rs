@@ -173,6 +173,18 @@ pub struct GpuArgs {
     /// Also drop dead images after each of the first L layers (where most of them die).
     #[arg(long, default_value_t = 20)]
     pub compact_first: usize,
+    /// Compactions after layer L and later also merge images whose activation rows are
+    /// bitwise identical (one row then stands for all of them; exact). The activations of the
+    /// challenge networks converge, so late layers run on a handful of rows.
+    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_MERGE_FROM, value_name = "L")]
+    pub merge_from: usize,
+    /// Never merge identical rows (every surviving image computed to the end).
+    #[arg(long)]
+    pub no_merge: bool,
+    /// Layers with at most R live rows run a kernel made for few rows (a thread per output
+    /// element) instead of the tiled tensor-core kernel; 0 always runs the tiled one.
+    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_FEW_ROWS, value_name = "R")]
+    pub few_rows: usize,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
     /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or
     /// "auto" for the specializer's general choice.
@@ -617,6 +629,8 @@ fn run_compiled(
             Some(d) => d.sm_count()?,
             None => HpecOptions::default().sm_count,
         },
+        merge_from: (!g.no_merge).then_some(g.merge_from),
+        few_rows: (g.few_rows > 0).then_some(g.few_rows),
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
@@ -718,6 +732,8 @@ fn run_compiled(
         // The multi-GPU split of the median inference (one macro call holds only so many keys).
         value["images_per_gpu"] = serde_json::json!(r.map(|r| r.images_per_device.clone()));
         value["busy_seconds_per_gpu"] = serde_json::json!(r.map(|r| r.busy_seconds_per_device.clone()));
+        value["merge_from"] = serde_json::json!(options.merge_from);
+        value["few_rows"] = serde_json::json!(options.few_rows);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!(
@@ -730,7 +746,7 @@ fn run_compiled(
         );
         let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{v} x {k}")).collect();
         println!(
-            "compiled: {:.2} s ({} of {} layers from the cache); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions",
+            "compiled: {:.2} s ({} of {} layers from the cache); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
             compiled.compile_seconds,
             compiled.layers_cached,
             network.n_layers(),
@@ -739,7 +755,8 @@ fn run_compiled(
             low.weight_bytes as f64 / (1 << 20) as f64,
             if low.streamed { "streamed" } else { "resident" },
             options.batch,
-            (0..network.n_layers()).filter(|&l| options.compacts_after(l, network.n_layers())).count()
+            (0..network.n_layers()).filter(|&l| options.compacts_after(l, network.n_layers())).count(),
+            (0..network.n_layers()).filter(|&l| options.merges_after(l, network.n_layers())).count()
         );
         if let Some(r) = &run {
             println!(

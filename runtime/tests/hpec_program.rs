@@ -37,6 +37,33 @@ fn simulated_program_matches_the_cpu_engine_and_the_truth_on_the_real_network() 
 }
 
 #[test]
+fn merging_identical_rows_keeps_the_categories_and_leaves_one_row_per_distinct_activation() {
+    let network = real_network(40);
+    // Distinct MNIST-derived images, and the real images repeated (copies are identical rows).
+    let mnist = hpec::mnist::mnist_images(&bundled::mnist_digits().unwrap(), 1024, 300).unwrap();
+    let repeated = bundled::real_1024_images().unwrap().first(600).tiled(1200).unwrap();
+    for (images, merge_from) in [(&mnist, 8), (&repeated, 0), (&repeated, 8)] {
+        let engine = hpec::infer(&network, images, &InferOptions::default()).unwrap().categories;
+        assert!(!engine.is_empty(), "some images must survive for the check to mean anything");
+        let plain = HpecOptions { merge_from: None, ..options(images.n_images()) };
+        let merged = HpecOptions { merge_from: Some(merge_from), ..options(images.n_images()) };
+        let (got_plain, rows_plain) =
+            task_graph::run_cpu_counted(&task_graph::compile(&network, images, &plain, &|| {}).unwrap()).unwrap();
+        let compiled = task_graph::compile(&network, images, &merged, &|| {}).unwrap();
+        let program = &compiled.lowering.program;
+        let merges = program.steps.iter().filter(|s| matches!(s.op, Op::CompactRows { merge: Some(_), .. })).count();
+        assert!(merges > 0 && program.steps.iter().any(|s| matches!(s.op, Op::ResolveAliases { .. })));
+        program.verify().unwrap();
+        let (got, rows) = task_graph::run_cpu_counted(&compiled).unwrap();
+        assert_eq!(got_plain, engine);
+        assert_eq!(got, engine, "merge from layer {merge_from}");
+        // The survivors all converge to one row by layer 40; without merging they stay apart.
+        assert_eq!(*rows.last().unwrap(), 1, "{rows:?}");
+        assert!(*rows_plain.last().unwrap() as usize == engine.len(), "{rows_plain:?}");
+    }
+}
+
+#[test]
 fn without_compaction_and_with_streamed_weights_the_categories_stay() {
     let network = real_network(24);
     // MNIST-derived inputs: more of them survive than of the first real images.
@@ -150,8 +177,10 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
             bias: network.bias,
             layers: layers.iter().map(|&l| network.layers[l].clone()).collect(),
         };
-        let opts = HpecOptions { batch: 60_000, engine, ..HpecOptions::default() };
+        // Merging from the first layer: the merge kernels are in the program too.
+        let opts = HpecOptions { batch: 60_000, engine, merge_from: Some(0), ..HpecOptions::default() };
         let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
+        assert!(compiled.lowering.program.kernels.iter().any(|k| k.name.starts_with("merge_hash")));
         for k in &compiled.lowering.program.kernels {
             let ptx = compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
             assert!(ptx.ptx.contains(&k.name), "{}: entry missing from the PTX", k.name);
@@ -168,11 +197,17 @@ fn live_row_layer_kernels_stride_over_row_tiles_with_a_grid_sized_for_the_gpu() 
         let opts = HpecOptions { batch: 60_000, plan_rows: Some(plan_rows), sm_count: 132, ..HpecOptions::default() };
         let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
         let p = &compiled.lowering.program;
-        let mut strided = 0;
+        let (mut strided, mut few) = (0, 0);
         for step in p.steps.iter().filter(|s| matches!(s.op, Op::Spmm { .. })) {
             for l in &step.launches {
                 let Launch::Kernel { kernel, grid, .. } = l else { continue };
                 let k = &p.kernels[kernel.0 as usize];
+                if k.name.starts_with("spmm_few_rows") {
+                    // The few-rows kernel: a row per CTA row, up to the bound, and nothing above it.
+                    assert_eq!(grid.1 as usize, spartac::program::hpec::DEFAULT_FEW_ROWS, "{}", k.name);
+                    few += 1;
+                    continue;
+                }
                 assert!(
                     k.source.contains("ty += gridDim.y"),
                     "{}: a live-row layer kernel without the row-tile stride",
@@ -185,6 +220,7 @@ fn live_row_layer_kernels_stride_over_row_tiles_with_a_grid_sized_for_the_gpu() 
             }
         }
         assert!(strided >= 3, "plan rows {plan_rows}: {strided} layer kernels");
+        assert_eq!(few, 3, "one few-rows kernel a layer");
     }
 }
 
@@ -208,19 +244,23 @@ fn a_second_compile_reads_every_layer_from_the_cache_and_builds_the_same_program
     let opts = options(300);
     let first = task_graph::compile_cached(&network, &images, &opts, Some(dir.path()), &|| {}).unwrap();
     assert_eq!(first.layers_cached, 0);
+    let mut entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    assert_eq!(entries.len(), 6, "one entry per layer");
     let second = task_graph::compile_cached(&network, &images, &opts, Some(dir.path()), &|| {}).unwrap();
     assert_eq!(second.layers_cached, 6);
     assert!(first.lowering.program == second.lowering.program, "the cached layers built another program");
     // Another batch is another key; a damaged entry is rebuilt, not read.
     let other = task_graph::compile_cached(&network, &images, &options(200), Some(dir.path()), &|| {}).unwrap();
     assert_eq!(other.layers_cached, 0);
-    let entry = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
-    let mut bytes = std::fs::read(&entry).unwrap();
+    // Damage one entry of the first compile's.
+    let entry = &entries[0];
+    let mut bytes = std::fs::read(entry).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 1;
-    std::fs::write(&entry, bytes).unwrap();
+    std::fs::write(entry, bytes).unwrap();
     let third = task_graph::compile_cached(&network, &images, &opts, Some(dir.path()), &|| {}).unwrap();
-    assert!(third.layers_cached <= 5);
+    assert_eq!(third.layers_cached, 5);
     assert!(third.lowering.program == first.lowering.program, "a rebuilt layer built another program");
 }
 

@@ -42,7 +42,7 @@ pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::fine_tf32::{auto_work as fine_tf32_auto_work, FineTf32Work};
 pub use spmm::tf32::auto_takes as block_tf32_auto_takes;
 pub use spmm::wgmma::CoreLayout;
-pub use spmm::{specialize, stride_live_rows, Family, FineTable, Kernel, Launch, Prepass, TmaBox};
+pub use spmm::{few_rows, specialize, stride_live_rows, Family, FineTable, Kernel, Launch, Prepass, TmaBox};
 
 use serde::{Deserialize, Serialize};
 
@@ -296,6 +296,9 @@ pub struct SpmmSpec {
     /// Right-orientation element-sparse kernels only (the fine loop kernel without its prepass,
     /// and the 3xTF32 fine kernel).
     pub live_rows: bool,
+    /// With `live_rows`: the kernel does nothing unless more than this many rows are live (a
+    /// kernel for few rows, [`few_rows::specialize`], takes the product below it). 0: always.
+    pub live_above: usize,
 }
 
 impl SpmmSpec {
@@ -319,6 +322,7 @@ impl SpmmSpec {
             engine: Engine::Auto,
             dense_copy: DenseCopy::Auto,
             live_rows: false,
+            live_above: 0,
         }
     }
 

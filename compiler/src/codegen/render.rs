@@ -28,7 +28,11 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("transpose.cu.tera", include_str!("../../../templates/transpose.cu.tera")),
     ("widen.cu.tera", include_str!("../../../templates/widen.cu.tera")),
     ("rows_load.cu.tera", include_str!("../../../templates/rows_load.cu.tera")),
+    ("spmm_few_rows.cu.tera", include_str!("../../../templates/spmm_few_rows.cu.tera")),
     ("rows_compact.cu.tera", include_str!("../../../templates/rows_compact.cu.tera")),
+    ("rows_merge_hash.cu.tera", include_str!("../../../templates/rows_merge_hash.cu.tera")),
+    ("rows_merge_pack.cu.tera", include_str!("../../../templates/rows_merge_pack.cu.tera")),
+    ("rows_resolve.cu.tera", include_str!("../../../templates/rows_resolve.cu.tera")),
     ("rows_mark.cu.tera", include_str!("../../../templates/rows_mark.cu.tera")),
     ("ops.cuh", include_str!("../../../templates/ops.cuh")),
     ("op_rows.cuh", include_str!("../../../templates/op_rows.cuh")),
@@ -69,6 +73,8 @@ pub struct KernelHead {
     pub epilogue: EpilogueCtx,
     /// The kernel takes `const int* live_rows` last and skips row tiles past it.
     pub live_rows: bool,
+    /// With `live_rows`: the kernel does nothing when at most this many rows are live.
+    pub live_above: usize,
 }
 
 /// The sparsity pattern and values baked into the source: the index tables when unrolled

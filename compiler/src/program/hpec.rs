@@ -17,7 +17,10 @@
 //!    ([`HpecOptions::compacts_after`]), `compact_rows` packs the rows that are still nonzero (dead
 //!    images dropped) back into the first buffer with their image ids;
 //! 4. `mark_rows` flags the images whose last row holds a nonzero: the categories, found on the
-//!    GPU and read back once after every batch ran.
+//!    GPU and read back once after every batch ran. Compactions after [`HpecOptions::merge_from`]
+//!    also merge bitwise-identical rows ([`super::Merge`]: the activations converge, and one row
+//!    then stands for every image it equals); a last step copies each merged image's category
+//!    from the image that stood for it.
 //!
 //! Weights stay resident when they fit `HpecOptions::weight_budget`; otherwise every layer's
 //! packed weight and tables live in pinned host memory and stream through `stream_slots`
@@ -62,6 +65,19 @@ pub struct HpecOptions {
     /// Tile of the 3xTF32 element-sparse (fine) layer kernels, which it selects unless `engine`
     /// is `Simt`; `None`: the specializer's choice.
     pub fine_tile: Option<crate::codegen::Tile>,
+    /// Compactions after this layer and later also merge bitwise-identical rows (one row then
+    /// stands for every image it equals; [`super::Merge`]); `None`: never. Activations of the
+    /// challenge networks converge (past layer ~20 every surviving image of the 1024 and 4096
+    /// networks holds the same row), so merging turns the late layers into one-row products.
+    pub merge_from: Option<usize>,
+    /// Each layer also gets a kernel for at most this many live rows ([`few_rows`]: a thread per
+    /// output element), and its tiled kernels skip the product at or below it; `None`: the
+    /// tiled kernels always run. Once the activations converge and identical rows are merged,
+    /// most layers hold a handful of rows, where the tiled kernels' per-warp k chain is the
+    /// whole layer time.
+    ///
+    /// [`few_rows`]: crate::codegen::few_rows
+    pub few_rows: Option<usize>,
 }
 
 impl Default for HpecOptions {
@@ -77,9 +93,19 @@ impl Default for HpecOptions {
             plan_rows: Some(DEFAULT_PLAN_ROWS),
             sm_count: 132,
             fine_tile: Some(default_fine_tile()),
+            merge_from: Some(DEFAULT_MERGE_FROM),
+            few_rows: Some(DEFAULT_FEW_ROWS),
         }
     }
 }
+
+/// First layer after which compactions merge identical rows by default: the activations of
+/// distinct images start to coincide around layer 9 (1024 and 4096 networks), so earlier
+/// merges would only pay their two passes over the rows.
+pub const DEFAULT_MERGE_FROM: usize = 8;
+
+/// Live rows at or below which a layer runs its few-rows kernel by default.
+pub const DEFAULT_FEW_ROWS: usize = 64;
 
 /// Rows the planner prices a layer at by default: about the images that stay alive past the
 /// first layers (950 of the 60,000 challenge inputs of the real 1024 network). Priced at the
@@ -99,6 +125,11 @@ impl HpecOptions {
     pub fn compacts_after(&self, l: usize, n_layers: usize) -> bool {
         self.compact_every > 0
             && (l < self.compact_first || (l + 1).is_multiple_of(self.compact_every) || l + 1 == n_layers)
+    }
+
+    /// Whether the compaction after layer `l` (if any) also merges identical rows.
+    pub fn merges_after(&self, l: usize, n_layers: usize) -> bool {
+        self.compacts_after(l, n_layers) && self.merge_from.is_some_and(|m| l >= m)
     }
 }
 
@@ -251,6 +282,7 @@ pub fn compile_layer(
             spec.epilogue = Epilogue { bias, activation: Activation::Clip { lo: 0.0, hi: YMAX } };
         }
         spec.live_rows = true;
+        spec.live_above = options.few_rows.unwrap_or(0);
         spec.engine = options.engine;
         if spec.block == (1, 1) && options.fine_tile.is_some() && options.engine != Engine::Simt {
             // The tile is a 3xTF32 fine tile: the engine follows it.
@@ -285,6 +317,28 @@ pub fn compile_layer(
             source: kernel.source,
             launch: kernel.launch,
             tma_a: kernel.tma_a,
+        });
+    }
+    if let Some(max_rows) = options.few_rows.filter(|&r| r > 0) {
+        // The whole product (every nonzero, bias and cap) for few live rows; the parts above
+        // skip it there.
+        let nonzeros: Vec<(usize, usize)> = (0..k)
+            .flat_map(|r| (layer.offsets[r] as usize..layer.offsets[r + 1] as usize).map(move |e| (r, e)))
+            .map(|(r, e)| (r, layer.indices[e] as usize))
+            .collect();
+        let mut spec = crate::codegen::SpmmSpec::new(batch, k, n, Dtype::F32, (1, 1), nonzeros);
+        spec.live_rows = true;
+        spec.epilogue = Epilogue { bias, activation: Activation::Clip { lo: 0.0, hi: YMAX } };
+        let kernel = crate::codegen::few_rows::specialize(&spec, max_rows.min(batch))?;
+        labels.push(format!("{}<={max_rows}", kernel.family.name()));
+        parts.push(LayerPart {
+            ptr: vec![0],
+            idx: kernel.device_idx(),
+            weight: kernel.pack_weight(&dense),
+            name: kernel.name,
+            source: kernel.source,
+            launch: kernel.launch,
+            tma_a: None,
         });
     }
     Ok(LayerKernels { parts, summary: labels.join(" + ") })
@@ -362,6 +416,17 @@ pub fn lower(
     let bias_buf = b.constant("bias", Data::F32(vec![bias; neurons]), false);
     let flags = b.buffer("categories", Elem::U8, images.n_images, Storage::Output);
     let first = b.param("first_image", 0);
+    // Merging compactions: the hash table, each row's slot, and per image its alias.
+    let merging = (0..n_layers).any(|l| options.merges_after(l, n_layers));
+    let merge = merging.then(|| {
+        let slots = rows::merge_slots(batch);
+        super::Merge {
+            table: b.buffer("merge.table", Elem::I32, 3 * slots, Storage::Scratch),
+            slots,
+            row_slot: b.buffer("merge.row_slot", Elem::I32, batch, Storage::Scratch),
+            alias: b.buffer("alias", Elem::I32, images.n_images, Storage::Scratch),
+        }
+    });
 
     // Weights: resident or streamed.
     let weight_bytes: usize =
@@ -389,7 +454,7 @@ pub fn lower(
         }
     }
 
-    let load = rows::load_rows(batch, neurons, images.n_images, compactions).map_err(codegen)?;
+    let load = rows::load_rows(batch, neurons, images.n_images, compactions, merge.is_some()).map_err(codegen)?;
     let load_k = b.kernel(&load.name, &load.source, 0);
     b.step(
         "load batch",
@@ -406,24 +471,30 @@ pub fn lower(
             live,
             at: 0,
             clear: compactions,
+            alias: merge.map(|m| m.alias),
         },
         vec![Launch::Kernel {
             kernel: load_k,
             grid: load.launch.grid,
             block: load.launch.block,
-            args: vec![
-                Arg::Buf(img_off, 0),
-                Arg::Buf(img_idx, 0),
-                Arg::Buf(img_val, 0),
-                Arg::Buf(act[0], 0),
-                Arg::Buf(ids[0], 0),
-                Arg::Buf(live, 0),
-                Arg::Param(first),
-            ],
+            args: [Arg::Buf(img_off, 0), Arg::Buf(img_idx, 0), Arg::Buf(img_val, 0)]
+                .into_iter()
+                .chain([Arg::Buf(act[0], 0), Arg::Buf(ids[0], 0), Arg::Buf(live, 0)])
+                .chain(merge.map(|m| Arg::Buf(m.alias, 0)))
+                .chain([Arg::Param(first)])
+                .collect(),
         }],
     );
     let compact = rows::compact_rows(batch, neurons).map_err(codegen)?;
     let compact_k = b.kernel(&compact.name, &compact.source, 0);
+    let merge_ks = match merge {
+        Some(_) => {
+            let (hash, pack) = rows::merge_rows(batch, neurons).map_err(codegen)?;
+            let ids = (b.kernel(&hash.name, &hash.source, 0), b.kernel(&pack.name, &pack.source, 0));
+            Some((hash, pack, ids))
+        }
+        None => None,
+    };
 
     let (mut cur, mut cur_ids, mut count_at) = (0usize, 0usize, 0usize);
     let mut summaries = vec![];
@@ -505,10 +576,39 @@ pub fn lower(
         if options.compacts_after(l, n_layers) {
             let (src, dst) = (act[cur], act[1 - cur]);
             let (sids, dids) = (ids[cur_ids], ids[1 - cur_ids]);
-            b.step(
-                &format!("compact after layer {l}"),
-                Op::CompactRows { src, src_ids: sids, dst, dst_ids: dids, cols: neurons, live, at: count_at },
-                vec![Launch::Kernel {
+            let this_merge = merge.filter(|_| options.merges_after(l, n_layers));
+            let launches = match (this_merge, &merge_ks) {
+                (Some(m), Some((hash, pack, (hash_k, pack_k)))) => vec![
+                    Launch::Zero { dst: m.table, at: 0, len: 3 * m.slots },
+                    Launch::Kernel {
+                        kernel: *hash_k,
+                        grid: hash.launch.grid,
+                        block: hash.launch.block,
+                        args: vec![
+                            Arg::Buf(src, 0),
+                            Arg::Buf(live, count_at),
+                            Arg::Buf(m.table, 0),
+                            Arg::Buf(m.table, 2 * m.slots),
+                            Arg::Buf(m.row_slot, 0),
+                        ],
+                    },
+                    Launch::Kernel {
+                        kernel: *pack_k,
+                        grid: pack.launch.grid,
+                        block: pack.launch.block,
+                        args: vec![
+                            Arg::Buf(src, 0),
+                            Arg::Buf(sids, 0),
+                            Arg::Buf(dst, 0),
+                            Arg::Buf(dids, 0),
+                            Arg::Buf(live, count_at),
+                            Arg::Buf(m.table, 2 * m.slots),
+                            Arg::Buf(m.row_slot, 0),
+                            Arg::Buf(m.alias, 0),
+                        ],
+                    },
+                ],
+                _ => vec![Launch::Kernel {
                     kernel: compact_k,
                     grid: compact.launch.grid,
                     block: compact.launch.block,
@@ -520,6 +620,20 @@ pub fn lower(
                         Arg::Buf(live, count_at),
                     ],
                 }],
+            };
+            b.step(
+                &format!("{} after layer {l}", if this_merge.is_some() { "compact + merge" } else { "compact" }),
+                Op::CompactRows {
+                    src,
+                    src_ids: sids,
+                    dst,
+                    dst_ids: dids,
+                    cols: neurons,
+                    live,
+                    at: count_at,
+                    merge: this_merge,
+                },
+                launches,
             );
             cur = 1 - cur;
             cur_ids = 1 - cur_ids;
@@ -538,6 +652,20 @@ pub fn lower(
             args: vec![Arg::Buf(act[cur], 0), Arg::Buf(ids[cur_ids], 0), Arg::Buf(live, count_at), Arg::Buf(flags, 0)],
         }],
     );
+    if let Some(m) = merge {
+        let resolve = rows::resolve_aliases(batch, images.n_images).map_err(codegen)?;
+        let resolve_k = b.kernel(&resolve.name, &resolve.source, 0);
+        b.step(
+            "categories of merged images",
+            Op::ResolveAliases { alias: m.alias, flags, first, count: batch, images: images.n_images },
+            vec![Launch::Kernel {
+                kernel: resolve_k,
+                grid: resolve.launch.grid,
+                block: resolve.launch.block,
+                args: vec![Arg::Buf(m.alias, 0), Arg::Buf(flags, 0), Arg::Param(first)],
+            }],
+        );
+    }
     let program = b.finish()?;
     Ok(HpecLowering { program, flags, live, weight_bytes, streamed, layer_summaries: summaries })
 }

@@ -358,7 +358,8 @@ pub enum Op {
     /// Rows `first .. first + count` (clamped to the `rows` of the CSR `images`: offsets, indices,
     /// values) scattered into dense rows `0..` of `dst` (`cols` wide; the rest of each row zero);
     /// `ids[r] = first + r`; `live[at] = ` the number of rows written; `live[at + 1..]` zeroed
-    /// (`clear` counters: the compactions' counts start at zero).
+    /// (`clear` counters: the compactions' counts start at zero); with `alias`, `alias[first + r]`
+    /// zeroed (no image of the batch is merged yet, see [`Merge`]).
     LoadRows {
         offsets: BufferId,
         indices: BufferId,
@@ -372,11 +373,13 @@ pub enum Op {
         live: BufferId,
         at: usize,
         clear: usize,
+        alias: Option<BufferId>,
     },
     /// The rows `r < live[at]` of `src` (`cols` wide) that hold any nonzero, with their `ids`,
     /// packed into `dst`/`dst_ids`; their count into `live[at + 1]` (which must start at zero).
     /// The order of the packed rows is unspecified (atomic slots on the GPU); each row's values
-    /// do not depend on it.
+    /// do not depend on it. With `merge`, a row bitwise equal to another packed row may be
+    /// dropped too, its image aliased to that row's image ([`Merge`]).
     CompactRows {
         src: BufferId,
         src_ids: BufferId,
@@ -385,7 +388,13 @@ pub enum Op {
         cols: usize,
         live: BufferId,
         at: usize,
+        merge: Option<Merge>,
     },
+    /// `flags[i] = flags[root(i)]` for the images `i` of the batch (`first .. first + count`,
+    /// clamped to `images`) that a compaction merged (`alias[i] != 0`); `root` follows
+    /// `alias` (image `j` stands for image `alias[j] - 1`) to an image that was never merged,
+    /// whose flag [`Op::MarkRows`] already set.
+    ResolveAliases { alias: BufferId, flags: BufferId, first: ParamId, count: usize, images: usize },
     /// `flags[ids[r]] = 1` for the rows `r < live[at]` of `src` that hold any nonzero.
     MarkRows { src: BufferId, ids: BufferId, cols: usize, live: BufferId, at: usize, flags: BufferId },
     /// Graph nodes run in order: what one generated kernel (or a fused group of elementwise
@@ -394,6 +403,28 @@ pub enum Op {
     Nodes(Vec<NodeOp>),
     /// A plain copy or fill ([`Launch::Copy`] / [`Launch::Zero`]): the op is its launch.
     Move,
+}
+
+/// Identical rows merged by a compaction: once the activations of a batched network converge,
+/// many live rows hold the same values, and every layer computes each of them again. Rows are
+/// bitwise equal or not merged, and equal rows give equal rows through every later layer, so
+/// one of them carries the others' category (exact, no tolerance).
+///
+/// On the GPU: the step zeroes `table`, one kernel hashes every nonzero row into it (open
+/// addressing; the slot keeps the smallest row index with that hash) and writes the row's slot
+/// to `row_slot`, a second packs each row whose slot's representative is itself, or whose
+/// representative differs from it (a hash collision: kept, never merged wrongly), and aliases
+/// the rest: `alias[id] = 1 + ` the representative's id.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Merge {
+    /// `slots` 64-bit keys (as pairs of i32) then `slots` representatives, i32.
+    pub table: BufferId,
+    /// A power of two, at least twice the rows.
+    pub slots: usize,
+    /// Per source row: its table slot, -1 for an all-zero row.
+    pub row_slot: BufferId,
+    /// Per image: 0, or 1 + the id of the image whose row stands for its own.
+    pub alias: BufferId,
 }
 
 /// One graph node inside an [`Op::Nodes`] step.
@@ -518,17 +549,24 @@ impl Program {
                 out.extend(bias.iter().map(|b| Access { buf: *b, at: 0, len: n, write: false }));
                 out.extend(rows_of(rows));
             }
-            Op::LoadRows { offsets, indices, values, count, cols, dst, ids, live, at, clear, .. } => {
+            Op::LoadRows { offsets, indices, values, count, cols, dst, ids, live, at, clear, alias, .. } => {
                 out.extend([whole(*offsets, false), whole(*indices, false), whole(*values, false)]);
                 out.push(Access { buf: *dst, at: 0, len: count * cols, write: true });
                 out.push(Access { buf: *ids, at: 0, len: *count, write: true });
                 out.push(Access { buf: *live, at: *at, len: 1 + clear, write: true });
+                out.extend(alias.iter().map(|a| whole(*a, true)));
             }
-            Op::CompactRows { src, src_ids, dst, dst_ids, live, at, .. } => {
+            Op::CompactRows { src, src_ids, dst, dst_ids, live, at, merge, .. } => {
                 out.extend([whole(*src, false), whole(*src_ids, false)]);
                 out.push(Access { buf: *live, at: *at, len: 1, write: false });
                 out.extend([whole(*dst, true), whole(*dst_ids, true)]);
                 out.push(Access { buf: *live, at: at + 1, len: 1, write: true });
+                if let Some(m) = merge {
+                    out.extend([whole(m.table, true), whole(m.row_slot, true), whole(m.alias, true)]);
+                }
+            }
+            Op::ResolveAliases { alias, flags, .. } => {
+                out.extend([whole(*alias, false), whole(*flags, true)]);
             }
             Op::MarkRows { src, ids, live, at, flags, .. } => {
                 out.extend([whole(*src, false), whole(*ids, false)]);
@@ -798,18 +836,30 @@ fn op_text(op: &Op) -> String {
                 if *accumulate { " accumulate" } else { "" }
             )
         }
-        Op::LoadRows { images, first, count, cols, dst, ids, live, at, clear, .. } => format!(
-            "load_rows dst=buf%{} ids=buf%{} images={images} first=param${} count={count} cols={cols} live=buf%{}[{at}] clear={clear}",
-            dst.0, ids.0, first.0, live.0
+        Op::LoadRows { images, first, count, cols, dst, ids, live, at, clear, alias, .. } => format!(
+            "load_rows dst=buf%{} ids=buf%{} images={images} first=param${} count={count} cols={cols} live=buf%{}[{at}] clear={clear}{}",
+            dst.0,
+            ids.0,
+            first.0,
+            live.0,
+            alias.map_or(String::new(), |a| format!(" alias=buf%{}", a.0))
         ),
-        Op::CompactRows { src, src_ids, dst, dst_ids, cols, live, at } => format!(
-            "compact_rows buf%{}+ids buf%{} -> buf%{}+ids buf%{} cols={cols} live=buf%{}[{at}->{}]",
+        Op::CompactRows { src, src_ids, dst, dst_ids, cols, live, at, merge } => format!(
+            "compact_rows buf%{}+ids buf%{} -> buf%{}+ids buf%{} cols={cols} live=buf%{}[{at}->{}]{}",
             src.0,
             src_ids.0,
             dst.0,
             dst_ids.0,
             live.0,
-            at + 1
+            at + 1,
+            merge.map_or(String::new(), |m| format!(
+                " merge table=buf%{}x{} row_slot=buf%{} alias=buf%{}",
+                m.table.0, m.slots, m.row_slot.0, m.alias.0
+            ))
+        ),
+        Op::ResolveAliases { alias, flags, first, count, images } => format!(
+            "resolve_aliases alias=buf%{} flags=buf%{} first=param${} count={count} images={images}",
+            alias.0, flags.0, first.0
         ),
         Op::MarkRows { src, ids, cols, live, at, flags } => format!(
             "mark_rows buf%{} ids=buf%{} cols={cols} live=buf%{}[{at}] flags=buf%{}",

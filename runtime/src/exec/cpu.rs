@@ -295,7 +295,7 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             mem.store_floats(*c, c_elem, &out);
             Ok(())
         }
-        Op::LoadRows { offsets, indices, values, images, first, count, cols, dst, ids, live, at, clear } => {
+        Op::LoadRows { offsets, indices, values, images, first, count, cols, dst, ids, live, at, clear, alias } => {
             let first = params[first.0 as usize];
             let first = usize::try_from(first).map_err(|_| format!("negative first row {first}"))?;
             let avail = images.saturating_sub(first).min(*count);
@@ -313,6 +313,9 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
                     mem.set_f32(*dst, base + col, v);
                 }
                 mem.set_i32(*ids, r, row as i32);
+                if let Some(alias) = alias {
+                    mem.set_i32(*alias, row, 0);
+                }
             }
             mem.set_i32(*live, *at, avail as i32);
             for j in 1..=*clear {
@@ -320,23 +323,63 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             }
             Ok(())
         }
-        Op::CompactRows { src, src_ids, dst, dst_ids, cols, live, at } => {
+        Op::CompactRows { src, src_ids, dst, dst_ids, cols, live, at, merge } => {
             let n = live_rows(mem, &Rows::Live { max: program.buffer(*src_ids).len, count: *live, at: *at })?;
             if mem.i32_at(*live, at + 1) != 0 {
                 return Err("the compaction's counter does not start at zero".into());
             }
             let mut slot = 0usize;
+            // With a merge: the first row of each distinct content stands for the later ones.
+            let mut kept: std::collections::HashMap<Vec<u8>, i32> = Default::default();
             for r in 0..n {
+                if let Some(m) = merge {
+                    mem.set_i32(m.row_slot, r, -1);
+                }
                 if !row_nonzero(mem, *src, r, *cols) {
                     continue;
                 }
                 let bytes = mem.bufs[src.0 as usize][4 * r * cols..4 * (r + 1) * cols].to_vec();
+                if let Some(m) = merge {
+                    let id = mem.i32_at(*src_ids, r);
+                    if let Some(&rep) = kept.get(&bytes) {
+                        let at = usize::try_from(id).map_err(|_| format!("image id {id} out of range"))?;
+                        if at >= program.buffer(m.alias).len {
+                            return Err(format!("image id {id} out of range"));
+                        }
+                        mem.set_i32(m.alias, at, rep + 1);
+                        continue;
+                    }
+                    kept.insert(bytes.clone(), id);
+                }
                 mem.bufs[dst.0 as usize][4 * slot * cols..4 * (slot + 1) * cols].copy_from_slice(&bytes);
                 let id = mem.i32_at(*src_ids, r);
                 mem.set_i32(*dst_ids, slot, id);
                 slot += 1;
             }
             mem.set_i32(*live, at + 1, slot as i32);
+            Ok(())
+        }
+        Op::ResolveAliases { alias, flags, first, count, images } => {
+            let first = params[first.0 as usize];
+            let first = usize::try_from(first).map_err(|_| format!("negative first row {first}"))?;
+            let end = (first + count).min(*images);
+            for i in first..end {
+                let (mut x, mut hops) = (i, 0);
+                while mem.i32_at(*alias, x) != 0 {
+                    let next = mem.i32_at(*alias, x) - 1;
+                    x = usize::try_from(next)
+                        .ok()
+                        .filter(|&j| j < *images)
+                        .ok_or_else(|| format!("alias {next} out of range"))?;
+                    hops += 1;
+                    if hops > *count {
+                        return Err(format!("image {i}: the aliases form a cycle"));
+                    }
+                }
+                if x != i && mem.bufs[flags.0 as usize][x] != 0 {
+                    mem.bufs[flags.0 as usize][i] = 1;
+                }
+            }
             Ok(())
         }
         Op::MarkRows { src, ids, cols, live, at, flags } => {

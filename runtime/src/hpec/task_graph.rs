@@ -38,13 +38,14 @@ pub struct CompiledNetwork {
 }
 
 /// The file of a layer's cache entry: keyed by the layer's content (pattern and values), what
-/// compiling it depends on (batch, planning rows, engine, folding, fine tile, SM count) and the
+/// compiling it depends on (batch, planning rows, engine, folding, fine tile, SM count, the
+/// few-rows bound) and the
 /// spartac version.
 fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions) -> PathBuf {
     let mut h = spartac::program::Fnv64::new();
     h.add(
         format!(
-            "{}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|",
+            "{}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|{:?}|",
             env!("CARGO_PKG_VERSION"),
             layer.rows,
             layer.cols,
@@ -52,7 +53,8 @@ fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions
             options.engine,
             options.fold_values,
             options.fine_tile,
-            options.sm_count
+            options.sm_count,
+            options.few_rows
         )
         .as_bytes(),
     );
@@ -158,13 +160,21 @@ fn categories_of(flags: &[u8]) -> Vec<u32> {
 
 /// Runs the compiled program batch after batch on the CPU executor; returns the categories.
 pub fn run_cpu(compiled: &CompiledNetwork) -> HpecResult<Vec<u32>> {
+    run_cpu_counted(compiled).map(|(categories, _)| categories)
+}
+
+/// [`run_cpu`], also returning the row counters of the last batch (element 0 the rows loaded,
+/// element c + 1 the rows left after compaction c).
+pub fn run_cpu_counted(compiled: &CompiledNetwork) -> HpecResult<(Vec<u32>, Vec<i32>)> {
     let program = &compiled.lowering.program;
     let batch = batch_rows(program);
     let mut mem = cpu::CpuMemory::new(program);
     for first in (0..compiled.images).step_by(batch) {
         cpu::run(program, &mut mem, &[first as i32]).map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
     }
-    Ok(categories_of(mem.bytes(compiled.lowering.flags)))
+    let live = mem.bytes(compiled.lowering.live);
+    let counts = live.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    Ok((categories_of(mem.bytes(compiled.lowering.flags)), counts))
 }
 
 /// What a GPU run measured.
@@ -408,7 +418,9 @@ pub fn profile_by_kind(
                     "spmm layers 10+"
                 }
             }
-            Op::CompactRows { .. } => "compaction",
+            Op::CompactRows { merge: None, .. } => "compaction",
+            Op::CompactRows { merge: Some(_), .. } => "compaction + merge",
+            Op::ResolveAliases { .. } => "categories",
             Op::LoadRows { .. } => "load batch",
             Op::MarkRows { .. } => "categories",
             Op::Move => "weight streaming (copies)",

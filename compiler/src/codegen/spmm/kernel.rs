@@ -36,6 +36,9 @@ pub enum Family {
     /// groups of 8, each multiplying the gathered k where any of them is nonzero. See
     /// `spmm/fine_tf32/`.
     FineTf32,
+    /// Element-sparse fp32 weight for a few live rows: a thread per output element over its
+    /// column's nonzeros in ELL slots. See `spmm/few_rows.rs`.
+    FineRows,
 }
 
 impl Family {
@@ -52,6 +55,7 @@ impl Family {
             Family::FineDismantled => "fine_dismantled",
             Family::BlockTf32 => "block_tf32",
             Family::FineTf32 => "fine_tf32",
+            Family::FineRows => "fine_rows",
         }
     }
 }
@@ -239,6 +243,7 @@ impl Kernel {
             Family::Epilogue => vec![],
             Family::FineDismantled => crate::codegen::spmm::dismantled::pack(self, w),
             Family::FineTf32 => crate::codegen::spmm::fine_tf32::pack(self, w),
+            Family::FineRows => crate::codegen::spmm::few_rows::pack(self, w),
             Family::Fine | Family::FineLeft => {
                 // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
                 // left: row `col` of W (`M × K`, row-major).

@@ -36,6 +36,7 @@
 
 mod block;
 mod dismantled;
+pub mod few_rows;
 mod fine;
 pub(crate) mod fine_tf32;
 pub(crate) mod int8;

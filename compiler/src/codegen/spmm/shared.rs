@@ -30,6 +30,7 @@ pub(crate) fn kernel_head(name: &str, dtype: Dtype, spec: &SpmmSpec) -> KernelHe
         n: spec.n,
         epilogue: epilogue_ctx(spec),
         live_rows: spec.live_rows,
+        live_above: spec.live_above,
     }
 }
 
