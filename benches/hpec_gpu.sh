@@ -55,6 +55,10 @@ if has ablations; then # 1024x120, one setting changed from the defaults each
   run abl_plan_at_batch $REAL --plan-rows 60000
   run abl_auto_tile $REAL --fine-tile auto
   run abl_batch_6000 $REAL --batch 6000
+  run abl_merge_from_0 $REAL --merge-from 0
+  run abl_merge_from_16 $REAL --merge-from 16
+  run abl_few_rows_16 $REAL --few-rows 16
+  run abl_few_rows_256 $REAL --few-rows 256
 fi
 if has sweep; then # fine tiles on 1024x480
   for t in 64,24,6,1 64,31,6,1 64,16,4,1 64,16,8,1 32,31,6,1; do
