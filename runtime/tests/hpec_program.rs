@@ -64,6 +64,21 @@ fn merging_identical_rows_keeps_the_categories_and_leaves_one_row_per_distinct_a
 }
 
 #[test]
+fn the_merged_f64_reference_equals_the_image_by_image_one() {
+    let network = real_network(40);
+    let mnist = hpec::mnist::mnist_images(&bundled::mnist_digits().unwrap(), 1024, 300).unwrap();
+    let repeated = bundled::real_1024_images().unwrap().first(600).tiled(900).unwrap();
+    for images in [&mnist, &repeated] {
+        let one_by_one: Vec<u32> = (0..images.n_images())
+            .filter(|&i| hpec::reference::reference_final_row(&network, images, i).iter().any(|&v| v != 0.0))
+            .map(|i| i as u32 + 1)
+            .collect();
+        assert!(!one_by_one.is_empty());
+        assert_eq!(hpec::reference_categories(&network, images).unwrap(), one_by_one);
+    }
+}
+
+#[test]
 fn without_compaction_and_with_streamed_weights_the_categories_stay() {
     let network = real_network(24);
     // MNIST-derived inputs: more of them survive than of the first real images.
