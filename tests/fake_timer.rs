@@ -3,8 +3,8 @@
 
 use spartac::codegen::from_plan::PlannedKernel;
 use spartac::codegen::SpmmSpec;
-use spartac::plan::tune::{Measurement, Target, Timer};
 use spartac::plan::OperatorPlan;
+use spartac::tune::{Measurement, Target, Timer};
 
 type TimeFn = dyn Fn(&OperatorPlan, &[PlannedKernel]) -> Result<Measurement, String>;
 

@@ -1,7 +1,7 @@
 //! `spartac tune`: autotuning with profiling feedback on the GPU (SparTA §3.3–§4).
 //!
 //! The model goes through `compile`'s pipeline up to the plan; then, per planned operator,
-//! every candidate (`spartac::plan::tune`: the planner's alternatives × the kernel choices that
+//! every candidate (`spartac::tune`: the planner's alternatives × the kernel choices that
 //! matter, those the cost model puts above `--prune`× the best skipped) is checked and timed on
 //! the GPU (`spartac_runtime::cuda::tune::GpuTimer`), each result cached as it comes. The
 //! measurements refit the cost DB; the plan is redone with it and its new alternatives measured,
@@ -14,11 +14,11 @@ use crate::tune_report::{unique_entries, Report};
 use anyhow::{Context, Result};
 use clap::Args;
 use spartac::plan::cost::CostModel;
-use spartac::plan::tune::{
+use spartac::plan::{Plan, PlanOptions};
+use spartac::tune::{
     apply_cache, refit, samples, spartac_version, tune_graph, Entry, Event, StopReason, Target, Timer, TuneCache,
     TuneOptions, TuneRun,
 };
-use spartac::plan::{Plan, PlanOptions};
 use spartac_runtime::cuda::tune::GpuTimer;
 use spartac_runtime::cuda::CudaDevice;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@ use crate::plot::{ScatterPlot, Series};
 use anyhow::Result;
 use spartac::plan::calibrate::predict;
 use spartac::plan::cost::CostModel;
-use spartac::plan::tune::{median_rel_err, samples, spartac_version, Entry, Measured, StopReason, Target, TuneRun};
+use spartac::tune::{median_rel_err, samples, spartac_version, Entry, Measured, StopReason, Target, TuneRun};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;

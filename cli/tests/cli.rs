@@ -489,8 +489,8 @@ fn tune_without_a_gpu_is_a_one_line_error() {
 #[test]
 fn compile_takes_the_measured_winners_and_the_refitted_db_from_a_tune_cache() {
     use spartac::codegen::Engine;
-    use spartac::plan::tune::{tune_graph, TuneCache, TuneOptions};
     use spartac::plan::KernelChoice;
+    use spartac::tune::{tune_graph, TuneCache, TuneOptions};
     if spartac_runtime::cuda::driver_present().is_ok() {
         eprintln!("skipped: a CUDA driver is present (compile matches the cache to that GPU, not the fake one)");
         return;

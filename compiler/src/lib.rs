@@ -9,12 +9,17 @@
 //! It never links CUDA (no cudarc in its dependency tree). Where a kernel needs a driver object
 //! (a TMA tensor map), the compiler only describes it ([`codegen::TmaBox`]) and the runtime
 //! builds it.
+//!
+//! Below `plan` and `codegen` sits [`kernel_choice`]: the matmul spec, the kernel families and
+//! the rules that pick a family and count its work, which both use (`plan` never imports
+//! `codegen`). Above both sits [`tune`], which plans, specializes and times candidates.
 
 pub mod codegen;
 pub mod contained;
 pub mod error;
 pub mod frontend;
 pub mod ir;
+pub mod kernel_choice;
 pub mod npy;
 pub mod ops;
 pub mod output;
@@ -25,5 +30,6 @@ pub mod reference;
 pub mod rewrite;
 pub mod rng;
 pub mod tesa;
+pub mod tune;
 
 pub use error::Error;

@@ -7,16 +7,16 @@ use spartac::codegen::{Engine, SpmmSpec};
 use spartac::frontend::{load_model_bytes, LoadOptions};
 use spartac::ir::{DType, Graph, Tensor};
 use spartac::plan::site::find_sites;
-use spartac::plan::tune::{
-    apply_cache, cache_key, enumerate, median_rel_err, refit, samples, signature, spartac_version, tune_graph, Event,
-    Measurement, StopReason, Target, TuneCache, TuneOptions,
-};
 use spartac::plan::{plan, KernelChoice, PlanOptions};
 use spartac::propagate::{propagate, PropagateOptions};
 use spartac::rewrite::prepare_for_lowering;
 use spartac::rng::SplitMix64;
 use spartac::tesa::attrs::apply_attrs;
 use spartac::tesa::patterns::Pattern;
+use spartac::tune::{
+    apply_cache, cache_key, enumerate, median_rel_err, refit, samples, signature, spartac_version, tune_graph, Event,
+    Measurement, StopReason, Target, TuneCache, TuneOptions,
+};
 use spartac_tests::builder::{fixed, ModelBuilder};
 use spartac_tests::fake_timer::FakeTimer;
 use std::time::Instant;

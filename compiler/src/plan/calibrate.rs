@@ -14,7 +14,7 @@
 use super::cost::{BlockEntry, BlockKernel, BlockTf32Entry, CostDb, CostModel, DenseEntry, FineTf32Entry};
 use super::cover::BlockShape;
 use super::hardware::NumberFormat;
-use crate::codegen::FineTf32Work;
+use crate::kernel_choice::FineTf32Work;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 

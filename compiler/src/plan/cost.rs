@@ -7,16 +7,16 @@
 //!
 //! Two kernels have entries of their own, because their time does not follow the
 //! per-shape table: the 3xTF32 fine kernel ([`FineTf32Entry`]: time from its k8 steps and the
-//! re-reads of A, which `codegen::fine_tf32_auto_work` counts on the part's pattern, not from
-//! its element count), and the 3xTF32 block kernel ([`BlockTf32Entry`]: one entry for every
-//! shape it takes, chosen by the specializer's own rule `codegen::block_tf32_auto_takes`, so
-//! a block's time depends on the orientation). The model asks `codegen` which kernel would
-//! run a part so that it and the specializer agree.
+//! re-reads of A, which `kernel_choice::fine_tf32::auto_work` counts on the part's pattern,
+//! not from its element count), and the 3xTF32 block kernel ([`BlockTf32Entry`]: one entry for
+//! every shape it takes, chosen by [`block_tf32::auto_takes`], so a block's time depends on
+//! the orientation). Which kernel would run a part comes from [`crate::kernel_choice`], whose
+//! rules the specializer's dispatcher calls too, so the model and the specializer agree.
 
 use super::cover::BlockShape;
 use super::hardware::{HardwareProfile, NumberFormat};
 use super::suboperator::Orientation;
-use crate::codegen::{block_tf32_auto_takes, Dtype, FineTf32Work, Orientation as KernelOrientation};
+use crate::kernel_choice::{block_tf32, Dtype, FineTf32Work, Orientation as KernelOrientation};
 use crate::Error;
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +44,7 @@ pub struct BlockEntry {
 
 /// The 3xTF32 fine kernel (fp32 element-sparse weights on tensor cores): its time is a
 /// launch and the output, plus A re-read once per CTA column tile, plus its k8 steps
-/// (`codegen::FineTf32Work`). Fitted by `spartac costdb fit`; without it the model assumes
+/// ([`FineTf32Work`]). Fitted by `spartac costdb fit`; without it the model assumes
 /// half a third of the TF32 rate (three products per step, issue-bound) and A at the L2 rate.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct FineTf32Entry {
@@ -221,7 +221,7 @@ impl CostModel {
             Orientation::WeightRight => KernelOrientation::Right,
             Orientation::WeightLeft => KernelOrientation::Left,
         };
-        if nf.dtype == "f32" && block_tf32_auto_takes(Dtype::F32, o, (shape.h, shape.w)) {
+        if nf.dtype == "f32" && block_tf32::auto_takes(Dtype::F32, o, (shape.h, shape.w)) {
             BlockKernel::Tf32x3
         } else {
             BlockKernel::Table

@@ -12,9 +12,15 @@
 //! artifact ([`artifact`]); [`explain`] says why each choice was made. [`calibrate`] fits the
 //! cost DB to GPU timings; [`ilp`] is the exact cover the tests measure the greedy one against.
 //!
-//! [`tune`] replaces the model's choice by measured ones: it times every alternative (crossed
-//! with the kernel choices that matter, [`KernelChoice`]) on the GPU through a [`tune::Timer`]
-//! the runtime implements, caches the winners, and refits the cost DB to the measurements.
+//! [`crate::tune`] replaces the model's choice by measured ones: it times every alternative
+//! (crossed with the kernel choices that matter, [`KernelChoice`]) on the GPU through a
+//! [`crate::tune::Timer`] the runtime implements, caches the winners, and refits the cost DB to
+//! the measurements. It specializes kernels, so it lives above this module and the specializer.
+//!
+//! Layering: the plan never imports the specializer. What it must know about kernels (which
+//! family runs a part, how much work that is, the engine and tile names a [`KernelChoice`]
+//! carries) comes from [`crate::kernel_choice`], which the specializer uses for the same
+//! decisions.
 //!
 //! Entry point: [`plan()`], `plan(graph, &PlanOptions)`, which plans every site of the graph;
 //! [`plan_site_with`] forces an alternative of one site, [`plan_site_alternatives`] gives them all.
@@ -30,7 +36,6 @@ pub mod ilp;
 pub mod round_bits;
 pub mod site;
 pub mod suboperator;
-pub mod tune;
 
 use cost::CostModel;
 use cover::{cover_blocks_fewer_parts, single_shape_cover, BlockShape, Cover, DEFAULT_SHAPES};
@@ -40,8 +45,8 @@ use site::{find_sites, Site};
 use std::time::Instant;
 use suboperator::{from_cover, split_two_four, Epilogue, Orientation, SubOpKind, SubOperator};
 
-use crate::codegen::{Engine, Tile};
 use crate::ir::Graph;
+use crate::kernel_choice::{Engine, Tile};
 use crate::Error;
 use serde::{Deserialize, Serialize};
 

@@ -15,7 +15,7 @@
 
 use super::cover::{BlockShape, Cover, CoverPart};
 use super::hardware::NumberFormat;
-use crate::codegen::{fine_tf32_auto_work, Dtype, FineTf32Work, SpmmSpec};
+use crate::kernel_choice::{fine_tf32, Dtype, FineTf32Work, SpmmSpec};
 use crate::tesa::Format;
 
 /// Which side the sparse weight is on.
@@ -296,7 +296,7 @@ pub fn from_cover(
 }
 
 /// The work of the 3xTF32 fine kernel on an fp32 right-orientation 1×1 part, where the
-/// specializer's `Engine::Auto` would run the part on it (`codegen::fine_tf32_auto_work`): its
+/// specializer's `Engine::Auto` would run the part on it ([`fine_tf32::auto_work`]): its
 /// time follows the k its column groups gather, not the count of elements.
 fn fine_tf32_work(
     p: &CoverPart,
@@ -316,7 +316,7 @@ fn fine_tf32_work(
         blocks.push((i as usize / cols, i as usize % cols));
     }
     let spec = SpmmSpec::new(m, rows, cols, Dtype::F32, (1, 1), blocks);
-    fine_tf32_auto_work(&spec, &live).ok().flatten()
+    fine_tf32::auto_work(&spec, &live).ok().flatten()
 }
 
 #[cfg(test)]

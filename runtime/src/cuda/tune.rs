@@ -1,5 +1,5 @@
 //! The GPU side of `spartac tune`: [`GpuTimer`] implements the compiler's
-//! `plan::tune::Timer` with the kernel bench's machinery ([`super::spmm::run_problem`]): the
+//! `spartac::tune::Timer` with the kernel bench's machinery ([`super::spmm::run_problem`]): the
 //! candidate's kernels run on a poisoned output, are checked against an f64 CPU reference of
 //! `X·W` on a spread of rows, then timed with CUDA events, the L2 flushed before each timed
 //! run, and the median kept.
@@ -11,9 +11,9 @@ use rayon::prelude::*;
 use spartac::codegen::from_plan::PlannedKernel;
 use spartac::codegen::{specialize, Dtype, Orientation, SpmmSpec};
 use spartac::plan::suboperator::Orientation as PlanOrientation;
-use spartac::plan::tune::{Measurement, Target, Timer};
 use spartac::plan::OperatorPlan;
 use spartac::tesa::patterns::Pattern;
+use spartac::tune::{Measurement, Target, Timer};
 
 /// Times candidates on one GPU.
 pub struct GpuTimer {

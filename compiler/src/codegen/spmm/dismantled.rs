@@ -11,9 +11,10 @@
 //! its row, and every nonzero of W in those four rows of the warp's columns is then one FFMA
 //! on values already in registers. The price is code size (one instruction per nonzero) and
 //! instruction fetch where no other CTA on the SM runs the same code, so `Mode::Auto` takes it
-//! only where it measured faster (see [`applies`]): under 1.5% kept, N ≤ 256, within
-//! `SpmmSpec::unroll_budget` (run 12, `benches/results/spmm_gpu.md`). `Mode::Unrolled` or a
-//! dismantled `Tile` also select it.
+//! only where it measured faster: under 1.5% kept, N ≤ 256, within `SpmmSpec::unroll_budget`
+//! (run 12, `benches/results/spmm_gpu.md`). `Mode::Unrolled` or a dismantled `Tile` also
+//! select it. That rule and the tiling are the planner's too, so they live in
+//! [`crate::kernel_choice::dismantled`].
 //!
 //! Layout: a warp computes a 32-row × `nt`-column tile of C (a *segment* of `nt` columns);
 //! the `ws` warps of a CTA take `ws` consecutive segments over the same 32 rows of A, which
@@ -28,10 +29,9 @@ use crate::codegen::render::{render, KernelHead};
 use crate::codegen::spmm::kernel::{Family, Kernel, Launch};
 use crate::codegen::spmm::shared::{kernel_head, spec_err};
 use crate::codegen::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
+use crate::kernel_choice::dismantled::{Tiling, BM};
 use serde::Serialize;
 
-/// Rows of A (lanes) per warp and CTA.
-const BM: usize = 32;
 /// Shared memory the ring may take when K does not fit whole (bytes), leaving room for two
 /// or three CTAs per SM.
 const RING_BYTES: usize = 72 * 1024;
@@ -42,69 +42,6 @@ const SMS: usize = 132;
 /// Most nonzeros any dismantled kernel holds (one instruction each: ~4 MB of code, minutes of
 /// NVRTC and ptxas), whatever the mode asks.
 const MAX_NONZEROS: usize = 1 << 18;
-
-/// The tiling of a dismantled kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Tiling {
-    /// Output columns per warp (accumulators per thread): 32 or 64.
-    pub nt: usize,
-    /// Warps (segments) per CTA.
-    pub ws: usize,
-    /// Depth of a k-chunk (a multiple of 4).
-    pub kc: usize,
-}
-
-impl Tiling {
-    /// The specializer's choice, or the override `Tile { rows: 32, stages: nt / 32, warps }`.
-    fn choose(spec: &SpmmSpec) -> Result<Tiling, CodegenError> {
-        let kc = spec.k.next_multiple_of(4).min(128);
-        match spec.tile {
-            Some(t) if t.warps > 0 => {
-                // 128 accumulators spilled under ptxas (44 bytes at 2 warps).
-                if t.rows != BM || !(1..=2).contains(&t.stages) || !(1..=16).contains(&t.warps) {
-                    return Err(spec_err(format!(
-                        "dismantled fine tiles are 32 rows × 32 or 64 columns per warp and 1 to 16 warps, not {} rows × {} columns × {} warps",
-                        t.rows,
-                        32 * t.stages,
-                        t.warps
-                    )));
-                }
-                Ok(Tiling { nt: 32 * t.stages, ws: t.warps, kc })
-            }
-            // 64 accumulators per thread: each 16-byte load of A feeds ~3 multiply-adds at 95%
-            // sparsity (64 columns × 4 k × 5%), four warps over one staged A tile.
-            _ => Ok(Tiling { nt: if spec.n > 32 { 64 } else { 32 }, ws: 4, kc }),
-        }
-    }
-}
-
-/// Whether `spec` (right orientation, 1×1 blocks) gets the dismantled kernel: fp32, and either
-/// a dismantled tile (`Tile::warps` > 0), `Mode::Unrolled`, or `Mode::Auto` where it measured
-/// faster than the loop kernel (run 12, H200): under 1.5% kept, every column in one CTA's
-/// warps (N ≤ 256: A read once, all CTAs running the same code), at most `unroll_budget`
-/// nonzeros. A loop-kernel tile override or `Mode::IndexStream` keeps the loop kernel.
-pub(super) fn applies(spec: &SpmmSpec) -> Result<bool, CodegenError> {
-    let tile = spec.tile.map(|t| t.warps > 0);
-    if tile == Some(true) && (spec.dtype != Dtype::F32 || spec.mode == Mode::IndexStream) {
-        return Err(spec_err(format!(
-            "a dismantled fine tile needs fp32 and the pattern in the code (mode Auto or Unrolled), not {} {:?}",
-            spec.dtype.name(),
-            spec.mode
-        )));
-    }
-    Ok(spec.dtype == Dtype::F32
-        && spec.orientation == Orientation::Right
-        && match (tile, spec.mode) {
-            (Some(dismantled), _) => dismantled,
-            (None, Mode::IndexStream) => false,
-            (None, Mode::Unrolled) => true,
-            (None, Mode::Auto) => {
-                let density = spec.blocks.len() as f64 / (spec.k * spec.n) as f64;
-                let t = Tiling::choose(spec)?;
-                spec.blocks.len() <= spec.unroll_budget && density < 0.015 && spec.n <= t.nt * t.ws
-            }
-        })
-}
 
 /// One multiply-add: `acc[j] += a.{comp} * weight`.
 #[derive(Clone, Debug, Serialize)]

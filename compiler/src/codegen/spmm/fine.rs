@@ -262,7 +262,7 @@ pub(crate) fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenErro
     if let Some(kernel) = crate::codegen::spmm::fine_tf32::try_specialize(spec, live)? {
         return Ok(kernel);
     }
-    if !spec.live_rows && crate::codegen::spmm::dismantled::applies(spec)? {
+    if !spec.live_rows && crate::kernel_choice::dismantled::applies(spec)? {
         return crate::codegen::spmm::dismantled::specialize(spec, live);
     }
     let n = spec.n;

@@ -4,61 +4,7 @@
 use crate::codegen::{Dtype, Mode, Orientation};
 use serde::Serialize;
 
-/// Kernel families.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Family {
-    /// fp32 block-sparse on CUDA cores (FFMA), cp.async pipeline.
-    BlockSimt,
-    /// fp16/bf16 block-sparse on tensor cores (ldmatrix + mma.sync m16n8k16, fp32 accumulate).
-    BlockMma,
-    /// Element-wise sparse weight (block 1×1): chunked CSC, A tile transposed in shared memory.
-    Fine,
-    /// Element-wise sparse weight on the left (`C = W · B`): chunked CSR of W, B rows in shared memory.
-    FineLeft,
-    /// Every block present: the block kernels without tables.
-    Dense,
-    /// Bias and activation in place, after a library GEMM (see `codegen::library_gemm`).
-    Epilogue,
-    /// int8 block-sparse, or dense with every block present, on tensor cores (ldmatrix +
-    /// mma.sync m16n8k32 s8, int32 accumulate, dequantizing epilogue, fp16 output).
-    BlockInt8,
-    /// fp16/bf16 block-sparse on Hopper tensor cores (wgmma from shared memory, persistent grid);
-    /// W blocks packed transposed. See `spmm/wgmma/`.
-    BlockWgmma,
-    /// Element-wise sparse fp32 weight dismantled to the element: one FFMA per nonzero in the
-    /// code, W values as immediates or packed in code order. See `spmm/dismantled.rs`.
-    FineDismantled,
-    /// fp32 block-sparse (or dense) on tensor cores at fp32 accuracy (3xTF32: mma.sync
-    /// m16n8k8 on the operands split into TF32 big and small parts); W blocks packed as their
-    /// big part then their small part. See `spmm/tf32.rs`.
-    BlockTf32,
-    /// Element-sparse fp32 weight on tensor cores at fp32 accuracy (3xTF32): columns in
-    /// groups of 8, each multiplying the gathered k where any of them is nonzero. See
-    /// `spmm/fine_tf32/`.
-    FineTf32,
-    /// Element-sparse fp32 weight for a few live rows: a thread per output element over its
-    /// column's nonzeros in ELL slots. See `spmm/few_rows.rs`.
-    FineRows,
-}
-
-impl Family {
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::BlockSimt => "block_simt",
-            Family::BlockMma => "block_mma",
-            Family::Fine => "fine",
-            Family::FineLeft => "fine_left",
-            Family::Dense => "dense",
-            Family::Epilogue => "epilogue",
-            Family::BlockInt8 => "block_int8",
-            Family::BlockWgmma => "block_wgmma",
-            Family::FineDismantled => "fine_dismantled",
-            Family::BlockTf32 => "block_tf32",
-            Family::FineTf32 => "fine_tf32",
-            Family::FineRows => "fine_rows",
-        }
-    }
-}
+pub use crate::kernel_choice::Family;
 
 /// Launch geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

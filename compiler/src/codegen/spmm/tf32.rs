@@ -13,7 +13,8 @@
 //! k-block's products are summed apart and added in fp32, since the tensor core's own
 //! accumulation truncates.
 //!
-//! Choice ([`auto_takes`]): `Engine::Auto` runs right-orientation fp32 blocks of 8-128 × 8-32
+//! Choice ([`auto_takes`], in [`crate::kernel_choice::block_tf32`] because the planner's cost
+//! model applies it too): `Engine::Auto` runs right-orientation fp32 blocks of 8-128 × 8-32
 //! (powers of two) here unless known values make a block uniform (the SIMT kernel folds those);
 //! `Engine::Simt` keeps the SIMT kernel, `Engine::Tf32x3` forces this one. Shared device
 //! helpers (the splits, the TF32 mma) are in `templates/tf32.cuh`.
@@ -24,6 +25,7 @@ use crate::codegen::spmm::shared::{
     warp_rows, BlockTables,
 };
 use crate::codegen::{CodegenError, Dtype, Engine, Family, Kernel, Launch, Mode, Orientation, SpmmSpec};
+use crate::kernel_choice::block_tf32::{auto_takes, supports};
 
 /// Rounds to TF32 as `cvt.rna.tf32.f32` does: to the nearest value with 10 mantissa bits,
 /// ties away from zero; infinities and NaNs pass unchanged.
@@ -49,20 +51,6 @@ pub fn split_blocks(blocks: &[f32], (bh, bw): (usize, usize)) -> Vec<f32> {
         out.extend((0..bw).flat_map(|c| (0..bh).map(move |r| tf32_round(t(c, r) - tf32_round(t(c, r))))));
     }
     out
-}
-
-/// Block shapes the kernel takes: k8 steps within a block, n8 tiles up to 32 columns (64
-/// columns need 128 accumulator registers with the per-block partial sums, and spilled),
-/// powers of two (a thread's 16-byte copy column is the same in every row it copies).
-fn supports(bh: usize, bw: usize) -> bool {
-    bh.is_power_of_two() && bw.is_power_of_two() && (8..=128).contains(&bh) && (8..=32).contains(&bw)
-}
-
-/// Whether `Engine::Auto` runs blocks of this dtype, orientation and `(bh, bw)` on the 3xTF32
-/// block kernel (unless known values make a block uniform, which the SIMT kernel folds). The
-/// planner prices such parts with the kernel's own cost entry (`plan::cost::BlockTf32Entry`).
-pub fn auto_takes(dtype: Dtype, orientation: Orientation, (bh, bw): (usize, usize)) -> bool {
-    dtype == Dtype::F32 && orientation == Orientation::Right && supports(bh, bw)
 }
 
 /// The 3xTF32 kernel for `spec` if its engine selects it; `None` hands the spec on.

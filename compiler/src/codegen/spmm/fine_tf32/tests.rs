@@ -1,7 +1,8 @@
 //! Tests of the family: tables, packing and the rendered source.
 
 use super::*;
-use crate::codegen::Tile;
+use crate::codegen::{DenseCopy, Tile};
+use crate::kernel_choice::fine_tf32::{auto_work, gathered_work, steps_of};
 
 #[test]
 fn steps_hold_every_k_once_and_quads_take_distinct_residues_while_they_can() {

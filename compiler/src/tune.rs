@@ -15,6 +15,10 @@
 //! cost DB to them, and [`apply_cache`] makes a plan's choices the measured winners (and their
 //! kernel choice), which `spartac compile --tune-cache` does. This module is GPU-free: the
 //! timing lives behind [`Timer`].
+//!
+//! Layering: tuning drives both the planner (every alternative of a site) and the specializer
+//! (each candidate's kernels, to tell identical ones apart and count their work), so it sits
+//! above `plan` and `codegen`, as `program` does.
 
 pub mod cache;
 pub mod candidates;
@@ -24,13 +28,13 @@ pub use cache::{Entry, Measured, TuneCache};
 pub use candidates::{enumerate, kernel_variants, sample_of, tolerance, Candidate, Candidates};
 pub use key::{cache_key, signature, spartac_version, Signature, Target};
 
-use super::calibrate::{fit, predict, Fitted, Sample};
-use super::cost::CostModel;
-use super::site::{find_sites, Site};
-use super::{plan_site_with, Plan, PlanOptions};
 use crate::codegen::from_plan::PlannedKernel;
 use crate::codegen::SpmmSpec;
 use crate::ir::Graph;
+use crate::plan::calibrate::{fit, predict, Fitted, Sample};
+use crate::plan::cost::CostModel;
+use crate::plan::site::{find_sites, Site};
+use crate::plan::{plan_site_with, KernelChoice, OperatorPlan, Plan, PlanOptions};
 use crate::Error;
 use std::time::Instant;
 
@@ -45,7 +49,7 @@ pub trait Timer {
     /// Called with the specs of every candidate of an operator before they are measured (a GPU
     /// timer compiles their kernels in parallel here).
     fn prepare(&mut self, _specs: &[SpmmSpec]) {}
-    fn measure(&mut self, op: &super::OperatorPlan, kernels: &[PlannedKernel]) -> Result<Measurement, String>;
+    fn measure(&mut self, op: &OperatorPlan, kernels: &[PlannedKernel]) -> Result<Measurement, String>;
 }
 
 /// One candidate's run.
@@ -329,7 +333,7 @@ pub fn apply_cache(
         let Some(entry) = entries.iter().find(|e| e.key == key) else { continue };
         let model_c = &op.considered[model];
         let model_timed =
-            entry.find(model_c.split, &model_c.label, super::KernelChoice::Auto).is_some_and(|m| m.seconds.is_some());
+            entry.find(model_c.split, &model_c.label, KernelChoice::Auto).is_some_and(|m| m.seconds.is_some());
         let mut timed: Vec<&Measured> = entry.timed().collect();
         timed.sort_by(|a, b| a.seconds.unwrap_or(f64::INFINITY).total_cmp(&b.seconds.unwrap_or(f64::INFINITY)));
         let pick = timed.iter().find_map(|m| {
@@ -350,7 +354,7 @@ pub fn apply_cache(
             entry.timed().count()
         );
         applied.from_cache += 1;
-        applied.changed += usize::from(alt != model || best.kernel != super::KernelChoice::Auto);
+        applied.changed += usize::from(alt != model || best.kernel != KernelChoice::Auto);
         plan.operators[slot] = tuned;
     }
     Ok(applied)

@@ -3,10 +3,10 @@
 //! widths, not the values, which do not change a kernel's time), the GPU ([`Target`]) and the
 //! spartac version. [`cache_key`] hashes the three into the name of the cache entry.
 
-use super::super::site::Site;
-use super::super::suboperator::Orientation;
-use super::super::OperatorPlan;
 use crate::ir::Graph;
+use crate::plan::site::Site;
+use crate::plan::suboperator::Orientation;
+use crate::plan::OperatorPlan;
 use crate::program::Fnv64;
 use serde::{Deserialize, Serialize};
 
