@@ -1,7 +1,10 @@
 //! `spartac propagate --plot sparsity.png`: a bar chart of every weight's density before
 //! and after propagation; `spartac tune --plot`: predicted against measured kernel times
 //! ([`ScatterPlot`]). Drawn into an RGB buffer with the public-domain 8×8 glyphs of
-//! `font8x8` and encoded with `png`. Small on purpose: no plotting library.
+//! `font8x8` and encoded with `png`. Small on purpose: no plotting library. `plotters`
+//! 0.3.7 was tried (issue 28): without system fontconfig/freetype it draws no text, and
+//! with `ab_glyph` it needs an embedded font (+1.1 MB stripped binary) and spaces glyphs
+//! unevenly ("0.6380" reads "0. 6380").
 
 use anyhow::{Context, Result};
 use spartac::propagate::PropagateReport;
@@ -78,7 +81,7 @@ impl SparsityPlot {
         let mut c = Canvas::new(WIDTH, height);
         let (before, after) = self.total;
         let title = format!("weight density per tensor: {}", self.model);
-        c.text(16, 12, &fit(&title, (WIDTH - 32) / 16), INK, 2);
+        c.title(&title);
         let mut sub = format!(
             "total weight sparsity {:.2}% -> {:.2}% (density {:.4} -> {:.4})",
             100.0 * (1.0 - before),
@@ -175,7 +178,7 @@ impl ScatterPlot {
         let width = SCATTER_LEFT + SCATTER_SIDE + 32;
         let height = SCATTER_TOP + SCATTER_SIDE + 64;
         let mut c = Canvas::new(width, height);
-        c.text(16, 12, &fit(&self.title, (width - 32) / 16), INK, 2);
+        c.title(&self.title);
         let n: usize = self.series.iter().map(|s| s.points.len()).sum();
         c.text(16, 38, &format!("{n} points, log-log; on the diagonal the model is exact"), MUTED, 1);
         let mut lx = SCATTER_LEFT;
@@ -251,6 +254,17 @@ fn fit_tail(s: &str, max: usize) -> String {
     }
 }
 
+/// A title for a canvas `width` pixels wide, with its glyph scale: 2 where it fits,
+/// else 1, cut only where even that is too wide (the end often names the model).
+fn title_layout(title: &str, width: usize) -> (String, usize) {
+    let room = width.saturating_sub(32);
+    if title.chars().count() * 16 <= room {
+        (title.to_string(), 2)
+    } else {
+        (fit(title, room / 8), 1)
+    }
+}
+
 /// An RGB image, row-major, 3 bytes a pixel.
 pub struct Canvas {
     pub width: usize,
@@ -287,6 +301,13 @@ impl Canvas {
                 }
             }
         }
+    }
+
+    /// Draws a chart's title in the band above the subtitle (see [`title_layout`]).
+    pub fn title(&mut self, title: &str) {
+        let (text, scale) = title_layout(title, self.width);
+        // A smaller title sits in the middle of the 16-pixel band.
+        self.text(16, 12 + 4 * (2 - scale), &text, INK, scale);
     }
 
     pub fn to_png(&self) -> Result<Vec<u8>> {
@@ -378,6 +399,17 @@ mod tests {
         assert_eq!(seconds_label(-3), "1ms");
         let empty = ScatterPlot { series: vec![], ..plot };
         assert_eq!(empty.decades(), (-6, -3));
+    }
+
+    #[test]
+    fn a_long_title_shrinks_before_it_is_cut() {
+        let width = SCATTER_LEFT + SCATTER_SIDE + 32;
+        assert_eq!(title_layout("short", width), ("short".to_string(), 2));
+        let tune = "spartac tune: predicted vs measured, minilm-l6.onnx";
+        assert_eq!(title_layout(tune, width), (tune.to_string(), 1));
+        let (cut, scale) = title_layout(&"x".repeat(100), width);
+        assert_eq!((cut.chars().count(), scale), ((width - 32) / 8, 1));
+        assert!(cut.ends_with(".."));
     }
 
     #[test]
