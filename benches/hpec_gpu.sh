@@ -60,9 +60,13 @@ if has ablations; then # 1024x120, one setting changed from the defaults each
   run abl_few_rows_16 $REAL --few-rows 16
   run abl_few_rows_256 $REAL --few-rows 256
 fi
-if has sweep; then # fine tiles on 1024x480
-  for t in 64,24,6,1 64,31,6,1 64,16,4,1 64,16,8,1 32,31,6,1; do
-    run sweep_1024x480_t${t//,/-} --neurons 1024 --layers 480 $REAL --fine-tile $t
+if has sweep; then # fine tiles (SWEEP_TILES) on SWEEP_NETS (r: repeated real images, m: MNIST)
+  for net in ${SWEEP_NETS:-r1024x480}; do
+    n=${net:1}; N=${n%x*}; L=${n#*x}
+    if [[ $net == r* ]]; then IN="$REAL"; else IN="--mnist-images --image-count 60000"; fi
+    for t in ${SWEEP_TILES:-64,24,6,1 64,31,6,1 64,16,4,1 64,16,8,1 32,31,6,1}; do
+      run sweep_${net}_t${t//,/-} --neurons $N --layers $L $IN --fine-tile $t
+    done
   done
 fi
 if has merge; then # merging identical rows and the few-rows kernels, each turned off alone and both

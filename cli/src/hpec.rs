@@ -187,9 +187,10 @@ pub struct GpuArgs {
     pub few_rows: usize,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
     /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or
-    /// "auto" for the specializer's general choice.
-    #[arg(long, default_value = "64,16,6,1", value_parser = parse_tile)]
-    pub fine_tile: FineTile,
+    /// "auto" for the specializer's general choice [default: 64,16,6,1; 64,24,6,1 from 4096
+    /// neurons]
+    #[arg(long, value_parser = parse_tile)]
+    pub fine_tile: Option<FineTile>,
     /// Stream every layer's weights from pinned host memory, even when they fit on the device.
     #[arg(long)]
     pub stream_weights: bool,
@@ -619,7 +620,10 @@ fn run_compiled(
         batch,
         compact_every: g.compact_every,
         compact_first: g.compact_first,
-        fine_tile: g.fine_tile.0,
+        fine_tile: match &g.fine_tile {
+            Some(t) => t.0,
+            None => Some(spartac::program::hpec::default_fine_tile_for(network.neurons)),
+        },
         weight_budget,
         stream_slots: g.stream_slots,
         fold_values: !g.no_fold,
@@ -699,7 +703,7 @@ fn run_compiled(
             "batch": options.batch,
             "compact_every": options.compact_every,
             "compact_first": options.compact_first,
-            "fine_tile": g.fine_tile.0.map(|t| [t.rows, t.group, t.k_rows, t.n_tiles]),
+            "fine_tile": options.fine_tile.map(|t| [t.rows, t.group, t.k_rows, t.n_tiles]),
             "streamed_weights": low.streamed,
             "fold_values": options.fold_values,
             "graph": !g.no_graph,
