@@ -35,6 +35,7 @@ mod library;
 pub mod loopnest;
 pub mod quant;
 mod render;
+pub use render::templates_hash;
 pub mod rows;
 mod spmm;
 

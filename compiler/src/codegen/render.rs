@@ -379,3 +379,38 @@ pub struct MaskPath {
     pub mask: u32,
     pub slots: Vec<usize>,
 }
+
+/// A hash of every embedded template (names and text): what generated sources depend on
+/// besides their contexts. Caches of generated kernels put it in their keys, so a changed
+/// template is never served from an entry rendered by the old one.
+pub fn templates_hash() -> u64 {
+    hash_templates(TEMPLATES)
+}
+
+fn hash_templates(templates: &[(&str, &str)]) -> u64 {
+    let mut h = crate::program::Fnv64::new();
+    for (name, text) in templates {
+        h.add(name.as_bytes());
+        h.add(&[0]);
+        h.add(text.as_bytes());
+        h.add(&[0]);
+    }
+    h.finish()
+}
+
+#[cfg(test)]
+mod hash_tests {
+    use super::*;
+
+    #[test]
+    fn the_templates_hash_changes_with_any_template_byte() {
+        assert_eq!(templates_hash(), hash_templates(TEMPLATES));
+        let last = TEMPLATES.len() - 1;
+        let edited: String = TEMPLATES[last].1.replacen(' ', "  ", 1);
+        let mut changed: Vec<(&str, &str)> = TEMPLATES.to_vec();
+        changed[last].1 = &edited;
+        assert_ne!(hash_templates(&changed), templates_hash());
+        // A byte moved between a name and its text is a different table too.
+        assert_ne!(hash_templates(&[("ab", "c")]), hash_templates(&[("a", "bc")]));
+    }
+}

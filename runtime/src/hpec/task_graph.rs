@@ -39,14 +39,15 @@ pub struct CompiledNetwork {
 
 /// The file of a layer's cache entry: keyed by the layer's content (pattern and values), what
 /// compiling it depends on (batch, planning rows, engine, folding, fine tile, SM count, the
-/// few-rows bound) and the
+/// few-rows bound), the templates' hash and the
 /// spartac version.
 fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions) -> PathBuf {
     let mut h = spartac::program::Fnv64::new();
     h.add(
         format!(
-            "{}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|{:?}|",
+            "{}|{:016x}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|{:?}|",
             env!("CARGO_PKG_VERSION"),
+            spartac::codegen::templates_hash(),
             layer.rows,
             layer.cols,
             options.plan_rows,
