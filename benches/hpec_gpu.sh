@@ -6,7 +6,7 @@
 # (in the device tool's command $OUT is the folder that comes back: the archive goes there, the
 # runs elsewhere; TARBALL comes first, since assignments expand left to right)
 # SETS picks the groups (default: all single-GPU ones, in this order): real ablations sweep merge
-# mnist torch big (`merge`: row merging and the few-rows kernels on and off, MERGE_NETS narrows it). `multigpu` (not in the default) runs 1024 and 4096 neurons on 1, 2 and 4 GPUs
+# mnist torch big huge (`huge`: 16384 and 65536 neurons, HUGE_NETS narrows it) (`merge`: row merging and the few-rows kernels on and off, MERGE_NETS narrows it). `multigpu` (not in the default) runs 1024 and 4096 neurons on 1, 2 and 4 GPUs
 # with and without input hashing (benches/results/hpec_multigpu.md); NETS narrows it, e.g.
 # NETS="1024x120 4096x1920", VARIANTS="1 2h 4h" (GPUs, h: with input hashing).
 # Inputs as in PEERS.md: the 1,200 real images repeated to 60,000 (950 categories survive);
@@ -15,7 +15,7 @@
 set -uo pipefail
 BIN=${BIN:-./target/release/spartac}
 OUT=${OUT:-./hpec_gpu_out}
-SETS=${SETS:-real ablations sweep merge mnist torch big}
+SETS=${SETS:-real ablations sweep merge mnist torch big huge}
 LIMIT=${LIMIT:-240}
 COMMON=${COMMON:-}   # appended to every spartac run, e.g. "--fine-tile auto"
 TAG=${TAG:-}         # appended to every run name
@@ -93,6 +93,11 @@ if has big; then # MNIST-derived inputs, truth by the f64 reference
   run mnist_4096x120 --neurons 4096 --layers 120 --image-count 60000
   run mnist_4096x480 --neurons 4096 --layers 480 --image-count 60000
   run mnist_4096x1920 --neurons 4096 --layers 1920 --image-count 60000
+fi
+if has huge; then # 16384 and 65536 neurons (planned on the sparse mask), MNIST-derived inputs
+  for net in ${HUGE_NETS:-16384x120 16384x480 65536x120 16384x1920 65536x480}; do
+    run mnist_$net --neurons ${net%x*} --layers ${net#*x} --image-count 60000
+  done
 fi
 if has multigpu; then # one network at a time: 1 GPU, then 2 and 4 with and without input hashing
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1

@@ -29,6 +29,7 @@ pub mod propagate;
 pub mod reference;
 pub mod rewrite;
 pub mod rng;
+pub mod sparse;
 pub mod tesa;
 pub mod tune;
 

@@ -30,13 +30,15 @@
 use super::{Activation, CodegenError, Dtype, Epilogue, Mode, Orientation, SpmmSpec};
 use crate::plan::suboperator::{SubOpKind, SubOperator};
 use crate::plan::{KernelChoice, OperatorPlan};
+use crate::sparse::Csr;
 
 /// One kernel launch of a planned operator: its spec and the weight it multiplies with
-/// (row-major `k × n`, zero outside what the sub-operator owns).
+/// (zero outside what the sub-operator owns): row-major `k × n` by default, a [`Csr`] on the
+/// sparse path ([`kernels_for_sparse_operator`]).
 #[derive(Clone, Debug)]
-pub struct PlannedKernel {
+pub struct PlannedKernel<W = Vec<f32>> {
     pub spec: SpmmSpec,
-    pub weight: Vec<f32>,
+    pub weight: W,
 }
 
 fn err(msg: String) -> CodegenError {
@@ -113,6 +115,52 @@ pub fn kernels_for_operator_with(
     if weight.len() != rows * cols {
         return Err(err(format!("{}: weight holds {} elements, the plan says {rows}x{cols}", op.node, weight.len())));
     }
+    planned_kernels(
+        op,
+        activation,
+        &|sub| match sub.kind {
+            SubOpKind::Dense => weight.to_vec(),
+            _ => sub.masked_weight(weight),
+        },
+        &|merged, part| merged.iter_mut().zip(&part).for_each(|(a, b)| *a += b),
+    )
+}
+
+/// [`kernels_for_operator`] for a weight held as CSR (the plan of
+/// [`crate::plan::plan_sparse_weight`]): each kernel's weight is the CSR of the elements its
+/// sub-operators own, and nothing of the dense size is built.
+pub fn kernels_for_sparse_operator(op: &OperatorPlan, weight: &Csr) -> Result<Vec<PlannedKernel<Csr>>, CodegenError> {
+    if (weight.rows, weight.cols) != (op.rows, op.cols) {
+        return Err(err(format!(
+            "{}: the weight is {}x{}, the plan says {}x{}",
+            op.node, weight.rows, weight.cols, op.rows, op.cols
+        )));
+    }
+    planned_kernels(
+        op,
+        ActivationFormat::Float,
+        &|sub| match sub.kind {
+            SubOpKind::Dense => weight.clone(),
+            _ => weight.restricted_to(&sub.owned),
+        },
+        &|merged, part| {
+            let mut keep = merged.flat_indices();
+            keep.extend(part.flat_indices());
+            keep.sort_unstable();
+            *merged = weight.restricted_to(&keep);
+        },
+    )
+}
+
+/// The kernels of `op`, whatever holds the weight: `part` gives a sub-operator's weight,
+/// `merge` adds one part's weight into another's (parts that share the fine kernel).
+fn planned_kernels<W>(
+    op: &OperatorPlan,
+    activation: ActivationFormat,
+    part: &dyn Fn(&SubOperator) -> W,
+    merge: &dyn Fn(&mut W, W),
+) -> Result<Vec<PlannedKernel<W>>, CodegenError> {
+    let (rows, cols) = (op.rows, op.cols);
     let left = op.orientation == crate::plan::suboperator::Orientation::WeightLeft;
     let epilogue = epilogue_of(op)?;
     let count = op.suboperators.len();
@@ -133,15 +181,13 @@ pub fn kernels_for_operator_with(
         };
         spec.orientation = if left { Orientation::Left } else { Orientation::Right };
         spec.mode = Mode::Auto;
-        let weight = match sub.kind {
-            SubOpKind::Dense => weight.to_vec(),
-            _ => sub.masked_weight(weight),
-        };
+        let weight = part(sub);
         // Parts that all landed on the fine kernel run as one launch.
-        if let Some(prev) = out.iter_mut().find(|p: &&mut PlannedKernel| p.spec.block == (1, 1) && spec.block == (1, 1))
+        if let Some(prev) =
+            out.iter_mut().find(|p: &&mut PlannedKernel<W>| p.spec.block == (1, 1) && spec.block == (1, 1))
         {
             prev.spec.blocks.extend(spec.blocks);
-            prev.weight.iter_mut().zip(&weight).for_each(|(a, b)| *a += b);
+            merge(&mut prev.weight, weight);
             if i + 1 == count {
                 prev.spec.epilogue = spec.epilogue;
             }
@@ -364,6 +410,47 @@ mod tests {
             assert_eq!(sum, w, "{}", pattern.label());
         }
         assert!(families.len() >= 2, "{families:?}");
+    }
+
+    /// The CSR path (plan on the sparse mask, kernels over CSR parts, packing by lookup) gives
+    /// the graph path's plan, specs and packed device weights, on patterns that plan to blocks,
+    /// to 1×1 and to a mix.
+    #[test]
+    fn the_sparse_path_equals_the_dense_one() {
+        let patterns = [
+            Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.8, scattered: 0.01 },
+            Pattern::Unstructured { sparsity: 0.97 },
+            Pattern::Block { bh: 32, bw: 32, sparsity: 0.9 },
+        ];
+        for (s, pattern) in patterns.iter().enumerate() {
+            let (m, k, n) = (512, 256, 384);
+            let mask = pattern.mask(k, n, s as u64 + 7);
+            let mut rng = SplitMix64::new(s as u64 + 11);
+            let w: Vec<f32> = mask.iter().map(|p| if *p { 0.0 } else { rng.uniform(-1.0, 1.0) as f32 }).collect();
+            let g = single_weight_graph(m, k, n, &w, Dtype::F32, Orientation::Right).unwrap();
+            let mut graph_op = crate::plan::plan(&g, &crate::plan::PlanOptions::default()).unwrap().operators.remove(0);
+            let csr = Csr::from_dense(&w, k, n);
+            let mut sparse_op = crate::plan::plan_sparse_weight(
+                "mm",
+                &csr,
+                m,
+                Default::default(),
+                &crate::plan::PlanOptions::default(),
+            )
+            .unwrap();
+            (graph_op.cover_s, sparse_op.cover_s) = (0.0, 0.0);
+            sparse_op.weight = graph_op.weight.clone();
+            assert_eq!(sparse_op, graph_op, "{}", pattern.label());
+            let dense = kernels_for_operator(&graph_op, &w).unwrap();
+            let sparse = kernels_for_sparse_operator(&sparse_op, &csr).unwrap();
+            assert_eq!(dense.len(), sparse.len());
+            for (d, sp) in dense.iter().zip(&sparse) {
+                assert_eq!(format!("{:?}", d.spec), format!("{:?}", sp.spec), "{}", pattern.label());
+                assert_eq!(Csr::from_dense(&d.weight, k, n), sp.weight);
+                let kernel = super::super::specialize(&d.spec).unwrap();
+                assert_eq!(kernel.pack_weight(&d.weight), kernel.pack_weight(&sp.weight), "{}", kernel.name);
+            }
+        }
     }
 
     #[test]

@@ -87,13 +87,13 @@ impl FineTf32Work {
     }
 }
 
-/// The work of the kernel `Engine::Auto` would build for `spec` (pattern `live`, row-major
-/// `K × N`), `None` when Auto hands the spec to another fine kernel ([`auto_prefers`]).
-pub fn auto_work(spec: &SpmmSpec, live: &[bool]) -> Result<Option<FineTf32Work>, SpecError> {
+/// The work of the kernel `Engine::Auto` would build for `spec` (the pattern is its element
+/// list), `None` when Auto hands the spec to another fine kernel ([`auto_prefers`]).
+pub fn auto_work(spec: &SpmmSpec) -> Result<Option<FineTf32Work>, SpecError> {
     if spec.engine != Engine::Auto || !auto_prefers(spec)? {
         return Ok(None);
     }
-    let (t, runs) = layout(spec, live)?;
+    let (t, runs) = layout(spec)?;
     Ok(Some(FineTf32Work {
         steps: runs.iter().map(Vec::len).sum(),
         nt: t.nt,
@@ -104,17 +104,16 @@ pub fn auto_work(spec: &SpmmSpec, live: &[bool]) -> Result<Option<FineTf32Work>,
 
 /// The kernel's tiling and runs: the group width (`nt` n8 tiles) forced by the tile or chosen
 /// by [`pick_nt`], then [`tiling`].
-pub(crate) fn layout(spec: &SpmmSpec, live: &[bool]) -> Result<(Tiling, Runs), SpecError> {
+pub(crate) fn layout(spec: &SpmmSpec) -> Result<(Tiling, Runs), SpecError> {
     // A forced tile keeps groups of 8 unless it names the width.
     let nt = match spec.tile.map(|t| t.n_tiles) {
-        None => pick_nt(spec, live),
+        None => pick_nt(spec),
         Some(0) => 1,
         Some(nt @ (1 | 2)) => nt,
         Some(other) => return Err(SpecError(format!("3xTF32 fine groups take 1 or 2 n8 tiles, not {other}"))),
     };
     let n_groups = spec.n.div_ceil(8 * nt);
-    let runs_of =
-        |groups: usize, chunk: usize| runs(live, spec.k, spec.n, chunk, n_groups.next_multiple_of(groups), nt);
+    let runs_of = |groups: usize, chunk: usize| runs(spec, chunk, n_groups.next_multiple_of(groups), nt);
     tiling(spec, n_groups, nt, &runs_of)
 }
 
@@ -122,10 +121,10 @@ pub(crate) fn layout(spec: &SpmmSpec, live: &[bool]) -> Result<(Tiling, Runs), S
 /// [`NT2_STEP_COST`] of a one-tile step, cost less than the 8-column groups' steps: where the
 /// union of 16 columns' k is not much larger than that of 8 (dense patterns, block patterns);
 /// compared at the default chunk.
-fn pick_nt(spec: &SpmmSpec, live: &[bool]) -> usize {
+fn pick_nt(spec: &SpmmSpec) -> usize {
     let steps = |nt: usize| -> usize {
         let groups = spec.n.div_ceil(8 * nt);
-        runs(live, spec.k, spec.n, 192, groups, nt).iter().map(Vec::len).sum()
+        runs(spec, 192, groups, nt).iter().map(Vec::len).sum()
     };
     if (steps(2) as f64) * NT2_STEP_COST < steps(1) as f64 {
         2
@@ -271,20 +270,32 @@ fn tiling(
     }
 }
 
-/// The (chunk, group) runs of steps of a `k × n` pattern, chunks of `chunk`, `groups_padded`
-/// groups per chunk (those past N empty).
-fn runs(live: &[bool], k: usize, n: usize, chunk: usize, groups_padded: usize, nt: usize) -> Vec<Vec<[usize; 8]>> {
-    let chunks = k.div_ceil(chunk);
+/// The (chunk, group) runs of steps of `spec`'s element pattern, chunks of `chunk`,
+/// `groups_padded` groups per chunk (those past N empty). Built from the element list (each
+/// element files its k under its (chunk, group); sorted and deduplicated), so the cost is the
+/// nonzeros', not the `K × N` grid's.
+fn runs(spec: &SpmmSpec, chunk: usize, groups_padded: usize, nt: usize) -> Vec<Vec<[usize; 8]>> {
+    let chunks = spec.k.div_ceil(chunk);
+    let mut keys: Vec<u64> = spec
+        .blocks
+        .iter()
+        .map(|&(kk, col)| {
+            let run = (kk / chunk) * groups_padded + col / (8 * nt);
+            (run as u64) << 32 | (kk % chunk) as u64
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
     let mut out = Vec::with_capacity(chunks * groups_padded);
-    for c in 0..chunks {
-        for j in 0..groups_padded {
-            let cols = (8 * nt * j).min(n)..(8 * nt * (j + 1)).min(n);
-            let ks: Vec<usize> = (c * chunk..((c + 1) * chunk).min(k))
-                .filter(|&kk| cols.clone().any(|col| live[kk * n + col]))
-                .map(|kk| kk - c * chunk)
-                .collect();
-            out.push(steps_of(&ks, chunk));
+    let mut ks = vec![];
+    let mut at = 0;
+    for run in 0..chunks * groups_padded {
+        ks.clear();
+        while at < keys.len() && (keys[at] >> 32) as usize == run {
+            ks.push((keys[at] & 0xffff_ffff) as usize);
+            at += 1;
         }
+        out.push(steps_of(&ks, chunk));
     }
     out
 }

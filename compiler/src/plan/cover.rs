@@ -202,7 +202,13 @@ impl PrefixCounts {
 }
 
 /// Row and column ranges of block `(br, bc)` of `shape`, clipped.
-fn extent(shape: BlockShape, br: usize, bc: usize, rows: usize, cols: usize) -> (usize, usize, usize, usize) {
+pub(super) fn extent(
+    shape: BlockShape,
+    br: usize,
+    bc: usize,
+    rows: usize,
+    cols: usize,
+) -> (usize, usize, usize, usize) {
     let (r0, c0) = (br * shape.h, bc * shape.w);
     (r0, (r0 + shape.h).min(rows), c0, (c0 + shape.w).min(cols))
 }
@@ -210,31 +216,31 @@ fn extent(shape: BlockShape, br: usize, bc: usize, rows: usize, cols: usize) -> 
 /// A queued block: `key` orders by ratio, then shape, then position (one `u128`
 /// comparison); `count` is its unpruned-uncovered count when queued.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Candidate {
+pub(super) struct Candidate {
     key: u128,
-    count: u32,
+    pub(super) count: u32,
 }
 
 impl Candidate {
     /// `ratio` is positive, so its IEEE bits order like the numbers.
-    fn new(ratio: f64, shape_idx: usize, br: usize, bc: usize, count: u32) -> Candidate {
+    pub(super) fn new(ratio: f64, shape_idx: usize, br: usize, bc: usize, count: u32) -> Candidate {
         let key = (ratio.to_bits() as u128) << 64 | (shape_idx as u128) << 56 | (br as u128) << 28 | bc as u128;
         Candidate { key, count }
     }
 
-    fn ratio(&self) -> f64 {
+    pub(super) fn ratio(&self) -> f64 {
         f64::from_bits((self.key >> 64) as u64)
     }
 
-    fn shape_idx(&self) -> usize {
+    pub(super) fn shape_idx(&self) -> usize {
         (self.key >> 56) as usize & 0xff
     }
 
-    fn br(&self) -> usize {
+    pub(super) fn br(&self) -> usize {
         (self.key >> 28) as usize & 0xfff_ffff
     }
 
-    fn bc(&self) -> usize {
+    pub(super) fn bc(&self) -> usize {
         self.key as usize & 0xfff_ffff
     }
 }
@@ -365,9 +371,19 @@ pub fn cover_blocks_fewer_parts(
     shapes: &[(BlockShape, f64)],
     part_fixed: f64,
 ) -> Cover {
+    fewer_parts(&|allowed: &[(BlockShape, f64)]| cover_blocks(pruned, rows, cols, allowed), shapes, part_fixed)
+}
+
+/// The part-dropping loop of [`cover_blocks_fewer_parts`] around any cover of one mask
+/// (`cover` covers it with the shapes it is given).
+pub(super) fn fewer_parts(
+    cover: &dyn Fn(&[(BlockShape, f64)]) -> Cover,
+    shapes: &[(BlockShape, f64)],
+    part_fixed: f64,
+) -> Cover {
     let total = |c: &Cover| c.cost + part_fixed * c.parts.len() as f64;
     let mut allowed = shapes.to_vec();
-    let mut best = cover_blocks(pruned, rows, cols, &allowed);
+    let mut best = cover(&allowed);
     loop {
         let weight = |s: BlockShape| allowed.iter().find(|(a, _)| *a == s).map_or(0.0, |(_, w)| *w);
         let mut small: Vec<(f64, BlockShape)> = best
@@ -383,7 +399,7 @@ pub fn cover_blocks_fewer_parts(
             if trial_shapes.is_empty() {
                 continue;
             }
-            let trial = cover_blocks(pruned, rows, cols, &trial_shapes);
+            let trial = cover(&trial_shapes);
             if total(&trial) < total(&best) {
                 best = trial;
                 allowed = trial_shapes;
@@ -417,9 +433,10 @@ pub fn single_shape_cover(pruned: &[bool], rows: usize, cols: usize, shape: Bloc
 }
 
 /// `owned` in increasing order: a bitset pass for long lists (linear, where a sort of
-/// millions of indices is not), a sort for short ones.
+/// millions of indices is not), a sort for short ones and for lists far sparser than the
+/// matrix (the bitset would be larger than the list: a 65,536² weight's is 512 MiB).
 fn sorted(mut owned: Vec<u32>, numel: usize) -> Vec<u32> {
-    if owned.len() < 4096 {
+    if owned.len() < 4096 || numel / 64 > 8 * owned.len() {
         owned.sort_unstable();
         return owned;
     }
@@ -438,7 +455,7 @@ fn sorted(mut owned: Vec<u32>, numel: usize) -> Vec<u32> {
     owned
 }
 
-fn finish(mut parts: Vec<CoverPart>, shapes: &[(BlockShape, f64)], rows: usize, cols: usize) -> Cover {
+pub(super) fn finish(mut parts: Vec<CoverPart>, shapes: &[(BlockShape, f64)], rows: usize, cols: usize) -> Cover {
     let mut cost = 0.0;
     for (p, (_, weight)) in parts.iter_mut().zip(shapes) {
         p.blocks.sort_unstable();

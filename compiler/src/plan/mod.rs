@@ -29,6 +29,7 @@ pub mod artifact;
 pub mod calibrate;
 pub mod cost;
 pub mod cover;
+pub mod cover_sparse;
 pub mod egraph;
 pub mod explain;
 pub mod hardware;
@@ -39,6 +40,7 @@ pub mod suboperator;
 
 use cost::CostModel;
 use cover::{cover_blocks_fewer_parts, single_shape_cover, BlockShape, Cover, DEFAULT_SHAPES};
+use cover_sparse::{cover_blocks_fewer_parts_sparse, single_shape_cover_sparse};
 use egraph::{choose, Alternative, SplitKind};
 use round_bits::{round_bits, RoundingPolicy};
 use site::{find_sites, Site};
@@ -47,6 +49,7 @@ use suboperator::{from_cover, split_two_four, Epilogue, Orientation, SubOpKind, 
 
 use crate::ir::Graph;
 use crate::kernel_choice::{Engine, Tile};
+use crate::sparse::Csr;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 
@@ -284,11 +287,108 @@ fn plan_site_choices(
         }
     }
     let cover_s = started.elapsed().as_secs_f64();
+    let at = Placement {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        weight: graph.value(site.weight).name.clone(),
+        orientation: site.orientation,
+        transposed: site.transposed,
+        rows,
+        cols,
+        m,
+        epilogue: site.epilogue.clone(),
+    };
+    Ok(finish_choices(&at, cm, candidates, density, &nf, dense_s, cover_s, which))
+}
+
+/// Plans `Y = X·W` for one fp32 weight held as CSR (`k × n`, `m` rows of `X`) without its
+/// dense form: the alternatives of a graph site whose weight is uniformly fp32 and pruned
+/// where nothing is stored (dense, split by block shape, one shape per square shape and 1×1;
+/// fp32 has no 2:4 path), each cover computed on the sparse mask
+/// ([`cover_sparse`]). The plan equals [`plan_site`]'s on that graph. The HPEC layers
+/// take this path: a 65,536-neuron layer's dense form would be 16 GiB.
+pub fn plan_sparse_weight(
+    name: &str,
+    weight: &Csr,
+    m: usize,
+    epilogue: Epilogue,
+    opts: &PlanOptions,
+) -> Result<OperatorPlan, Error> {
+    weight.validate(false).map_err(|e| Error::Tensor { name: name.into(), message: e })?;
+    let cm = &opts.cost;
+    let (rows, cols) = (weight.rows, weight.cols);
+    let orientation = Orientation::WeightRight;
+    let nf = cm.hw.number_format(32, crate::tesa::Format::Float).clone();
+    let dense_s = cm.dense_time(&nf, m, rows, cols);
+    let unpruned = weight.flat_indices();
+    let density = unpruned.len() as f64 / (rows * cols) as f64;
+    let started = Instant::now();
+    let mut candidates: Vec<Candidate> = vec![];
+    if !unpruned.is_empty() {
+        candidates.push(Candidate {
+            split: SplitKind::Dense,
+            subops: vec![SubOperator::dense(rows, cols, unpruned.clone(), &nf, orientation, dense_s)],
+        });
+    }
+    if density < 1.0 && !unpruned.is_empty() {
+        let shapes = cm.shape_weights(&nf, &opts.shapes, m, orientation);
+        let cover = cover_blocks_fewer_parts_sparse(&unpruned, rows, cols, &shapes, cm.suboperator_fixed(&nf, m, cols));
+        candidates.push(Candidate { split: SplitKind::ByShape, subops: from_cover(&cover, &nf, orientation, cm, m) });
+        for shape in opts.shapes.iter().filter(|s| s.h == s.w && (s.h >= 8 || s.h == 1)) {
+            let cover =
+                single_shape_cover_sparse(&unpruned, rows, cols, *shape, cm.block_time(&nf, *shape, m, orientation));
+            candidates
+                .push(Candidate { split: SplitKind::OneShape, subops: from_cover(&cover, &nf, orientation, cm, m) });
+        }
+    }
+    let at = Placement {
+        node: name.into(),
+        op_type: "MatMul".into(),
+        weight: name.into(),
+        orientation,
+        transposed: false,
+        rows,
+        cols,
+        m,
+        epilogue,
+    };
+    let cover_s = started.elapsed().as_secs_f64();
+    let mut plans = finish_choices(&at, cm, candidates, density, &nf, dense_s, cover_s, Choices::Pick(&|_| None));
+    Ok(plans.swap_remove(0))
+}
+
+/// Where a planned operator sits: names, logical weight shape, the other GEMM dimension and
+/// the epilogue that follows it.
+struct Placement {
+    node: String,
+    op_type: String,
+    weight: String,
+    orientation: Orientation,
+    transposed: bool,
+    rows: usize,
+    cols: usize,
+    m: usize,
+    epilogue: Epilogue,
+}
+
+/// The e-graph choice among `candidates` and the plans `which` asks for.
+#[allow(clippy::too_many_arguments)]
+fn finish_choices(
+    at: &Placement,
+    cm: &CostModel,
+    candidates: Vec<Candidate>,
+    density: f64,
+    nf: &hardware::NumberFormat,
+    dense_s: f64,
+    cover_s: f64,
+    which: Choices,
+) -> Vec<OperatorPlan> {
+    let (cols, m) = (at.cols, at.m);
     let alternatives: Vec<Alternative> = candidates
         .iter()
         .map(|c| Alternative { split: c.split, term_times: c.subops.iter().map(|s| s.predicted_s).collect() })
         .collect();
-    let epilogue_s = (!site.epilogue.is_empty()).then(|| cm.epilogue_time(m, cols));
+    let epilogue_s = (!at.epilogue.is_empty()).then(|| cm.epilogue_time(m, cols));
     let choice = choose(&alternatives, epilogue_s);
     let considered: Vec<Considered> = candidates
         .iter()
@@ -297,7 +397,7 @@ fn plan_site_choices(
         .collect();
     // (alternative, fused epilogue, expression, predicted time with the epilogue) of each plan.
     let forced = |a: usize| {
-        let fused = !site.epilogue.is_empty();
+        let fused = !at.epilogue.is_empty();
         let kind = considered[a].split.name();
         let terms: Vec<String> = (0..candidates[a].subops.len()).map(|j| format!("a{a}.{j}")).collect();
         let body = format!("({kind} {})", terms.join(" "));
@@ -313,10 +413,10 @@ fn plan_site_choices(
     };
     let best_sparse =
         considered.iter().filter(|c| c.split != SplitKind::Dense).map(|c| c.predicted_s).fold(f64::INFINITY, f64::min);
-    let fixed_s = cm.suboperator_fixed(&nf, m, cols);
+    let fixed_s = cm.suboperator_fixed(nf, m, cols);
     let mut plans = Vec::with_capacity(picks.len());
     for pick in picks {
-        let mut epilogue = site.epilogue.clone();
+        let mut epilogue = at.epilogue.clone();
         let (chosen, expr, suboperators, planned_s) = match pick {
             Some((a, fused, expr, time_s)) => {
                 epilogue.fused = fused && !epilogue.is_empty();
@@ -327,12 +427,12 @@ fn plan_site_choices(
         let dense_total = dense_s + if epilogue.fused { 0.0 } else { epilogue_s.unwrap_or(0.0) };
         let reason = reason(density, dense_s, best_sparse, fixed_s, chosen.map(|c| considered[c].split));
         plans.push(OperatorPlan {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            weight: graph.value(site.weight).name.clone(),
-            orientation: site.orientation,
-            transposed: site.transposed,
-            rows,
+            node: at.node.clone(),
+            op_type: at.op_type.clone(),
+            weight: at.weight.clone(),
+            orientation: at.orientation,
+            transposed: at.transposed,
+            rows: at.rows,
             cols,
             m,
             density,
@@ -349,7 +449,7 @@ fn plan_site_choices(
             kernel: KernelChoice::Auto,
         });
     }
-    Ok(plans)
+    plans
 }
 
 /// The density at which the best sparse plan would cost as much as dense (`dense_s`),

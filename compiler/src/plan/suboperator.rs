@@ -309,14 +309,9 @@ fn fine_tf32_work(
     if p.shape != BlockShape::new(1, 1) || nf.dtype != "f32" || orientation != Orientation::WeightRight {
         return None;
     }
-    let mut live = vec![false; rows * cols];
-    let mut blocks = Vec::with_capacity(p.owned.len());
-    for &i in &p.owned {
-        live[i as usize] = true;
-        blocks.push((i as usize / cols, i as usize % cols));
-    }
+    let blocks = p.owned.iter().map(|&i| (i as usize / cols, i as usize % cols)).collect();
     let spec = SpmmSpec::new(m, rows, cols, Dtype::F32, (1, 1), blocks);
-    fine_tf32::auto_work(&spec, &live).ok().flatten()
+    fine_tf32::auto_work(&spec).ok().flatten()
 }
 
 #[cfg(test)]

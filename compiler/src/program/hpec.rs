@@ -29,10 +29,11 @@
 //! [`SpmmSpec::live_rows`]: crate::codegen::SpmmSpec::live_rows
 
 use super::{Arg, BufferId, Csr, Data, Elem, Launch, Op, Program, ProgramBuilder, ProgramError, Rows, Storage};
-use crate::codegen::from_plan::{plan_single_weight, PlannedKernel};
+use crate::codegen::from_plan::{kernels_for_sparse_operator, PlannedKernel};
 use crate::codegen::{
     rows, specialize, stride_live_rows, Activation, CodegenError, Dtype, Engine, Epilogue, Family, Mode,
 };
+use crate::plan::{plan_sparse_weight, PlanOptions};
 
 /// The challenge's cap on activations.
 pub const YMAX: f32 = 32.0;
@@ -257,6 +258,25 @@ fn spec_err(message: String) -> CodegenError {
     CodegenError::Spec(message)
 }
 
+/// Layers up to this many elements (4096²) may give their kernels the dense values to fold;
+/// larger ones keep them in device memory (the 3xTF32 fine kernel they run on reads them
+/// there anyway, and a 16384² dense copy is 1 GiB per layer).
+const FOLD_MAX_ELEMENTS: usize = 1 << 24;
+
+fn fits_dense(k: usize, n: usize) -> bool {
+    k * n <= FOLD_MAX_ELEMENTS
+}
+
+fn dense_of(w: &Csr) -> Vec<f32> {
+    let mut dense = vec![0.0f32; w.rows * w.cols];
+    for r in 0..w.rows {
+        for e in w.offsets[r] as usize..w.offsets[r + 1] as usize {
+            dense[r * w.cols + w.indices[e] as usize] = w.values[e];
+        }
+    }
+    dense
+}
+
 /// Plans and specializes one `n × n` layer for `batch` rows (see the module docs).
 pub fn compile_layer(
     layer: &Csr,
@@ -265,18 +285,13 @@ pub fn compile_layer(
     options: &HpecOptions,
 ) -> Result<LayerKernels, CodegenError> {
     let (k, n) = (layer.rows, layer.cols);
-    let mut dense = vec![0.0f32; k * n];
-    for r in 0..k {
-        for e in layer.offsets[r] as usize..layer.offsets[r + 1] as usize {
-            let v = layer.values[e];
-            if v == 0.0 {
-                return Err(spec_err(format!("row {r} stores an explicit zero: a stored weight must be nonzero")));
-            }
-            dense[r * n + layer.indices[e] as usize] = v;
-        }
-    }
+    layer.validate(true).map_err(spec_err)?;
     let plan_rows = options.plan_rows.unwrap_or(batch).clamp(1, batch);
-    let planned: Vec<PlannedKernel> = plan_single_weight(plan_rows, k, n, &dense, Dtype::F32)?;
+    // The layer never takes its dense form (a 65,536-neuron layer's would be 16 GiB): it is
+    // planned on its sparse mask and packed from the CSR.
+    let op = plan_sparse_weight("layer", layer, plan_rows, Default::default(), &PlanOptions::default())
+        .map_err(|e| spec_err(e.to_string()))?;
+    let planned: Vec<PlannedKernel<Csr>> = kernels_for_sparse_operator(&op, layer)?;
     if planned.is_empty() {
         return Err(spec_err("the planner gave no kernel for a layer".into()));
     }
@@ -297,8 +312,8 @@ pub fn compile_layer(
             spec.tile = options.fine_tile;
             spec.engine = Engine::Tf32x3;
         }
-        if options.fold_values {
-            spec.values = Some(pk.weight.clone());
+        if options.fold_values && fits_dense(k, n) {
+            spec.values = Some(dense_of(&pk.weight));
         }
         let mut kernel = specialize(&spec)?;
         stride_live_rows(&mut kernel, &spec, options.sm_count);
@@ -342,7 +357,7 @@ pub fn compile_layer(
         parts.push(LayerPart {
             ptr: vec![0],
             idx: kernel.device_idx(),
-            weight: kernel.pack_weight(&dense),
+            weight: kernel.pack_weight(layer),
             name: kernel.name,
             source: kernel.source,
             launch: kernel.launch,

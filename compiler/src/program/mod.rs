@@ -25,6 +25,7 @@ pub mod model;
 
 use crate::codegen::{Epilogue, TmaBox};
 use crate::ir::{Attrs, DType};
+pub use crate::sparse::Csr;
 use std::fmt::Write as _;
 
 /// Index of a buffer in [`Program::buffers`].
@@ -301,22 +302,6 @@ pub enum Launch {
         n: usize,
         accumulate: bool,
     },
-}
-
-/// A sparse weight in CSR, as the CPU executor multiplies it (`rows × cols`, row-major view).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Csr {
-    pub rows: usize,
-    pub cols: usize,
-    pub offsets: Vec<u32>,
-    pub indices: Vec<u32>,
-    pub values: Vec<f32>,
-}
-
-impl Csr {
-    pub fn nnz(&self) -> usize {
-        self.indices.len()
-    }
 }
 
 /// Where a step finds the number of live rows of its operand.

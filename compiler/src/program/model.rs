@@ -1858,19 +1858,7 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 /// Row-major `rows × cols` dense → CSR of its nonzeros.
 pub fn dense_to_csr(w: &[f32], rows: usize, cols: usize) -> Csr {
-    let mut offsets = vec![0u32];
-    let (mut indices, mut values) = (vec![], vec![]);
-    for r in 0..rows {
-        for c in 0..cols {
-            let v = w[r * cols + c];
-            if v != 0.0 {
-                indices.push(c as u32);
-                values.push(v);
-            }
-        }
-        offsets.push(indices.len() as u32);
-    }
-    Csr { rows, cols, offsets, indices, values }
+    Csr::from_dense(w, rows, cols)
 }
 
 /// A kernel's `ptr` (or `idx`) table as its launch reads it (one unread word when the pattern

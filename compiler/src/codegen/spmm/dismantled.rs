@@ -30,6 +30,7 @@ use crate::codegen::spmm::kernel::{Family, Kernel, Launch};
 use crate::codegen::spmm::shared::{kernel_head, spec_err};
 use crate::codegen::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
 use crate::kernel_choice::dismantled::{Tiling, BM};
+use crate::sparse::WeightLookup;
 use serde::Serialize;
 
 /// Shared memory the ring may take when K does not fit whole (bytes), leaving room for two
@@ -260,8 +261,8 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
 
 /// Packs a row-major `K × N` weight in code order (see `specialize`): one value per entry,
 /// zero for padding.
-pub(super) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
-    kernel.idx.iter().map(|&e| if e < 0 { T::default() } else { w[e as usize] }).collect()
+pub(super) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
+    kernel.idx.iter().map(|&e| if e < 0 { T::default() } else { w.at(e as usize) }).collect()
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use super::kernel::*;
 use super::shared::*;
 use crate::codegen::render::render;
 use crate::codegen::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
+use crate::sparse::WeightLookup;
 use serde::Serialize;
 
 /// Threads per CTA: one column each.
@@ -103,13 +104,13 @@ pub fn specialize(spec: &SpmmSpec, max_rows: usize) -> Result<Kernel, CodegenErr
 }
 
 /// The weight (`K × N` row-major) in the kernel's slot order: `idx`'s k of each slot, 0 in pads.
-pub(crate) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
+pub(crate) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
     let (_, _, n) = kernel.spec_shape;
     kernel
         .idx
         .iter()
         .enumerate()
-        .map(|(i, &kk)| if kk < 0 { T::default() } else { w[kk as usize * n + i % n] })
+        .map(|(i, &kk)| if kk < 0 { T::default() } else { w.at(kk as usize * n + i % n) })
         .collect()
 }
 

@@ -258,10 +258,9 @@ pub(crate) fn fine_tables(
     Ok((pos_ptr, pos_idx, d.instances.len(), d.dead_instances()))
 }
 
+/// The fine kernel of a right-orientation spec the 3xTF32 fine kernel declined (the
+/// dispatcher asks it first): dismantled where that applies, else the SIMT loop kernel.
 pub(crate) fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
-    if let Some(kernel) = crate::codegen::spmm::fine_tf32::try_specialize(spec, live)? {
-        return Ok(kernel);
-    }
     if !spec.live_rows && crate::kernel_choice::dismantled::applies(spec)? {
         return crate::codegen::spmm::dismantled::specialize(spec, live);
     }

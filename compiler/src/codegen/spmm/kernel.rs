@@ -2,6 +2,7 @@
 //! source ([`Kernel`]), and how its weight is packed for the device.
 
 use crate::codegen::{Dtype, Mode, Orientation};
+use crate::sparse::WeightLookup;
 use serde::Serialize;
 
 pub use crate::kernel_choice::Family;
@@ -152,10 +153,10 @@ impl Kernel {
     /// (n-major, the block's k contiguous), blocks in `idx` order. Left-orientation block
     /// kernels read the blocks of `Wᵀ` (`K × M`), each stored row-major. The 3xTF32 family
     /// stores each live block's TF32 big part, then its small part (both row-major).
-    pub fn pack_weight(&self, w: &[f32]) -> Vec<f32> {
+    pub fn pack_weight<W: WeightLookup<f32> + ?Sized>(&self, w: &W) -> Vec<f32> {
         if self.family == Family::BlockTf32 {
             let (_, k, n) = self.spec_shape;
-            assert_eq!(w.len(), k * n, "weight has the wrong size");
+            assert_eq!(w.numel(), k * n, "weight has the wrong size");
             return crate::codegen::spmm::tf32::split_blocks(
                 &pack_blocks(&self.ptr, &self.idx, self.block, n, w),
                 self.block,
@@ -169,21 +170,21 @@ impl Kernel {
         self.pack(w)
     }
 
-    fn pack<T: Copy + Default>(&self, w: &[T]) -> Vec<T> {
+    fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(&self, w: &W) -> Vec<T> {
         if self.orientation == Orientation::Left && !matches!(self.family, Family::Fine | Family::FineLeft) {
             let (m, k, _) = self.spec_shape;
-            assert_eq!(w.len(), m * k, "weight has the wrong size");
+            assert_eq!(w.numel(), m * k, "weight has the wrong size");
             let mut wt = vec![T::default(); k * m];
             for r in 0..m {
                 for c in 0..k {
-                    wt[c * m + r] = w[r * k + c];
+                    wt[c * m + r] = w.at(r * k + c);
                 }
             }
             return pack_blocks(&self.ptr, &self.idx, (self.block.1, self.block.0), m, &wt);
         }
         let (_, k, n) = self.spec_shape;
         if self.family != Family::FineLeft {
-            assert_eq!(w.len(), k * n, "weight has the wrong size");
+            assert_eq!(w.numel(), k * n, "weight has the wrong size");
         }
         match self.family {
             Family::Epilogue => vec![],
@@ -197,7 +198,7 @@ impl Kernel {
                 let (m, k, _) = self.spec_shape;
                 let left = self.family == Family::FineLeft;
                 if left {
-                    assert_eq!(w.len(), m * k, "weight has the wrong size");
+                    assert_eq!(w.numel(), m * k, "weight has the wrong size");
                 }
                 let fct = t.positions(if left { m } else { n });
                 let at = |row: usize, col: usize| if left { col * k + row } else { row * n + col };
@@ -206,7 +207,7 @@ impl Kernel {
                     let (c, col) = (s / fct, t.column(s % fct));
                     for e in self.ptr[s]..self.ptr[s + 1] {
                         out.push(match t.k_in_chunk(self.idx[e as usize]) {
-                            Some(kk) => w[at(c * t.chunk + kk, col)],
+                            Some(kk) => w.at(at(c * t.chunk + kk, col)),
                             None => T::default(),
                         });
                     }
@@ -228,7 +229,7 @@ impl Kernel {
                         for c in 0..bw {
                             for r in 0..bh {
                                 let at = base + (layout.offset(c, r / 8) / esize) + r % 8;
-                                out[at] = w[(kb as usize * bh + r) * n + j * bw + c];
+                                out[at] = w.at((kb as usize * bh + r) * n + j * bw + c);
                             }
                         }
                         e += 1;
@@ -244,7 +245,7 @@ impl Kernel {
                         let kb = self.idx[e as usize] as usize;
                         for c in 0..bw {
                             for r in 0..bh {
-                                out.push(w[(kb * bh + r) * n + j * bw + c]);
+                                out.push(w.at((kb * bh + r) * n + j * bw + c));
                             }
                         }
                     }
@@ -294,14 +295,20 @@ impl Kernel {
 
 /// The live `(bh, bw)` blocks of a row-major weight with `n` columns, row-major each, in
 /// the order of the block-column tables `ptr`/`idx`.
-pub(crate) fn pack_blocks<T: Copy>(ptr: &[i32], idx: &[i32], (bh, bw): (usize, usize), n: usize, w: &[T]) -> Vec<T> {
+pub(crate) fn pack_blocks<T: Copy, W: WeightLookup<T> + ?Sized>(
+    ptr: &[i32],
+    idx: &[i32],
+    (bh, bw): (usize, usize),
+    n: usize,
+    w: &W,
+) -> Vec<T> {
     let mut out = Vec::with_capacity(idx.len() * bh * bw);
     for j in 0..ptr.len() - 1 {
         for e in ptr[j]..ptr[j + 1] {
             let kb = idx[e as usize] as usize;
             for r in 0..bh {
                 for c in 0..bw {
-                    out.push(w[(kb * bh + r) * n + j * bw + c]);
+                    out.push(w.at((kb * bh + r) * n + j * bw + c));
                 }
             }
         }

@@ -83,6 +83,14 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         }
     }
     let (kbs, nbs) = (k / bh, n / bw);
+    if (bh, bw) == (1, 1) && spec.dtype != Dtype::I8 {
+        // The 3xTF32 fine kernel reads the element list only: a weight too large for a
+        // dense grid (a 65,536² HPEC layer) is specialized without one.
+        check_elements(&spec.blocks, k, n)?;
+        if let Some(kernel) = fine_tf32::try_specialize(spec)? {
+            return Ok(kernel);
+        }
+    }
     let mut live = vec![false; kbs * nbs];
     for &(r, c) in &spec.blocks {
         if r >= kbs || c >= nbs {
@@ -113,6 +121,23 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         return Err(spec_err(format!("live rows are not built into the {} kernel", kernel.family.name())));
     }
     Ok(kernel)
+}
+
+/// Every element of a fine spec inside the `k × n` weight and listed once (sorted keys, no
+/// grid of the weight's size).
+fn check_elements(blocks: &[(usize, usize)], k: usize, n: usize) -> Result<(), CodegenError> {
+    let mut keys = Vec::with_capacity(blocks.len());
+    for &(r, c) in blocks {
+        if r >= k || c >= n {
+            return Err(spec_err(format!("block ({r}, {c}) lies outside the {k}x{n} block grid")));
+        }
+        keys.push((r as u64) << 32 | c as u64);
+    }
+    keys.sort_unstable();
+    match keys.windows(2).find(|p| p[0] == p[1]) {
+        Some(p) => Err(spec_err(format!("block ({}, {}) is listed twice", p[0] >> 32, p[0] & 0xffff_ffff))),
+        None => Ok(()),
+    }
 }
 
 /// Caps the row tiles of `kernel`, specialized from `spec`, when `spec` asks for

@@ -45,6 +45,7 @@ use crate::codegen::{
     CodegenError, Dtype, Engine, Family, FineTable, Kernel, Launch, Mode, Orientation, SpmmSpec, TmaBox,
 };
 use crate::kernel_choice::fine_tf32::{auto_prefers, layout, max_steps, runs_words, stage_bytes};
+use crate::sparse::WeightLookup;
 use serde::Serialize;
 
 /// Steps (three truncating tensor-core adds each) a partial sum takes before it joins the
@@ -80,7 +81,7 @@ struct FineTf32Ctx {
 /// The kernel for a fine right-orientation spec if its engine selects it; `None` hands it on
 /// (to the dismantled or the SIMT loop kernel). `Engine::Auto` takes it where it measured
 /// faster ([`auto_prefers`]); `Engine::Simt` never.
-pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Option<Kernel>, CodegenError> {
+pub(super) fn try_specialize(spec: &SpmmSpec) -> Result<Option<Kernel>, CodegenError> {
     match spec.engine {
         Engine::Tf32x3 if spec.dtype != Dtype::F32 => {
             Err(spec_err(format!("the 3xTF32 engine takes f32 weights, not {}", spec.dtype.name())))
@@ -92,8 +93,8 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Option<Ke
             "the 3xTF32 fine kernel copies A's rows in 16-byte units and needs K a multiple of 4, got {}",
             spec.k
         ))),
-        Engine::Tf32x3 => fine_tf32(spec, live).map(Some),
-        Engine::Auto if auto_prefers(spec)? => fine_tf32(spec, live).map(Some),
+        Engine::Tf32x3 => fine_tf32(spec).map(Some),
+        Engine::Auto if auto_prefers(spec)? => fine_tf32(spec).map(Some),
         _ => Ok(None),
     }
 }
@@ -107,12 +108,12 @@ fn stage_offset(bm: usize, chunk: usize, k: usize) -> usize {
     (k / 32) * bm * 128 + (k % 32) / 4 * 16 + 4 * (k % 4)
 }
 
-fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
+fn fine_tf32(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
     if spec.orientation != Orientation::Right {
         return Err(spec_err("the 3xTF32 fine kernel takes the right orientation (A · W, W sparse) only".into()));
     }
-    let (t, runs) = layout(spec, live)?;
+    let (t, runs) = layout(spec)?;
     let n_groups = n.div_ceil(8 * t.nt);
     let groups_padded = n_groups.next_multiple_of(t.groups);
     let chunks = k.div_ceil(t.chunk);
@@ -129,7 +130,7 @@ fn fine_tf32(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
         }
         ptr.push((idx.len() / 4) as i32);
     }
-    let nnz = live.iter().filter(|&&l| l).count();
+    let nnz = spec.blocks.len();
     let runs_words = runs_words(chunks, t.groups);
     let stage_bytes = stage_bytes(t.bm, t.chunk, max_steps, t.nt);
     let smem = 1024 + 4 * runs_words + t.stages * (16 + stage_bytes);
@@ -202,7 +203,7 @@ fn chunk_k(table: FineTable, off: usize) -> usize {
 
 /// The weight (row-major `K × N`) in the kernel's step order: 64 floats per step, lane
 /// `4g + t` holding `W[k_t][8j + g]` then `W[k_{t+4}][8j + g]`.
-pub(super) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
+pub(super) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
     let (_, k, n) = kernel.spec_shape;
     let table = kernel.fine.expect("the 3xTF32 fine kernel carries its table layout");
     let groups_padded = (kernel.ptr.len() - 1) / k.div_ceil(table.chunk);
@@ -220,7 +221,7 @@ pub(super) fn pack<T: Copy + Default>(kernel: &Kernel, w: &[T]) -> Vec<T> {
                     for q in 0..nt {
                         let col = 8 * (nt * j + q) + g;
                         if kk < table.chunk && col < n {
-                            out[64 * nt * s + 2 * nt * lane + 2 * q + h] = w[(c * table.chunk + kk) * n + col];
+                            out[64 * nt * s + 2 * nt * lane + 2 * q + h] = w.at((c * table.chunk + kk) * n + col);
                         }
                     }
                 }

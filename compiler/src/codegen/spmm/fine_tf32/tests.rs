@@ -108,7 +108,7 @@ fn auto_work_counts_what_the_kernel_does() {
     let live: Vec<bool> = (0..k * n).map(|_| rng.uniform(0.0, 1.0) < 0.05).collect();
     let blocks: Vec<(usize, usize)> = (0..k * n).filter(|&i| live[i]).map(|i| (i / n, i % n)).collect();
     let spec = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), blocks.clone());
-    let work = auto_work(&spec, &live).unwrap().expect("auto takes it at this size");
+    let work = auto_work(&spec).unwrap().expect("auto takes it at this size");
     let kern = super::super::specialize(&spec).unwrap();
     assert_eq!(kern.family, Family::FineTf32);
     assert_eq!(Some(work.steps), kern.tensor_steps());
@@ -117,7 +117,7 @@ fn auto_work_counts_what_the_kernel_does() {
     assert_eq!((work.tile.0, work.tile.1, work.nt), (64, 128, 1));
     let mut simt = spec.clone();
     simt.engine = Engine::Simt;
-    assert_eq!(auto_work(&simt, &live).unwrap(), None);
+    assert_eq!(auto_work(&simt).unwrap(), None);
     // W on the left is m × k: its nonzeros are (row < m, col < k).
     let left_blocks: Vec<(usize, usize)> = blocks.iter().filter(|&&(_, nn)| nn < m).map(|&(kk, nn)| (nn, kk)).collect();
     let mut left = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), left_blocks);
