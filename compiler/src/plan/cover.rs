@@ -374,10 +374,13 @@ pub fn cover_blocks_fewer_parts(
     fewer_parts(&|allowed: &[(BlockShape, f64)]| cover_blocks(pruned, rows, cols, allowed), shapes, part_fixed)
 }
 
+/// A cover of one fixed mask with the `(shape, weight)` candidates it is given.
+pub(super) type CoverWith<'a> = dyn Fn(&[(BlockShape, f64)]) -> Cover + 'a;
+
 /// The part-dropping loop of [`cover_blocks_fewer_parts`] around any cover of one mask
 /// (`cover` covers it with the shapes it is given).
 pub(super) fn fewer_parts(
-    cover: &dyn Fn(&[(BlockShape, f64)]) -> Cover,
+    cover: &CoverWith,
     shapes: &[(BlockShape, f64)],
     part_fixed: f64,
 ) -> Cover {
