@@ -185,6 +185,11 @@ pub struct GpuArgs {
     /// element) instead of the tiled tensor-core kernel; 0 always runs the tiled one.
     #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_FEW_ROWS, value_name = "R")]
     pub few_rows: usize,
+    /// Layers at least W neurons wide run on the row-scatter kernel (each activation row read
+    /// once, only the weight rows its nonzeros select, deterministic fixed-point sums) instead of
+    /// the tiled 3xTF32 kernel, whose activation traffic grows with the width; 0 never.
+    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_SCATTER_FROM, value_name = "W")]
+    pub scatter_from: usize,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
     /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or
     /// "auto" for the specializer's general choice [default: 64,16,6,1; 64,24,6,1 from 4096
@@ -635,6 +640,7 @@ fn run_compiled(
         },
         merge_from: (!g.no_merge).then_some(g.merge_from),
         few_rows: (g.few_rows > 0).then_some(g.few_rows),
+        scatter_from: (g.scatter_from > 0).then_some(g.scatter_from),
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
@@ -738,6 +744,7 @@ fn run_compiled(
         value["busy_seconds_per_gpu"] = serde_json::json!(r.map(|r| r.busy_seconds_per_device.clone()));
         value["merge_from"] = serde_json::json!(options.merge_from);
         value["few_rows"] = serde_json::json!(options.few_rows);
+        value["scatter_from"] = serde_json::json!(options.scatter_from);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!(

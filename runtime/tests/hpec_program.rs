@@ -186,16 +186,22 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
     // A sample of the real layers at the batch the benchmarks use, both engines.
     let network = real_network(120);
     let images = bundled::real_1024_images().unwrap();
-    for (engine, layers) in [(Engine::Auto, [0usize, 57, 119]), (Engine::Simt, [3, 64, 111])] {
+    // The third sample runs on the row-scatter kernel (from 1,024 neurons instead of 16,384).
+    for (engine, layers, scatter_from) in
+        [(Engine::Auto, [0usize, 57, 119], None), (Engine::Simt, [3, 64, 111], None), (Engine::Auto, [5, 80, 101], Some(1024))]
+    {
         let sample = hpec::Network {
             neurons: network.neurons,
             bias: network.bias,
             layers: layers.iter().map(|&l| network.layers[l].clone()).collect(),
         };
         // Merging from the first layer: the merge kernels are in the program too.
-        let opts = HpecOptions { batch: 60_000, engine, merge_from: Some(0), ..HpecOptions::default() };
+        let opts = HpecOptions { batch: 60_000, engine, merge_from: Some(0), scatter_from, ..HpecOptions::default() };
         let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
-        assert!(compiled.lowering.program.kernels.iter().any(|k| k.name.starts_with("merge_hash")));
+        let kernels = &compiled.lowering.program.kernels;
+        assert!(kernels.iter().any(|k| k.name.starts_with("merge_hash")));
+        let scatters = kernels.iter().filter(|k| k.name.starts_with("spmm_row_scatter")).count();
+        assert_eq!(scatters > 0, scatter_from.is_some(), "row-scatter kernels: {scatters}");
         for k in &compiled.lowering.program.kernels {
             let ptx = compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
             assert!(ptx.ptx.contains(&k.name), "{}: entry missing from the PTX", k.name);

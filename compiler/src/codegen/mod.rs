@@ -48,7 +48,7 @@ pub use crate::kernel_choice::{
 pub use library::{library_gemm, library_takes, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::wgmma::CoreLayout;
-pub use spmm::{few_rows, specialize, stride_live_rows, FineTable, Kernel, Launch, Prepass, TmaBox};
+pub use spmm::{few_rows, row_scatter, specialize, stride_live_rows, FineTable, Kernel, Launch, Prepass, TmaBox};
 
 use crate::kernel_choice::SpecError;
 

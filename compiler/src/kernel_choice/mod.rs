@@ -77,6 +77,9 @@ pub enum Family {
     /// Element-sparse fp32 weight for a few live rows: a thread per output element over its
     /// column's nonzeros in ELL slots. See `codegen/spmm/few_rows.rs`.
     FineRows,
+    /// Very sparse fp32 weight read row by row where the activation is nonzero, summed in
+    /// 64-bit fixed point in shared memory (order-independent). See `codegen/spmm/row_scatter.rs`.
+    RowScatter,
 }
 
 impl Family {
@@ -94,6 +97,7 @@ impl Family {
             Family::BlockTf32 => "block_tf32",
             Family::FineTf32 => "fine_tf32",
             Family::FineRows => "fine_rows",
+            Family::RowScatter => "row_scatter",
         }
     }
 }

@@ -79,6 +79,13 @@ pub struct HpecOptions {
     ///
     /// [`few_rows`]: crate::codegen::few_rows
     pub few_rows: Option<usize>,
+    /// Layers at least this many neurons wide run their element-sparse product on the
+    /// row-scatter kernel ([`row_scatter`]: each activation row read once, only the weight rows
+    /// its nonzeros select) instead of the 3xTF32 fine kernel, whose activation traffic grows
+    /// with the width; `None`: never.
+    ///
+    /// [`row_scatter`]: crate::codegen::row_scatter
+    pub scatter_from: Option<usize>,
 }
 
 impl Default for HpecOptions {
@@ -96,6 +103,7 @@ impl Default for HpecOptions {
             fine_tile: Some(default_fine_tile()),
             merge_from: Some(DEFAULT_MERGE_FROM),
             few_rows: Some(DEFAULT_FEW_ROWS),
+            scatter_from: Some(DEFAULT_SCATTER_FROM),
         }
     }
 }
@@ -104,6 +112,9 @@ impl Default for HpecOptions {
 /// distinct images start to coincide around layer 9 (1024 and 4096 networks), so earlier
 /// merges would only pay their two passes over the rows.
 pub const DEFAULT_MERGE_FROM: usize = 8;
+
+/// Width from which layers run on the row-scatter kernel by default.
+pub const DEFAULT_SCATTER_FROM: usize = 16_384;
 
 /// Live rows at or below which a layer runs its few-rows kernel by default.
 pub const DEFAULT_FEW_ROWS: usize = 64;
@@ -267,6 +278,16 @@ fn fits_dense(k: usize, n: usize) -> bool {
     k * n <= FOLD_MAX_ELEMENTS
 }
 
+/// The largest sum of `|w|` over one column: with activations bounded by `a`, no output of the
+/// product exceeds `a` times it.
+fn max_column_abs_sum(w: &Csr) -> f64 {
+    let mut sums = vec![0f64; w.cols];
+    for (&c, &v) in w.indices.iter().zip(&w.values) {
+        sums[c as usize] += f64::from(v.abs());
+    }
+    sums.into_iter().fold(0.0, f64::max)
+}
+
 fn dense_of(w: &Csr) -> Vec<f32> {
     let mut dense = vec![0.0f32; w.rows * w.cols];
     for r in 0..w.rows {
@@ -312,10 +333,17 @@ pub fn compile_layer(
             spec.tile = options.fine_tile;
             spec.engine = Engine::Tf32x3;
         }
-        if options.fold_values && fits_dense(k, n) {
-            spec.values = Some(dense_of(&pk.weight));
-        }
-        let mut kernel = specialize(&spec)?;
+        let scatter = spec.block == (1, 1) && !spec.accumulate && options.scatter_from.is_some_and(|w| n >= w);
+        let mut kernel = if scatter {
+            // Inputs are capped at YMAX like every activation (checked in `lower`).
+            let bound = f64::from(YMAX) * max_column_abs_sum(&pk.weight);
+            crate::codegen::row_scatter::specialize(&spec, bound, options.sm_count)?
+        } else {
+            if options.fold_values && fits_dense(k, n) {
+                spec.values = Some(dense_of(&pk.weight));
+            }
+            specialize(&spec)?
+        };
         stride_live_rows(&mut kernel, &spec, options.sm_count);
         if kernel.family == Family::Epilogue || kernel.prepass.is_some() {
             return Err(spec_err(format!(
@@ -407,7 +435,7 @@ pub fn lower(
     neurons: usize,
     bias: f32,
     layers: Vec<Csr>,
-    kernels: &[LayerKernels],
+    kernels: Vec<LayerKernels>,
     images: &HpecImages,
     options: &HpecOptions,
 ) -> Result<HpecLowering, ProgramError> {
@@ -417,6 +445,10 @@ pub fn lower(
     }
     if options.batch == 0 || images.n_images == 0 {
         return Err(invalid("a batch needs at least one image".into()));
+    }
+    if kernels.iter().any(|k| k.summary.contains("row_scatter")) && images.values.iter().any(|v| v.abs() > YMAX) {
+        // The row-scatter kernels' fixed-point range assumes every input is within the cap.
+        return Err(invalid(format!("an image value exceeds {YMAX} in magnitude (the row-scatter layers assume it)")));
     }
     let batch = options.batch.min(images.n_images);
     let name = format!("hpec_n{neurons}_l{}_b{batch}", layers.len());
@@ -528,41 +560,44 @@ pub fn lower(
                 layer.rows, layer.cols
             )));
         }
-        summaries.push(lk.summary.clone());
+        summaries.push(lk.summary);
         let matrix = b.matrix(layer);
         let (a, c) = (act[cur], act[1 - cur]);
         let rows = Rows::Live { max: batch, count: live, at: count_at };
         let mut launches = vec![];
         let mut packed = vec![];
-        for (p, kernel) in lk.parts.iter().enumerate() {
+        for (p, kernel) in lk.parts.into_iter().enumerate() {
+            // The packed tables move into the program (a 65,536-neuron layer's are ~100 MB:
+            // no copy is kept beside them).
             let (pl, il) = (kernel.ptr.len(), kernel.idx.len());
-            let wdata = if kernel.weight.is_empty() { vec![0.0] } else { kernel.weight.clone() };
-            let (ptr, idx) = (kernel.ptr.clone(), kernel.idx.clone());
+            let wdata = if kernel.weight.is_empty() { vec![0.0] } else { kernel.weight };
+            let wl = wdata.len();
+            let (wdata, ptr, idx) = (Data::F32(wdata), Data::I32(kernel.ptr), Data::I32(kernel.idx));
+            let sums = [wdata.checksum(), ptr.checksum(), idx.checksum()];
             let bufs = if streamed {
                 // Host copies, then a copy step per table into this layer's slot.
                 let slot = &slot_bufs[l % slots][p];
-                let hw = b.constant(&format!("l{l}.p{p}.w"), Data::F32(wdata.clone()), true);
-                let hp = b.constant(&format!("l{l}.p{p}.ptr"), Data::I32(ptr.clone()), true);
-                let hi = b.constant(&format!("l{l}.p{p}.idx"), Data::I32(idx.clone()), true);
-                for (src, dst, len) in [(hw, slot.w.0, wdata.len()), (hp, slot.ptr.0, pl), (hi, slot.idx.0, il)] {
+                let hw = b.constant(&format!("l{l}.p{p}.w"), wdata, true);
+                let hp = b.constant(&format!("l{l}.p{p}.ptr"), ptr, true);
+                let hi = b.constant(&format!("l{l}.p{p}.idx"), idx, true);
+                for (src, dst, len) in [(hw, slot.w.0, wl), (hp, slot.ptr.0, pl), (hi, slot.idx.0, il)] {
                     b.step(
                         &format!("layer {l} stream in"),
                         Op::Move,
                         vec![Launch::Copy { src, src_at: 0, dst, dst_at: 0, len }],
                     );
                 }
-                PartBuffers { w: (slot.w.0, wdata.len()), ptr: (slot.ptr.0, pl), idx: (slot.idx.0, il) }
+                PartBuffers { w: (slot.w.0, wl), ptr: (slot.ptr.0, pl), idx: (slot.idx.0, il) }
             } else {
-                let wl = wdata.len();
                 PartBuffers {
-                    w: (b.constant(&format!("l{l}.p{p}.w"), Data::F32(wdata.clone()), false), wl),
-                    ptr: (b.constant(&format!("l{l}.p{p}.ptr"), Data::I32(ptr.clone()), false), pl),
-                    idx: (b.constant(&format!("l{l}.p{p}.idx"), Data::I32(idx.clone()), false), il),
+                    w: (b.constant(&format!("l{l}.p{p}.w"), wdata, false), wl),
+                    ptr: (b.constant(&format!("l{l}.p{p}.ptr"), ptr, false), pl),
+                    idx: (b.constant(&format!("l{l}.p{p}.idx"), idx, false), il),
                 }
             };
-            packed.push((bufs.w.0, bufs.w.1, Data::F32(wdata).checksum()));
-            packed.push((bufs.ptr.0, bufs.ptr.1, Data::I32(ptr).checksum()));
-            packed.push((bufs.idx.0, bufs.idx.1, Data::I32(idx).checksum()));
+            packed.push((bufs.w.0, bufs.w.1, sums[0]));
+            packed.push((bufs.ptr.0, bufs.ptr.1, sums[1]));
+            packed.push((bufs.idx.0, bufs.idx.1, sums[2]));
             let kid = b.kernel(&kernel.name, &kernel.source, kernel.launch.smem_bytes);
             let mut args = vec![
                 Arg::Buf(a, 0),
@@ -578,7 +613,7 @@ pub fn lower(
             args.push(Arg::Buf(live, count_at));
             launches.push(Launch::Kernel { kernel: kid, grid: kernel.launch.grid, block: kernel.launch.block, args });
         }
-        if lk.parts.is_empty() {
+        if launches.is_empty() {
             return Err(invalid(format!("layer {l} has no kernel")));
         }
         b.step(

@@ -139,7 +139,7 @@ pub fn compile_cached(
     let px = &images.pixels;
     let view =
         HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
-    let lowering = lower(network.neurons, network.bias, layers, &kernels, &view, options)
+    let lowering = lower(network.neurons, network.bias, layers, kernels, &view, options)
         .map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
     Ok(CompiledNetwork {
         lowering,

@@ -191,6 +191,7 @@ impl Kernel {
             Family::FineDismantled => crate::codegen::spmm::dismantled::pack(self, w),
             Family::FineTf32 => crate::codegen::spmm::fine_tf32::pack(self, w),
             Family::FineRows => crate::codegen::spmm::few_rows::pack(self, w),
+            Family::RowScatter => crate::codegen::spmm::row_scatter::pack(self, w),
             Family::Fine | Family::FineLeft => {
                 // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
                 // left: row `col` of W (`M × K`, row-major).

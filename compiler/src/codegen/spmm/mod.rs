@@ -41,6 +41,7 @@ mod fine;
 pub(crate) mod fine_tf32;
 pub(crate) mod int8;
 pub(crate) mod kernel;
+pub mod row_scatter;
 pub(crate) mod shared;
 #[cfg(test)]
 mod tests;
