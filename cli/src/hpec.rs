@@ -187,8 +187,9 @@ pub struct GpuArgs {
     pub few_rows: usize,
     /// Layers at least W neurons wide run on the row-scatter kernel (each activation row read
     /// once, only the weight rows its nonzeros select, deterministic fixed-point sums) instead of
-    /// the tiled 3xTF32 kernel, whose activation traffic grows with the width; 0 never.
-    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_SCATTER_FROM, value_name = "W")]
+    /// the tiled 3xTF32 kernel, whose activation traffic grows with the width; 0 (the default)
+    /// never: it measured 3x slower at 16384 neurons so far.
+    #[arg(long, default_value_t = 0, value_name = "W")]
     pub scatter_from: usize,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
     /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or

@@ -187,9 +187,11 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
     let network = real_network(120);
     let images = bundled::real_1024_images().unwrap();
     // The third sample runs on the row-scatter kernel (from 1,024 neurons instead of 16,384).
-    for (engine, layers, scatter_from) in
-        [(Engine::Auto, [0usize, 57, 119], None), (Engine::Simt, [3, 64, 111], None), (Engine::Auto, [5, 80, 101], Some(1024))]
-    {
+    for (engine, layers, scatter_from) in [
+        (Engine::Auto, [0usize, 57, 119], None),
+        (Engine::Simt, [3, 64, 111], None),
+        (Engine::Auto, [5, 80, 101], Some(1024)),
+    ] {
         let sample = hpec::Network {
             neurons: network.neurons,
             bias: network.bias,

@@ -379,11 +379,7 @@ pub(super) type CoverWith<'a> = dyn Fn(&[(BlockShape, f64)]) -> Cover + 'a;
 
 /// The part-dropping loop of [`cover_blocks_fewer_parts`] around any cover of one mask
 /// (`cover` covers it with the shapes it is given).
-pub(super) fn fewer_parts(
-    cover: &CoverWith,
-    shapes: &[(BlockShape, f64)],
-    part_fixed: f64,
-) -> Cover {
+pub(super) fn fewer_parts(cover: &CoverWith, shapes: &[(BlockShape, f64)], part_fixed: f64) -> Cover {
     let total = |c: &Cover| c.cost + part_fixed * c.parts.len() as f64;
     let mut allowed = shapes.to_vec();
     let mut best = cover(&allowed);

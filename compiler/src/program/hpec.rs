@@ -82,7 +82,8 @@ pub struct HpecOptions {
     /// Layers at least this many neurons wide run their element-sparse product on the
     /// row-scatter kernel ([`row_scatter`]: each activation row read once, only the weight rows
     /// its nonzeros select) instead of the 3xTF32 fine kernel, whose activation traffic grows
-    /// with the width; `None`: never.
+    /// with the width; `None` (the default): never. Measured slower so far (H100, MNIST inputs,
+    /// 16384x120: 1178 ms against 389 with the tiled kernel; see the kernel's module docs).
     ///
     /// [`row_scatter`]: crate::codegen::row_scatter
     pub scatter_from: Option<usize>,
@@ -103,7 +104,7 @@ impl Default for HpecOptions {
             fine_tile: Some(default_fine_tile()),
             merge_from: Some(DEFAULT_MERGE_FROM),
             few_rows: Some(DEFAULT_FEW_ROWS),
-            scatter_from: Some(DEFAULT_SCATTER_FROM),
+            scatter_from: None,
         }
     }
 }
@@ -112,9 +113,6 @@ impl Default for HpecOptions {
 /// distinct images start to coincide around layer 9 (1024 and 4096 networks), so earlier
 /// merges would only pay their two passes over the rows.
 pub const DEFAULT_MERGE_FROM: usize = 8;
-
-/// Width from which layers run on the row-scatter kernel by default.
-pub const DEFAULT_SCATTER_FROM: usize = 16_384;
 
 /// Live rows at or below which a layer runs its few-rows kernel by default.
 pub const DEFAULT_FEW_ROWS: usize = 64;

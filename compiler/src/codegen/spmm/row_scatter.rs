@@ -6,7 +6,7 @@
 //! 3.9 GB activation per layer, and its k8 × n8 steps hold one useful product in eight. Here a
 //! CTA owns a slab of at most 16,384 output columns and a stride of rows; per row it zeroes the
 //! slab's accumulators in shared memory, compacts the row's nonzeros chunk by chunk, and its
-//! warps add `a · w` for the `W` entries of each nonzero's row that fall in the slab. `A` is
+//! threads (one per nonzero) add `a · w` for the `W` entries of each nonzero's row that fall in the slab. `A` is
 //! read once per slab, `W` (row-major CSR per slab, a few MB) stays in L2, and the work is the
 //! activation's nonzeros times the weight's row length.
 //!
@@ -19,6 +19,13 @@
 //! Tables: `ptr[k · slabs + s] .. ptr[k · slabs + s + 1]` are row k's entries in slab `s`; `idx`
 //! their column within the slab; `W` their values. Like the tiled kernels it does nothing at or
 //! below `SpmmSpec::live_above` live rows (the few-rows kernel computes there).
+//!
+//! Measured (H100, `benches/results/hpec_gpu.md`): slower than the 3xTF32 fine kernel so far,
+//! 16384×120 MNIST 1,178 ms against 384 (1024×120: 23.6 against 3.18 ms), with the same
+//! categories. It is latency bound: one CTA per multiprocessor holds one row at a time, and each
+//! row is a chain of scan, compaction, gathers of the selected weight rows and atomics. HPEC
+//! runs it only with `--scatter-from`; its tables are CSR-sized (~8 bytes a nonzero, against
+//! ~47 for the 3xTF32 fine kernel's with the few-rows slots at 16384 neurons).
 
 use super::kernel::*;
 use super::shared::*;
@@ -31,8 +38,8 @@ use serde::Serialize;
 const THREADS: usize = 1024;
 /// Widest slab: 16,384 columns of 8-byte accumulators are 128 KiB of shared memory.
 pub const SLAB_MAX: usize = 16_384;
-/// Activation elements compacted per step (their k and value: 8 KiB of shared memory).
-const CHUNK: usize = 1024;
+/// Activation elements compacted per step (their k and value: 16 KiB of shared memory).
+const CHUNK: usize = 2048;
 /// Fraction bits at most: 2^-40 resolution, and sums up to 2^22 in magnitude.
 const FRAC_BITS_MAX: i32 = 40;
 
