@@ -40,6 +40,17 @@ impl Csr {
         Csr { rows, cols, offsets, indices, values }
     }
 
+    /// The row-major dense `rows × cols` form (for weights small enough to hold densely).
+    pub fn to_dense(&self) -> Vec<f32> {
+        let mut dense = vec![0.0f32; self.rows * self.cols];
+        for r in 0..self.rows {
+            for e in self.offsets[r] as usize..self.offsets[r + 1] as usize {
+                dense[r * self.cols + self.indices[e] as usize] = self.values[e];
+            }
+        }
+        dense
+    }
+
     /// Checks the structure: `rows + 1` non-decreasing offsets ending at the entry count,
     /// columns in range and strictly increasing per row, one value per entry, and (when
     /// `nonzero_values`) no stored zero. The message names the first row at fault.
@@ -173,6 +184,7 @@ mod tests {
     fn lookups_agree_with_the_dense_form() {
         let (dense, csr) = sample();
         csr.validate(true).unwrap();
+        assert_eq!(csr.to_dense(), dense);
         assert_eq!(csr.nnz(), 4);
         for i in 0..dense.len() {
             assert_eq!(csr.at(i), dense.at(i), "element {i}");

@@ -286,16 +286,6 @@ fn max_column_abs_sum(w: &Csr) -> f64 {
     sums.into_iter().fold(0.0, f64::max)
 }
 
-fn dense_of(w: &Csr) -> Vec<f32> {
-    let mut dense = vec![0.0f32; w.rows * w.cols];
-    for r in 0..w.rows {
-        for e in w.offsets[r] as usize..w.offsets[r + 1] as usize {
-            dense[r * w.cols + w.indices[e] as usize] = w.values[e];
-        }
-    }
-    dense
-}
-
 /// Plans and specializes one `n × n` layer for `batch` rows (see the module docs).
 pub fn compile_layer(
     layer: &Csr,
@@ -338,7 +328,7 @@ pub fn compile_layer(
             crate::codegen::row_scatter::specialize(&spec, bound, options.sm_count)?
         } else {
             if options.fold_values && fits_dense(k, n) {
-                spec.values = Some(dense_of(&pk.weight));
+                spec.values = Some(pk.weight.to_dense());
             }
             specialize(&spec)?
         };

@@ -1399,7 +1399,7 @@ impl<'a> Lowering<'a> {
         for pk in &planned {
             pruned.iter_mut().zip(&pk.weight).for_each(|(a, b)| *a += b);
         }
-        let csr = dense_to_csr(&pruned, k, n);
+        let csr = Csr::from_dense(&pruned, k, n);
         if csr.nnz() < k * n {
             self.stats.sparse_ops += 1;
         }
@@ -1854,11 +1854,6 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         }
     }
     t
-}
-
-/// Row-major `rows × cols` dense → CSR of its nonzeros.
-pub fn dense_to_csr(w: &[f32], rows: usize, cols: usize) -> Csr {
-    Csr::from_dense(w, rows, cols)
 }
 
 /// A kernel's `ptr` (or `idx`) table as its launch reads it (one unread word when the pattern
