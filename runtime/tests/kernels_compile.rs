@@ -32,6 +32,7 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
                 let ptx = compile_ptx(&kernel.name, &kernel.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
                 assert!(ptx.ptx.contains(&format!(".entry {}", kernel.name)), "no entry {} in PTX", kernel.name);
                 if kernel.family == spartac::codegen::Family::BlockMma
+                    || kernel.family == spartac::codegen::Family::DenseStream
                     || (kernel.family.name() == "dense" && spec.dtype != Dtype::F32)
                 {
                     assert!(

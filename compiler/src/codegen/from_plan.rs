@@ -173,7 +173,8 @@ fn planned_kernels<W>(
                 op.node
             )));
         }
-        let (block, blocks) = kernel_blocks(sub, dtype, rows, cols, left);
+        let stream_ok = op.kernel == KernelChoice::Auto;
+        let (block, blocks) = kernel_blocks(sub, dtype, rows, cols, left, stream_ok);
         let mut spec = if left {
             SpmmSpec::new(rows, cols, op.m, dtype, block, blocks)
         } else {
@@ -308,13 +309,15 @@ pub fn single_weight_graph(
 }
 
 /// Block shape and live blocks a kernel family takes for one sub-operator of a `k × n`
-/// weight (`left`: the weight is on the left).
+/// weight (`left`: the weight is on the left; `stream_ok`: the specializer chooses the engine,
+/// so a skinny dense 16-bit part may take the streaming kernel).
 fn kernel_blocks(
     sub: &SubOperator,
     dtype: Dtype,
     k: usize,
     n: usize,
     left: bool,
+    stream_ok: bool,
 ) -> ((usize, usize), Vec<(usize, usize)>) {
     let block_fits = |dtype, block, k, n| block_fits(dtype, block, k, n, left);
     let fine = |owned: &[u32]| -> ((usize, usize), Vec<(usize, usize)>) {
@@ -323,6 +326,18 @@ fn kernel_blocks(
     };
     match sub.kind {
         SubOpKind::TwoFour => fine(&sub.owned),
+        SubOpKind::Dense
+            if stream_ok && !left && crate::kernel_choice::stream::auto_takes(dtype, Orientation::Right, k, n) =>
+        {
+            // The streaming kernel takes any shape (one block, the whole weight), where the
+            // block kernels' 16 × 16 tiles would leave a 24-, 40- or 43-wide weight to the fine
+            // kernel. A 1 × 1 weight stays a fine one (block (1, 1) selects that kernel).
+            if (k, n) == (1, 1) {
+                ((1, 1), vec![(0, 0)])
+            } else {
+                ((k, n), vec![(0, 0)])
+            }
+        }
         SubOpKind::Dense => {
             // int8 dense runs twice as fast on 64×64 tiles as on 32×32 (run 7, 4096³:
             // 0.369 vs 0.760 ms): half the A re-reads and twice the math per pipeline step.

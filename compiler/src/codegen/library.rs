@@ -38,12 +38,16 @@ pub struct LibraryGemm {
 /// library's rate (`costdb`, fitted from cuBLAS), and on these dtypes our own dense kernel is
 /// far from it. fp32 stays on the 3xTF32 dense kernel: it keeps fp32 accuracy and beats the
 /// library's true-fp32 GEMM (dense MiniLM-L6: 2.18 ms against 2.93 ms for torch, which runs
-/// cuBLAS). int8 has no library path (see [`library_gemm`]).
+/// cuBLAS). int8 has no library path (see [`library_gemm`]). Skinny products the streaming
+/// kernel takes ([`crate::kernel_choice::stream::auto_takes`]: memory bound, K ≤ 256) stay on
+/// it: one pass over A and C with the epilogue fused, where the library writes C three times.
 pub fn library_takes(spec: &SpmmSpec) -> bool {
     let weight = if spec.orientation == Orientation::Left { spec.m * spec.k } else { spec.k * spec.n };
     matches!(spec.dtype, Dtype::F16 | Dtype::Bf16)
         && spec.block != (1, 1)
         && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
+        && !(spec.engine == super::Engine::Auto
+            && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n))
 }
 
 /// The library call for `spec`, whose weight is used densely (its pattern is ignored: a

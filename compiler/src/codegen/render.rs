@@ -30,6 +30,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("rows_load.cu.tera", include_str!("../../../templates/rows_load.cu.tera")),
     ("spmm_few_rows.cu.tera", include_str!("../../../templates/spmm_few_rows.cu.tera")),
     ("spmm_row_scatter.cu.tera", include_str!("../../../templates/spmm_row_scatter.cu.tera")),
+    ("spmm_dense_stream.cu.tera", include_str!("../../../templates/spmm_dense_stream.cu.tera")),
     ("rows_compact.cu.tera", include_str!("../../../templates/rows_compact.cu.tera")),
     ("rows_merge_hash.cu.tera", include_str!("../../../templates/rows_merge_hash.cu.tera")),
     ("rows_merge_pack.cu.tera", include_str!("../../../templates/rows_merge_pack.cu.tera")),

@@ -14,7 +14,8 @@
 //! - the rules `Engine::Auto` applies where the cost model needs the answer too:
 //!   [`block_tf32::auto_takes`] (fp32 blocks on the 3xTF32 block kernel),
 //!   [`fine_tf32::auto_prefers`] (element-sparse fp32 on the 3xTF32 fine kernel) and
-//!   [`dismantled::applies`] (the fine weight dismantled to the element);
+//!   [`dismantled::applies`] (the fine weight dismantled to the element) and
+//!   [`stream::auto_takes`] (skinny dense 16-bit products on the streaming kernel);
 //! - the work the 3xTF32 fine kernel does on a pattern, counted as the kernel counts it
 //!   ([`fine_tf32::auto_work`], [`FineTf32Work`]): its tiling and its runs of k8 steps, which
 //!   the specializer turns into tables and the cost model prices.
@@ -28,6 +29,7 @@ pub mod block_tf32;
 pub mod dismantled;
 pub mod fine_tf32;
 mod spec;
+pub mod stream;
 
 pub use fine_tf32::FineTf32Work;
 pub use spec::{
@@ -80,6 +82,10 @@ pub enum Family {
     /// Very sparse fp32 weight read row by row where the activation is nonzero, summed in
     /// 64-bit fixed point in shared memory (order-independent). See `codegen/spmm/row_scatter.rs`.
     RowScatter,
+    /// Dense 16-bit weight with a small K (a 1×1 convolution): the weight slab resident in
+    /// shared memory, A streamed once through a cp.async ring, mma.sync m16n8k16, the
+    /// epilogue in registers. See `codegen/spmm/stream.rs` and [`stream`].
+    DenseStream,
 }
 
 impl Family {
@@ -98,6 +104,7 @@ impl Family {
             Family::FineTf32 => "fine_tf32",
             Family::FineRows => "fine_rows",
             Family::RowScatter => "row_scatter",
+            Family::DenseStream => "dense_stream",
         }
     }
 }

@@ -378,6 +378,11 @@ impl CostModel {
             + e.fixed_ns * 1e-9
     }
 
+    /// One read of an `m × k` activation from device memory.
+    pub fn activation_read_time(&self, nf: &NumberFormat, m: usize, k: usize) -> f64 {
+        (m * k) as f64 * Self::bytes(nf) / self.dram()
+    }
+
     /// Elementwise epilogue (bias, activation) as its own kernel over `m × n`.
     pub fn epilogue_time(&self, m: usize, n: usize) -> f64 {
         self.launch() + 2.0 * (m * n) as f64 * 4.0 / self.dram()

@@ -286,6 +286,7 @@ fn plan_site_choices(
             }
         }
     }
+    add_stream_floor(&mut candidates, cm, &nf, site.orientation, m, rows, cols);
     let cover_s = started.elapsed().as_secs_f64();
     let at = Placement {
         node: node.name.clone(),
@@ -355,6 +356,34 @@ pub fn plan_sparse_weight(
     let cover_s = started.elapsed().as_secs_f64();
     let mut plans = finish_choices(&at, cm, candidates, density, &nf, dense_s, cover_s, Choices::Pick(&|_| None));
     Ok(plans.swap_remove(0))
+}
+
+/// At a site whose dense form runs on the streaming kernel (a skinny 16-bit product,
+/// [`crate::kernel_choice::stream::auto_takes`]: memory bound), every sparse alternative is
+/// charged one read of the activation. Any kernel reads A once; the per-block rates, fitted
+/// on shapes where the math dominates (4096 rows, K ≥ 1024), leave that read out, and at
+/// K = 16..256 it is most of a kernel's time, so without it the fine kernels look cheaper
+/// than the memory floor that the dense kernel, which pays it, runs at.
+fn add_stream_floor(
+    candidates: &mut [Candidate],
+    cm: &CostModel,
+    nf: &hardware::NumberFormat,
+    orientation: Orientation,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    let Ok(dtype) = nf.dtype.parse::<crate::kernel_choice::Dtype>() else { return };
+    let right = crate::kernel_choice::Orientation::Right;
+    if orientation != Orientation::WeightRight || !crate::kernel_choice::stream::auto_takes(dtype, right, k, n) {
+        return;
+    }
+    let read = cm.activation_read_time(nf, m, k);
+    for c in candidates.iter_mut().filter(|c| c.split != SplitKind::Dense) {
+        if let Some(first) = c.subops.first_mut() {
+            first.predicted_s += read;
+        }
+    }
 }
 
 /// Where a planned operator sits: names, logical weight shape, the other GEMM dimension and

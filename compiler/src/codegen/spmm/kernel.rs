@@ -192,6 +192,7 @@ impl Kernel {
             Family::FineTf32 => crate::codegen::spmm::fine_tf32::pack(self, w),
             Family::FineRows => crate::codegen::spmm::few_rows::pack(self, w),
             Family::RowScatter => crate::codegen::spmm::row_scatter::pack(self, w),
+            Family::DenseStream => crate::codegen::spmm::stream::pack(self, w),
             Family::Fine | Family::FineLeft => {
                 // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
                 // left: row `col` of W (`M × K`, row-major).
@@ -289,6 +290,7 @@ impl Kernel {
             Family::Epilogue => 0.0,
             Family::Fine | Family::FineDismantled | Family::FineTf32 => 2.0 * m as f64 * self.live_instances as f64,
             Family::FineLeft => 2.0 * self.spec_shape.2 as f64 * self.live_instances as f64,
+            Family::DenseStream => 2.0 * m as f64 * (self.spec_shape.1 * self.spec_shape.2) as f64,
             _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! [`specialize`] dispatches: int8 to `spmm::int8`; element-sparse weights (1×1 blocks) to the
 //! 3xTF32 fine kernel, the dismantled kernel or the fine loop kernel here, as their rules say;
-//! other blocks to the wgmma family, the 3xTF32 block kernel, else the block kernels here (fp32
+//! skinny dense 16-bit products to the streaming kernel (`stream`); other blocks to the wgmma family, the 3xTF32 block kernel, else the block kernels here (fp32
 //! SIMT, fp16/bf16 mma.sync; [`Family::Dense`] when every block is live). Tile heuristics and
 //! the choice between literal tables and an index stream (under `SpmmSpec::code_budget`) are
 //! made here; templates only loop and branch. The left orientation (`C = W·B`) of the block and
@@ -43,6 +43,7 @@ pub(crate) mod int8;
 pub(crate) mod kernel;
 pub mod row_scatter;
 pub(crate) mod shared;
+pub(crate) mod stream;
 #[cfg(test)]
 mod tests;
 pub(crate) mod tf32;
@@ -110,6 +111,13 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     }
     if (bh, bw) == (1, 1) {
         return fine(spec, &live);
+    }
+    if dense
+        && spec.engine == Engine::Auto
+        && !spec.live_rows
+        && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, k, n)
+    {
+        return stream::specialize(spec);
     }
     if let Some(kernel) = wgmma::try_specialize(spec, &live, dense)? {
         return Ok(kernel);

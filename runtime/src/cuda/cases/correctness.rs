@@ -191,6 +191,21 @@ const CORRECTNESS: &[Row] = &[
     ((256, 512, 384), F16, u(0.0), Dense(32, 32), &[Cublas]),
     ((200, 256, 100), F16, u(0.0), Dense(4, 4), &[Bias, Relu, Cublas]),
     ((256, 512, 512), Bf16, u(0.0), Dense(32, 32), &[Clip(-0.5, 0.5), Cublas]),
+    // skinny dense 16-bit products (1×1 convolutions in NHWC): the streaming kernel; K padded
+    // to 16, N in several slabs, ragged M, CTAs walking many row tiles, the planner's path
+    ((4099, 16, 96), F16, u(0.0), Dense(8, 8), &[Bias, Clip(0.0, 6.0)]),
+    ((1000, 24, 144), F16, u(0.0), Dense(8, 8), &[Bias, Clip(0.0, 6.0)]),
+    ((777, 144, 24), Bf16, u(0.0), Dense(8, 8), &[Bias]),
+    ((3000, 240, 40), F16, u(0.0), Dense(8, 8), &[Relu]),
+    ((300, 96, 1152), F16, u(0.0), Dense(8, 8), &[Bias, Gelu]),
+    ((100_001, 32, 16), F16, u(0.0), Dense(16, 16), &[Bias]),
+    ((2048, 40, 240), F16, u(0.0), Planned, &[Bias, Clip(0.0, 6.0)]),
+    // channel counts left by pruning: rows not 16-byte aligned (the packed ring), odd N; a
+    // sparse weight at such a site plans dense on the streaming kernel (the memory floor)
+    ((5000, 11, 43), F16, u(0.0), Planned, &[Bias, Clip(0.0, 6.0)]),
+    ((3001, 202, 51), Bf16, u(0.0), Planned, &[Bias]),
+    ((777, 43, 15), F16, u(0.0), Planned, &[Relu]),
+    ((6000, 43, 11), F16, u(0.9), Planned, &[Bias]),
     // mixed: block kernel + fine kernel accumulating, epilogue on the second
     ((512, 1024, 1024), F32, mixed(0.9), Mixed(32, 32), &[Bias, Relu]),
     ((256, 1024, 1024), F16, mixed(0.9), Mixed(32, 32), &[]),

@@ -188,11 +188,17 @@ impl Case {
     }
 
     /// Whether `spec` (one of this case's specs) runs on the library: a dense sub-operator
-    /// of a case that sends those to cuBLAS.
+    /// of a case that sends those to cuBLAS, except, in a planned case, the skinny 16-bit ones
+    /// the model lowering keeps on the streaming kernel (`codegen::library_takes`).
     pub fn uses_library(&self, spec: &SpmmSpec) -> bool {
         // int8 stays on our kernel: cuBLAS's int8 path needs a dequantizing epilogue not built.
         let weight = if spec.orientation == Orientation::Left { spec.m * spec.k } else { spec.k * spec.n };
-        self.cublas_dense && spec.dtype != Dtype::I8 && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
+        self.cublas_dense
+            && spec.dtype != Dtype::I8
+            && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
+            && !(self.cover == Cover::Planned
+                && spec.engine == Engine::Auto
+                && spartac::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n))
     }
 
     pub fn label(&self) -> String {
