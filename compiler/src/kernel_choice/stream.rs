@@ -106,7 +106,7 @@ pub fn tiling(k: usize, n: usize) -> StreamTiling {
     let col_tiles = n.div_ceil(MAX_BN);
     let bn = n.div_ceil(col_tiles).next_multiple_of(16);
     let bm = 16 * WARPS;
-    let packed = k % 8 != 0;
+    let packed = !k.is_multiple_of(8);
     let (a_ld, w_ld) = (if packed { k } else { kp + 8 }, bn + 8);
     let slot = if packed { (bm * k).next_multiple_of(8) } else { bm * a_ld };
     let stage = 2 * slot;
@@ -151,7 +151,7 @@ mod tests {
             assert!(t.bn * (t.col_tiles - 1) < n, "{k}x{n}: no empty slab");
             assert!((2..=8).contains(&t.stages) && (1..=PER_SM).contains(&t.per_sm));
             assert!(t.smem_bytes() + 1024 <= SMEM_PER_SM / t.per_sm, "{k}x{n}: {t:?}");
-            assert_eq!(t.packed, k % 8 != 0);
+            assert_eq!(t.packed, !k.is_multiple_of(8));
             assert!(t.packed || (t.a_ld / 8) % 2 == 1, "ldmatrix rows in distinct bank groups");
             assert!(t.slot >= t.bm * k && t.slot % 8 == 0);
             assert_eq!((t.w_ld / 8) % 2, 1);

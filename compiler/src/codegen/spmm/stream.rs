@@ -68,7 +68,7 @@ pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         w_ld: t.w_ld,
         slot: t.slot,
         packed: t.packed,
-        n_even: n % 2 == 0,
+        n_even: n.is_multiple_of(2),
     };
     let source = render("spmm_dense_stream.cu.tera", &ctx)?;
     let launch = Launch {
