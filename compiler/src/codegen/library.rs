@@ -47,6 +47,7 @@ pub fn library_takes(spec: &SpmmSpec) -> bool {
         && spec.block != (1, 1)
         && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
         && !(spec.engine == super::Engine::Auto
+            && !spec.accumulate
             && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n))
 }
 

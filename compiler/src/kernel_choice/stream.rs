@@ -16,17 +16,17 @@
 
 use super::{Dtype, Orientation};
 
-/// Deepest K the kernel takes (rounded up to 16): past it an A tile no longer fits the ring
-/// at 128 rows, and the product stops being memory bound.
-pub const MAX_K: usize = 256;
+/// Deepest K the kernel takes (rounded up to 16): past it an A tile of 64 rows no longer fits
+/// a two-slot ring beside the weight slab, and the product stops being memory bound.
+pub const MAX_K: usize = 512;
 /// Most flops per byte moved (`K·N / (K + N)`) for `Engine::Auto` to take the kernel: above it
 /// the product is no longer clearly memory bound and the library's GEMM (wgmma, deep
 /// pipelines) is the better engine.
 pub const MAX_INTENSITY: f64 = 96.0;
 /// Widest column slab a CTA holds (its accumulators: `BN / 2` registers a thread).
 pub const MAX_BN: usize = 128;
-/// Threads per CTA: 8 warps of 16 rows.
-pub const WARPS: usize = 8;
+/// Most bytes of shared memory the weight slab may take (narrower slabs past it).
+const W_SLAB: usize = 72 * 1024;
 /// Shared memory a multiprocessor gives its CTAs (Hopper: 227 KiB, 1 KiB of it per CTA
 /// reserved).
 const SMEM_PER_SM: usize = 227 * 1024;
@@ -58,6 +58,9 @@ pub fn auto_takes(dtype: Dtype, orientation: Orientation, k: usize, n: usize) ->
 pub struct StreamTiling {
     /// K rounded up to 16 (one mma k-step); the pad columns are zero in shared memory.
     pub kp: usize,
+    /// Warps of a CTA: 8 where a two-slot ring of 128-row tiles fits beside the slab, else 4
+    /// (tiles of 64 rows).
+    pub warps: usize,
     /// Rows of a tile: 16 per warp.
     pub bm: usize,
     /// K is not a multiple of 8, so A's rows are not 16-byte aligned: a ring slot holds the
@@ -87,9 +90,10 @@ impl StreamTiling {
     pub fn row_tiles(&self, m: usize) -> usize {
         m.div_ceil(self.bm)
     }
-    /// Shared memory of one CTA, bytes: the weight slab and the A ring.
+    /// Shared memory of one CTA, bytes: the weight slab, the A ring and the warps' output
+    /// staging (16 rows × `bn` each).
     pub fn smem_bytes(&self) -> usize {
-        2 * (self.kp * self.w_ld + self.stages * self.slot)
+        2 * (self.kp * self.w_ld + self.stages * self.slot + self.warps * 16 * self.bn)
     }
     /// CTAs along the rows: enough for every multiprocessor's `per_sm` over all column slabs,
     /// at most one per row tile; each walks every `grid.x`-th row tile.
@@ -98,19 +102,24 @@ impl StreamTiling {
     }
 }
 
-/// The tiling of `k × n` ([`supports`] must hold): slabs of at most [`MAX_BN`] columns of equal
-/// width, and the deepest ring (2 to 8 stages) that keeps [`IN_FLIGHT`] bytes of A loading per
-/// multiprocessor within its shared memory.
+/// The tiling of `k × n` ([`supports`] must hold): slabs of equal width, at most [`MAX_BN`]
+/// columns and [`W_SLAB`] bytes, and the deepest ring (2 to 8 stages) that keeps [`IN_FLIGHT`]
+/// bytes of A loading per multiprocessor within its shared memory.
 pub fn tiling(k: usize, n: usize) -> StreamTiling {
     let kp = k.next_multiple_of(16);
-    let col_tiles = n.div_ceil(MAX_BN);
+    let widest = (W_SLAB / (2 * kp)).saturating_sub(8) / 16 * 16;
+    let col_tiles = n.div_ceil(widest.clamp(16, MAX_BN));
     let bn = n.div_ceil(col_tiles).next_multiple_of(16);
-    let bm = 16 * WARPS;
     let packed = !k.is_multiple_of(8);
     let (a_ld, w_ld) = (if packed { k } else { kp + 8 }, bn + 8);
-    let slot = if packed { (bm * k).next_multiple_of(8) } else { bm * a_ld };
+    let slot_of = |bm: usize| if packed { (bm * k).next_multiple_of(8) } else { bm * a_ld };
+    let smem = |warps: usize, stages: usize| 2 * (kp * w_ld + stages * slot_of(16 * warps) + warps * 16 * bn);
+    let fits = |warps: usize, stages: usize, per_sm: usize| smem(warps, stages) + 1024 <= SMEM_PER_SM / per_sm;
+    // Eight warps (128-row tiles) where a two-slot ring of them fits, else four.
+    let warps = if fits(8, 2, 1) { 8 } else { 4 };
+    let (bm, slot) = (16 * warps, slot_of(16 * warps));
     let stage = 2 * slot;
-    let fits = |stages: usize, per_sm: usize| 2 * (kp * w_ld + stages * slot) + 1024 <= SMEM_PER_SM / per_sm;
+    let fits = |stages: usize, per_sm: usize| fits(warps, stages, per_sm);
     let mut per_sm = PER_SM;
     while per_sm > 1 && !fits(2, per_sm) {
         per_sm -= 1;
@@ -120,7 +129,7 @@ pub fn tiling(k: usize, n: usize) -> StreamTiling {
     while stages > 2 && !fits(stages, per_sm) {
         stages -= 1;
     }
-    StreamTiling { kp, bm, packed, slot, bn, col_tiles, stages, per_sm, a_ld, w_ld }
+    StreamTiling { kp, warps, bm, packed, slot, bn, col_tiles, stages, per_sm, a_ld, w_ld }
 }
 
 #[cfg(test)]
@@ -134,7 +143,9 @@ mod tests {
         assert!(auto_takes(Dtype::F16, Orientation::Right, 240, 40));
         assert!(!auto_takes(Dtype::F32, Orientation::Right, 16, 96), "fp32 stays on 3xTF32");
         assert!(!auto_takes(Dtype::F16, Orientation::Left, 16, 96));
-        assert!(!auto_takes(Dtype::F16, Orientation::Right, 384, 1536), "K past the ring");
+        assert!(!auto_takes(Dtype::F16, Orientation::Right, 384, 1536), "compute bound");
+        assert!(auto_takes(Dtype::F16, Orientation::Right, 346, 99), "a 64-row tile");
+        assert!(!supports(Dtype::F16, Orientation::Right, 520, 64), "K past the ring");
         assert!(auto_takes(Dtype::F16, Orientation::Right, 11, 43), "odd channel counts after pruning");
         assert!(supports(Dtype::F16, Orientation::Right, 256, 4096));
         assert!(!auto_takes(Dtype::F16, Orientation::Right, 256, 4096), "compute bound: the library");
@@ -146,14 +157,16 @@ mod tests {
             [(16, 96), (24, 144), (144, 24), (240, 40), (256, 128), (96, 1152), (40, 480), (8, 8), (11, 43), (202, 51)]
         {
             let t = tiling(k, n);
-            assert!(t.kp >= k && t.kp % 16 == 0 && t.kp - k < 16);
-            assert!(t.bn % 16 == 0 && t.bn <= MAX_BN && t.bn * t.col_tiles >= n);
+            assert!(t.kp >= k && t.kp.is_multiple_of(16) && t.kp - k < 16);
+            assert!(t.bn.is_multiple_of(16) && t.bn <= MAX_BN && t.bn * t.col_tiles >= n);
+            assert_eq!(t.bm, 16 * t.warps);
+            assert!(2 * t.kp * t.w_ld <= W_SLAB + 2 * 16 * t.kp, "{k}x{n}: slab {t:?}");
             assert!(t.bn * (t.col_tiles - 1) < n, "{k}x{n}: no empty slab");
             assert!((2..=8).contains(&t.stages) && (1..=PER_SM).contains(&t.per_sm));
             assert!(t.smem_bytes() + 1024 <= SMEM_PER_SM / t.per_sm, "{k}x{n}: {t:?}");
             assert_eq!(t.packed, !k.is_multiple_of(8));
             assert!(t.packed || (t.a_ld / 8) % 2 == 1, "ldmatrix rows in distinct bank groups");
-            assert!(t.slot >= t.bm * k && t.slot % 8 == 0);
+            assert!(t.slot >= t.bm * k && t.slot.is_multiple_of(8));
             assert_eq!((t.w_ld / 8) % 2, 1);
         }
         // A 16-deep product keeps several small tiles in flight; a 256-deep one two big ones.

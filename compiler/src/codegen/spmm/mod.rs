@@ -115,6 +115,7 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if dense
         && spec.engine == Engine::Auto
         && !spec.live_rows
+        && !spec.accumulate
         && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, k, n)
     {
         return stream::specialize(spec);

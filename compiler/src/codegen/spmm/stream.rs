@@ -1,13 +1,13 @@
 //! The streaming dense kernel ([`Family::DenseStream`]) for skinny 16-bit products: which
 //! shapes it takes and its tiling are in [`crate::kernel_choice::stream`]; here the spec is
-//! checked, the template filled and the weight packed (row-major `K × N`, as it is: the kernel
-//! copies its column slab into shared memory once per CTA).
+//! checked, the template filled and the weight packed (each column slab as its shared-memory
+//! image: the kernel copies its slab into shared memory once per CTA, by cp.async).
 
 use super::kernel::*;
 use super::shared::*;
 use crate::codegen::render::{render, KernelHead};
 use crate::codegen::{CodegenError, Mode, Orientation, SpmmSpec};
-use crate::kernel_choice::stream::{supports, tiling, WARPS};
+use crate::kernel_choice::stream::{supports, tiling};
 use crate::sparse::WeightLookup;
 use serde::Serialize;
 
@@ -29,11 +29,14 @@ struct Ctx {
     w_ld: usize,
     slot: usize,
     packed: bool,
-    n_even: bool,
+    col_tiles: usize,
+    /// N is a multiple of 8: a slab's rows copy out 16 bytes at a time.
+    n_vec: bool,
 }
 
 /// The streaming kernel of `spec`: a dense (every block live), right-orientation 16-bit
-/// weight the kernel supports, any epilogue, accumulating or not.
+/// weight the kernel supports, any epilogue, not accumulating (a dense part is a plan's only
+/// part, so it always writes the output first).
 pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
     if !supports(spec.dtype, spec.orientation, k, n) {
@@ -48,8 +51,10 @@ pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     if bh == 0 || bw == 0 || k % bh != 0 || n % bw != 0 || spec.blocks.len() * bh * bw != k * n {
         return Err(spec_err(format!("the streaming dense kernel needs every block of the {k}x{n} weight live")));
     }
-    if spec.live_rows || m == 0 {
-        return Err(spec_err("the streaming dense kernel takes a fixed, nonzero row count".into()));
+    if spec.live_rows || spec.accumulate || m == 0 {
+        return Err(spec_err(
+            "the streaming dense kernel takes a fixed, nonzero row count and overwrites its output".into(),
+        ));
     }
     if m > i32::MAX as usize {
         return Err(spec_err(format!("{m} rows exceed the kernel's 32-bit row index")));
@@ -61,19 +66,20 @@ pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         kp: t.kp,
         bm: t.bm,
         bn: t.bn,
-        warps: WARPS,
+        warps: t.warps,
         stages: t.stages,
         per_sm: t.per_sm,
         a_ld: t.a_ld,
         w_ld: t.w_ld,
         slot: t.slot,
         packed: t.packed,
-        n_even: n.is_multiple_of(2),
+        col_tiles: t.col_tiles,
+        n_vec: n.is_multiple_of(8),
     };
     let source = render("spmm_dense_stream.cu.tera", &ctx)?;
     let launch = Launch {
         grid: (t.grid_x(m, SMS) as u32, t.col_tiles as u32, 1),
-        block: ((WARPS * 32) as u32, 1, 1),
+        block: ((t.warps * 32) as u32, 1, 1),
         smem_bytes: t.smem_bytes() as u32,
     };
     Ok(Kernel {
@@ -100,10 +106,21 @@ pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     })
 }
 
-/// The weight as the kernel reads it: row-major `K × N`.
-pub(crate) fn pack<T: Copy, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
+/// The weight as the kernel reads it: each column slab's shared-memory image without the row
+/// pad, `KP × BN` row-major (zero past K and past N), slab after slab, so that a CTA copies its
+/// slab as 16-byte pieces without a register round trip.
+pub(crate) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
     let (_, k, n) = kernel.spec_shape;
-    (0..k * n).map(|i| w.at(i)).collect()
+    let t = tiling(k, n);
+    let mut out = vec![T::default(); t.col_tiles * t.kp * t.bn];
+    for y in 0..t.col_tiles {
+        for r in 0..k {
+            for c in 0..t.bn.min(n.saturating_sub(y * t.bn)) {
+                out[(y * t.kp + r) * t.bn + c] = w.at(r * n + y * t.bn + c);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -128,21 +145,30 @@ mod tests {
         assert!(kern.source.contains("pad columns K..KP"), "24 → 32: the pad is zeroed");
         assert!(kern.source.contains("f32.f16.f16.f32"));
         assert_eq!(kern.launch.grid.0, 8, "1000 rows: 8 row tiles of 128");
-        let w: Vec<f32> = (0..24 * 144).map(|i| i as f32).collect();
-        assert_eq!(kern.pack_weight(&w), w);
+        let w: Vec<f32> = (0..24 * 144).map(|i| i as f32 + 1.0).collect();
+        let packed = kern.pack_weight(&w);
+        assert_eq!(packed.len(), 2 * 32 * 80, "two slabs of 32 × 80");
+        assert_eq!((packed[0], packed[79], packed[80]), (1.0, 80.0, 145.0), "slab 0, rows of 80");
+        assert_eq!(packed[24 * 80], 0.0, "rows past K are zero");
+        assert_eq!(packed[32 * 80], 81.0, "slab 1 starts at column 80");
+        assert_eq!((packed[32 * 80 + 63], packed[32 * 80 + 64]), (144.0, 0.0), "zero past N");
+        assert_eq!(packed.iter().filter(|v| **v != 0.0).count(), w.len(), "every value once");
         let bf = specialize(&dense(64, 16, 16, Dtype::Bf16)).unwrap();
         assert!(bf.source.contains("f32.bf16.bf16.f32") && !bf.source.contains("pad columns K..KP"));
         // Odd shapes (channels left after pruning): the packed ring and one-element stores.
         let mut odd = SpmmSpec::new(5000, 11, 43, Dtype::F16, (11, 43), vec![(0, 0)]);
         odd.epilogue.bias = true;
         let kern = specialize(&odd).unwrap();
-        assert!(kern.source.contains("pair_at(as, g, k0)") && kern.source.contains("store_one(C"));
-        assert!(!kern.source.contains("ldmatrix_x4(a,") && !kern.source.contains("store_pair(C"));
+        assert!(kern.source.contains("pair_at(as, g, k0)") && !kern.source.contains("ldmatrix_x4(a,"));
+        // K past 256: tiles of 64 rows (4 warps), the slab narrowed to fit.
+        let deep = specialize(&SpmmSpec::new(1568, 346, 99, Dtype::F16, (346, 99), vec![(0, 0)])).unwrap();
+        assert_eq!(deep.launch.block.0, 128);
+        assert!(deep.source.contains("#define BM 64") && deep.launch.smem_bytes as usize <= 226 * 1024);
     }
 
     #[test]
     fn refuses_what_it_does_not_compute() {
-        assert!(specialize(&dense(64, 512, 64, Dtype::F16)).is_err(), "K past the ring");
+        assert!(specialize(&dense(64, 520, 64, Dtype::F16)).is_err(), "K past the ring");
         assert!(specialize(&dense(64, 16, 16, Dtype::F32)).is_err());
         let mut sparse = dense(64, 16, 16, Dtype::F16);
         sparse.blocks.pop();
@@ -150,5 +176,8 @@ mod tests {
         let mut left = dense(64, 16, 16, Dtype::F16);
         left.orientation = Orientation::Left;
         assert!(specialize(&left).is_err());
+        let mut acc = dense(64, 16, 16, Dtype::F16);
+        acc.accumulate = true;
+        assert!(specialize(&acc).is_err(), "a dense part writes the output first");
     }
 }

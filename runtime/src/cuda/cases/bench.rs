@@ -26,6 +26,8 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
                     Cube(dtypes, pat, cover, opts) => ((size, size, size), dtypes, pat, cover, opts),
                     Tall(m, dtypes, pat, cover, opts) if size == 1024 => ((m, 1024, 256), dtypes, pat, cover, opts),
                     Tall(..) => continue,
+                    Shape(mkn, dtypes, pat, cover, opts) if size == 1024 => (mkn, dtypes, pat, cover, opts),
+                    Shape(..) => continue,
                 };
                 if dtypes.includes(dtype) {
                     out.push(build(mkn, dtype, pat.at(s), cover, opts));
@@ -45,6 +47,8 @@ enum Line {
     Cube(Dtypes, Pat, Cover, &'static [Opt]),
     /// The same on an `m × 1024 × 256` matmul, in the 1024³ list only.
     Tall(usize, Dtypes, Pat, Cover, &'static [Opt]),
+    /// The same on an `m × k × n` matmul, in the 1024³ list only.
+    Shape((usize, usize, usize), Dtypes, Pat, Cover, &'static [Opt]),
 }
 
 /// The dtypes a bench row is for.
@@ -162,6 +166,16 @@ const BENCH: &[Line] = &[
     Sweep(&[0.0]),
     Cube(All, U, Dense(32, 32), &[]),
     Cube(All, U, Dense(32, 32), &[Cublas]),
+    // Skinny 16-bit products (EfficientNet-Lite0's 1×1 convolutions at batch 32, dense and
+    // with 70% of the channels pruned): the streaming kernel against cuBLAS (+ bias pass).
+    Shape((401_408, 16, 96), Half, U, Dense(8, 8), &[Bias]),
+    Shape((401_408, 16, 96), Half, U, Dense(8, 8), &[Bias, Cublas]),
+    Shape((100_352, 24, 144), Half, U, Dense(8, 8), &[Bias]),
+    Shape((100_352, 24, 144), Half, U, Dense(8, 8), &[Bias, Cublas]),
+    Shape((100_352, 144, 24), Half, U, Dense(8, 8), &[Bias]),
+    Shape((100_352, 144, 24), Half, U, Dense(8, 8), &[Bias, Cublas]),
+    Shape((100_352, 11, 43), Half, U, Planned, &[Bias]),
+    Shape((1_568, 346, 99), Half, U, Planned, &[Bias]),
     // The goal case (32×32 blocks at 90%). Uniform weights (one value, as in the HPEC
     // networks): folded vs the general kernel; half the block columns uniform: those blocks
     // fold, the others stay general.

@@ -206,6 +206,9 @@ const CORRECTNESS: &[Row] = &[
     ((3001, 202, 51), Bf16, u(0.0), Planned, &[Bias]),
     ((777, 43, 15), F16, u(0.0), Planned, &[Relu]),
     ((6000, 43, 11), F16, u(0.9), Planned, &[Bias]),
+    // K past 256: tiles of 64 rows, the weight in narrower slabs
+    ((1568, 346, 99), F16, u(0.0), Planned, &[Bias]),
+    ((500, 480, 80), Bf16, u(0.0), Dense(16, 16), &[Relu]),
     // mixed: block kernel + fine kernel accumulating, epilogue on the second
     ((512, 1024, 1024), F32, mixed(0.9), Mixed(32, 32), &[Bias, Relu]),
     ((256, 1024, 1024), F16, mixed(0.9), Mixed(32, 32), &[]),

@@ -198,6 +198,7 @@ impl Case {
             && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
             && !(self.cover == Cover::Planned
                 && spec.engine == Engine::Auto
+                && !spec.accumulate
                 && spartac::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n))
     }
 
