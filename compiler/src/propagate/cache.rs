@@ -29,10 +29,25 @@ const KEY_FORMAT: &str = "spartac-propagate-1";
 /// The first bytes of an entry.
 const MAGIC: &[u8; 8] = b"SPTAPROP";
 
-/// FNV-1a 64 of `bytes`, in 1 MiB pieces hashed in parallel (the hash of the pieces' hashes):
-/// a model's weights hash in milliseconds.
+/// A 64-bit hash of `bytes` for keys (not a checksum): FNV-1a over 8-byte words (rotated, so
+/// high bits mix down), in 1 MiB pieces hashed in parallel, then FNV-1a over the pieces'
+/// hashes; a model's weights hash in milliseconds.
 pub fn content_hash(bytes: &[u8]) -> u64 {
-    let pieces: Vec<u64> = bytes.par_chunks(1 << 20).map(crate::program::checksum).collect();
+    let piece = |p: &[u8]| {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let words = p.chunks_exact(8);
+        let tail = words.remainder();
+        for w in words {
+            h = (h ^ u64::from_le_bytes(w.try_into().expect("eight bytes")))
+                .wrapping_mul(0x0100_0000_01b3)
+                .rotate_left(29);
+        }
+        for b in tail {
+            h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    };
+    let pieces: Vec<u64> = bytes.par_chunks(1 << 20).map(piece).collect();
     let mut h = Fnv64::new();
     h.add(&(bytes.len() as u64).to_le_bytes());
     pieces.iter().for_each(|p| h.add(&p.to_le_bytes()));
