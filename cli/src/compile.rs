@@ -3,7 +3,9 @@
 //! Stages: frontend, TeSA, propagation, rewrites (pruned weights zeroed, channels shrunk,
 //! convolutions to NHWC: `spartac::rewrite`), plan, lowering (every node specialized to its kernel),
 //! PTX (when NVRTC is present here), write. The artifact is written atomically; the summary
-//! table says what the compiler did and what it predicts.
+//! table says what the compiler did and what it predicts. TeSA and propagation go through the
+//! propagation cache ([`sparsify`]; the stage time says `(cached)` when it was used),
+//! which `tune` shares.
 
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context, Result};
@@ -14,6 +16,7 @@ use spartac::plan::hardware::HardwareProfile;
 use spartac::plan::PlanOptions;
 use spartac::program::artifact::{encode, PtxProto};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
+use spartac::propagate::cache::{cache_key, graph_fingerprint, Lookup, PropagationCache};
 use spartac::propagate::PropagateOptions;
 use spartac::rewrite::{prepare_for_lowering, to_half, RewriteReport};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
@@ -52,6 +55,10 @@ pub struct CompileArgs {
     /// Skip sparsity propagation (the pruned weights alone are planned).
     #[arg(long)]
     pub no_propagate: bool,
+    /// Neither read nor write the propagation cache ($SPARTAC_CACHE_DIR/propagate, else
+    /// ~/.cache/spartac/propagate: the TeSAs after propagation, by model, attrs and flags).
+    #[arg(long)]
+    pub no_propagation_cache: bool,
     /// Keep pruned channels in the tensors (no channel shrinking; for ablations).
     #[arg(long)]
     pub no_shrink: bool,
@@ -85,18 +92,74 @@ pub struct CompileArgs {
 /// The artifact's PTX architecture (the H100/H200's, with the wgmma features).
 const PTX_ARCH: &str = "sm_90a";
 
-/// The TeSA attrs file applied (every weight pruned where zero without one), then propagation
-/// unless `propagate` is false: the first stages `compile` and `tune` share.
-pub fn sparsify(graph: &mut Graph, tesa: Option<&Path>, propagate: bool) -> Result<()> {
-    let attrs = match tesa {
-        Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
-        None => None,
-    };
-    apply_attrs(graph, attrs.as_ref())?;
+fn read_attrs(tesa: Option<&Path>) -> Result<Option<TesaAttrs>> {
+    tesa.map(|path| TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))).transpose()
+}
+
+fn apply_and_propagate(graph: &mut Graph, attrs: Option<&TesaAttrs>, propagate: bool) -> Result<()> {
+    apply_attrs(graph, attrs)?;
     if propagate {
         spartac::propagate::propagate(graph, &PropagateOptions::default())?;
     }
     Ok(())
+}
+
+/// The propagation cache (`spartac::propagate::cache`): `propagate/` under the cache root
+/// ($SPARTAC_CACHE_DIR, else ~/.cache/spartac); none when `off` or no root can be named.
+pub fn propagation_cache(off: bool) -> Option<PropagationCache> {
+    if off {
+        return None;
+    }
+    spartac_runtime::exec::cache_root().map(|root| PropagationCache::new(root.join("propagate")))
+}
+
+/// What [`sparsify`] did.
+#[derive(Debug, Default)]
+pub struct Sparsified {
+    /// The TeSAs came from the propagation cache.
+    pub cached: bool,
+    /// One line each: a damaged entry recomputed, an entry that could not be written.
+    pub warnings: Vec<String>,
+}
+
+/// The TeSA attrs file applied (every weight pruned where zero without one), then propagation
+/// unless `propagate` is false: the first stages `compile` and `tune` share. With a `cache`, the
+/// result is its entry for the graph loaded from `model` (the file's bytes and the graph), the
+/// attrs and `propagate` when it holds one; else the stages run and their result is stored. A
+/// damaged entry is recomputed and an unwritable cache skipped, each with a warning; neither is
+/// an error.
+pub fn sparsify(
+    graph: &mut Graph,
+    model: &Path,
+    tesa: Option<&Path>,
+    propagate: bool,
+    cache: Option<&PropagationCache>,
+) -> Result<Sparsified> {
+    let attrs = read_attrs(tesa)?;
+    let mut done = Sparsified::default();
+    let Some(cache) = cache else {
+        apply_and_propagate(graph, attrs.as_ref(), propagate)?;
+        return Ok(done);
+    };
+    let bytes = spartac::contained::read_regular(model).with_context(|| format!("reading {}", model.display()))?;
+    let fingerprint = graph_fingerprint(&bytes, graph);
+    drop(bytes);
+    let key = cache_key(fingerprint, attrs.as_ref(), propagate, &PropagateOptions::default());
+    match cache.load(&key, graph) {
+        Lookup::Hit => {
+            done.cached = true;
+            return Ok(done);
+        }
+        Lookup::Miss => {}
+        Lookup::Damaged(why) => done
+            .warnings
+            .push(format!("propagation cache entry {} corrupt ({why}), recomputing", cache.path_of(&key).display())),
+    }
+    apply_and_propagate(graph, attrs.as_ref(), propagate)?;
+    if let Err(e) = cache.store(&key, graph) {
+        done.warnings.push(format!("propagation cache skipped: {e}"));
+    }
+    Ok(done)
 }
 
 /// The rewrites before the plan (`spartac::rewrite`), then the model's element type (`f32`,
@@ -147,7 +210,11 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let mut graph = args.model.load()?;
     stage("frontend", &bar, &mut t);
     bar.set_message("TeSA and propagation");
-    sparsify(&mut graph, args.tesa.as_deref(), !args.no_propagate)?;
+    let cache = propagation_cache(args.no_propagation_cache);
+    let sparsified = sparsify(&mut graph, &args.model.model, args.tesa.as_deref(), !args.no_propagate, cache.as_ref())?;
+    for w in &sparsified.warnings {
+        bar.suspend(|| eprintln!("warning: {w}"));
+    }
     stage("tesa+propagate", &bar, &mut t);
     bar.set_message("shrinking channels, NHWC");
     let RewriteReport { shrink, layout } = rewrite(&mut graph, !args.no_shrink, &args.dtype)?;
@@ -252,7 +319,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     for (k, v) in &rows {
         println!("{k:<24} {v}");
     }
-    let times: Vec<String> = stages.iter().map(|(n, s)| format!("{n} {s:.2} s")).collect();
+    let cached = |n: &str| if n == "tesa+propagate" && sparsified.cached { " (cached)" } else { "" };
+    let times: Vec<String> = stages.iter().map(|(n, s)| format!("{n} {s:.2} s{}", cached(n))).collect();
     let total: f64 = stages.iter().map(|(_, s)| s).sum();
     println!("{:<24} {total:.2} s ({})", "compile time", times.join(", "));
     if let Some(path) = &args.json {
@@ -281,6 +349,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "ptx_kernels": ptx.len(),
             "stages_s": stages.iter().map(|(n, s)| (n.to_string(), *s)).collect::<std::collections::BTreeMap<_, _>>(),
             "compile_s": total,
+            "propagation_cached": sparsified.cached,
             "tuning": tuned,
         });
         spartac::output::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;

@@ -1,6 +1,7 @@
 //! `spartac tune`: autotuning with profiling feedback on the GPU (SparTA §3.3–§4).
 //!
-//! The model goes through `compile`'s pipeline up to the plan; then, per planned operator,
+//! The model goes through `compile`'s pipeline up to the plan (the propagation from the
+//! propagation cache when it holds it, as `compile`'s); then, per planned operator,
 //! every candidate (`spartac::tune`: the planner's alternatives × the kernel choices that
 //! matter, those the cost model puts above `--prune`× the best skipped) is checked and timed on
 //! the GPU (`spartac_runtime::cuda::tune::GpuTimer`), each result cached as it comes. The
@@ -53,6 +54,9 @@ pub struct TuneArgs {
     /// Skip sparsity propagation (as `compile --no-propagate`).
     #[arg(long)]
     pub no_propagate: bool,
+    /// Neither read nor write the propagation cache (as `compile --no-propagation-cache`).
+    #[arg(long)]
+    pub no_propagation_cache: bool,
     /// Element type the model runs in (as `compile --dtype`; tune with the dtype you compile with:
     /// the cache keys carry it).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
@@ -115,9 +119,24 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
     // The GPU first: without one, say so before any work.
     let dev = CudaDevice::open(0).context("spartac tune times kernels on the GPU")?;
     let dir = args.cache.clone().or_else(default_cache_dir).context("no cache folder: pass --cache DIR")?;
+    let t = Instant::now();
     let mut graph = args.model.load()?;
-    crate::compile::sparsify(&mut graph, args.tesa.as_deref(), !args.no_propagate)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let cache = crate::compile::propagation_cache(args.no_propagation_cache);
+    let tesa = args.tesa.as_deref();
+    let sparsified = crate::compile::sparsify(&mut graph, &args.model.model, tesa, !args.no_propagate, cache.as_ref())?;
+    for w in &sparsified.warnings {
+        eprintln!("warning: {w}");
+    }
+    let sparsify_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
     crate::compile::rewrite(&mut graph, true, &args.dtype)?;
+    println!(
+        "pipeline: frontend {load_s:.2} s, tesa+propagate {sparsify_s:.2} s{}, rewrite {:.2} s",
+        if sparsified.cached { " (cached)" } else { "" },
+        t.elapsed().as_secs_f64()
+    );
     let base = crate::compile::cost_model(args.costdb.as_deref())?;
     let mut timer = GpuTimer::new(dev, 5, args.reps);
     let cache = TuneCache::new(&dir);
@@ -357,7 +376,7 @@ mod tests {
             .output("y", DType::F32, &fixed(&[128, 256]))
             .bytes();
         let mut g = spartac::frontend::load_model_bytes(&bytes, "two.onnx", &Default::default()).unwrap();
-        crate::compile::sparsify(&mut g, None, true).unwrap();
+        crate::compile::sparsify(&mut g, Path::new("two.onnx"), None, true, None).unwrap();
         crate::compile::rewrite(&mut g, true, "f32").unwrap();
         g
     }

@@ -165,3 +165,30 @@ fn hpec_network_propagation_keeps_its_outputs() {
     let (before, after) = propagate_and_check(&mut graph, 5);
     assert!((before - 32.0 / 1024.0).abs() < 1e-3 && after <= before, "{before} -> {after}");
 }
+
+#[test]
+fn minilm_l3_propagation_from_the_cache_equals_a_fresh_one() {
+    use spartac::propagate::cache::{cache_key, graph_fingerprint, Lookup, PropagationCache};
+    let path = spartac_tests::models::models_dir().join("minilm-l3.onnx");
+    assert!(path.exists(), "{} is missing: run models/setup_minilm_l3.sh first (.ci/run does)", path.display());
+    let load = || spartac::frontend::load_model(&path, &Default::default()).unwrap();
+    let attrs = TesaAttrs::parse(
+        r#"{"tensors": {"onnx::MatMul_*": {"block_magnitude": {"block": [32, 32], "sparsity": 0.9}}}}"#,
+    )
+    .unwrap();
+    let opts = PropagateOptions::default();
+    let key = cache_key(graph_fingerprint(&std::fs::read(&path).unwrap(), &load()), Some(&attrs), true, &opts);
+    let mut fresh = load();
+    apply_attrs(&mut fresh, Some(&attrs)).unwrap();
+    propagate(&mut fresh, &opts).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = PropagationCache::new(dir.path());
+    cache.store(&key, &fresh).unwrap();
+    let mut cached = load();
+    assert_eq!(cache.load(&key, &mut cached), Lookup::Hit);
+    // The whole graph: every value's TeSA, and nothing else touched by the pass.
+    assert_eq!(cached, fresh);
+    let bytes = std::fs::metadata(cache.path_of(&key)).unwrap().len();
+    let elements: usize = fresh.values.iter().map(|v| v.fact.shape.iter().product::<usize>()).sum();
+    assert!((bytes as usize) < elements / 16, "{bytes} bytes for {elements} elements");
+}

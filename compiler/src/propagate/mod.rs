@@ -15,7 +15,11 @@
 //! leaves the outputs unchanged: [`execute_zeroing_pruned`] runs a graph that way and
 //! [`invariant_gap`] measures how far it moves the outputs (the tests, and
 //! `spartac propagate --check-invariant SEED`).
+//!
+//! `cache.rs` keeps the result between runs (every value's TeSA, keyed by the graph, the attrs
+//! and the options): `compile` and `tune` propagate a model again only when one of them changed.
 
+pub mod cache;
 pub mod quantize;
 pub mod rules;
 pub mod scramble;

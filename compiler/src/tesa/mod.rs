@@ -11,10 +11,12 @@
 //!
 //! An [`ElemAttr`] is 2 bytes: a 7-bit width (0 = pruned) and a 4-bit [`Format`]. A `Tesa` also
 //! answers density and block summaries ([`Tesa::nonzero_blocks`]), and prints inside the IR
-//! type as `#tesa(density 0.25, bits 8)`.
+//! type as `#tesa(density 0.25, bits 8)`. `codec.rs` is its compact binary form (run lengths or
+//! bits for the pruned set), which the propagation cache stores.
 
 pub mod annotate;
 pub mod attrs;
+pub mod codec;
 pub mod masks;
 pub mod patterns;
 
