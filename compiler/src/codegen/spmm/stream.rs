@@ -27,7 +27,7 @@ struct Ctx {
     per_sm: usize,
     a_ld: usize,
     w_ld: usize,
-    slot: usize,
+    wslot: usize,
     packed: bool,
     col_tiles: usize,
     /// N is a multiple of 8: a slab's rows copy out 16 bytes at a time.
@@ -71,7 +71,7 @@ pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         per_sm: t.per_sm,
         a_ld: t.a_ld,
         w_ld: t.w_ld,
-        slot: t.slot,
+        wslot: t.wslot,
         packed: t.packed,
         col_tiles: t.col_tiles,
         n_vec: n.is_multiple_of(8),

@@ -209,6 +209,8 @@ const CORRECTNESS: &[Row] = &[
     // K past 256: tiles of 64 rows, the weight in narrower slabs
     ((1568, 346, 99), F16, u(0.0), Planned, &[Bias]),
     ((500, 480, 80), Bf16, u(0.0), Dense(16, 16), &[Relu]),
+    // two slabs of an odd N: the last one partial, rows copied out element by element
+    ((1000, 40, 201), Bf16, u(0.0), Planned, &[Bias, Gelu]),
     // mixed: block kernel + fine kernel accumulating, epilogue on the second
     ((512, 1024, 1024), F32, mixed(0.9), Mixed(32, 32), &[Bias, Relu]),
     ((256, 1024, 1024), F16, mixed(0.9), Mixed(32, 32), &[]),
