@@ -69,6 +69,10 @@ pub struct CompileArgs {
     /// fp32 always runs on our 3xTF32 kernel).
     #[arg(long)]
     pub no_library: bool,
+    /// Run skinny dense fp16/bf16 matmuls (1×1 convolutions) on cuBLAS too instead of the
+    /// streaming kernel (for ablations).
+    #[arg(long)]
+    pub no_stream: bool,
     /// Tile of the 3xTF32 fine kernels: ROWS,GROUPS,K_ROWS,N_TILES (e.g. 64,16,6,1), or auto
     /// for the specializer's choice.
     #[arg(long, default_value = "auto", value_parser = crate::hpec::parse_tile)]
@@ -235,6 +239,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         fuse_elementwise: !args.no_fuse,
         fine_tile: args.fine_tile.0,
         library_dense: !args.no_library,
+        stream_dense: !args.no_stream,
     };
     let model = lower_model(&graph, &plan, &options, &mut |done, total| {
         bar.set_message(format!("specializing kernels: node {done}/{total}"));

@@ -286,9 +286,6 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
     let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
     let halves = model.program.buffers.iter().filter(|b| b.elem == spartac::program::Elem::F16).count();
     assert!(halves > 5, "fp16 buffers: {halves}");
-    // The dense fp16 matmul runs on the library: its bias written into the output first (the
-    // GEMM adds into it, so the sum is rounded once), GELU in the kernel after it; the
-    // artifact carries the GEMM.
     let gemms = |m: &ModelProgram| -> Vec<(usize, usize, usize, bool)> {
         let launches = m.program.steps.iter().flat_map(|s| &s.launches);
         launches
@@ -298,15 +295,25 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
             })
             .collect()
     };
-    assert_eq!(gemms(&model), [(32, 64, 64, true)], "{}", model.program.to_text());
-    assert_eq!(model.stats.library_gemms, 1);
+    // The dense 32 × 64 × 64 fp16 matmul is skinny: the streaming kernel takes it, its bias and
+    // GELU in the epilogue.
+    assert!(gemms(&model).is_empty() && model.stats.library_gemms == 0, "{}", model.program.to_text());
+    assert!(model.program.kernels.iter().any(|k| k.name.starts_with("spmm_dense_stream_f16")));
+    // Without the streaming kernel it runs on the library: its bias written into the output
+    // first (the GEMM adds into it, so the sum is rounded once), GELU in the kernel after it;
+    // the artifact carries the GEMM.
+    let library = ModelOptions { stream_dense: false, ..ModelOptions::default() };
+    let library = lower_model(&graph, &p, &library, &mut |_, _| {}).unwrap();
+    assert_eq!(gemms(&library), [(32, 64, 64, true)], "{}", library.program.to_text());
+    assert_eq!(library.stats.library_gemms, 1);
     for kernel in ["bias_rows", "epilogue_rows"] {
-        assert!(model.program.kernels.iter().any(|k| k.name.starts_with(kernel)), "no {kernel} kernel");
+        assert!(library.program.kernels.iter().any(|k| k.name.starts_with(kernel)), "no {kernel} kernel");
     }
-    assert_eq!(decode(&encode(&model, &[]).unwrap()).unwrap().model, model, "the artifact reads back as written");
+    let read = decode(&encode(&library, &[]).unwrap()).unwrap().model;
+    assert_eq!(read, library, "the artifact reads back as written");
     let own = ModelOptions { library_dense: false, ..ModelOptions::default() };
     let own = lower_model(&graph, &p, &own, &mut |_, _| {}).unwrap();
-    assert!(gemms(&own).is_empty() && own.stats.library_gemms == 0, "--no-library keeps our dense kernel");
+    assert!(gemms(&own).is_empty() && own.stats.library_gemms == 0, "--no-library keeps our kernels");
     // The interface keeps the model's fp32 types.
     assert!(model.inputs.iter().chain(&model.outputs).all(|s| s.dtype != DType::F16));
     for seed in [1, 2] {
@@ -317,9 +324,11 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
             let e = relative_error(g, w);
             assert!(e <= 1e-2 && e > 0.0, "{name}: relative error {e:.3e} (fp16 rounds, but not by more)");
         }
-        let theirs = run_cpu(&own, &inputs).unwrap();
-        for ((name, g), (_, w)) in got.iter().zip(&theirs) {
-            assert!(relative_error(g, w) <= 1e-6, "{name}: the library and own-kernel programs differ");
+        for other in [&own, &library] {
+            let theirs = run_cpu(other, &inputs).unwrap();
+            for ((name, g), (_, w)) in got.iter().zip(&theirs) {
+                assert!(relative_error(g, w) <= 1e-6, "{name}: the streaming, library and own-kernel programs differ");
+            }
         }
     }
     let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
@@ -327,7 +336,7 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
         spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
     }
     spartac_runtime::cuda::nvrtc_version().expect("NVRTC is required (tests/run-all.sh installs it under .cuda/)");
-    for k in model.program.kernels.iter().chain(&own.program.kernels) {
+    for k in model.program.kernels.iter().chain(&own.program.kernels).chain(&library.program.kernels) {
         spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
     }
 }

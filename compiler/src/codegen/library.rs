@@ -42,13 +42,19 @@ pub struct LibraryGemm {
 /// kernel takes ([`crate::kernel_choice::stream::auto_takes`]: memory bound, K ≤ 256) stay on
 /// it: one pass over A and C with the epilogue fused, where the library writes C three times.
 pub fn library_takes(spec: &SpmmSpec) -> bool {
+    library_takes_dense(spec)
+        && !(spec.engine == super::Engine::Auto
+            && !spec.accumulate
+            && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n))
+}
+
+/// [`library_takes`] without the streaming kernel: every 16-bit sub-operator with every weight
+/// block present (`compile --no-stream`, for ablations).
+pub fn library_takes_dense(spec: &SpmmSpec) -> bool {
     let weight = if spec.orientation == Orientation::Left { spec.m * spec.k } else { spec.k * spec.n };
     matches!(spec.dtype, Dtype::F16 | Dtype::Bf16)
         && spec.block != (1, 1)
         && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
-        && !(spec.engine == super::Engine::Auto
-            && !spec.accumulate
-            && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n))
 }
 
 /// The library call for `spec`, whose weight is used densely (its pattern is ignored: a

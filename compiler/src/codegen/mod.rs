@@ -45,7 +45,7 @@ pub use crate::kernel_choice::{
     Activation, DenseCopy, Dtype, Engine, Epilogue, Family, FineTf32Work, Mode, Orientation, SpmmSpec, Tile,
     DEFAULT_UNROLL_BUDGET,
 };
-pub use library::{library_gemm, library_takes, LibraryGemm};
+pub use library::{library_gemm, library_takes, library_takes_dense, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::wgmma::CoreLayout;
 pub use spmm::{few_rows, row_scatter, specialize, stride_live_rows, FineTable, Kernel, Launch, Prepass, TmaBox};

@@ -72,11 +72,21 @@ pub struct ModelOptions {
     /// Run dense 16-bit sub-operators on the vendor library ([`Launch::Gemm`], see
     /// `codegen::library_takes`) instead of our dense kernel.
     pub library_dense: bool,
+    /// Keep skinny dense 16-bit sub-operators on the streaming kernel
+    /// (`kernel_choice::stream::auto_takes`); off, the library takes them too when
+    /// `library_dense` is on (`codegen::library_takes_dense`; for ablations).
+    pub stream_dense: bool,
 }
 
 impl Default for ModelOptions {
     fn default() -> ModelOptions {
-        ModelOptions { fuse_epilogues: true, fuse_elementwise: true, fine_tile: None, library_dense: true }
+        ModelOptions {
+            fuse_epilogues: true,
+            fuse_elementwise: true,
+            fine_tile: None,
+            library_dense: true,
+            stream_dense: true,
+        }
     }
 }
 
@@ -1426,7 +1436,12 @@ impl<'a> Lowering<'a> {
             if p == last {
                 spec.epilogue = epilogue;
             }
-            if self.options.library_dense && crate::codegen::library_takes(&spec) {
+            let library = if self.options.stream_dense {
+                crate::codegen::library_takes(&spec)
+            } else {
+                crate::codegen::library_takes_dense(&spec)
+            };
+            if self.options.library_dense && library {
                 self.lower_library_part(
                     node,
                     p,
