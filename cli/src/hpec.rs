@@ -218,6 +218,11 @@ pub struct GpuArgs {
     /// layers, so most layers run on far fewer rows than the batch holds.
     #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_PLAN_ROWS)]
     pub plan_rows: usize,
+    /// Plan every layer with element-sparse parts only (no block covers): ~43 bytes of tables
+    /// a nonzero instead of up to ~128. On by default when the block-planned tables might not
+    /// fit the GPU's weight budget (the 16384x1920 and 65536-neuron networks).
+    #[arg(long)]
+    pub fine_only: bool,
     /// Issue the batch's work as plain stream launches instead of the CUDA graph.
     #[arg(long)]
     pub no_graph: bool,
@@ -588,6 +593,16 @@ fn open_gpus(count: usize) -> anyhow::Result<Vec<std::sync::Arc<spartac_runtime:
         .collect()
 }
 
+/// Most bytes of device tables a nonzero takes when the planner covers a layer with blocks:
+/// 3xTF32 16x16 blocks holding 16 elements each (seen on 16384- and 65536-neuron layers) store
+/// 256 values twice for 16 nonzeros.
+const BLOCK_TABLE_BYTES: usize = 130;
+
+/// Whether the layers' tables could exceed `budget` bytes when planned with block covers.
+fn block_tables_may_not_fit(nonzeros: usize, budget: usize) -> bool {
+    nonzeros.saturating_mul(BLOCK_TABLE_BYTES) > budget
+}
+
 /// `--backend cuda` on `devices`, or `sim` (the CPU executor) when there are none.
 #[allow(clippy::too_many_arguments)]
 fn run_compiled(
@@ -642,7 +657,17 @@ fn run_compiled(
         merge_from: (!g.no_merge).then_some(g.merge_from),
         few_rows: (g.few_rows > 0).then_some(g.few_rows),
         scatter_from: (g.scatter_from > 0).then_some(g.scatter_from),
+        fine_only: g.fine_only || block_tables_may_not_fit(network.total_nonzeros(), weight_budget),
     };
+    if options.fine_only && !g.fine_only {
+        eprintln!(
+            "planning element-sparse parts only: block-planned tables of {} nonzeros could take up to {:.0} GiB, \
+             over the {:.0} GiB weight budget",
+            network.total_nonzeros(),
+            (network.total_nonzeros() * BLOCK_TABLE_BYTES) as f64 / (1u64 << 30) as f64,
+            weight_budget as f64 / (1u64 << 30) as f64
+        );
+    }
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -658,9 +683,9 @@ fn run_compiled(
     let order = g.hash_inputs.then(|| hpec::hashing::hashed_image_order(images.n_images(), 0));
     let hashed = order.as_ref().map(|o| images.reordered(o)).transpose()?;
     let run_images = hashed.as_ref().unwrap_or(images);
-    let compiled = task_graph::compile_cached(network, run_images, &options, layer_cache.as_deref(), &|| bar.inc(1))?;
+    let mut compiled =
+        task_graph::compile_cached(network, run_images, &options, layer_cache.as_deref(), &|| bar.inc(1))?;
     bar.finish_and_clear();
-    let low = &compiled.lowering;
     let edges = images.n_images() as f64 * network.total_nonzeros() as f64;
     let (categories, run) = if backend == Backend::Cuda {
         let run = task_graph::run_gpu_devices(
@@ -668,6 +693,9 @@ fn run_compiled(
             &compiled,
             task_graph::GpuRunOptions { graph: !g.no_graph, warmup: g.warmup, repeats: g.repeat, profile: g.profile },
         )?;
+        // The constants live on the device now: their host copies (the packed tables, ~45 GB
+        // for 16384x1920) go before the reference runs.
+        compiled.lowering.program = compiled.lowering.program.skeleton();
         (run.categories.clone(), Some(run))
     } else {
         let t0 = Instant::now();
@@ -685,6 +713,7 @@ fn run_compiled(
     };
     let (truth, truth_name) = truth_categories(truth_kind, network, base_images, images.n_images(), args.no_cache)?;
     let verdict = truth.as_ref().map(|t| *t == categories);
+    let low = &compiled.lowering;
     let verdict_text = match verdict {
         Some(true) => "PASS",
         Some(false) => "FAIL",
@@ -716,6 +745,7 @@ fn run_compiled(
             "graph": !g.no_graph,
             "engine": format!("{:?}", g.engine),
             "plan_rows": options.plan_rows,
+            "fine_only": options.fine_only,
             "sm_count": options.sm_count,
             "gpus": g.gpus,
             "hash_inputs": g.hash_inputs,

@@ -90,6 +90,7 @@ fn without_compaction_and_with_streamed_weights_the_categories_stay() {
         HpecOptions { compact_every: 5, ..options(64) },
         HpecOptions { weight_budget: 0, stream_slots: 3, ..options(200) },
         HpecOptions { fold_values: false, engine: Engine::Simt, ..options(128) },
+        HpecOptions { fine_only: true, ..options(200) },
     ] {
         let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
         assert_eq!(task_graph::run_cpu(&compiled).unwrap(), engine, "{opts:?}");

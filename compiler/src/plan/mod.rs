@@ -61,11 +61,14 @@ pub struct PlanOptions {
     pub shapes: Vec<BlockShape>,
     /// Try the 2:4 + rest split where the format has sparse tensor cores.
     pub two_four: bool,
+    /// Consider running the whole weight dense; without it only covers of the unpruned
+    /// elements are (a weight with none pruned still runs dense).
+    pub dense: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> PlanOptions {
-        PlanOptions { cost: CostModel::sm_90(), shapes: DEFAULT_SHAPES.to_vec(), two_four: true }
+        PlanOptions { cost: CostModel::sm_90(), shapes: DEFAULT_SHAPES.to_vec(), two_four: true, dense: true }
     }
 }
 
@@ -231,7 +234,7 @@ fn plan_site_choices(
     let mut candidates: Vec<Candidate> = vec![];
     let all_owned = |pruned: &[bool]| (0..pruned.len() as u32).filter(|i| !pruned[*i as usize]).collect::<Vec<_>>();
     let pruned = site.pruned(graph);
-    if !groups.is_empty() {
+    if !groups.is_empty() && (opts.dense || density >= 1.0) {
         candidates.push(Candidate {
             split: SplitKind::Dense,
             subops: vec![SubOperator::dense(rows, cols, all_owned(&pruned), &nf, site.orientation, dense_s)],
@@ -325,7 +328,7 @@ pub fn plan_sparse_weight(
     let density = unpruned.len() as f64 / (rows * cols) as f64;
     let started = Instant::now();
     let mut candidates: Vec<Candidate> = vec![];
-    if !unpruned.is_empty() {
+    if !unpruned.is_empty() && (opts.dense || density >= 1.0) {
         candidates.push(Candidate {
             split: SplitKind::Dense,
             subops: vec![SubOperator::dense(rows, cols, unpruned.clone(), &nf, orientation, dense_s)],

@@ -87,6 +87,12 @@ pub struct HpecOptions {
     ///
     /// [`row_scatter`]: crate::codegen::row_scatter
     pub scatter_from: Option<usize>,
+    /// Plan every layer with element-sparse (1x1) parts only. Block covers of a 0.05-0.2%
+    /// dense layer can hold as few as 16 elements in a 16x16 block, whose packed 3xTF32 form
+    /// takes ~128 bytes per nonzero against ~43 for the element-sparse tables: a 16384x1920
+    /// network's tables are 94 GB as planned and ~44 GB element-sparse. It also skips the
+    /// covers, most of a wide layer's compile time.
+    pub fine_only: bool,
 }
 
 impl Default for HpecOptions {
@@ -105,6 +111,7 @@ impl Default for HpecOptions {
             merge_from: Some(DEFAULT_MERGE_FROM),
             few_rows: Some(DEFAULT_FEW_ROWS),
             scatter_from: None,
+            fine_only: false,
         }
     }
 }
@@ -298,7 +305,12 @@ pub fn compile_layer(
     let plan_rows = options.plan_rows.unwrap_or(batch).clamp(1, batch);
     // The layer never takes its dense form (a 65,536-neuron layer's would be 16 GiB): it is
     // planned on its sparse mask and packed from the CSR.
-    let op = plan_sparse_weight("layer", layer, plan_rows, Default::default(), &PlanOptions::default())
+    let mut plan_options = PlanOptions::default();
+    if options.fine_only {
+        plan_options.shapes = vec![crate::plan::cover::BlockShape::new(1, 1)];
+        plan_options.dense = false;
+    }
+    let op = plan_sparse_weight("layer", layer, plan_rows, Default::default(), &plan_options)
         .map_err(|e| spec_err(e.to_string()))?;
     let planned: Vec<PlannedKernel<Csr>> = kernels_for_sparse_operator(&op, layer)?;
     if planned.is_empty() {

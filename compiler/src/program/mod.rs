@@ -122,6 +122,17 @@ impl Data {
             Data::BF16(_) => Elem::BF16,
         }
     }
+    /// No elements, of the same element type.
+    fn emptied(&self) -> Data {
+        match self {
+            Data::F32(_) => Data::F32(vec![]),
+            Data::I32(_) => Data::I32(vec![]),
+            Data::U8(_) => Data::U8(vec![]),
+            Data::I64(_) => Data::I64(vec![]),
+            Data::F16(_) => Data::F16(vec![]),
+            Data::BF16(_) => Data::BF16(vec![]),
+        }
+    }
     /// The contents as little-endian bytes (what a device buffer holds).
     pub fn to_bytes(&self) -> Vec<u8> {
         match self {
@@ -499,6 +510,36 @@ pub enum ProgramError {
 impl Program {
     pub fn buffer(&self, id: BufferId) -> &Buffer {
         &self.buffers[id.0 as usize]
+    }
+
+    /// A copy without the data: constant and host buffers keep their name, type and length
+    /// but not their contents, and the CPU executor's matrices are gone. What an executor keeps
+    /// once it has uploaded the constants (a 16384x1920 HPEC network's packed tables are ~45 GB,
+    /// which host memory should not hold twice). It fails [`Program::verify`] and cannot run on
+    /// the CPU.
+    pub fn skeleton(&self) -> Program {
+        let buffers = self
+            .buffers
+            .iter()
+            .map(|b| Buffer {
+                name: b.name.clone(),
+                elem: b.elem,
+                len: b.len,
+                storage: match &b.storage {
+                    Storage::Constant(d) => Storage::Constant(d.emptied()),
+                    Storage::Host(d) => Storage::Host(d.emptied()),
+                    other => other.clone(),
+                },
+            })
+            .collect();
+        Program {
+            name: self.name.clone(),
+            buffers,
+            kernels: self.kernels.clone(),
+            params: self.params.clone(),
+            matrices: vec![],
+            steps: self.steps.clone(),
+        }
     }
 
     /// Bytes of device memory the buffers take (inputs, outputs, constants, scratch).

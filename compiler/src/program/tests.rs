@@ -94,3 +94,26 @@ fn compiled_layers_round_trip_their_bytes_and_reject_damage() {
     longer.push(0);
     assert_eq!(LayerKernels::from_bytes(&longer), None);
 }
+
+#[test]
+fn fine_only_plans_element_sparse_parts_where_blocks_would_win() {
+    use crate::program::hpec::{compile_layer, HpecOptions};
+    // A 128x128 layer of full 16x16 blocks on the diagonal: the planner covers it with blocks,
+    // and with `fine_only` with element-sparse parts only, which hold just the nonzeros.
+    let n = 128;
+    let mut offsets = vec![0u32];
+    let (mut indices, mut values) = (vec![], vec![]);
+    for r in 0..n {
+        for c in (r / 16) * 16..(r / 16 + 1) * 16 {
+            indices.push(c as u32);
+            values.push(0.0625);
+        }
+        offsets.push(indices.len() as u32);
+    }
+    let layer = Csr { rows: n, cols: n, offsets, indices, values };
+    let opts = HpecOptions { batch: 256, few_rows: None, ..HpecOptions::default() };
+    let planned = compile_layer(&layer, 256, true, &opts).unwrap();
+    let fine = compile_layer(&layer, 256, true, &HpecOptions { fine_only: true, ..opts }).unwrap();
+    assert!(!planned.summary.contains("1x1"), "{}", planned.summary);
+    assert!(fine.parts.len() == 1 && fine.summary.contains(":1x1:"), "{}", fine.summary);
+}

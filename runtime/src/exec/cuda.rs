@@ -244,8 +244,10 @@ impl Drop for GpuProgram {
 }
 
 impl GpuProgram {
-    /// Compiles, allocates, uploads and builds the graph (see the module docs).
-    pub fn load(dev: Arc<CudaDevice>, program: Program) -> Result<GpuProgram, ExecError> {
+    /// Compiles, allocates, uploads and builds the graph (see the module docs). The loaded
+    /// program keeps [`Program::skeleton`], not the constants' host copies: the caller's
+    /// `program` may be dropped (or loaded on another device) afterwards.
+    pub fn load(dev: Arc<CudaDevice>, program: &Program) -> Result<GpuProgram, ExecError> {
         program.verify().map_err(|e| ExecError::Shape(e.to_string()))?;
         dev.bind()?;
         let started = std::time::Instant::now();
@@ -356,7 +358,7 @@ impl GpuProgram {
         let blas = if has_gemm { Some((ProgramBlas::new(&dev)?, dev.new_stream()?)) } else { None };
         let mut gp = GpuProgram {
             dev,
-            program,
+            program: program.skeleton(),
             mems,
             _modules: modules,
             launches,

@@ -45,7 +45,7 @@ pub struct GpuModel {
 impl GpuModel {
     pub fn load(dev: Arc<CudaDevice>, model: ModelProgram) -> Result<GpuModel, ExecError> {
         let ModelProgram { program, inputs, outputs, .. } = model;
-        let program = GpuProgram::load(dev, program)?;
+        let program = GpuProgram::load(dev, &program)?;
         Ok(GpuModel { model_inputs: inputs, model_outputs: outputs, program })
     }
 

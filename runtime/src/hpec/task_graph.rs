@@ -39,13 +39,13 @@ pub struct CompiledNetwork {
 
 /// The file of a layer's cache entry: keyed by the layer's content (pattern and values), what
 /// compiling it depends on (batch, planning rows, engine, folding, fine tile, SM count, the
-/// few-rows bound), the templates' hash and the
-/// spartac version.
+/// few-rows bound, the row-scatter width, element-sparse planning), the templates' hash and
+/// the spartac version.
 fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions) -> PathBuf {
     let mut h = spartac::program::Fnv64::new();
     h.add(
         format!(
-            "{}|{:016x}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|{:?}|",
+            "{}|{:016x}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|",
             env!("CARGO_PKG_VERSION"),
             spartac::codegen::templates_hash(),
             layer.rows,
@@ -55,7 +55,9 @@ fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions
             options.fold_values,
             options.fine_tile,
             options.sm_count,
-            options.few_rows
+            options.few_rows,
+            options.scatter_from,
+            options.fine_only
         )
         .as_bytes(),
     );
@@ -310,10 +312,8 @@ pub fn run_gpu_devices(
     let batch = batch_rows(program);
     let n_batches = compiled.images.div_ceil(batch);
     let started = Instant::now();
-    let mut gps = devs
-        .iter()
-        .map(|d| GpuProgram::load(d.clone(), program.clone()).map_err(gpu_err))
-        .collect::<HpecResult<Vec<_>>>()?;
+    let mut gps =
+        devs.iter().map(|d| GpuProgram::load(d.clone(), program).map_err(gpu_err)).collect::<HpecResult<Vec<_>>>()?;
     let load_seconds = started.elapsed().as_secs_f64();
     let mut times = vec![];
     let mut timed: Vec<Dealt> = vec![];
