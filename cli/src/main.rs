@@ -10,6 +10,7 @@
 
 mod compile;
 mod costdb;
+mod costdb_tune;
 mod hpec;
 mod inspect;
 mod kernels;
