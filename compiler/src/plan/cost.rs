@@ -334,19 +334,15 @@ impl CostModel {
     /// kernel takes is the specializer's to decide (the block fits leave the per-wave term out
     /// for that reason).
     pub fn block_geometry(shape: BlockShape, orientation: Orientation, positions: &[(u32, u32)], m: usize) -> Geometry {
-        let mut counts: Vec<(u32, usize)> = vec![];
-        for &(r, c) in positions {
-            let col = if orientation == Orientation::WeightRight { c } else { r };
-            match counts.iter_mut().find(|(k, _)| *k == col) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((col, 1)),
-            }
-        }
+        let mut cols: Vec<u32> =
+            positions.iter().map(|&(r, c)| if orientation == Orientation::WeightRight { c } else { r }).collect();
+        cols.sort_unstable();
+        let runs: Vec<usize> = cols.chunk_by(|a, b| a == b).map(<[u32]>::len).collect();
         let tile_rows = if m >= 128 { 128 } else { 64 };
         Geometry {
-            ctas: counts.len().max(1) * m.div_ceil(tile_rows),
+            ctas: runs.len().max(1) * m.div_ceil(tile_rows),
             per_sm: 1,
-            heaviest: counts.iter().map(|(_, n)| *n).max().unwrap_or(0),
+            heaviest: runs.iter().copied().max().unwrap_or(0),
             unit_fmas: tile_rows * shape.area(),
         }
     }
@@ -601,6 +597,23 @@ mod tests {
         let mut v = good.clone();
         v["blocks"] = serde_json::json!([{ "block": [32, 32], "dtype": "f16", "tflops": 100.0, "overhead_ns": -5.0 }]);
         assert!(CostDb::parse(&v.to_string()).unwrap_err().to_string().contains("blocks[0]"));
+    }
+
+    /// The planner's launch of a block part: its longest block column (left: block row), and
+    /// the wave terms it prices only where the DB has them.
+    #[test]
+    fn block_geometry_counts_the_longest_column() {
+        let blocks = [(0, 1), (1, 1), (2, 1), (0, 3), (5, 0), (5, 3)];
+        let s = BlockShape::new(32, 32);
+        let right = CostModel::block_geometry(s, Orientation::WeightRight, &blocks, 4096);
+        assert_eq!((right.heaviest, right.ctas, right.unit_fmas), (3, 3 * 32, 128 * 1024));
+        let left = CostModel::block_geometry(s, Orientation::WeightLeft, &blocks, 64);
+        assert_eq!((left.heaviest, left.ctas, left.unit_fmas), (2, 4, 64 * 1024));
+        let base = CostModel::sm_90();
+        assert_eq!(base.wave_time(None, Some(&right)), 0.0);
+        let terms = WaveTerms { wave_ns: 100.0, critical_ns: 1000.0, critical_ps_per_fma: 1.0 };
+        let want = 100e-9 + 3.0 * (1000e-9 + 128.0 * 1024.0 * 1e-12);
+        assert!((base.wave_time(Some(terms), Some(&right)) - want).abs() < 1e-15);
     }
 
     /// fp32 blocks the 3xTF32 kernel takes (right orientation, 8..=128 × 8..=32) are priced by
