@@ -5,6 +5,7 @@
 //! dense (cuBLAS) rate per dtype (`spartac::plan::calibrate`), writes the new DB and a report
 //! that predicts every measured case with the old and the new DB.
 
+use crate::model_args::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
@@ -51,6 +52,43 @@ enum CostdbCommand {
         /// analytic ones bias the cover toward the unmeasured shapes.
         #[arg(long)]
         dense_only: bool,
+    },
+    /// Join a model's candidates (as this build enumerates them, with their launch geometry)
+    /// with the times a `spartac tune` cache holds for them; no GPU needed.
+    ///
+    /// Example (the H200 cache of benches/results/tune_warm_logs.tar.xz, extracted):
+    ///   spartac costdb samples minilm-l6.onnx --tesa models/tesa/minilm-l6-block32-90.json \
+    ///       --tune-cache t/tune --out samples.json
+    Samples {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// TeSA attributes the model was tuned with.
+        #[arg(long, value_name = "attrs.json")]
+        tesa: Option<PathBuf>,
+        /// Element type the model was tuned in.
+        #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+        dtype: String,
+        /// The tuning cache folder.
+        #[arg(long, value_name = "DIR")]
+        tune_cache: PathBuf,
+        /// Where to write the samples (JSON).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Refit the cost DB to `costdb samples` output and report the median relative error
+    /// before the refit, after it, and held out (half the operators fit, the other half scored).
+    ///
+    /// Example: spartac costdb refit --samples benches/results/tune_h200_samples.json
+    Refit {
+        /// `spartac costdb samples` output.
+        #[arg(long)]
+        samples: PathBuf,
+        /// DB to start from (default: the bundled sm_90 DB).
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Write the fitted DB (JSON) here.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -120,9 +158,9 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
                 // Its time follows its steps and column tiles (grid x), not its nonzeros.
                 let (Some(steps), Some((col_tiles, _, _))) = (kr.steps, kr.grid) else { return Ok(None) };
                 // The tile does not enter the model (the steps and column tiles carry it).
-                let work = FineTf32Work { steps, nt: kr.n_tiles.unwrap_or(1), col_tiles, tile: (0, 0, 0) };
+                let work = FineTf32Work { steps, nt: kr.n_tiles.unwrap_or(1), col_tiles, tile: (0, 0, 0), heaviest: 0 };
                 let kernel = PartKernel::FineTf32(work);
-                parts.push(Part { shape: BlockShape::new(1, 1), n_blocks: kr.live_instances, kernel });
+                parts.push(Part { shape: BlockShape::new(1, 1), n_blocks: kr.live_instances, kernel, geometry: None });
                 continue;
             }
             // Records from before kernels carried their block shape: take it from the cover.
@@ -134,14 +172,32 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
             };
             // The 3xTF32 block kernel has its own entry, one for all the shapes it takes.
             let kernel = if kr.family == "block_tf32" { PartKernel::Tf32Blocks } else { PartKernel::Blocks };
-            parts.push(Part { shape, n_blocks: kr.live_instances, kernel });
+            parts.push(Part { shape, n_blocks: kr.live_instances, kernel, geometry: None });
         }
     }
     Ok(Some(Sample { label: rec.label.clone(), dtype: rec.dtype.clone(), m, k, n, dense, parts, seconds: ms * 1e-3 }))
 }
 
 pub fn run(args: CostdbArgs) -> Result<()> {
-    let CostdbCommand::Fit { bench, peers, base, out, report, dense_only } = args.command;
+    let (bench, peers, base, out, report, dense_only) = match args.command {
+        CostdbCommand::Fit { bench, peers, base, out, report, dense_only } => {
+            (bench, peers, base, out, report, dense_only)
+        }
+        CostdbCommand::Samples { model, tesa, dtype, tune_cache, out } => {
+            let args = crate::costdb_tune::SamplesArgs {
+                model: &model,
+                tesa: tesa.as_deref(),
+                dtype: &dtype,
+                tune_cache: &tune_cache,
+                out: &out,
+            };
+            return crate::costdb_tune::samples(args);
+        }
+        CostdbCommand::Refit { samples, base, out } => {
+            let base = crate::compile::cost_model(base.as_deref())?;
+            return crate::costdb_tune::refit_samples(&samples, &base, out.as_ref());
+        }
+    };
     let mut db = match &base {
         Some(p) => CostDb::parse(
             &spartac::contained::read_regular_text(p).with_context(|| format!("reading {}", p.display()))?,

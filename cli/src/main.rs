@@ -10,6 +10,7 @@
 
 mod compile;
 mod costdb;
+mod costdb_tune;
 mod hpec;
 mod inspect;
 mod kernels;
@@ -19,6 +20,7 @@ mod plot;
 mod propagate;
 mod run;
 mod run_artifact;
+mod synth;
 mod tune;
 mod tune_report;
 
@@ -56,6 +58,8 @@ enum Command {
     /// The planner's cost DB: fit it to measured kernel times.
     Costdb(costdb::CostdbArgs),
     Tune(tune::TuneArgs),
+    /// Write synthetic models: one MatMul with a seeded sparse weight.
+    Synth(synth::SynthArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Command::Kernels(args) => kernels::run(args).map(|()| ExitCode::SUCCESS),
         Command::Costdb(args) => costdb::run(args).map(|()| ExitCode::SUCCESS),
         Command::Tune(args) => tune::run(args),
+        Command::Synth(args) => synth::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

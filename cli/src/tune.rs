@@ -11,13 +11,13 @@
 //! the refit. `compile` reads the cache (`--tune-cache`, [`CompileTuning`]).
 
 use crate::model_args::ModelArgs;
-use crate::tune_report::{unique_entries, Report};
+use crate::tune_report::Report;
 use anyhow::{Context, Result};
 use clap::Args;
 use spartac::plan::cost::CostModel;
 use spartac::plan::{Plan, PlanOptions};
 use spartac::tune::{
-    apply_cache, refit, samples, spartac_version, tune_graph, Entry, Event, StopReason, Target, Timer, TuneCache,
+    apply_cache, refit, run_samples, spartac_version, tune_graph, Entry, Event, StopReason, Target, Timer, TuneCache,
     TuneOptions, TuneRun,
 };
 use spartac_runtime::cuda::tune::GpuTimer;
@@ -181,7 +181,7 @@ fn tune_model(
     let mut stale = false;
     for round in 1..=FEEDBACK_ROUNDS {
         let run = rounds.last().expect("the first round");
-        let all = samples(unique_entries(run));
+        let all = run_samples(run);
         if all.is_empty() {
             break;
         }
@@ -208,7 +208,7 @@ fn tune_model(
     }
     if stale {
         // The last round measured more than its DB was fitted to.
-        let all = samples(unique_entries(rounds.last().expect("the first round")));
+        let all = run_samples(rounds.last().expect("the first round"));
         refitted =
             refit(base, &all, &source(all.len())).ok().map(|f| CostModel::new(base.hw.clone(), f.db)).transpose()?;
     }

@@ -6,15 +6,12 @@ use crate::plot::{ScatterPlot, Series};
 use anyhow::Result;
 use spartac::plan::calibrate::predict;
 use spartac::plan::cost::CostModel;
-use spartac::tune::{median_rel_err, samples, spartac_version, Entry, Measured, StopReason, Target, TuneRun};
+use spartac::tune::{
+    current_sample, median_rel_err, run_samples, spartac_version, Entry, Measured, StopReason, Target, TuneRun,
+};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
-
-/// The entries of a run, one per key.
-pub(crate) fn unique_entries(run: &TuneRun) -> impl Iterator<Item = &Entry> {
-    run.operators.iter().filter(|o| o.same_as.is_none()).map(|o| &o.entry)
-}
 
 /// The measured time of a candidate in `entry`.
 fn measured(entry: &Entry, split: &str, label: &str, kernel: spartac::plan::KernelChoice) -> Option<f64> {
@@ -76,7 +73,7 @@ impl Report {
                 refit_total += refit_t.unwrap_or(a);
             }
             let name = |m: &Measured| format!("{} {} [{}]", m.split, m.label, m.kernel.label());
-            let pred = |model: &CostModel, m: &Measured| predict(model, &m.sample).ok();
+            let pred = |model: &CostModel, m: &Measured| predict(model, &current_sample(&o2.candidates, m)).ok();
             writeln!(
                 lines,
                 "{:<28} {:>16} {:>7.3} | {:<34} {:>8} | {:<34} {:>8} {:>6.2}× | {:>9} {:>9}",
@@ -126,7 +123,7 @@ impl Report {
                 "candidates": cands,
             }));
         }
-        let all = samples(unique_entries(last));
+        let all = run_samples(last);
         let err_before = median_rel_err(base, &all)?;
         let err_after = median_rel_err(after, &all)?;
         // Cached, pruned and refused as the first round saw them; failed among everything measured.

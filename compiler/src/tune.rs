@@ -279,9 +279,35 @@ pub fn tune_graph(
     Ok(TuneRun { operators, stop })
 }
 
-/// Calibration samples of every timed candidate of `entries` (`seconds` the measured median).
+/// Calibration samples of every timed candidate of `entries` (`seconds` the measured median), as
+/// the entries stored them.
 pub fn samples<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<Sample> {
     entries.into_iter().flat_map(|e| e.timed().map(|c| c.sample.clone())).collect()
+}
+
+/// The calibration sample of `m`, a candidate of the operator enumerated as `candidates`, as this
+/// build describes it (its launch geometry, the kernel of a dense candidate) where it still
+/// enumerates that candidate, else as the entry stored it; `seconds` the measured median. So
+/// entries written before the samples carried their geometry refit with it.
+pub fn current_sample(candidates: &Candidates, m: &Measured) -> Sample {
+    let fresh = candidates.survivors.iter().chain(&candidates.pruned).find(|c| m.is(c.split, &c.label, c.kernel));
+    let mut s = fresh.map_or_else(|| m.sample.clone(), |c| c.sample.clone());
+    s.seconds = m.seconds.unwrap_or(m.sample.seconds);
+    s
+}
+
+/// [`current_sample`] of every timed candidate of `entry`.
+pub fn operator_samples(candidates: &Candidates, entry: &Entry) -> Vec<Sample> {
+    entry.timed().map(|m| current_sample(candidates, m)).collect()
+}
+
+/// [`operator_samples`] of every operator of `run` measured under its own key.
+pub fn run_samples(run: &TuneRun) -> Vec<Sample> {
+    run.operators
+        .iter()
+        .filter(|o| o.same_as.is_none())
+        .flat_map(|o| operator_samples(&o.candidates, &o.entry))
+        .collect()
 }
 
 /// The cost DB of `model` fitted to `samples` (`calibrate::fit`), refused when a fitted entry is
@@ -298,6 +324,35 @@ pub fn median_rel_err(model: &CostModel, samples: &[Sample]) -> Result<f64, Erro
         samples.iter().map(|s| Ok((predict(model, s)? - s.seconds).abs() / s.seconds)).collect::<Result<_, Error>>()?;
     errs.sort_by(f64::total_cmp);
     Ok(if errs.is_empty() { f64::NAN } else { errs[errs.len() / 2] })
+}
+
+/// The operator a tune sample belongs to: the first word of its label (the node's name).
+fn operator_of(s: &Sample) -> &str {
+    s.label.split_whitespace().next().unwrap_or("")
+}
+
+/// Median relative error of the refit on operators it did not see: the operators (in sorted
+/// order of their names) alternate between two halves, each half is predicted by the DB
+/// refitted (from `model`) to the other, and the median is over every sample. Guards the refit's
+/// terms against fitting operators rather than kernels. NaN with fewer than two operators.
+pub fn holdout_rel_err(model: &CostModel, samples: &[Sample]) -> Result<f64, Error> {
+    let mut ops: Vec<&str> = samples.iter().map(operator_of).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    if ops.len() < 2 {
+        return Ok(f64::NAN);
+    }
+    let half = |s: &Sample| ops.binary_search(&operator_of(s)).unwrap_or(0) % 2;
+    let mut errs = vec![];
+    for held in 0..2 {
+        let (train, test): (Vec<Sample>, Vec<Sample>) = samples.iter().cloned().partition(|s| half(s) != held);
+        let fitted = CostModel::new(model.hw.clone(), refit(model, &train, "holdout")?.db)?;
+        for s in &test {
+            errs.push((predict(&fitted, s)? - s.seconds).abs() / s.seconds);
+        }
+    }
+    errs.sort_by(f64::total_cmp);
+    Ok(errs[errs.len() / 2])
 }
 
 /// What [`apply_cache`] did.

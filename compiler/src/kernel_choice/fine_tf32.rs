@@ -78,6 +78,22 @@ pub struct FineTf32Work {
     pub col_tiles: usize,
     /// The CTA tile `(rows, columns, chunk depth)`.
     pub tile: (usize, usize, usize),
+    /// Steps of the heaviest CTA ([`heaviest_cta`]); 0 where not counted (older records).
+    #[serde(default)]
+    pub heaviest: usize,
+}
+
+/// Steps of the heaviest CTA of a 3xTF32 fine kernel whose run `c · groups_padded + j` (k-chunk
+/// `c`, column group `j`) holds `run_len(c · groups_padded + j)` steps, `per_cta` groups to a CTA
+/// (one per consumer warp): the warps of a CTA wait for each other at every chunk, so a CTA
+/// takes the sum over chunks of its busiest warp's steps.
+pub fn heaviest_cta(run_len: impl Fn(usize) -> usize, chunks: usize, groups_padded: usize, per_cta: usize) -> usize {
+    let per_cta = per_cta.max(1);
+    let cta = |tile: usize| -> usize {
+        let warps = tile * per_cta..((tile + 1) * per_cta).min(groups_padded);
+        (0..chunks).map(|c| warps.clone().map(|j| run_len(c * groups_padded + j)).max().unwrap_or(0)).sum()
+    };
+    (0..groups_padded.div_ceil(per_cta)).map(cta).max().unwrap_or(0)
 }
 
 impl FineTf32Work {
@@ -94,11 +110,13 @@ pub fn auto_work(spec: &SpmmSpec) -> Result<Option<FineTf32Work>, SpecError> {
         return Ok(None);
     }
     let (t, runs) = layout(spec)?;
+    let chunks = spec.k.div_ceil(t.chunk).max(1);
     Ok(Some(FineTf32Work {
         steps: runs.iter().map(Vec::len).sum(),
         nt: t.nt,
         col_tiles: spec.n.div_ceil(8 * t.nt).div_ceil(t.groups),
         tile: (t.bm, 8 * t.nt * t.groups, t.chunk),
+        heaviest: heaviest_cta(|r| runs.get(r).map_or(0, Vec::len), chunks, runs.len() / chunks, t.groups),
     }))
 }
 

@@ -11,7 +11,10 @@
 //! [`validate`] then predicts every measured case (mixed and planned covers included, which
 //! the fit never saw) so the report shows how far the model is from the GPU.
 
-use super::cost::{BlockEntry, BlockKernel, BlockTf32Entry, CostDb, CostModel, DenseEntry, FineTf32Entry};
+pub use super::cost::Geometry;
+use super::cost::{
+    BlockEntry, BlockKernel, BlockTf32Entry, CostDb, CostModel, DenseEntry, DenseKernel, FineTf32Entry, WaveTerms,
+};
 use super::cover::BlockShape;
 use super::hardware::NumberFormat;
 use crate::kernel_choice::FineTf32Work;
@@ -25,6 +28,10 @@ pub struct Part {
     /// Live blocks (elements for 1×1) the kernel multiplies.
     pub n_blocks: usize,
     pub kernel: PartKernel,
+    /// How the kernel was launched (the tune records it from the specialized kernel); `None`
+    /// in `kernels bench` samples and in tune cache entries written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geometry: Option<Geometry>,
 }
 
 /// The kernel a part ran on, which picks the model's term that prices it.
@@ -79,16 +86,37 @@ fn format_of<'a>(model: &'a CostModel, dtype: &str) -> Result<&'a NumberFormat, 
 pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
     let nf = format_of(model, &s.dtype)?;
     if s.dense {
-        return Ok(model.dense_time(nf, s.m, s.k, s.n));
+        return Ok(model.dense_time_on(dense_kernel(s), nf, s.m, s.k, s.n));
     }
     Ok(s.parts
         .iter()
-        .map(|p| match &p.kernel {
-            PartKernel::FineTf32(work) => model.fine_tf32_time(nf, s.m, s.k, s.n, work),
-            PartKernel::Tf32Blocks => model.sparse_time_on(BlockKernel::Tf32x3, nf, p.shape, p.n_blocks, s.m, s.k, s.n),
-            PartKernel::Blocks => model.sparse_time_on(BlockKernel::Table, nf, p.shape, p.n_blocks, s.m, s.k, s.n),
+        .map(|p| {
+            let g = p.geometry.as_ref();
+            match &p.kernel {
+                PartKernel::FineTf32(work) => {
+                    model.fine_tf32_time(nf, s.m, s.k, s.n, work) + model.wave_time(model.fine_tf32_entry().waves, g)
+                }
+                PartKernel::Tf32Blocks => {
+                    model.sparse_time_on(BlockKernel::Tf32x3, nf, p.shape, p.n_blocks, s.m, s.k, s.n)
+                        + model.wave_time(model.block_tf32_entry().waves, g)
+                }
+                PartKernel::Blocks => {
+                    model.sparse_time_on(BlockKernel::Table, nf, p.shape, p.n_blocks, s.m, s.k, s.n)
+                        + model.wave_time(model.table_waves(nf, p.shape), g)
+                }
+            }
         })
         .sum())
+}
+
+/// Which of our dense kernels ran a dense sample (its part says; a sample without parts ran
+/// the library's): the 3xTF32 block kernel, or on fp32 the SIMT one.
+pub fn dense_kernel(s: &Sample) -> Option<DenseKernel> {
+    match s.parts.first().map(|p| p.kernel) {
+        Some(PartKernel::Tf32Blocks) => Some(DenseKernel::Tf32x3),
+        Some(PartKernel::Blocks) if s.dtype == "f32" => Some(DenseKernel::Simt),
+        _ => None,
+    }
 }
 
 /// Fits every (shape, dtype) that has single-kernel samples, and the dense rate of every
@@ -100,15 +128,17 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
     let mut db = model.db.clone();
     db.source = source.to_string();
     let mut rows = vec![];
-    // Dense: rate from the measured time minus the bytes and launch terms.
-    let mut dense_dtypes: Vec<&str> = samples.iter().filter(|s| s.dense).map(|s| s.dtype.as_str()).collect();
-    dense_dtypes.sort();
-    dense_dtypes.dedup();
-    for dt in dense_dtypes {
+    // Dense: rate from the measured time minus the bytes and launch terms, per dtype and
+    // kernel (the library's, or one of our own dense kernels).
+    let mut dense_keys: Vec<(&str, Option<DenseKernel>)> =
+        samples.iter().filter(|s| s.dense).map(|s| (s.dtype.as_str(), dense_kernel(s))).collect();
+    dense_keys.sort_by_key(|(dt, k)| (*dt, k.map(DenseKernel::name)));
+    dense_keys.dedup();
+    for &(dt, kernel) in &dense_keys {
         let nf = format_of(model, dt)?;
         let bytes = nf.bits as f64 / 8.0;
         let mut rates = vec![];
-        for s in samples.iter().filter(|s| s.dense && s.dtype == dt) {
+        for s in samples.iter().filter(|s| s.dense && s.dtype == dt && dense_kernel(s) == kernel) {
             let (m, k, n) = (s.m as f64, s.k as f64, s.n as f64);
             let rest = (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12) + db.launch_us * 1e-6;
             let compute = (s.seconds - rest).max(s.seconds * 0.05);
@@ -117,10 +147,19 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
         // The largest GEMM measures the rate best (least launch and tail effect).
         rates.sort_by(|a, b| a.1.total_cmp(&b.1));
         let tflops = rates.last().map(|r| r.0).unwrap_or(nf.tflops);
-        db.dense.retain(|d| d.dtype != dt);
-        db.dense.push(DenseEntry { dtype: dt.to_string(), tflops });
+        let name = kernel.map(|k| k.name().to_string());
+        db.dense.retain(|d| !(d.dtype == dt && d.kernel == name));
+        db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: name });
+        // Without library samples, the dtype's own rate (the planner's dense alternative) is
+        // the kernel the tune's dense candidates run by default: the 3xTF32 one on fp32.
+        let library = dense_keys.iter().any(|&(d, k)| d == dt && k.is_none());
+        let default_kernel = dense_keys.iter().any(|&(d, k)| d == dt && k == Some(DenseKernel::Tf32x3));
+        if !library && (kernel == Some(DenseKernel::Tf32x3) || !default_kernel) {
+            db.dense.retain(|d| !(d.dtype == dt && d.kernel.is_none()));
+            db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: None });
+        }
     }
-    db.dense.sort_by(|a, b| a.dtype.cmp(&b.dtype));
+    db.dense.sort_by(|a, b| (a.dtype.as_str(), a.kernel.as_deref()).cmp(&(b.dtype.as_str(), b.kernel.as_deref())));
 
     // Blocks: t = fixed + nb·bytes_terms + nb·(2·m·area/rate + overhead), linear in
     // (1/rate, overhead); least squares on relative residuals.
@@ -132,9 +171,12 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
         let nf = format_of(model, &dt)?;
         let bytes = nf.bits as f64 / 8.0;
         let area = shape.area() as f64;
-        // Rows: [flops, blocks, activation elements / 1024] · [1/rate, overhead, per-k] ≈ y,
-        // each divided by the measured time (relative residuals).
-        let mut eqs: Vec<([f64; 3], f64)> = vec![];
+        // Rows: [flops, blocks, activation elements / 1024, the heaviest CTA's blocks] ·
+        // [1/rate, overhead, per-k, critical] ≈ y, each divided by the measured time (relative
+        // residuals); the last column is 0 for samples without a geometry. One shape has one
+        // tile, so the critical path's multiply-adds add nothing to its blocks; the per-wave
+        // term is left out as the planner cannot count waves of a kernel not yet specialized.
+        let mut eqs: Vec<([f64; 4], f64)> = vec![];
         for s in samples.iter().filter(|s| single_block(s) && s.dtype == dt && s.parts[0].shape == shape) {
             let nb = s.parts[0].n_blocks as f64;
             let m = s.m as f64;
@@ -143,16 +185,30 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
             let moved = nb * area * bytes / (db.dram_tb_s * 1e12);
             let y = s.seconds - fixed - moved;
             let t = s.seconds;
-            eqs.push(([nb * 2.0 * m * area / t, nb / t, (s.m * s.k) as f64 / 1024.0 / t], y / t));
+            let [_, w1, _] = wave_columns(model, s.parts[0].geometry.as_ref());
+            let row = [nb * 2.0 * m * area, nb, (s.m * s.k) as f64 / 1024.0, w1];
+            eqs.push((row.map(|v| v / t), y / t));
         }
-        let [inv_rate, overhead, per_k] = nonneg_least_squares(&eqs);
-        let tflops = if inv_rate > 0.0 { 1.0 / inv_rate / 1e12 } else { nf.tflops };
+        let [inv_rate, overhead, per_k, w1] = nonneg_least_squares(&eqs);
+        let has_geometry = samples
+            .iter()
+            .any(|s| single_block(s) && s.dtype == dt && s.parts[0].shape == shape && s.parts[0].geometry.is_some());
+        // A rate the samples put at zero: without a critical path, the lead's; with one, the
+        // time is on the critical path and the rate is taken as unlimited.
+        let tflops = if inv_rate > 0.0 {
+            1.0 / inv_rate / 1e12
+        } else if has_geometry {
+            UNLIMITED
+        } else {
+            nf.tflops
+        };
         let entry = BlockEntry {
             block: [shape.h, shape.w],
             dtype: dt.clone(),
             tflops,
             overhead_ns: Some(overhead * 1e9),
             activation_ns_per_k: Some(per_k * 1e9),
+            waves: has_geometry.then(|| wave_terms([0.0, w1, 0.0])),
         };
         db.blocks.retain(|e| !(e.block == entry.block && e.dtype == entry.dtype));
         db.blocks.push(entry.clone());
@@ -169,6 +225,23 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
     let fine = fit_fine_tf32(model, &mut db, samples)?;
     let block_tf32 = fit_block_tf32(model, &mut db, samples)?;
     Ok(Fitted { db, rows, fine, block_tf32 })
+}
+
+/// The rate of a term the samples put at zero (its time hides under other terms), TFLOP/s or TB/s.
+const UNLIMITED: f64 = 1e6;
+
+/// The wave columns of a part launched as `g`: waves, and per wave the heaviest CTA's units and
+/// their multiply-adds (the terms of `WaveTerms`); 0 without a geometry.
+fn wave_columns(model: &CostModel, g: Option<&Geometry>) -> [f64; 3] {
+    g.map_or([0.0; 3], |g| {
+        let units = g.heaviest as f64;
+        [g.waves(model.hw.sms) as f64, units, units * g.unit_fmas as f64]
+    })
+}
+
+/// Wave terms from the fitted coefficients of [`wave_columns`] (seconds per column unit).
+fn wave_terms(x: [f64; 3]) -> WaveTerms {
+    WaveTerms { wave_ns: x[0] * 1e9, critical_ns: x[1] * 1e9, critical_ps_per_fma: x[2] * 1e12 }
 }
 
 /// The kernel of a sample that ran one sparse kernel alone.
@@ -211,20 +284,25 @@ fn fit_block_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Res
         let (nb, m, t) = (p.n_blocks as f64, s.m as f64, s.seconds);
         let (area, h) = (p.shape.area() as f64, p.shape.h as f64);
         let y = t - model.suboperator_fixed(nf, s.m, s.n) - nb * area * 4.0 / (db.dram_tb_s * 1e12);
-        eqs.push(([nb * 2.0 * m * area / t, nb * m * h * 4.0 / t, nb / t, 1.0 / t], y / t));
+        // The per-wave term is left out, as in the table's fit.
+        let [_, w1, w2] = wave_columns(model, p.geometry.as_ref());
+        let row = [nb * 2.0 * m * area, nb * m * h * 4.0, nb, 1.0, w1, w2];
+        eqs.push((row.map(|v| v / t), y / t));
     }
-    let [inv_rate, inv_a, overhead, fixed] = nonneg_least_squares(&eqs);
+    let [inv_rate, inv_a, overhead, fixed, w1, w2] = nonneg_least_squares(&eqs);
+    let has_geometry = tf.iter().any(|s| s.parts[0].geometry.is_some());
     let lead = model.block_tf32_entry();
     // A term the samples put at zero hides under the other (its rate is taken as unlimited);
-    // when both are zero the samples say nothing of either, and the lead's rates stay.
-    let degenerate = inv_rate == 0.0 && inv_a == 0.0;
+    // when both are zero the samples say nothing of either, and the lead's rates stay, unless
+    // the critical path carries the time.
+    let degenerate = inv_rate == 0.0 && inv_a == 0.0 && !has_geometry;
     let rate = |inv: f64, lead: f64| {
         if inv > 0.0 {
             1.0 / inv / 1e12
         } else if degenerate {
             lead
         } else {
-            1e6
+            UNLIMITED
         }
     };
     let entry = BlockTf32Entry {
@@ -232,6 +310,7 @@ fn fit_block_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Res
         a_tb_s: rate(inv_a, lead.a_tb_s),
         overhead_ns: overhead * 1e9,
         fixed_ns: fixed * 1e9,
+        waves: has_geometry.then(|| wave_terms([0.0, w1, w2])),
     };
     db.block_tf32 = Some(entry.clone());
     let max_rel_err = worst_rel_err(&CostModel::new(model.hw.clone(), db.clone())?, tf.iter().copied())?;
@@ -265,15 +344,25 @@ fn fit_fine_tf32(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Resu
         let nf = format_of(model, &s.dtype)?;
         let (m, k, t) = (s.m as f64, s.k as f64, s.seconds);
         let y = t - model.suboperator_fixed(nf, s.m, s.n);
-        eqs.push(([w.step_units() * m * 128.0 / t, w.col_tiles as f64 * m * k * 4.0 / t, 1.0 / t], y / t));
+        let [w0, w1, w2] = wave_columns(model, s.parts[0].geometry.as_ref());
+        let row = [w.step_units() * m * 128.0, w.col_tiles as f64 * m * k * 4.0, 1.0, w0, w1, w2];
+        eqs.push((row.map(|v| v / t), y / t));
     }
-    let [inv_step, inv_a, fixed] = nonneg_least_squares(&eqs);
+    let [inv_step, inv_a, fixed, w0, w1, w2] = nonneg_least_squares(&eqs);
+    let has_geometry = fine.iter().any(|(s, _)| s.parts[0].geometry.is_some());
     let lead = model.fine_tf32_entry();
     let entry = FineTf32Entry {
-        step_tflops: if inv_step > 0.0 { 1.0 / inv_step / 1e12 } else { lead.step_tflops },
+        step_tflops: if inv_step > 0.0 {
+            1.0 / inv_step / 1e12
+        } else if has_geometry {
+            UNLIMITED
+        } else {
+            lead.step_tflops
+        },
         // A term the samples put at zero: the A reads hide under the steps.
-        a_tb_s: if inv_a > 0.0 { 1.0 / inv_a / 1e12 } else { 1e6 },
+        a_tb_s: if inv_a > 0.0 { 1.0 / inv_a / 1e12 } else { UNLIMITED },
         fixed_ns: fixed * 1e9,
+        waves: has_geometry.then(|| wave_terms([w0, w1, w2])),
     };
     db.fine_tf32 = Some(entry.clone());
     let max_rel_err = worst_rel_err(&CostModel::new(model.hw.clone(), db.clone())?, fine.iter().map(|(s, _)| *s))?;
@@ -367,6 +456,7 @@ mod tests {
                 tflops: 31.0,
                 overhead_ns: Some(4.0),
                 activation_ns_per_k: Some(0.0),
+                waves: None,
             },
             BlockEntry {
                 block: [1, 1],
@@ -374,9 +464,10 @@ mod tests {
                 tflops: 2.5,
                 overhead_ns: Some(0.05),
                 activation_ns_per_k: Some(30.0),
+                waves: None,
             },
         ];
-        truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0 }];
+        truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0, kernel: None }];
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let mut samples = vec![];
         for (size, nb32, nb1) in [(1024, 102, 52_429), (1024, 10, 10_486), (4096, 1638, 838_861), (4096, 164, 167_772)]
@@ -389,7 +480,7 @@ mod tests {
                     k: size,
                     n: size,
                     dense: false,
-                    parts: vec![Part { shape, n_blocks: nb, kernel: PartKernel::Blocks }],
+                    parts: vec![Part { shape, n_blocks: nb, kernel: PartKernel::Blocks, geometry: None }],
                     seconds: 0.0,
                 };
                 s.seconds = predict(&truth, &s).unwrap();
@@ -434,7 +525,7 @@ mod tests {
     fn fit_recovers_the_fine_tf32_entry() {
         let base = CostModel::sm_90();
         let mut truth_db = base.db.clone();
-        truth_db.fine_tf32 = Some(FineTf32Entry { step_tflops: 55.0, a_tb_s: 14.0, fixed_ns: 2500.0 });
+        truth_db.fine_tf32 = Some(FineTf32Entry { step_tflops: 55.0, a_tb_s: 14.0, fixed_ns: 2500.0, waves: None });
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let mut samples = vec![];
         for (size, steps, col_tiles) in
@@ -450,7 +541,14 @@ mod tests {
                 parts: vec![Part {
                     shape: BlockShape::new(1, 1),
                     n_blocks: steps * 10,
-                    kernel: PartKernel::FineTf32(FineTf32Work { steps, nt: 1, col_tiles, tile: (64, 128, 192) }),
+                    kernel: PartKernel::FineTf32(FineTf32Work {
+                        steps,
+                        nt: 1,
+                        col_tiles,
+                        tile: (64, 128, 192),
+                        heaviest: 0,
+                    }),
+                    geometry: None,
                 }],
                 seconds: 0.0,
             };
@@ -473,7 +571,8 @@ mod tests {
     fn fit_recovers_the_block_tf32_entry() {
         let base = CostModel::sm_90();
         let mut truth_db = base.db.clone();
-        truth_db.block_tf32 = Some(BlockTf32Entry { tflops: 70.0, a_tb_s: 6.0, overhead_ns: 9.0, fixed_ns: 4000.0 });
+        truth_db.block_tf32 =
+            Some(BlockTf32Entry { tflops: 70.0, a_tb_s: 6.0, overhead_ns: 9.0, fixed_ns: 4000.0, waves: None });
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let mut samples = vec![];
         for (size, h, w, nb) in [
@@ -491,7 +590,12 @@ mod tests {
                 k: size,
                 n: size,
                 dense: false,
-                parts: vec![Part { shape: BlockShape::new(h, w), n_blocks: nb, kernel: PartKernel::Tf32Blocks }],
+                parts: vec![Part {
+                    shape: BlockShape::new(h, w),
+                    n_blocks: nb,
+                    kernel: PartKernel::Tf32Blocks,
+                    geometry: None,
+                }],
                 seconds: 0.0,
             };
             s.seconds = predict(&truth, &s).unwrap();
@@ -505,6 +609,163 @@ mod tests {
         let e = db.block_tf32.unwrap();
         assert!((e.tflops - 70.0).abs() < 0.01 && (e.a_tb_s - 6.0).abs() < 0.001, "{e:?}");
         assert!((e.overhead_ns - 9.0).abs() < 0.01 && (e.fixed_ns - 4000.0).abs() < 1.0, "{e:?}");
+    }
+
+    /// A single-kernel sample of `parts[0]`, its time from `truth`.
+    fn generated(truth: &CostModel, m: usize, k: usize, n: usize, part: Part, label: &str) -> Sample {
+        let mut s =
+            Sample { label: label.into(), dtype: "f32".into(), m, k, n, dense: false, parts: vec![part], seconds: 0.0 };
+        s.seconds = predict(truth, &s).unwrap();
+        s
+    }
+
+    /// The critical-path terms come back from samples generated with them: the table's per
+    /// block of the heaviest column, the 3xTF32 block kernel's per block and per multiply-add
+    /// (several shapes, several tiles), the fine kernel's per wave, step and multiply-add; and
+    /// the dense rate of each of our dense kernels, apart from the library's.
+    #[test]
+    fn fit_recovers_the_critical_path_and_per_engine_dense_terms() {
+        let base = CostModel::sm_90();
+        let mut truth_db = base.db.clone();
+        let table = WaveTerms { wave_ns: 0.0, critical_ns: 1700.0, critical_ps_per_fma: 0.0 };
+        truth_db.blocks = vec![BlockEntry {
+            block: [32, 32],
+            dtype: "f32".into(),
+            tflops: 40.0,
+            overhead_ns: Some(20.0),
+            activation_ns_per_k: Some(1.0),
+            waves: Some(table),
+        }];
+        let tf32 = WaveTerms { wave_ns: 0.0, critical_ns: 400.0, critical_ps_per_fma: 9.0 };
+        truth_db.block_tf32 =
+            Some(BlockTf32Entry { tflops: 120.0, a_tb_s: 8.0, overhead_ns: 15.0, fixed_ns: 900.0, waves: Some(tf32) });
+        let fine = WaveTerms { wave_ns: 60.0, critical_ns: 50.0, critical_ps_per_fma: 12.0 };
+        truth_db.fine_tf32 =
+            Some(FineTf32Entry { step_tflops: 60.0, a_tb_s: 9.0, fixed_ns: 2800.0, waves: Some(fine) });
+        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 54.0, kernel: Some("tf32x3".into()) });
+        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 26.0, kernel: Some("simt".into()) });
+        let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
+        let launch = |ctas, per_sm, heaviest, unit_fmas| Some(Geometry { ctas, per_sm, heaviest, unit_fmas });
+        let mut samples = vec![];
+        // The table's 32×32 on 256-row tiles: operators of several sizes, columns of 2 to 25 blocks.
+        for (i, (m, k, n, nb, heaviest)) in [
+            (4096, 384, 384, 14, 2),
+            (1024, 384, 384, 14, 12),
+            (2048, 384, 1536, 40, 7),
+            (4096, 1536, 384, 58, 25),
+            (512, 384, 384, 9, 6),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let g = launch(n / 32 * m / 256, 2, heaviest, 256 * 1024);
+            let part = Part { shape: BlockShape::new(32, 32), n_blocks: nb, kernel: PartKernel::Blocks, geometry: g };
+            samples.push(generated(&truth, m, k, n, part, &format!("table {i}")));
+        }
+        // The 3xTF32 block kernel: three shapes, 128- and 64-row tiles.
+        for (i, (h, nb, heaviest, rows)) in [
+            (8, 224, 8, 128),
+            (8, 224, 48, 128),
+            (16, 56, 4, 128),
+            (16, 56, 24, 64),
+            (32, 14, 2, 128),
+            (32, 14, 12, 128),
+            (32, 58, 25, 64),
+            (16, 232, 50, 128),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let g = launch(384 / h * 4096 / rows, 4, heaviest, rows * h * h);
+            let part = Part { shape: BlockShape::new(h, h), n_blocks: nb, kernel: PartKernel::Tf32Blocks, geometry: g };
+            samples.push(generated(&truth, 4096, 384, 384, part, &format!("tf32 {i}")));
+        }
+        // The fine kernel: two tiles, several patterns; waves from 1 to 6.
+        for (i, (steps, nt, col_tiles, heaviest, rows)) in [
+            (112, 2, 3, 60, 64),
+            (112, 2, 3, 90, 64),
+            (64, 2, 3, 30, 64),
+            (300, 1, 12, 80, 64),
+            (900, 1, 12, 150, 128),
+            (900, 2, 6, 260, 128),
+            (500, 1, 24, 40, 64),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let work = FineTf32Work { steps, nt, col_tiles, tile: (rows, 0, 0), heaviest };
+            let g = launch(col_tiles * 4096 / rows, 1, heaviest, rows * 64 * nt);
+            let part = Part {
+                shape: BlockShape::new(1, 1),
+                n_blocks: steps * 8,
+                kernel: PartKernel::FineTf32(work),
+                geometry: g,
+            };
+            samples.push(generated(&truth, 4096, 384, 384 * col_tiles / 3, part, &format!("fine {i}")));
+        }
+        // Dense on each of our kernels.
+        for (kernel, label) in [(PartKernel::Tf32Blocks, "dense tf32"), (PartKernel::Blocks, "dense simt")] {
+            let part = Part { shape: BlockShape::new(32, 32), n_blocks: 144, kernel, geometry: None };
+            let mut s = generated(&truth, 4096, 384, 384, part, label);
+            s.dense = true;
+            s.seconds = predict(&truth, &s).unwrap();
+            samples.push(s);
+        }
+        let Fitted { db, rows, fine: fine_fit, block_tf32 } = fit(&base, &samples, "test").unwrap();
+        let close = |got: f64, want: f64, what: &str| {
+            assert!((got - want).abs() <= 1e-3 * want.abs().max(1.0), "{what}: {got} against {want}");
+        };
+        let e = db.blocks.iter().find(|e| e.block == [32, 32]).unwrap();
+        close(e.tflops, 40.0, "table rate");
+        close(e.overhead_ns.unwrap(), 20.0, "table overhead");
+        close(e.activation_ns_per_k.unwrap(), 1.0, "table activation");
+        close(e.waves.unwrap().critical_ns, 1700.0, "table critical");
+        let e = db.block_tf32.unwrap();
+        close(e.tflops, 120.0, "tf32 rate");
+        close(e.a_tb_s, 8.0, "tf32 A");
+        close(e.overhead_ns, 15.0, "tf32 overhead");
+        close(e.fixed_ns, 900.0, "tf32 fixed");
+        close(e.waves.unwrap().critical_ns, 400.0, "tf32 critical");
+        close(e.waves.unwrap().critical_ps_per_fma, 9.0, "tf32 critical per fma");
+        let e = db.fine_tf32.unwrap();
+        close(e.step_tflops, 60.0, "fine steps");
+        close(e.a_tb_s, 9.0, "fine A");
+        close(e.fixed_ns, 2800.0, "fine fixed");
+        let w = e.waves.unwrap();
+        close(w.wave_ns, 60.0, "fine wave");
+        close(w.critical_ns, 50.0, "fine critical");
+        close(w.critical_ps_per_fma, 12.0, "fine critical per fma");
+        let dense = |k: Option<&str>| db.dense.iter().find(|d| d.dtype == "f32" && d.kernel.as_deref() == k).unwrap();
+        close(dense(Some("tf32x3")).tflops, 54.0, "dense tf32x3");
+        close(dense(Some("simt")).tflops, 26.0, "dense simt");
+        // Without library samples the planner's fp32 dense rate is the 3xTF32 kernel's.
+        close(dense(None).tflops, 54.0, "dense default");
+        assert!(rows.iter().all(|r| r.max_rel_err < 1e-6), "{rows:?}");
+        assert!(block_tf32.unwrap().max_rel_err < 1e-6 && fine_fit.unwrap().max_rel_err < 1e-6);
+    }
+
+    /// Samples and DBs written before the wave terms existed still load and price as before.
+    #[test]
+    fn samples_and_dbs_without_wave_terms_still_load() {
+        let old = r#"{"label":"n 32x32 [auto]","dtype":"f32","m":4096,"k":384,"n":384,"dense":false,
+            "parts":[{"shape":{"h":32,"w":32},"n_blocks":14,"kernel":"tf32_blocks"}],"seconds":1.8e-5}"#;
+        let s: Sample = serde_json::from_str(old).unwrap();
+        assert_eq!(s.parts[0].geometry, None);
+        let fine = r#"{"fine_tf32":{"steps":64,"nt":2,"col_tiles":3,"tile":[0,0,0]}}"#;
+        let k: PartKernel = serde_json::from_str(fine).unwrap();
+        assert!(matches!(k, PartKernel::FineTf32(FineTf32Work { heaviest: 0, .. })));
+        let base = CostModel::sm_90();
+        assert!(
+            base.db.blocks.iter().all(|b| b.waves.is_none()) && base.db.block_tf32.as_ref().unwrap().waves.is_none()
+        );
+        let with = Sample {
+            parts: vec![Part {
+                geometry: Some(Geometry { ctas: 384, per_sm: 4, heaviest: 12, unit_fmas: 1 << 17 }),
+                ..s.parts[0].clone()
+            }],
+            ..s.clone()
+        };
+        assert_eq!(predict(&base, &s).unwrap(), predict(&base, &with).unwrap(), "no terms, no change");
     }
 
     #[test]
@@ -526,7 +787,12 @@ mod tests {
             k: 1024,
             n: 1024,
             dense: false,
-            parts: vec![Part { shape: BlockShape::new(32, 32), n_blocks: 102, kernel: PartKernel::Blocks }],
+            parts: vec![Part {
+                shape: BlockShape::new(32, 32),
+                n_blocks: 102,
+                kernel: PartKernel::Blocks,
+                geometry: None,
+            }],
             seconds: 20e-6,
         };
         assert!(fit(&base, &[s], "bad").unwrap_err().to_string().contains("f7"));

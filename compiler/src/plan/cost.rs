@@ -27,6 +27,44 @@ pub const SM_90_COSTDB: &str = include_str!("../../../costdb/sm_90.json");
 pub struct DenseEntry {
     pub dtype: String,
     pub tflops: f64,
+    /// The dense kernel this rate is for: absent, the one the planner's dense alternative runs
+    /// (the library's); `tf32x3` or `simt`, our own dense kernels (see [`DenseKernel`]), which
+    /// the tune times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+}
+
+/// Our own dense kernels (every block of the block kernels live), each with its own dense rate:
+/// on fp32 the 3xTF32 block kernel runs at several times the SIMT one's rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseKernel {
+    Tf32x3,
+    Simt,
+}
+
+impl DenseKernel {
+    /// The name in the DB's `dense[].kernel`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DenseKernel::Tf32x3 => "tf32x3",
+            DenseKernel::Simt => "simt",
+        }
+    }
+}
+
+/// Per-wave terms of a kernel (optional in every entry; 0 without). Per round of CTAs the GPU
+/// runs (`Geometry::waves`): `wave_ns`, plus the critical path of its heaviest CTA:
+/// `critical_ns` per unit it does in sequence and `critical_ps_per_fma` per multiply-add of
+/// those units. At the sizes of a transformer's matmuls a block kernel's CTAs each walk one
+/// block column, and the longest column, not the block count, sets the time.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct WaveTerms {
+    #[serde(default)]
+    pub wave_ns: f64,
+    #[serde(default)]
+    pub critical_ns: f64,
+    #[serde(default)]
+    pub critical_ps_per_fma: f64,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -40,6 +78,8 @@ pub struct BlockEntry {
     /// streams, ns: kernels that stage the whole activation pay it regardless of density.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation_ns_per_k: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waves: Option<WaveTerms>,
 }
 
 /// The 3xTF32 fine kernel (fp32 element-sparse weights on tensor cores): its time is a
@@ -54,6 +94,8 @@ pub struct FineTf32Entry {
     pub a_tb_s: f64,
     /// Fixed cost beyond the launch and the output, ns.
     pub fixed_ns: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waves: Option<WaveTerms>,
 }
 
 /// The 3xTF32 block kernel (fp32 blocks on tensor cores, the kernel `Engine::Auto` runs for
@@ -71,6 +113,30 @@ pub struct BlockTf32Entry {
     pub overhead_ns: f64,
     #[serde(default)]
     pub fixed_ns: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waves: Option<WaveTerms>,
+}
+
+/// A kernel's launch as the model's per-wave terms see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Geometry {
+    /// CTAs in the grid.
+    pub ctas: usize,
+    /// CTAs one SM holds at once (by threads and shared memory).
+    pub per_sm: usize,
+    /// Units of work the heaviest CTA does in sequence: a block kernel's longest block column
+    /// (its blocks, which every row tile of the column walks), the 3xTF32 fine kernel's steps
+    /// (per k-chunk those of its busiest warp); 0 where the kernel's tables do not say.
+    pub heaviest: usize,
+    /// Multiply-adds of one unit (tile rows × block area; tile rows × 8 × 8 per n8 tile of a step).
+    pub unit_fmas: usize,
+}
+
+impl Geometry {
+    /// Rounds of CTAs on a GPU of `sms` SMs: `ceil(ctas / (sms · per_sm))`, at least 1.
+    pub fn waves(&self, sms: usize) -> usize {
+        self.ctas.div_ceil((sms * self.per_sm).max(1)).max(1)
+    }
 }
 
 /// Which of the model's block terms prices a part: the per-(shape, dtype) table (a DB entry or
@@ -156,6 +222,22 @@ impl CostDb {
                 cost(format!("{at}.activation_ns_per_k"), v)?;
             }
         }
+        let waves = |at: &str, w: &Option<WaveTerms>| {
+            w.map_or(Ok(()), |w| {
+                cost(format!("{at}.waves.wave_ns"), w.wave_ns)?;
+                cost(format!("{at}.waves.critical_ns"), w.critical_ns)?;
+                cost(format!("{at}.waves.critical_ps_per_fma"), w.critical_ps_per_fma)
+            })
+        };
+        for (i, b) in self.blocks.iter().enumerate() {
+            waves(&format!("blocks[{i}] ({}x{} {})", b.block[0], b.block[1], b.dtype), &b.waves)?;
+        }
+        if let Some(f) = &self.fine_tf32 {
+            waves("fine_tf32", &f.waves)?;
+        }
+        if let Some(b) = &self.block_tf32 {
+            waves("block_tf32", &b.waves)?;
+        }
         if let Some(f) = &self.fine_tf32 {
             rate("fine_tf32.step_tflops".into(), f.step_tflops)?;
             rate("fine_tf32.a_tb_s".into(), f.a_tb_s)?;
@@ -210,8 +292,65 @@ impl CostModel {
 
     /// Dense `m × k` by `k × n` GEMM.
     pub fn dense_time(&self, nf: &NumberFormat, m: usize, k: usize, n: usize) -> f64 {
+        self.dense_time_on(None, nf, m, k, n)
+    }
+
+    /// [`CostModel::dense_time`] on one of our own dense kernels: its DB rate where the DB has
+    /// one, else the dtype's.
+    pub fn dense_time_on(&self, kernel: Option<DenseKernel>, nf: &NumberFormat, m: usize, k: usize, n: usize) -> f64 {
+        let own = kernel.and_then(|kern| {
+            self.db.dense.iter().find(|d| d.dtype == nf.dtype && d.kernel.as_deref() == Some(kern.name()))
+        });
+        let rate = own.map_or_else(|| self.dense_rate(nf), |d| d.tflops * 1e12);
         let (m, k, n) = (m as f64, k as f64, n as f64);
-        2.0 * m * k * n / self.dense_rate(nf) + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch()
+        2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch()
+    }
+
+    /// The per-wave terms of a kernel launched as `geometry`: `waves · (wave_ns + heaviest ·
+    /// (critical_ns + unit_fmas · critical_ps_per_fma))`; 0 without terms or without a geometry.
+    pub fn wave_time(&self, terms: Option<WaveTerms>, geometry: Option<&Geometry>) -> f64 {
+        match (terms, geometry) {
+            (Some(t), Some(g)) => {
+                let path =
+                    g.heaviest as f64 * (t.critical_ns * 1e-9 + g.unit_fmas as f64 * t.critical_ps_per_fma * 1e-12);
+                g.waves(self.hw.sms) as f64 * t.wave_ns * 1e-9 + path
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// The per-wave terms of the block kernel `kernel` for `shape` in `nf`.
+    pub fn block_waves(&self, kernel: BlockKernel, nf: &NumberFormat, shape: BlockShape) -> Option<WaveTerms> {
+        match kernel {
+            BlockKernel::Tf32x3 => self.block_tf32_entry().waves,
+            BlockKernel::Table => self.table_waves(nf, shape),
+        }
+    }
+
+    /// The planner's view of a block kernel's launch over the blocks at `positions` (block row,
+    /// block column) in `orientation`: the heaviest CTA walks the longest block column (left:
+    /// block row of W, the column of the transposed problem), on tiles of 128 rows (64 below
+    /// 128 rows: the block kernels' default); one CTA per SM is assumed, as the shared memory a
+    /// kernel takes is the specializer's to decide (the block fits leave the per-wave term out
+    /// for that reason).
+    pub fn block_geometry(shape: BlockShape, orientation: Orientation, positions: &[(u32, u32)], m: usize) -> Geometry {
+        let mut cols: Vec<u32> =
+            positions.iter().map(|&(r, c)| if orientation == Orientation::WeightRight { c } else { r }).collect();
+        cols.sort_unstable();
+        let runs: Vec<usize> = cols.chunk_by(|a, b| a == b).map(<[u32]>::len).collect();
+        let tile_rows = if m >= 128 { 128 } else { 64 };
+        Geometry {
+            ctas: runs.len().max(1) * m.div_ceil(tile_rows),
+            per_sm: 1,
+            heaviest: runs.iter().copied().max().unwrap_or(0),
+            unit_fmas: tile_rows * shape.area(),
+        }
+    }
+
+    /// The per-wave terms of the table's `shape` in `nf` (its DB entry's), of the 3xTF32 block
+    /// kernel's entry, or of the 3xTF32 fine kernel's.
+    pub fn table_waves(&self, nf: &NumberFormat, shape: BlockShape) -> Option<WaveTerms> {
+        self.db.blocks.iter().find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype).and_then(|e| e.waves)
     }
 
     /// The kernel that runs blocks of `shape` in `orientation` under `Engine::Auto`: the 3xTF32
@@ -237,6 +376,7 @@ impl CostModel {
                 a_tb_s: self.db.l2_tb_s,
                 overhead_ns: self.db.block_overhead_ns,
                 fixed_ns: 0.0,
+                waves: None,
             }
         })
     }
@@ -364,7 +504,7 @@ impl CostModel {
     pub fn fine_tf32_entry(&self) -> FineTf32Entry {
         self.db.fine_tf32.clone().unwrap_or_else(|| {
             let tf32 = self.db.dense.iter().find(|d| d.dtype == "tf32").map_or(300.0, |d| d.tflops);
-            FineTf32Entry { step_tflops: tf32 / 3.0 * 0.5, a_tb_s: self.db.l2_tb_s, fixed_ns: 0.0 }
+            FineTf32Entry { step_tflops: tf32 / 3.0 * 0.5, a_tb_s: self.db.l2_tb_s, fixed_ns: 0.0, waves: None }
         })
     }
 
@@ -432,6 +572,7 @@ mod tests {
             tflops: 5.0,
             overhead_ns: Some(10.0),
             activation_ns_per_k: None,
+            waves: None,
         });
         let slow = CostModel::new(HardwareProfile::sm_90(), db).unwrap();
         let s = BlockShape::new(32, 32);
@@ -458,6 +599,23 @@ mod tests {
         assert!(CostDb::parse(&v.to_string()).unwrap_err().to_string().contains("blocks[0]"));
     }
 
+    /// The planner's launch of a block part: its longest block column (left: block row), and
+    /// the wave terms it prices only where the DB has them.
+    #[test]
+    fn block_geometry_counts_the_longest_column() {
+        let blocks = [(0, 1), (1, 1), (2, 1), (0, 3), (5, 0), (5, 3)];
+        let s = BlockShape::new(32, 32);
+        let right = CostModel::block_geometry(s, Orientation::WeightRight, &blocks, 4096);
+        assert_eq!((right.heaviest, right.ctas, right.unit_fmas), (3, 3 * 32, 128 * 1024));
+        let left = CostModel::block_geometry(s, Orientation::WeightLeft, &blocks, 64);
+        assert_eq!((left.heaviest, left.ctas, left.unit_fmas), (2, 4, 64 * 1024));
+        let base = CostModel::sm_90();
+        assert_eq!(base.wave_time(None, Some(&right)), 0.0);
+        let terms = WaveTerms { wave_ns: 100.0, critical_ns: 1000.0, critical_ps_per_fma: 1.0 };
+        let want = 100e-9 + 3.0 * (1000e-9 + 128.0 * 1024.0 * 1e-12);
+        assert!((base.wave_time(Some(terms), Some(&right)) - want).abs() < 1e-15);
+    }
+
     /// fp32 blocks the 3xTF32 kernel takes (right orientation, 8..=128 × 8..=32) are priced by
     /// its entry, on tensor cores; other shapes, and the left orientation, stay on the SIMT model.
     #[test]
@@ -477,7 +635,8 @@ mod tests {
         assert!(!(CostModel::block_kernel(&f16, b, right) == BlockKernel::Tf32x3));
         assert!(base.block_rate(&f32, b, right).1 && !base.block_rate(&f32, b, left).1);
         let mut db = base.db.clone();
-        db.block_tf32 = Some(BlockTf32Entry { tflops: 50.0, a_tb_s: 5.0, overhead_ns: 10.0, fixed_ns: 1500.0 });
+        db.block_tf32 =
+            Some(BlockTf32Entry { tflops: 50.0, a_tb_s: 5.0, overhead_ns: 10.0, fixed_ns: 1500.0, waves: None });
         let cm = CostModel::new(base.hw.clone(), db).unwrap();
         let m = 4096;
         let want = 2.0 * 4096.0 * 1024.0 / 50e12 + 4096.0 * 32.0 * 4.0 / 5e12 + 1024.0 * 4.0 / cm.dram() + 10e-9;

@@ -33,6 +33,8 @@ pub struct HardwareProfile {
     pub l2_bytes_per_s: f64,
     /// Fixed cost of one kernel launch, in seconds.
     pub launch_s: f64,
+    /// Streaming multiprocessors (132 on the H100 SXM and the H200): how many CTAs run at once.
+    pub sms: usize,
 }
 
 impl HardwareProfile {
@@ -77,6 +79,7 @@ impl HardwareProfile {
             dram_bytes_per_s: 3.35e12,
             l2_bytes_per_s: 10e12,
             launch_s: 3e-6,
+            sms: 132,
         }
     }
 

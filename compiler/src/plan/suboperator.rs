@@ -13,6 +13,7 @@
 //! ([`Orientation::WeightLeft`]) `W` is `m × k` as stored. A Gemm with `transB = 1` is
 //! planned on `Bᵀ`, so its coordinates are transposed from the stored initializer.
 
+use super::cost::{CostModel, Geometry};
 use super::cover::{BlockShape, Cover, CoverPart};
 use super::hardware::NumberFormat;
 use crate::kernel_choice::{fine_tf32, Dtype, FineTf32Work, SpmmSpec};
@@ -281,13 +282,24 @@ pub fn from_cover(
             let (_, tc) = cost.block_rate(nf, p.shape, orientation);
             match fine_tf32_work(p, nf, orientation, m, cover.rows, cover.cols) {
                 Some(work) => {
-                    let t = cost.fine_tf32_time(nf, m, cover.rows, cover.cols, &work);
+                    let bm = work.tile.0.max(1);
+                    let launch = Geometry {
+                        ctas: work.col_tiles * m.div_ceil(bm),
+                        per_sm: 1,
+                        heaviest: work.heaviest,
+                        unit_fmas: bm * 64 * work.nt,
+                    };
+                    let t = cost.fine_tf32_time(nf, m, cover.rows, cover.cols, &work)
+                        + cost.wave_time(cost.fine_tf32_entry().waves, Some(&launch));
                     let mut sub = SubOperator::from_part(p, nf, true, orientation, t);
                     sub.hints.tile = work.tile;
                     sub
                 }
                 None => {
-                    let t = cost.sparse_time(nf, p.shape, orientation, p.blocks.len(), m, cover.rows, cover.cols);
+                    let kernel = CostModel::block_kernel(nf, p.shape, orientation);
+                    let launch = CostModel::block_geometry(p.shape, orientation, &p.blocks, m);
+                    let t = cost.sparse_time(nf, p.shape, orientation, p.blocks.len(), m, cover.rows, cover.cols)
+                        + cost.wave_time(cost.block_waves(kernel, nf, p.shape), Some(&launch));
                     SubOperator::from_part(p, nf, tc, orientation, t)
                 }
             }

@@ -31,6 +31,47 @@ impl Pattern {
         }
     }
 
+    /// The pattern of a [`Pattern::label`]: `unstructured@0.95`, `block32x32@0.9`,
+    /// `mixed32x32@0.9+0.01`, `2:4`. Sparsities are fractions in [0, 1].
+    pub fn parse(label: &str) -> Result<Pattern, String> {
+        let bad = |why: &str| {
+            format!("pattern {label:?}: {why} (e.g. unstructured@0.95, block32x32@0.9, mixed32x32@0.9+0.01, 2:4)")
+        };
+        let fraction = |v: &str| -> Result<f64, String> {
+            v.parse::<f64>()
+                .ok()
+                .filter(|f| (0.0..=1.0).contains(f))
+                .ok_or_else(|| bad(&format!("{v:?} is not a fraction in [0, 1]")))
+        };
+        let block = |v: &str| -> Result<(usize, usize), String> {
+            let (h, w) = v.split_once('x').ok_or_else(|| bad("the block is HxW"))?;
+            match (h.parse::<usize>(), w.parse::<usize>()) {
+                (Ok(h), Ok(w)) if h > 0 && w > 0 => Ok((h, w)),
+                _ => Err(bad(&format!("{v:?} is not a block HxW of positive sizes"))),
+            }
+        };
+        if let Some((n, m)) = label.split_once(':') {
+            return match (n.parse::<usize>(), m.parse::<usize>()) {
+                (Ok(n), Ok(m)) if n > 0 && n <= m => Ok(Pattern::NM { n, m }),
+                _ => Err(bad("N:M needs 0 < N <= M")),
+            };
+        }
+        let (kind, sparsity) = label.split_once('@').ok_or_else(|| bad("no @sparsity"))?;
+        if kind == "unstructured" {
+            return Ok(Pattern::Unstructured { sparsity: fraction(sparsity)? });
+        }
+        if let Some(b) = kind.strip_prefix("block") {
+            let (bh, bw) = block(b)?;
+            return Ok(Pattern::Block { bh, bw, sparsity: fraction(sparsity)? });
+        }
+        if let Some(b) = kind.strip_prefix("mixed") {
+            let (bh, bw) = block(b)?;
+            let (blocks, scattered) = sparsity.split_once('+').ok_or_else(|| bad("mixed needs @BLOCKS+SCATTERED"))?;
+            return Ok(Pattern::Mixed { bh, bw, block_sparsity: fraction(blocks)?, scattered: fraction(scattered)? });
+        }
+        Err(bad(&format!("unknown kind {kind:?}")))
+    }
+
     /// The pruned mask of a `rows × cols` weight; the same seed gives the same mask.
     pub fn mask(&self, rows: usize, cols: usize, seed: u64) -> Vec<bool> {
         let mut rng = SplitMix64::new(seed);
@@ -112,6 +153,29 @@ mod tests {
         assert_eq!(pruned(&nm), 64);
         for chunk in nm.chunks(4) {
             assert_eq!(pruned(chunk), 2);
+        }
+    }
+
+    #[test]
+    fn labels_parse_back_and_bad_ones_say_why() {
+        for p in [
+            Pattern::Unstructured { sparsity: 0.95 },
+            Pattern::Block { bh: 32, bw: 16, sparsity: 0.9 },
+            Pattern::Mixed { bh: 32, bw: 32, block_sparsity: 0.9, scattered: 0.01 },
+            Pattern::NM { n: 2, m: 4 },
+        ] {
+            assert_eq!(Pattern::parse(&p.label()), Ok(p.clone()), "{}", p.label());
+        }
+        for (bad, why) in [
+            ("block32@0.9", "HxW"),
+            ("mixed32x32@0.9", "BLOCKS+SCATTERED"),
+            ("block32x32@1.5", "not a fraction"),
+            ("dots@0.5", "unknown kind"),
+            ("4:2", "N:M"),
+            ("block0x32@0.5", "positive"),
+        ] {
+            let err = Pattern::parse(bad).unwrap_err();
+            assert!(err.contains(why) && !err.contains('\n'), "{bad}: {err}");
         }
     }
 

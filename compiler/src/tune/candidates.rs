@@ -12,7 +12,8 @@
 use crate::codegen::from_plan::{activation_format, kernels_for_operator_with, ActivationFormat, PlannedKernel};
 use crate::codegen::{specialize, CodegenError, Engine, Family, FineTf32Work, Kernel, Tile};
 use crate::ir::Graph;
-use crate::plan::calibrate::{predict, Part, PartKernel, Sample};
+use crate::kernel_choice::fine_tf32::heaviest_cta;
+use crate::plan::calibrate::{predict, Geometry, Part, PartKernel, Sample};
 use crate::plan::cover::BlockShape;
 use crate::plan::egraph::SplitKind;
 use crate::plan::site::Site;
@@ -198,37 +199,36 @@ pub fn enumerate(graph: &Graph, site: &Site, opts: &PlanOptions, prune_factor: f
     Ok(out)
 }
 
-/// The calibration sample of `op`'s kernels: a dense sample for the dense alternative, else one
-/// part per kernel, priced by the model's term for its family (the 3xTF32 fine kernel by its
-/// steps and column tiles, the 3xTF32 block kernel by its own entry, every other by the
-/// per-shape table, element-sparse kernels as 1×1 blocks). `m`, `k`, `n` are the planner's
-/// (`op.m` and the logical weight's shape).
+/// The calibration sample of `op`'s kernels: one part per kernel, priced by the model's term for
+/// its family (the 3xTF32 fine kernel by its steps and column tiles, the 3xTF32 block kernel by
+/// its own entry, every other by the per-shape table, element-sparse kernels as 1×1 blocks),
+/// with its launch [`Geometry`]. The dense alternative is a dense sample whose parts say which
+/// dense kernel ran it (the 3xTF32 or the SIMT one: each has its own dense rate). `m`, `k`, `n`
+/// are the planner's (`op.m` and the logical weight's shape).
 pub fn sample_of(op: &OperatorPlan, planned: &[PlannedKernel], kernels: &[Kernel]) -> Sample {
     let split = op.chosen.map(|c| op.considered[c].split);
     let label = op.chosen.map(|c| op.considered[c].label.clone()).unwrap_or_default();
     let dense = split == Some(SplitKind::Dense);
-    let parts = if dense {
-        vec![]
-    } else {
-        planned
-            .iter()
-            .zip(kernels)
-            .map(|(pk, k)| {
-                let (h, w) = pk.spec.block;
-                let kernel = match k.family {
-                    Family::FineTf32 => PartKernel::FineTf32(FineTf32Work {
-                        steps: k.tensor_steps().unwrap_or(0),
-                        nt: k.tensor_n_tiles().unwrap_or(1),
-                        col_tiles: k.launch.grid.0 as usize,
-                        tile: (0, 0, 0),
-                    }),
-                    Family::BlockTf32 => PartKernel::Tf32Blocks,
-                    _ => PartKernel::Blocks,
-                };
-                Part { shape: BlockShape::new(h, w), n_blocks: k.live_instances, kernel }
-            })
-            .collect()
-    };
+    let parts = planned
+        .iter()
+        .zip(kernels)
+        .filter(|(_, k)| k.family != Family::Epilogue)
+        .map(|(pk, k)| {
+            let (h, w) = pk.spec.block;
+            let kernel = match k.family {
+                Family::FineTf32 => PartKernel::FineTf32(FineTf32Work {
+                    steps: k.tensor_steps().unwrap_or(0),
+                    nt: k.tensor_n_tiles().unwrap_or(1),
+                    col_tiles: k.launch.grid.0 as usize,
+                    tile: (0, 0, 0),
+                    heaviest: geometry(k).heaviest,
+                }),
+                Family::BlockTf32 => PartKernel::Tf32Blocks,
+                _ => PartKernel::Blocks,
+            };
+            Part { shape: BlockShape::new(h, w), n_blocks: k.live_instances, kernel, geometry: Some(geometry(k)) }
+        })
+        .collect();
     Sample {
         label: format!("{} {label} [{}]", op.node, op.kernel.label()),
         dtype: op.dtype.clone(),
@@ -239,6 +239,42 @@ pub fn sample_of(op: &OperatorPlan, planned: &[PlannedKernel], kernels: &[Kernel
         parts,
         seconds: 0.0,
     }
+}
+
+/// Shared memory of one SM on sm_90 (228 KiB, 1 KiB of it reserved per resident CTA) and the
+/// threads and CTAs it holds at most.
+const SMEM_PER_SM: usize = 228 * 1024;
+const THREADS_PER_SM: usize = 2048;
+const CTAS_PER_SM: usize = 32;
+
+/// The launch of `k` as the cost model's wave terms see it: its CTAs, how many fit on one SM
+/// (by threads and shared memory; registers are not known before compilation), and the
+/// heaviest CTA's sequential work (see [`Geometry`]).
+pub fn geometry(k: &Kernel) -> Geometry {
+    let (gx, gy, gz) = k.launch.grid;
+    let (bx, by, bz) = k.launch.block;
+    let threads = (bx * by * bz).max(1) as usize;
+    let by_smem = SMEM_PER_SM / (k.launch.smem_bytes as usize + 1024);
+    let per_sm = (THREADS_PER_SM / threads).min(by_smem).clamp(1, CTAS_PER_SM);
+    let (m, depth, _) = k.spec_shape;
+    let tile_rows = m.div_ceil(gy.max(1) as usize);
+    let run = |i: usize| (k.ptr[i + 1] - k.ptr[i]).max(0) as usize;
+    let (heaviest, unit_fmas) = match k.family {
+        Family::BlockSimt | Family::BlockMma | Family::BlockTf32 | Family::BlockInt8 | Family::Dense => {
+            ((0..k.ptr.len().saturating_sub(1)).map(run).max().unwrap_or(0), tile_rows * k.block.0 * k.block.1)
+        }
+        // Runs per (k-chunk, column group), one group per consumer warp.
+        Family::FineTf32 => match k.fine {
+            Some(t) if k.ptr.len() > 1 => {
+                let chunks = depth.div_ceil(t.chunk.max(1)).max(1);
+                let heaviest = heaviest_cta(run, chunks, (k.ptr.len() - 1) / chunks, t.warps);
+                (heaviest, tile_rows * 64 * k.tensor_n_tiles().unwrap_or(1))
+            }
+            _ => (0, 0),
+        },
+        _ => (0, 0),
+    };
+    Geometry { ctas: (gx * gy * gz) as usize, per_sm, heaviest, unit_fmas }
 }
 
 /// Relative-norm tolerance of a checked candidate: fp32 at the 3xTF32 kernels' accuracy,
