@@ -7,29 +7,10 @@
 #        benches/tune_mixed.sh
 # The tune cache is $OUT/tune: run again with the same OUT and the tune resumes.
 set -uo pipefail
-: "${BIN:?}" "${OUT:?}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export SPARTAC_CACHE_DIR="$OUT/cache"
-M=${M:-4096}
+DEFAULT_BUDGET=4m DEFAULT_REPEAT=200
+source "$(dirname "$0")/tune_flow.sh"
 ONNX="$OUT/mixed.onnx"
 TESA="$OUT/mixed.tesa.json"
-$BIN synth matmul --m "$M" --k 4096 --n 4096 --pattern mixed32x32@0.9+0.01 --seed "${SEED:-1}" \
+$BIN synth matmul --m "${M:-4096}" --k 4096 --n 4096 --pattern mixed32x32@0.9+0.01 --seed "${SEED:-1}" \
   -o "$ONNX" --tesa-out "$TESA" || exit 1
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
-run() {
-  local name=$1; shift
-  $BIN compile "$ONNX" --tesa "$TESA" -o "$OUT/$name.sparta" --json "$OUT/$name.compile.json" "$@" 2>&1 \
-    | tee "$OUT/$name.compile.log" | tail -6
-  $BIN run "$OUT/$name.sparta" --random 7 --backend cuda --check --repeat "${REPEAT:-200}" \
-    --json "$OUT/$name.run.json" 2>&1 | tee "$OUT/$name.run.log" | tail -3
-}
-echo "== untuned (no tune cache)"
-run untuned --tune-cache "$OUT/no-tune-cache"
-echo "== tune"
-SECONDS=0
-$BIN tune "$ONNX" --tesa "$TESA" --budget "${BUDGET:-4m}" --cache "$OUT/tune" \
-  --json "$OUT/tune.json" --plot "$OUT/tune.png" 2>&1 | tee "$OUT/tune.log" | tail -20
-echo "tune wall time: ${SECONDS} s" | tee -a "$OUT/tune.log"
-echo "== tuned"
-run tuned --tune-cache "$OUT/tune"
+tune_flow "$ONNX" --tesa "$TESA"

@@ -67,13 +67,15 @@ convert() {
     if [[ -f $data/neuron$n-l$l-categories.tsv ]]; then
       ln -s "$data/neuron$n-l$l-categories.tsv" "$d/dataset/MNIST/neuron$n-l$l-categories.tsv"
     else
-      : > "$d/dataset/MNIST/neuron$n-l$l-categories.tsv"   # not in NETS: a placeholder, never checked
+      # SNIG's to_binary opens the truth of all three layer counts; one not in NETS gets an
+      # empty file, and no run is checked against it (.converted lists the real ones).
+      : > "$d/dataset/MNIST/neuron$n-l$l-categories.tsv"
     fi
   done
   t0=$(now)
   (cd "$d/bin" && timeout "$BUILD_LIMIT" "$B/to_binary" -n "$n") > "$OUT/snig_to_binary_n$n.log" 2>&1 \
     || die "SNIG's to_binary failed for $n neurons (see $OUT/snig_to_binary_n$n.log)"
-  # The layer counts whose truth was real (not a placeholder) at conversion time.
+  # The layer counts whose truth file was real (not empty) at conversion time.
   for l in 120 480 1920; do
     if [[ -s $d/dataset/MNIST/neuron$n-l$l-categories.tsv ]]; then echo "$l"; fi
   done > "$d/.converted"

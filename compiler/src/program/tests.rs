@@ -8,6 +8,20 @@ fn copy(src: BufferId, dst: BufferId, len: usize) -> Vec<Launch> {
     vec![Launch::Copy { src, src_at: 0, dst, dst_at: 0, len }]
 }
 
+/// An `n x n` layer whose row `r` holds the (column, value) pairs `row(r)`, columns sorted.
+fn layer_of_rows(n: usize, row: impl Fn(usize) -> Vec<(u32, f32)>) -> Csr {
+    let mut offsets = vec![0u32];
+    let (mut indices, mut values) = (vec![], vec![]);
+    for r in 0..n {
+        let mut entries = row(r);
+        entries.sort_unstable_by_key(|e| e.0);
+        indices.extend(entries.iter().map(|e| e.0));
+        values.extend(entries.iter().map(|e| e.1));
+        offsets.push(indices.len() as u32);
+    }
+    Csr { rows: n, cols: n, offsets, indices, values }
+}
+
 #[test]
 fn builder_orders_each_step_after_exactly_its_conflicts() {
     let mut b = ProgramBuilder::new("t");
@@ -65,18 +79,8 @@ fn compiled_layers_round_trip_their_bytes_and_reject_damage() {
     use crate::program::hpec::{compile_layer, HpecOptions, LayerKernels};
     // A 64x64 layer with 4 nonzeros per row at scattered columns.
     let n = 64;
-    let mut offsets = vec![0u32];
-    let (mut indices, mut values) = (vec![], vec![]);
-    for r in 0..n {
-        for j in 0..4 {
-            indices.push(((r * 7 + j * 13) % n) as u32);
-            values.push(0.0625 * (j + 1) as f32);
-        }
-        let row = &mut indices[r * 4..];
-        row.sort_unstable();
-        offsets.push(indices.len() as u32);
-    }
-    let layer = Csr { rows: n, cols: n, offsets, indices, values };
+    let layer =
+        layer_of_rows(n, |r| (0..4).map(|j| (((r * 7 + j * 13) % n) as u32, 0.0625 * (j + 1) as f32)).collect());
     let k = compile_layer(&layer, 256, true, &HpecOptions { batch: 256, ..HpecOptions::default() }).unwrap();
     assert!(!k.parts.is_empty() && k.parts.iter().all(|p| p.source.contains(&p.name)));
     let bytes = k.to_bytes();
@@ -100,17 +104,7 @@ fn fine_only_plans_element_sparse_parts_where_blocks_would_win() {
     use crate::program::hpec::{compile_layer, HpecOptions};
     // A 128x128 layer of full 16x16 blocks on the diagonal: the planner covers it with blocks,
     // and with `fine_only` with element-sparse parts only, which hold just the nonzeros.
-    let n = 128;
-    let mut offsets = vec![0u32];
-    let (mut indices, mut values) = (vec![], vec![]);
-    for r in 0..n {
-        for c in (r / 16) * 16..(r / 16 + 1) * 16 {
-            indices.push(c as u32);
-            values.push(0.0625);
-        }
-        offsets.push(indices.len() as u32);
-    }
-    let layer = Csr { rows: n, cols: n, offsets, indices, values };
+    let layer = layer_of_rows(128, |r| ((r / 16) * 16..(r / 16 + 1) * 16).map(|c| (c as u32, 0.0625)).collect());
     let opts = HpecOptions { batch: 256, few_rows: None, ..HpecOptions::default() };
     let planned = compile_layer(&layer, 256, true, &opts).unwrap();
     let fine = compile_layer(&layer, 256, true, &HpecOptions { fine_only: true, ..opts }).unwrap();
