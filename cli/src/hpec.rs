@@ -83,6 +83,11 @@ pub enum Backend {
     Sim,
     /// The compiled task graph on GPU 0 when a GPU and its driver answer, else the CPU engine.
     Auto,
+    /// Only the f64 reference: compute the truth of the network and images (or read it from
+    /// the cache, where it is then kept for later runs) and check it against --categories or the
+    /// bundled truth when one applies. Precomputes the truth of a large network, e.g. on a
+    /// machine with more cores than the GPU machine's spare time allows.
+    Reference,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -431,6 +436,9 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         },
         other => (other, vec![]),
     };
+    if backend == Backend::Reference {
+        return reference_only(&args, &network, &network_name, &base_images, images.n_images(), &truth_kind);
+    }
     if matches!(backend, Backend::Cuda | Backend::Sim) {
         return run_compiled(&args, devices, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
     }
@@ -451,6 +459,59 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
     match verdict {
         Some(false) => bail!("{}", mismatch(&result.categories, truth.as_deref().unwrap_or(&[]), &truth_name)),
+        _ => Ok(()),
+    }
+}
+
+/// `--backend reference`: the f64 reference categories of `base` (from the cache or computed and
+/// cached), checked against the given truth when there is one besides the reference.
+fn reference_only(
+    args: &RunArgs,
+    network: &hpec::Network,
+    network_name: &str,
+    base: &hpec::Images,
+    count: usize,
+    truth_kind: &Truth,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let (reference, name) = truth_categories(&Truth::Reference, network, base, count, args.no_cache)?;
+    let reference = reference.expect("the reference always gives categories");
+    let seconds = start.elapsed().as_secs_f64();
+    let other = match truth_kind {
+        Truth::File(_) | Truth::Bundled => Some(truth_categories(truth_kind, network, base, count, args.no_cache)?),
+        Truth::Reference | Truth::Unchecked => None,
+    };
+    let verdict = other.as_ref().map(|(t, _)| t.as_deref() == Some(&reference[..]));
+    let verdict_text = match verdict {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "UNCHECKED",
+    };
+    if args.json {
+        let value = serde_json::json!({
+            "network": network_name,
+            "neurons": network.neurons,
+            "layers": network.n_layers(),
+            "images": count,
+            "backend": "reference",
+            "seconds": seconds,
+            "reference": name,
+            "categories": reference,
+            "truth": other.as_ref().map(|(_, n)| n.clone()),
+            "verdict": verdict_text,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!("network: {network_name}: {} neurons, {} layers", network.neurons, network.n_layers());
+        println!("reference: {name}: {} of {count} images in {seconds:.1} s", reference.len());
+        if let Some((_, truth_name)) = &other {
+            println!("checked against {truth_name}: {verdict_text}");
+        }
+    }
+    match (verdict, other) {
+        (Some(false), Some((truth, truth_name))) => {
+            bail!("{}", mismatch(&reference, truth.as_deref().unwrap_or(&[]), &truth_name))
+        }
         _ => Ok(()),
     }
 }

@@ -36,6 +36,7 @@ use crate::plan::cost::CostModel;
 use crate::plan::site::{find_sites, Site};
 use crate::plan::{plan_site_with, KernelChoice, OperatorPlan, Plan, PlanOptions};
 use crate::Error;
+use rayon::prelude::*;
 use std::time::Instant;
 
 /// Times candidates. The contract: `measure` runs `kernels` (in order, the first overwriting the
@@ -248,10 +249,22 @@ pub fn tune_graph(
 ) -> Result<TuneRun, Error> {
     let target = timer.target();
     let sites = find_sites(graph);
+    // Operators are enumerated in parallel (each one's planning and specializing is independent;
+    // a warm re-tune is nothing else), then reported in graph order.
+    let prepared: Vec<(Result<OperatorTuning, Error>, Vec<String>)> = sites
+        .par_iter()
+        .map(|site| {
+            let mut warnings = vec![];
+            let op = prepare_operator(graph, site, opts, &target, cache, &mut |w| warnings.push(w));
+            (op, warnings)
+        })
+        .collect();
     let mut operators: Vec<OperatorTuning> = vec![];
-    for (i, site) in sites.iter().enumerate() {
-        let mut warn = |w: String| progress(&Event::Warning(w));
-        let mut op = prepare_operator(graph, site, opts, &target, cache, &mut warn)?;
+    for (i, (op, warnings)) in prepared.into_iter().enumerate() {
+        for w in warnings {
+            progress(&Event::Warning(w));
+        }
+        let mut op = op?;
         op.same_as = operators.iter().find(|o| o.entry.key == op.entry.key).map(|o| o.node.clone());
         progress(&Event::Enumerated { node: &op.node, index: i + 1, total: sites.len() });
         operators.push(op);

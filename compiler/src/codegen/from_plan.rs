@@ -126,6 +126,13 @@ pub fn kernels_for_operator_with(
     )
 }
 
+/// The kernels' specs of one planned operator without their weights (each [`PlannedKernel`]'s
+/// `weight` is `()`): what tells candidates apart and prices them, at none of the cost of a
+/// masked copy of the weight per sub-operator.
+pub fn planned_specs(op: &OperatorPlan, activation: ActivationFormat) -> Result<Vec<PlannedKernel<()>>, CodegenError> {
+    planned_kernels(op, activation, &|_| (), &|_, _| ())
+}
+
 /// [`kernels_for_operator`] for a weight held as CSR (the plan of
 /// [`crate::plan::plan_sparse_weight`]): each kernel's weight is the CSR of the elements its
 /// sub-operators own, and nothing of the dense size is built.

@@ -33,7 +33,8 @@ pub mod stream;
 
 pub use fine_tf32::FineTf32Work;
 pub use spec::{
-    Activation, DenseCopy, Dtype, Engine, Epilogue, Mode, Orientation, SpmmSpec, Tile, DEFAULT_UNROLL_BUDGET,
+    tf32_exact, Activation, DenseCopy, Dtype, Engine, Epilogue, Mode, Orientation, SpmmSpec, Tile,
+    DEFAULT_UNROLL_BUDGET,
 };
 
 use serde::Serialize;

@@ -240,6 +240,17 @@ pub struct SpmmSpec {
     /// kernel for few rows, [`crate::codegen::few_rows::specialize`], takes the product below
     /// it). 0: always.
     pub live_above: usize,
+    /// Every weight value is a TF32 number (its low 13 mantissa bits zero), as read from the
+    /// actual values by whoever builds the spec ([`tf32_exact`]); never assumed. The 3xTF32 fine
+    /// kernel then leaves out the product with W's remainder, which is exactly zero: the same
+    /// sums bit for bit from two tensor-core products a step instead of three.
+    pub w_tf32_exact: bool,
+}
+
+/// Whether every value is exactly a TF32 number (what [`SpmmSpec::w_tf32_exact`] states): the
+/// challenge networks' 1/16 weights are, trained weights almost never.
+pub fn tf32_exact(values: &[f32]) -> bool {
+    values.iter().all(|v| v.to_bits() & 0x1fff == 0)
 }
 
 impl SpmmSpec {
@@ -264,6 +275,7 @@ impl SpmmSpec {
             dense_copy: DenseCopy::Auto,
             live_rows: false,
             live_above: 0,
+            w_tf32_exact: false,
         }
     }
 

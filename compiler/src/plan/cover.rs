@@ -24,6 +24,7 @@
 //! heuristic when grids overlap without nesting; the ILP test measures the result). The
 //! loop stops as soon as every element is covered.
 
+use rayon::prelude::*;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -375,7 +376,7 @@ pub fn cover_blocks_fewer_parts(
 }
 
 /// A cover of one fixed mask with the `(shape, weight)` candidates it is given.
-pub(super) type CoverWith<'a> = dyn Fn(&[(BlockShape, f64)]) -> Cover + 'a;
+pub(super) type CoverWith<'a> = dyn Fn(&[(BlockShape, f64)]) -> Cover + Sync + 'a;
 
 /// The part-dropping loop of [`cover_blocks_fewer_parts`] around any cover of one mask
 /// (`cover` covers it with the shapes it is given).
@@ -393,15 +394,19 @@ pub(super) fn fewer_parts(cover: &CoverWith, shapes: &[(BlockShape, f64)], part_
             .collect();
         small.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut improved = false;
-        for (_, shape) in small.into_iter().take(2) {
-            let trial_shapes: Vec<(BlockShape, f64)> = allowed.iter().filter(|(s, _)| *s != shape).copied().collect();
-            if trial_shapes.is_empty() {
-                continue;
-            }
-            let trial = cover(&trial_shapes);
+        // Both trials are covered side by side; the first (in order) that improves wins, as
+        // if they had been tried one after the other.
+        let trial_shapes: Vec<Vec<(BlockShape, f64)>> = small
+            .into_iter()
+            .take(2)
+            .map(|(_, shape)| allowed.iter().filter(|(s, _)| *s != shape).copied().collect::<Vec<_>>())
+            .filter(|t| !t.is_empty())
+            .collect();
+        let trials: Vec<Cover> = trial_shapes.par_iter().map(|t| cover(t)).collect();
+        for (shapes, trial) in trial_shapes.into_iter().zip(trials) {
             if total(&trial) < total(&best) {
                 best = trial;
-                allowed = trial_shapes;
+                allowed = shapes;
                 improved = true;
                 break;
             }

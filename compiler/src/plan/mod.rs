@@ -51,6 +51,7 @@ use crate::ir::Graph;
 use crate::kernel_choice::{Engine, Tile};
 use crate::sparse::Csr;
 use crate::Error;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Planner settings.
@@ -251,33 +252,46 @@ fn plan_site_choices(
                 part_fixed,
             )
         };
-        // Split by block shape, per rounded width (by bit width when there are several).
-        let mut per_width = vec![];
-        for g in &groups {
-            let gnf = hw.number_format(g.bits, g.format).clone();
-            per_width.extend(from_cover(&cover_with(&g.pruned, &gnf), &gnf, site.orientation, cm, m));
-        }
-        let split = if groups.len() > 1 { SplitKind::ByBits } else { SplitKind::ByShape };
-        candidates.push(Candidate { split, subops: per_width });
-        if groups.len() > 1 {
-            let one = round_bits(&tesa, hw, RoundingPolicy::AllToOne);
-            let cover = cover_with(&one[0].pruned, &nf);
-            candidates.push(Candidate {
-                split: SplitKind::ByShape,
-                subops: from_cover(&cover, &nf, site.orientation, cm, m),
-            });
-        }
+        // The greedy covers and the one-shape covers are independent: they run side by side
+        // (in a fixed order of results, so the plan does not depend on the threads).
+        let by_shape = || {
+            // Split by block shape, per rounded width (by bit width when there are several).
+            let mut out = vec![];
+            let mut per_width = vec![];
+            for g in &groups {
+                let gnf = hw.number_format(g.bits, g.format).clone();
+                per_width.extend(from_cover(&cover_with(&g.pruned, &gnf), &gnf, site.orientation, cm, m));
+            }
+            let split = if groups.len() > 1 { SplitKind::ByBits } else { SplitKind::ByShape };
+            out.push(Candidate { split, subops: per_width });
+            if groups.len() > 1 {
+                let one = round_bits(&tesa, hw, RoundingPolicy::AllToOne);
+                let cover = cover_with(&one[0].pruned, &nf);
+                out.push(Candidate {
+                    split: SplitKind::ByShape,
+                    subops: from_cover(&cover, &nf, site.orientation, cm, m),
+                });
+            }
+            out
+        };
         // One block shape only (what SparTA's own code supports), for each square shape, and
         // every element on its own (the fine kernels; on fp32 tensor cores a gathering kernel
         // that covers blocks and scattered elements alike, see `suboperator::from_cover`).
-        for shape in opts.shapes.iter().filter(|s| s.h == s.w && (s.h >= 8 || s.h == 1)) {
-            let weight = cm.block_time(&nf, *shape, m, site.orientation);
-            let cover = single_shape_cover(&pruned, rows, cols, *shape, weight);
-            candidates.push(Candidate {
-                split: SplitKind::OneShape,
-                subops: from_cover(&cover, &nf, site.orientation, cm, m),
-            });
-        }
+        let one_shape = || {
+            let shapes: Vec<&BlockShape> =
+                opts.shapes.iter().filter(|s| s.h == s.w && (s.h >= 8 || s.h == 1)).collect();
+            shapes
+                .into_par_iter()
+                .map(|shape| {
+                    let weight = cm.block_time(&nf, *shape, m, site.orientation);
+                    let cover = single_shape_cover(&pruned, rows, cols, *shape, weight);
+                    Candidate { split: SplitKind::OneShape, subops: from_cover(&cover, &nf, site.orientation, cm, m) }
+                })
+                .collect::<Vec<_>>()
+        };
+        let (greedy, single) = rayon::join(by_shape, one_shape);
+        candidates.extend(greedy);
+        candidates.extend(single);
         // 2:4 for sparse tensor cores plus the rest.
         if opts.two_four && nf.sparse_2_4 && site.orientation == Orientation::WeightRight && groups.len() == 1 {
             if let (Some((tf, rest)), Some(t)) =

