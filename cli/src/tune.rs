@@ -17,8 +17,8 @@ use clap::Args;
 use spartac::plan::cost::CostModel;
 use spartac::plan::{Plan, PlanOptions};
 use spartac::tune::{
-    apply_cache, refit, run_samples, spartac_version, tune_graph, Entry, Event, StopReason, Target, Timer, TuneCache,
-    TuneOptions, TuneRun,
+    apply_cache, measure_prepared, refit, run_samples, spartac_version, tune_graph_ahead, Entry, Event, OperatorTuning,
+    StopReason, Target, Timer, TuneCache, TuneOptions, TuneRun,
 };
 use spartac_runtime::cuda::tune::GpuTimer;
 use spartac_runtime::cuda::CudaDevice;
@@ -171,12 +171,24 @@ fn tune_model(
     println!("device: {target}; cache: {}", cache.dir().display());
     let opts =
         TuneOptions { plan: PlanOptions { cost: base.clone(), ..PlanOptions::default() }, prune_factor, deadline };
-    let first = tune_with_bar(graph, &opts, cache, timer, "")?;
+    // The DB the previous tune on this cache fitted: when this round measures nothing new, the
+    // refit gives it again, so the feedback round's enumeration runs beside this one's.
+    let guessed = cache
+        .costdb_path()
+        .is_file()
+        .then(|| crate::compile::cost_model(Some(&cache.costdb_path())).ok())
+        .flatten()
+        .map(|cost| TuneOptions { plan: PlanOptions { cost, ..opts.plan.clone() }, ..opts.clone() });
+    let (first, mut ahead) = tune_with_bar(graph, &opts, Round::Plan(guessed.as_ref()), cache, timer, "")?;
+    if first.counts().0 > 0 {
+        ahead = None;
+    }
     // Feedback: refit on everything measured, plan again with the refitted DB and measure the
     // candidates that are new, until a round finds none (then the DB that planned it is the one
     // fitted to every measurement, and a tune run again measures nothing) or the rounds run out.
     let source = |n: usize| format!("fitted by `spartac tune` on {target} to {n} measurements");
     let mut rounds: Vec<TuneRun> = vec![first];
+    let mut ahead_used = false;
     let mut refitted: Option<CostModel> = None;
     let mut stale = false;
     for round in 1..=FEEDBACK_ROUNDS {
@@ -198,8 +210,17 @@ fn tune_model(
         if run.stop == StopReason::Budget {
             break;
         }
+        let same_db =
+            |g: &TuneOptions| serde_json::to_string(&g.plan.cost.db).ok() == serde_json::to_string(&cost.db).ok();
+        let input = match ahead.take() {
+            Some(ops) if guessed.as_ref().is_some_and(same_db) => {
+                ahead_used = true;
+                Round::Prepared(ops)
+            }
+            _ => Round::Plan(None),
+        };
         let opts_round = TuneOptions { plan: PlanOptions { cost, ..opts.plan.clone() }, ..opts.clone() };
-        let next = tune_with_bar(graph, &opts_round, cache, timer, &format!("feedback round {round}: "))?;
+        let (next, _) = tune_with_bar(graph, &opts_round, input, cache, timer, &format!("feedback round {round}: "))?;
         stale = next.counts().0 > 0;
         rounds.push(next);
         if !stale {
@@ -219,18 +240,30 @@ fn tune_model(
         spartac::output::write_atomic(&cache.costdb_path(), text.as_bytes())?;
         println!("refitted cost DB: {} (`spartac compile` uses it)", cache.costdb_path().display());
     }
-    Report::new(&target, &rounds, base, refitted.as_ref(), started.elapsed())
+    let mut report = Report::new(&target, &rounds, base, refitted.as_ref(), started.elapsed())?;
+    // Whether the feedback round came from the enumeration run beside the first (a warm cache).
+    report.json["feedback_enumerated_ahead"] = serde_json::json!(ahead_used);
+    Ok(report)
 }
 
-/// One round of [`tune_graph`] with a progress bar: ETA over the candidates to measure, the
-/// operator's best time so far, one line per operator when it is done.
+/// What a round starts from: enumerate (and, beside it, the operators under the guessed next
+/// round's options), or operators already enumerated under this round's options.
+enum Round<'a> {
+    Plan(Option<&'a TuneOptions>),
+    Prepared(Vec<OperatorTuning>),
+}
+
+/// One round of [`spartac::tune::tune_graph`] with a progress bar: ETA over the candidates to
+/// measure, the operator's best time so far, one line per operator when it is done. Returns
+/// the run and the operators enumerated ahead ([`Round::Plan`] with options).
 fn tune_with_bar(
     graph: &spartac::ir::Graph,
     opts: &TuneOptions,
+    input: Round,
     cache: &TuneCache,
     timer: &mut dyn Timer,
     round: &str,
-) -> Result<TuneRun> {
+) -> Result<(TuneRun, Option<Vec<OperatorTuning>>)> {
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} ETA {eta} {msg}")
             .expect("progress template"),
@@ -271,7 +304,10 @@ fn tune_with_bar(
         }
         Event::Warning(w) => say(format!("warning: {w}")),
     };
-    let run = tune_graph(graph, opts, cache, timer, &mut progress)?;
+    let (run, ahead) = match input {
+        Round::Plan(ahead) => tune_graph_ahead(graph, opts, ahead, cache, timer, &mut progress)?,
+        Round::Prepared(operators) => (measure_prepared(operators, opts, cache, timer, &mut progress)?, None),
+    };
     if let Some((prev, t)) = current {
         say(format!("{round}{prev}: best {:.1} µs", t * 1e6));
     }
@@ -279,7 +315,7 @@ fn tune_with_bar(
     if run.stop == StopReason::Budget {
         println!("{round}budget spent: stopped; everything measured is cached (run again to go on)");
     }
-    Ok(run)
+    Ok((run, ahead))
 }
 
 /// The tuning cache as `spartac compile` uses it: the refitted cost DB when there is one (and
@@ -414,6 +450,19 @@ mod tests {
         let report2 = tune_model(&g, &base, &mut again, &cache, 2.0, None, Instant::now()).unwrap();
         assert_eq!(again.calls, 0);
         assert_eq!(report2.json["operators"][0]["winner"], j["operators"][0]["winner"]);
+        // Its feedback round was enumerated beside the first under the cached DB (the refit of
+        // the same measurements): the same refitted choices, predictions and errors as a tune
+        // that enumerates it after the refit (the first run's last round).
+        assert_eq!(
+            (j["feedback_enumerated_ahead"].as_bool(), report2.json["feedback_enumerated_ahead"].as_bool()),
+            (Some(false), Some(true))
+        );
+        for k in ["matmul_refitted_s", "median_rel_err_before", "median_rel_err_after"] {
+            assert_eq!(report2.json[k], j[k], "{k}");
+        }
+        for (a, b) in report2.json["operators"].as_array().unwrap().iter().zip(j["operators"].as_array().unwrap()) {
+            assert_eq!((&a["refitted_choice"], &a["candidates"]), (&b["refitted_choice"], &b["candidates"]));
+        }
         // A spent budget: a report of what the cache holds, stopped by the budget.
         std::fs::remove_file(cache.path_of(report.json["operators"][1]["key"].as_str().unwrap())).unwrap();
         let mut idle = FakeTimer::favoring(KernelChoice::Auto);

@@ -11,6 +11,13 @@ fn spartac(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_spartac")).args(args).output().expect("spawning spartac")
 }
 
+/// [`spartac`] with extra environment variables.
+fn spartac_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_spartac"));
+    c.args(args).envs(env.iter().copied());
+    c.output().expect("spawning spartac")
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -205,7 +212,7 @@ fn argument_errors_are_one_line_with_the_usage_and_exit_2() {
         (vec!["hpec", "run", "--bogus"], "unexpected argument '--bogus'"),
         (vec!["plan"], "required arguments were not provided: <MODEL> (usage: spartac plan <MODEL>"),
         (vec!["hpec", "run", "--gpus", "x"], "invalid value 'x' for '--gpus <GPUS>'"),
-        (vec!["hpec", "run", "--backend", "foo"], "[possible values: cpu, cuda, sim, auto]"),
+        (vec!["hpec", "run", "--backend", "foo"], "[possible values: cpu, cuda, sim, auto, reference]"),
         (vec!["frobnicate"], "unrecognized subcommand 'frobnicate'"),
     ] {
         let o = spartac(&args);
@@ -265,6 +272,29 @@ fn hpec_generated_network_runs_on_mnist_inputs_and_passes() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
     assert!(out.contains("PASS"), "{out}");
+}
+
+/// `--backend reference` computes the f64 truth alone: it agrees with the bundled truth of the
+/// real network, caches what it computed (a second run reads it), and a truth file that
+/// disagrees is a one-line error naming the images.
+#[test]
+fn hpec_reference_backend_checks_and_caches_the_truth() {
+    let cache = tempfile::tempdir().unwrap();
+    let env = [("SPARTAC_CACHE_DIR", cache.path().to_str().unwrap())];
+    let o = spartac_env(&["hpec", "run", "--backend", "reference", "--image-count", "300"], &env);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("reference: f64 reference run: 2 of 300 images"), "{out}");
+    assert!(out.contains("first1200.tsv: PASS"), "{out}");
+    let args = ["hpec", "run", "--backend", "reference", "--neurons", "256", "--layers", "8", "--image-count", "50"];
+    let first = spartac_env(&args, &env);
+    let again = spartac_env(&args, &env);
+    let (first, again) = (String::from_utf8_lossy(&first.stdout), String::from_utf8_lossy(&again.stdout));
+    assert!(first.contains("f64 reference run:") && again.contains("f64 reference (cached):"), "{first}\n{again}");
+    let wrong = cache.path().join("wrong.tsv");
+    std::fs::write(&wrong, "1\n").unwrap();
+    let o = spartac_env(&[&args[..], &["--categories", wrong.to_str().unwrap()]].concat(), &env);
+    let err = expect_error(&o);
+    assert!(err.contains("wrong.tsv"), "{err}");
 }
 
 #[test]

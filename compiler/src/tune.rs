@@ -8,7 +8,9 @@
 //! [`measure_operator`] hands every candidate not yet settled to a [`Timer`] (the runtime's GPU
 //! timer; a fake in tests), records the result in the operator's entry and writes the entry
 //! atomically after each one, so a tune that stops (its budget, a crash) resumes where it
-//! left off. [`tune_graph`] does this for every operator of a graph; the operator-level calls
+//! left off. [`tune_graph`] does this for every operator of a graph (enumerated in parallel;
+//! [`tune_graph_ahead`] also enumerates them under a guessed next round's options beside it, for
+//! [`measure_prepared`] once the guess is confirmed); the operator-level calls
 //! serve any one-weight graph as well (an HPEC layer: `codegen::from_plan::single_weight_graph`).
 //!
 //! Feedback: [`samples`] turns the measurements into `calibrate::Sample`s, [`refit`] fits the
@@ -247,28 +249,66 @@ pub fn tune_graph(
     timer: &mut dyn Timer,
     progress: &mut dyn FnMut(&Event),
 ) -> Result<TuneRun, Error> {
+    tune_graph_ahead(graph, opts, None, cache, timer, progress).map(|(run, _)| run)
+}
+
+/// [`tune_graph`], enumerating every operator under `ahead` as well, side by side with `opts`:
+/// the next feedback round's options when its cost DB can be guessed before this round ends
+/// (the DB a previous tune fitted to the measurements the cache holds). The second list, read
+/// from the cache before this round measured anything, is for [`measure_prepared`] once the
+/// guess is confirmed: only when this round measured nothing and the refit gives that DB.
+pub fn tune_graph_ahead(
+    graph: &Graph,
+    opts: &TuneOptions,
+    ahead: Option<&TuneOptions>,
+    cache: &TuneCache,
+    timer: &mut dyn Timer,
+    progress: &mut dyn FnMut(&Event),
+) -> Result<(TuneRun, Option<Vec<OperatorTuning>>), Error> {
     let target = timer.target();
     let sites = find_sites(graph);
     // Operators are enumerated in parallel (each one's planning and specializing is independent;
     // a warm re-tune is nothing else), then reported in graph order.
-    let prepared: Vec<(Result<OperatorTuning, Error>, Vec<String>)> = sites
+    type Prepared = (Result<OperatorTuning, Error>, Vec<String>, Option<Result<OperatorTuning, Error>>);
+    let prepared: Vec<Prepared> = sites
         .par_iter()
         .map(|site| {
             let mut warnings = vec![];
-            let op = prepare_operator(graph, site, opts, &target, cache, &mut |w| warnings.push(w));
-            (op, warnings)
+            let (op, next) = rayon::join(
+                || prepare_operator(graph, site, opts, &target, cache, &mut |w| warnings.push(w)),
+                || ahead.map(|a| prepare_operator(graph, site, a, &target, cache, &mut |_| {})),
+            );
+            (op, warnings, next)
         })
         .collect();
     let mut operators: Vec<OperatorTuning> = vec![];
-    for (i, (op, warnings)) in prepared.into_iter().enumerate() {
+    let mut next_ops: Option<Vec<OperatorTuning>> = ahead.map(|_| vec![]);
+    for (i, (op, warnings, next)) in prepared.into_iter().enumerate() {
         for w in warnings {
             progress(&Event::Warning(w));
         }
         let mut op = op?;
         op.same_as = operators.iter().find(|o| o.entry.key == op.entry.key).map(|o| o.node.clone());
         progress(&Event::Enumerated { node: &op.node, index: i + 1, total: sites.len() });
+        if let (Some(list), Some(next)) = (next_ops.as_mut(), next) {
+            let mut next = next?;
+            next.same_as = list.iter().find(|o| o.entry.key == next.entry.key).map(|o| o.node.clone());
+            list.push(next);
+        }
         operators.push(op);
     }
+    Ok((measure_prepared(operators, opts, cache, timer, progress)?, next_ops))
+}
+
+/// Measures what the prepared `operators` (from [`tune_graph_ahead`]) leave unsettled, as
+/// [`tune_graph`] does after its enumeration.
+pub fn measure_prepared(
+    mut operators: Vec<OperatorTuning>,
+    opts: &TuneOptions,
+    cache: &TuneCache,
+    timer: &mut dyn Timer,
+    progress: &mut dyn FnMut(&Event),
+) -> Result<TuneRun, Error> {
     let to_measure = operators.iter().filter(|o| o.same_as.is_none()).map(|o| o.to_measure().len()).sum();
     progress(&Event::Measuring { to_measure });
     let mut stop = StopReason::Done;
