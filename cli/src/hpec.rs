@@ -482,11 +482,7 @@ fn reference_only(
         Truth::Reference | Truth::Unchecked => None,
     };
     let verdict = other.as_ref().map(|(t, _)| t.as_deref() == Some(&reference[..]));
-    let verdict_text = match verdict {
-        Some(true) => "PASS",
-        Some(false) => "FAIL",
-        None => "UNCHECKED",
-    };
+    let verdict_text = verdict_word(verdict);
     if args.json {
         let value = serde_json::json!({
             "network": network_name,
@@ -527,11 +523,7 @@ fn report(
     truth_name: &str,
     verdict: Option<bool>,
 ) -> anyhow::Result<()> {
-    let verdict_text = match verdict {
-        Some(true) => "PASS",
-        Some(false) => "FAIL",
-        None => "UNCHECKED",
-    };
+    let verdict_text = verdict_word(verdict);
     if args.json {
         let value = serde_json::json!({
             "network": network_name,
@@ -757,11 +749,7 @@ fn run_compiled(
     let (truth, truth_name) = truth_categories(truth_kind, network, base_images, images.n_images(), args.no_cache)?;
     let verdict = truth.as_ref().map(|t| *t == categories);
     let low = &compiled.lowering;
-    let verdict_text = match verdict {
-        Some(true) => "PASS",
-        Some(false) => "FAIL",
-        None => "UNCHECKED",
-    };
+    let verdict_text = verdict_word(verdict);
     let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
     for s in &low.layer_summaries {
         for part in s.split(" + ") {
@@ -888,6 +876,15 @@ fn run_compiled(
 
 /// The one-line message of a failed check: how many images are missing and extra, and the first
 /// few of each (a handful suggests rounding at the zero threshold, thousands a wrong kernel).
+/// How a run's check reads: PASS, FAIL, or UNCHECKED when there was no truth.
+fn verdict_word(verdict: Option<bool>) -> &'static str {
+    match verdict {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "UNCHECKED",
+    }
+}
+
 fn mismatch(got: &[u32], truth: &[u32], truth_name: &str) -> String {
     let (g, t): (std::collections::BTreeSet<u32>, std::collections::BTreeSet<u32>) =
         (got.iter().copied().collect(), truth.iter().copied().collect());

@@ -173,12 +173,8 @@ fn tune_model(
         TuneOptions { plan: PlanOptions { cost: base.clone(), ..PlanOptions::default() }, prune_factor, deadline };
     // The DB the previous tune on this cache fitted: when this round measures nothing new, the
     // refit gives it again, so the feedback round's enumeration runs beside this one's.
-    let guessed = cache
-        .costdb_path()
-        .is_file()
-        .then(|| crate::compile::cost_model(Some(&cache.costdb_path())).ok())
-        .flatten()
-        .map(|cost| TuneOptions { plan: PlanOptions { cost, ..opts.plan.clone() }, ..opts.clone() });
+    let with_cost = |cost: CostModel| TuneOptions { plan: PlanOptions { cost, ..opts.plan.clone() }, ..opts.clone() };
+    let guessed = crate::compile::cost_model(Some(&cache.costdb_path())).ok().map(with_cost);
     let (first, mut ahead) = tune_with_bar(graph, &opts, Round::Plan(guessed.as_ref()), cache, timer, "")?;
     if first.counts().0 > 0 {
         ahead = None;
@@ -219,7 +215,7 @@ fn tune_model(
             }
             _ => Round::Plan(None),
         };
-        let opts_round = TuneOptions { plan: PlanOptions { cost, ..opts.plan.clone() }, ..opts.clone() };
+        let opts_round = with_cost(cost);
         let (next, _) = tune_with_bar(graph, &opts_round, input, cache, timer, &format!("feedback round {round}: "))?;
         stale = next.counts().0 > 0;
         rounds.push(next);

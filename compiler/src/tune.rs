@@ -287,15 +287,17 @@ pub fn tune_graph_ahead(
         for w in warnings {
             progress(&Event::Warning(w));
         }
-        let mut op = op?;
-        op.same_as = operators.iter().find(|o| o.entry.key == op.entry.key).map(|o| o.node.clone());
+        // An operator whose key an earlier one has is measured there.
+        let push = |list: &mut Vec<OperatorTuning>, mut op: OperatorTuning| {
+            op.same_as = list.iter().find(|o| o.entry.key == op.entry.key).map(|o| o.node.clone());
+            list.push(op);
+        };
+        push(&mut operators, op?);
+        let op = operators.last().expect("just pushed");
         progress(&Event::Enumerated { node: &op.node, index: i + 1, total: sites.len() });
         if let (Some(list), Some(next)) = (next_ops.as_mut(), next) {
-            let mut next = next?;
-            next.same_as = list.iter().find(|o| o.entry.key == next.entry.key).map(|o| o.node.clone());
-            list.push(next);
+            push(list, next?);
         }
-        operators.push(op);
     }
     Ok((measure_prepared(operators, opts, cache, timer, progress)?, next_ops))
 }

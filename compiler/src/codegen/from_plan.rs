@@ -115,7 +115,7 @@ pub fn kernels_for_operator_with(
     if weight.len() != rows * cols {
         return Err(err(format!("{}: weight holds {} elements, the plan says {rows}x{cols}", op.node, weight.len())));
     }
-    planned_kernels(
+    let mut planned = planned_kernels(
         op,
         activation,
         &|sub| match sub.kind {
@@ -123,7 +123,10 @@ pub fn kernels_for_operator_with(
             _ => sub.masked_weight(weight),
         },
         &|merged, part| merged.iter_mut().zip(&part).for_each(|(a, b)| *a += b),
-    )
+    )?;
+    // Each kernel's spec states what its actual values allow (`SpmmSpec::w_tf32_exact`).
+    planned.iter_mut().for_each(|pk| pk.spec.w_tf32_exact = crate::codegen::tf32_exact(&pk.weight));
+    Ok(planned)
 }
 
 /// The kernels' specs of one planned operator without their weights (each [`PlannedKernel`]'s
@@ -143,7 +146,7 @@ pub fn kernels_for_sparse_operator(op: &OperatorPlan, weight: &Csr) -> Result<Ve
             op.node, weight.rows, weight.cols, op.rows, op.cols
         )));
     }
-    planned_kernels(
+    let mut planned = planned_kernels(
         op,
         ActivationFormat::Float,
         &|sub| match sub.kind {
@@ -156,7 +159,9 @@ pub fn kernels_for_sparse_operator(op: &OperatorPlan, weight: &Csr) -> Result<Ve
             keep.sort_unstable();
             *merged = weight.restricted_to(&keep);
         },
-    )
+    )?;
+    planned.iter_mut().for_each(|pk| pk.spec.w_tf32_exact = crate::codegen::tf32_exact(&pk.weight.values));
+    Ok(planned)
 }
 
 /// The kernels of `op`, whatever holds the weight: `part` gives a sub-operator's weight,
@@ -472,6 +477,14 @@ mod tests {
                 let kernel = super::super::specialize(&d.spec).unwrap();
                 assert_eq!(kernel.pack_weight(&d.weight), kernel.pack_weight(&sp.weight), "{}", kernel.name);
             }
+            // Random values are not TF32 numbers; the same pattern at 1/16 is, on both paths.
+            assert!(dense.iter().all(|d| !d.spec.w_tf32_exact));
+            let w16: Vec<f32> = w.iter().map(|&v| if v == 0.0 { 0.0 } else { 0.0625 }).collect();
+            let csr16 = Csr::from_dense(&w16, k, n);
+            let dense16 = kernels_for_operator(&graph_op, &w16).unwrap();
+            let sparse16 = kernels_for_sparse_operator(&sparse_op, &csr16).unwrap();
+            let specs = dense16.iter().map(|pk| &pk.spec).chain(sparse16.iter().map(|pk| &pk.spec));
+            assert!(specs.clone().all(|s| s.w_tf32_exact) && specs.count() > 0, "{}", pattern.label());
         }
     }
 

@@ -241,7 +241,8 @@ pub struct SpmmSpec {
     /// it). 0: always.
     pub live_above: usize,
     /// Every weight value is a TF32 number (its low 13 mantissa bits zero), as read from the
-    /// actual values by whoever builds the spec ([`tf32_exact`]); never assumed. The 3xTF32 fine
+    /// actual values where a kernel's spec meets its weight (`codegen::from_plan`, so the tune
+    /// times what the lowerings run); never assumed. The 3xTF32 fine
     /// kernel then leaves out the product with W's remainder, which is exactly zero: the same
     /// sums bit for bit from two tensor-core products a step instead of three.
     pub w_tf32_exact: bool,

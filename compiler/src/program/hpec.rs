@@ -330,7 +330,6 @@ pub fn compile_layer(
         spec.live_rows = true;
         spec.live_above = options.few_rows.unwrap_or(0);
         spec.engine = options.engine;
-        spec.w_tf32_exact = crate::codegen::tf32_exact(&pk.weight.values);
         if spec.block == (1, 1) && options.fine_tile.is_some() && options.engine != Engine::Simt {
             // The tile is a 3xTF32 fine tile: the engine follows it.
             spec.tile = options.fine_tile;

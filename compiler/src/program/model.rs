@@ -1436,7 +1436,6 @@ impl<'a> Lowering<'a> {
             if p == last {
                 spec.epilogue = epilogue;
             }
-            spec.w_tf32_exact = crate::codegen::tf32_exact(&pk.weight);
             let library = if self.options.stream_dense {
                 crate::codegen::library_takes(&spec)
             } else {
