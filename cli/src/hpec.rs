@@ -186,6 +186,15 @@ pub struct GpuArgs {
     /// Never merge identical rows (every surviving image computed to the end).
     #[arg(long)]
     pub no_merge: bool,
+    /// Layers from L on run in one launch (a thread per output element, the GPU's CTAs meeting
+    /// at a barrier between layers): no per-layer launches, compactions or planning, only the
+    /// layers' nonzeros as tables. For the converged tail, where a few merged rows are left; on
+    /// many rows it is slower than the layers' own kernels.
+    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_TAIL_FROM, value_name = "L")]
+    pub tail_from: usize,
+    /// Give every layer its own kernels to the end (no one-launch tail).
+    #[arg(long)]
+    pub no_tail: bool,
     /// Layers with at most R live rows run a kernel made for few rows (a thread per output
     /// element) instead of the tiled tensor-core kernel; 0 always runs the tiled one.
     #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_FEW_ROWS, value_name = "R")]
@@ -702,6 +711,7 @@ fn run_compiled(
         few_rows: (g.few_rows > 0).then_some(g.few_rows),
         scatter_from: (g.scatter_from > 0).then_some(g.scatter_from),
         fine_only: g.fine_only,
+        tail_from: (!g.no_tail).then_some(g.tail_from),
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
@@ -805,6 +815,7 @@ fn run_compiled(
         value["images_per_gpu"] = serde_json::json!(r.map(|r| r.images_per_device.clone()));
         value["busy_seconds_per_gpu"] = serde_json::json!(r.map(|r| r.busy_seconds_per_device.clone()));
         value["merge_from"] = serde_json::json!(options.merge_from);
+        value["tail_from"] = serde_json::json!(options.tail_from);
         value["few_rows"] = serde_json::json!(options.few_rows);
         value["scatter_from"] = serde_json::json!(options.scatter_from);
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -819,10 +830,10 @@ fn run_compiled(
         );
         let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{v} x {k}")).collect();
         println!(
-            "compiled: {:.2} s ({} of {} layers from the cache); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
+            "compiled: {:.2} s ({} of {} planned layers from the cache); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
             compiled.compile_seconds,
             compiled.layers_cached,
-            network.n_layers(),
+            options.tail_start(network.n_layers()),
             kinds.join(", "),
             low.program.kernels.len(),
             low.weight_bytes as f64 / (1 << 20) as f64,

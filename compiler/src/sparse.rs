@@ -18,7 +18,28 @@ pub struct Csr {
     pub values: Vec<f32>,
 }
 
+/// A borrowed CSR matrix (e.g. a layer held in another type).
+#[derive(Clone, Copy, Debug)]
+pub struct CsrRef<'a> {
+    pub rows: usize,
+    pub cols: usize,
+    pub offsets: &'a [u32],
+    pub indices: &'a [u32],
+    pub values: &'a [f32],
+}
+
 impl Csr {
+    /// This matrix, borrowed.
+    pub fn view(&self) -> CsrRef<'_> {
+        CsrRef {
+            rows: self.rows,
+            cols: self.cols,
+            offsets: &self.offsets,
+            indices: &self.indices,
+            values: &self.values,
+        }
+    }
+
     pub fn nnz(&self) -> usize {
         self.indices.len()
     }

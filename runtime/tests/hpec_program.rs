@@ -37,6 +37,36 @@ fn simulated_program_matches_the_cpu_engine_and_the_truth_on_the_real_network() 
 }
 
 #[test]
+fn the_one_launch_tail_keeps_the_categories_wherever_it_starts() {
+    let network = real_network(40);
+    let images = hpec::mnist::mnist_images(&bundled::mnist_digits().unwrap(), 1024, 400).unwrap();
+    let engine = hpec::infer(&network, &images, &InferOptions::default()).unwrap().categories;
+    assert!(!engine.is_empty(), "some images must survive for the check to mean anything");
+    for tail_from in [None, Some(0), Some(7), Some(24), Some(39)] {
+        let opts = HpecOptions { tail_from, ..options(images.n_images()) };
+        let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+        let program = &compiled.lowering.program;
+        program.verify().unwrap();
+        let start = tail_from.unwrap_or(40);
+        let chains: Vec<usize> = program
+            .steps
+            .iter()
+            .filter_map(|s| match &s.op {
+                Op::SpmmChain { layers, .. } => Some(*layers),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(chains, if start < 40 { vec![40 - start] } else { vec![] }, "tail from {tail_from:?}");
+        let layer_steps = program.steps.iter().filter(|s| matches!(s.op, Op::Spmm { .. })).count();
+        assert_eq!(layer_steps, start, "tail from {tail_from:?}: a step per layer before the tail");
+        // No compaction inside the tail; one right before it.
+        let last_compaction = (0..40).rev().find(|&l| opts.compacts_after(l, 40));
+        assert!(last_compaction.is_none_or(|l| l + 1 == start.min(40)), "tail from {tail_from:?}");
+        assert_eq!(task_graph::run_cpu(&compiled).unwrap(), engine, "tail from {tail_from:?}");
+    }
+}
+
+#[test]
 fn merging_identical_rows_keeps_the_categories_and_leaves_one_row_per_distinct_activation() {
     let network = real_network(40);
     // Distinct MNIST-derived images, and the real images repeated (copies are identical rows).
@@ -188,10 +218,11 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
     let network = real_network(120);
     let images = bundled::real_1024_images().unwrap();
     // The third sample runs on the row-scatter kernel (from 1,024 neurons instead of 16,384).
-    for (engine, layers, scatter_from) in [
-        (Engine::Auto, [0usize, 57, 119], None),
-        (Engine::Simt, [3, 64, 111], None),
-        (Engine::Auto, [5, 80, 101], Some(1024)),
+    // The first sample runs its last two layers in the one-launch tail.
+    for (engine, layers, scatter_from, tail_from) in [
+        (Engine::Auto, [0usize, 57, 119], None, Some(1)),
+        (Engine::Simt, [3, 64, 111], None, None),
+        (Engine::Auto, [5, 80, 101], Some(1024), None),
     ] {
         let sample = hpec::Network {
             neurons: network.neurons,
@@ -199,10 +230,18 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
             layers: layers.iter().map(|&l| network.layers[l].clone()).collect(),
         };
         // Merging from the first layer: the merge kernels are in the program too.
-        let opts = HpecOptions { batch: 60_000, engine, merge_from: Some(0), scatter_from, ..HpecOptions::default() };
+        let opts = HpecOptions {
+            batch: 60_000,
+            engine,
+            merge_from: Some(0),
+            scatter_from,
+            tail_from,
+            ..HpecOptions::default()
+        };
         let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
         let kernels = &compiled.lowering.program.kernels;
         assert!(kernels.iter().any(|k| k.name.starts_with("merge_hash")));
+        assert_eq!(kernels.iter().any(|k| k.name.starts_with("tail_layers")), tail_from.is_some());
         let scatters = kernels.iter().filter(|k| k.name.starts_with("spmm_row_scatter")).count();
         assert_eq!(scatters > 0, scatter_from.is_some(), "row-scatter kernels: {scatters}");
         for k in &compiled.lowering.program.kernels {

@@ -1,7 +1,8 @@
 //! Row-movement kernels of batched sparse networks (the HPEC task graph, [`crate::program::hpec`]):
 //! scatter CSR rows into dense rows ([`load_rows`]), drop the rows that became all zero
 //! ([`compact_rows`]), also merge identical rows ([`merge_rows`], [`resolve_aliases`]), and flag
-//! the rows that stay nonzero ([`mark_rows`]). Each is one Tera
+//! the rows that stay nonzero ([`mark_rows`]); and run a network's converged tail, many layers on
+//! few rows, in one launch ([`tail_layers`]). Each is one Tera
 //! template (`templates/rows_*.cu.tera`), one warp per row; rows are `f32`, `cols` a multiple of 4.
 
 use super::render::render;
@@ -153,4 +154,149 @@ pub fn resolve_aliases(count: usize, images: usize) -> Result<RowsKernel, Codege
     let source = render("rows_resolve.cu.tera", &ResolveCtx { kernel_name: name.clone(), count, images })?;
     let launch = Launch { grid: (count.div_ceil(256) as u32, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
     Ok(RowsKernel { name, source, launch })
+}
+
+#[derive(Serialize)]
+struct TailCtx {
+    kernel_name: String,
+    n: usize,
+    slots: usize,
+    layers: usize,
+    max_rows: usize,
+    threads: usize,
+    grid: usize,
+    clip_hi: String,
+}
+
+/// Threads per CTA of [`tail_layers`].
+const TAIL_THREADS: usize = 256;
+
+/// Most nonzeros of a column [`tail_layers`] takes: a thread holds its column's slots in
+/// registers.
+pub const TAIL_MAX_SLOTS: usize = 64;
+
+/// Several square layers' weights as ELL slots, the tables of [`tail_layers`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct TailTables {
+    pub neurons: usize,
+    pub layers: usize,
+    /// The most nonzeros of any column of any of the layers.
+    pub slots: usize,
+    /// Per layer, `slots` rows of `neurons` entries: column `c`'s nonzeros' k in k order, then
+    /// pads (`-1`).
+    pub idx: Vec<i32>,
+    /// The values at the same places (0 in pads).
+    pub values: Vec<f32>,
+}
+
+/// [`TailTables`] of `layers` (each `n × n`).
+pub fn tail_tables(layers: &[crate::sparse::CsrRef<'_>]) -> Result<TailTables, CodegenError> {
+    use rayon::prelude::*;
+    let n = layers.first().map_or(0, |l| l.cols);
+    if let Some(l) = layers.iter().find(|l| l.rows != n || l.cols != n) {
+        return Err(CodegenError::Spec(format!("tail layers must be {n}x{n}, got {}x{}", l.rows, l.cols)));
+    }
+    let most_per_column = |l: &crate::sparse::CsrRef<'_>| {
+        let mut per_col = vec![0usize; n];
+        l.indices.iter().for_each(|&c| per_col[c as usize] += 1);
+        per_col.into_iter().max().unwrap_or(0)
+    };
+    let slots = layers.par_iter().map(most_per_column).max().unwrap_or(0).max(1);
+    let mut idx = vec![-1i32; layers.len() * slots * n];
+    let mut values = vec![0f32; layers.len() * slots * n];
+    let chunk = (slots * n).max(1);
+    idx.par_chunks_mut(chunk).zip(values.par_chunks_mut(chunk)).zip(layers.par_iter()).for_each(|((li, lv), l)| {
+        // Rows (k) ascending, so each column's slots fill in k order.
+        let mut next = vec![0usize; n];
+        for k in 0..l.rows {
+            for e in l.offsets[k] as usize..l.offsets[k + 1] as usize {
+                let c = l.indices[e] as usize;
+                let at = next[c] * n + c;
+                li[at] = k as i32;
+                lv[at] = l.values[e];
+                next[c] += 1;
+            }
+        }
+    });
+    Ok(TailTables { neurons: n, layers: layers.len(), slots, idx, values })
+}
+
+/// The last `layers` layers of a batched network in one launch ([`tail_tables`]' `slots`, at
+/// most [`TAIL_MAX_SLOTS`];
+/// at most `max_rows` live rows; every output `clip(. + bias, 0, clip_hi)`), its CTAs meeting
+/// at a grid barrier between layers: at most `sm_count` CTAs so that all are resident at once.
+/// Signature `(X, Y, idx, W, bias, live, barrier)`; the result is in `Y` when `layers` is odd,
+/// else in `X`; `barrier` one word that must be zero at launch.
+pub fn tail_layers(
+    n: usize,
+    slots: usize,
+    layers: usize,
+    max_rows: usize,
+    clip_hi: f32,
+    sm_count: usize,
+) -> Result<RowsKernel, CodegenError> {
+    if n == 0 || layers == 0 || slots == 0 || slots > TAIL_MAX_SLOTS || max_rows == 0 {
+        return Err(CodegenError::Spec(format!(
+            "tail_layers: {n} neurons, {layers} layers, {slots} slots, {max_rows} rows"
+        )));
+    }
+    // Enough CTAs for a few rows of items, at most one per multiprocessor (a grid barrier needs
+    // every CTA resident): fewer CTAs meet faster.
+    let grid = (n * max_rows.min(4)).div_ceil(TAIL_THREADS).clamp(1, sm_count.max(1));
+    let name = format!("tail_layers_{n}_s{slots}_l{layers}_r{max_rows}_g{grid}");
+    let ctx = TailCtx {
+        kernel_name: name.clone(),
+        n,
+        slots,
+        layers,
+        max_rows,
+        threads: TAIL_THREADS,
+        grid,
+        clip_hi: super::spmm::shared::float_literal(clip_hi),
+    };
+    let source = render("rows_tail.cu.tera", &ctx)?;
+    let launch = Launch { grid: (grid as u32, 1, 1), block: (TAIL_THREADS as u32, 1, 1), smem_bytes: 0 };
+    Ok(RowsKernel { name, source, launch })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::Csr;
+
+    #[test]
+    fn tail_tables_hold_every_nonzero_once_in_k_order_and_pads_read_nothing() {
+        // Two 6x6 layers with columns of 0 to 3 nonzeros.
+        let mut rng = crate::rng::SplitMix64::new(7);
+        let dense: Vec<Vec<f32>> = (0..2)
+            .map(|_| {
+                (0..36)
+                    .map(|_| if rng.next_u64().is_multiple_of(3) { 1.0 + (rng.next_u64() % 7) as f32 } else { 0.0 })
+                    .collect()
+            })
+            .collect();
+        let layers: Vec<Csr> = dense.iter().map(|d| Csr::from_dense(d, 6, 6)).collect();
+        let refs: Vec<_> = layers.iter().map(Csr::view).collect();
+        let TailTables { slots, idx, values, .. } = tail_tables(&refs).unwrap();
+        let most =
+            dense.iter().flat_map(|d| (0..6).map(move |c| (0..6).filter(|&k| d[k * 6 + c] != 0.0).count())).max();
+        assert_eq!(Some(slots), most);
+        for (l, d) in dense.iter().enumerate() {
+            for c in 0..6 {
+                let ks: Vec<i32> = (0..slots).map(|s| idx[(l * slots + s) * 6 + c]).collect();
+                let want: Vec<i32> = (0..6).filter(|&k| d[k * 6 + c] != 0.0).map(|k| k as i32).collect();
+                assert_eq!(&ks[..want.len()], &want[..], "layer {l} column {c}: k ascending");
+                assert!(ks[want.len()..].iter().all(|&k| k == -1), "pads after the nonzeros");
+                for (s, &k) in ks.iter().enumerate() {
+                    let v = values[(l * slots + s) * 6 + c];
+                    assert_eq!(v, if k >= 0 { d[k as usize * 6 + c] } else { 0.0 });
+                }
+            }
+        }
+        let odd = Csr::from_dense(&[1.0; 12], 3, 4);
+        assert!(tail_tables(&[layers[0].view(), odd.view()]).is_err(), "layers of another shape");
+        let k = tail_layers(6, slots, 2, 10, 32.0, 132).unwrap();
+        assert!(k.source.contains(&k.name) && k.launch.grid.0 >= 1);
+        assert!(tail_layers(6, slots, 0, 10, 32.0, 132).is_err());
+    }
 }

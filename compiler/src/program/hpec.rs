@@ -95,6 +95,13 @@ pub struct HpecOptions {
     /// layers of every size plan element-sparse anyway (16384: ~84 bytes a nonzero, most of it
     /// the fine kernel's k8 x n8 padding).
     pub fine_only: bool,
+    /// Layers from this one on run in one launch ([`rows::tail_layers`]: every remaining layer
+    /// on the live rows, a grid barrier between layers, no per-layer graph nodes and no
+    /// compactions), with only each layer's nonzeros as tables (8 bytes each) and nothing
+    /// planned or specialized for them; `None`: every layer gets its own kernels. Past ~layer 22
+    /// the challenge networks hold one merged row, where a layer's own kernels cost ~5 µs of
+    /// launches for ~1 µs of work; the tail kernel is slow on many rows, so it starts late.
+    pub tail_from: Option<usize>,
 }
 
 impl Default for HpecOptions {
@@ -114,9 +121,16 @@ impl Default for HpecOptions {
             few_rows: Some(DEFAULT_FEW_ROWS),
             scatter_from: None,
             fine_only: false,
+            tail_from: Some(DEFAULT_TAIL_FROM),
         }
     }
 }
+
+/// First layer of the one-launch tail by default ([`HpecOptions::tail_from`]): every
+/// challenge network measured holds one merged row by then (H200, 2026-11-27: before layer
+/// 24, 1 to 5 rows from 1024 to 16384 neurons but 15 at 65536, where the tail then cost
+/// 191 µs a layer against ~4-8 µs on one row).
+pub const DEFAULT_TAIL_FROM: usize = 32;
 
 /// First layer after which compactions merge identical rows by default: the activations of
 /// distinct images start to coincide around layer 9 (1024 and 4096 networks), so earlier
@@ -148,10 +162,31 @@ pub fn default_fine_tile() -> crate::codegen::Tile {
 }
 
 impl HpecOptions {
-    /// Whether a compaction follows layer `l` of `n_layers` (never with `compact_every` 0).
+    /// The first layer of the one-launch tail ([`HpecOptions::tail_from`]); `n_layers` when
+    /// there is none.
+    pub fn tail_start(&self, n_layers: usize) -> usize {
+        self.tail_from.map_or(n_layers, |t| t.min(n_layers))
+    }
+
+    /// These options for `layers`: without the tail when a column of a tail layer holds more
+    /// nonzeros than the tail kernel takes ([`rows::TAIL_MAX_SLOTS`]).
+    pub fn fitted_to(&self, layers: &[crate::sparse::CsrRef<'_>]) -> HpecOptions {
+        let start = self.tail_start(layers.len());
+        let too_long = layers[start..].iter().any(|m| {
+            let mut per_col = vec![0usize; m.cols];
+            m.indices.iter().for_each(|&c| per_col[c as usize] += 1);
+            per_col.into_iter().any(|c| c > rows::TAIL_MAX_SLOTS)
+        });
+        HpecOptions { tail_from: if too_long { None } else { self.tail_from }, ..self.clone() }
+    }
+
+    /// Whether a compaction follows layer `l` of `n_layers` (never with `compact_every` 0, and
+    /// never inside the tail; always before it, so the tail runs on the fewest rows).
     pub fn compacts_after(&self, l: usize, n_layers: usize) -> bool {
+        let start = self.tail_start(n_layers);
         self.compact_every > 0
-            && (l < self.compact_first || (l + 1).is_multiple_of(self.compact_every) || l + 1 == n_layers)
+            && l < start
+            && (l < self.compact_first || (l + 1).is_multiple_of(self.compact_every) || l + 1 == start)
     }
 
     /// Whether the compaction after layer `l` (if any) also merges identical rows.
@@ -438,12 +473,23 @@ pub fn lower(
     bias: f32,
     layers: Vec<Csr>,
     kernels: Vec<LayerKernels>,
+    tail: Option<rows::TailTables>,
     images: &HpecImages,
     options: &HpecOptions,
 ) -> Result<HpecLowering, ProgramError> {
     let invalid = |message: String| ProgramError::Invalid { program: "hpec".into(), message };
-    if layers.len() != kernels.len() || layers.is_empty() {
-        return Err(invalid(format!("{} layers but {} compiled", layers.len(), kernels.len())));
+    let n_tail = tail.as_ref().map_or(0, |t| t.layers);
+    let n_layers = layers.len() + n_tail;
+    let tail_start = options.tail_start(n_layers);
+    if kernels.len() != layers.len() || tail_start != layers.len() || n_layers == 0 {
+        return Err(invalid(format!(
+            "{} layers before the tail ({tail_start} wanted), {n_tail} in it, {} compiled",
+            layers.len(),
+            kernels.len()
+        )));
+    }
+    if let Some(t) = tail.as_ref().filter(|t| t.neurons != neurons) {
+        return Err(invalid(format!("the tail's layers are {0}x{0}, the network has {neurons} neurons", t.neurons)));
     }
     if options.batch == 0 || images.n_images == 0 {
         return Err(invalid("a batch needs at least one image".into()));
@@ -467,7 +513,6 @@ pub fn lower(
     ];
     let ids =
         [b.buffer("ids0", Elem::I32, batch, Storage::Scratch), b.buffer("ids1", Elem::I32, batch, Storage::Scratch)];
-    let n_layers = layers.len();
     let compactions = (0..n_layers).filter(|&l| options.compacts_after(l, n_layers)).count();
     let live = b.buffer("live", Elem::I32, compactions + 1, Storage::Scratch);
     let bias_buf = b.constant("bias", Data::F32(vec![bias; neurons]), false);
@@ -698,6 +743,54 @@ pub fn lower(
             cur = 1 - cur;
             cur_ids = 1 - cur_ids;
             count_at += 1;
+        }
+    }
+    let mut weight_bytes = weight_bytes;
+    if let Some(t) = tail.filter(|t| t.layers > 0) {
+        let (slots, len) = (t.slots, t.idx.len());
+        weight_bytes += 4 * (t.idx.len() + t.values.len());
+        let kernel = rows::tail_layers(neurons, slots, n_tail, batch, YMAX, options.sm_count).map_err(codegen)?;
+        let idx_buf = b.constant("tail.idx", Data::I32(t.idx), false);
+        let w_buf = b.constant("tail.w", Data::F32(t.values), false);
+        debug_assert_eq!(len, n_tail * slots * neurons);
+        let barrier = b.buffer("tail.barrier", Elem::I32, 1, Storage::Scratch);
+        summaries.extend((0..n_tail).map(|_| format!("tail:{slots}slots")));
+        let tail_k = b.kernel(&kernel.name, &kernel.source, 0);
+        let (x, y) = (act[cur], act[1 - cur]);
+        b.step(
+            &format!("layers {tail_start}..{n_layers} (one launch)"),
+            Op::SpmmChain {
+                a: x,
+                c: y,
+                rows: Rows::Live { max: batch, count: live, at: count_at },
+                layers: n_tail,
+                n: neurons,
+                slots,
+                idx: idx_buf,
+                w: w_buf,
+                bias: bias_buf,
+                epilogue: Epilogue { bias: true, activation: Activation::Clip { lo: 0.0, hi: YMAX } },
+            },
+            vec![
+                Launch::Zero { dst: barrier, at: 0, len: 1 },
+                Launch::Kernel {
+                    kernel: tail_k,
+                    grid: kernel.launch.grid,
+                    block: kernel.launch.block,
+                    args: vec![
+                        Arg::Buf(x, 0),
+                        Arg::Buf(y, 0),
+                        Arg::Buf(idx_buf, 0),
+                        Arg::Buf(w_buf, 0),
+                        Arg::Buf(bias_buf, 0),
+                        Arg::Buf(live, count_at),
+                        Arg::Buf(barrier, 0),
+                    ],
+                },
+            ],
+        );
+        if n_tail % 2 == 1 {
+            cur = 1 - cur;
         }
     }
     let mark = rows::mark_rows(batch, neurons).map_err(codegen)?;

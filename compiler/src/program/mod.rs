@@ -351,6 +351,25 @@ pub enum Op {
         epilogue: Epilogue,
         accumulate: bool,
     },
+    /// Several square `n × n` layers in one step (a batched network's converged tail): layer `l`
+    /// multiplies the live rows of one buffer into the other (`a` into `c` for even `l`, `c` into
+    /// `a` for odd), adds `bias` and applies `epilogue`; the result is in `c` when `layers` is odd,
+    /// else in `a`. The weights are the ELL tables the kernel reads ([`rows::TailTables`]): `idx`
+    /// (k per slot, -1 in pads) and `w`, each `layers × slots × n`.
+    ///
+    /// [`rows::TailTables`]: crate::codegen::rows::TailTables
+    SpmmChain {
+        a: BufferId,
+        c: BufferId,
+        rows: Rows,
+        layers: usize,
+        n: usize,
+        slots: usize,
+        idx: BufferId,
+        w: BufferId,
+        bias: BufferId,
+        epilogue: Epilogue,
+    },
     /// Rows `first .. first + count` (clamped to the `rows` of the CSR `images`: offsets, indices,
     /// values) scattered into dense rows `0..` of `dst` (`cols` wide; the rest of each row zero);
     /// `ids[r] = first + r`; `live[at] = ` the number of rows written; `live[at + 1..]` zeroed
@@ -575,6 +594,20 @@ impl Program {
                 out.extend(bias.iter().map(|b| Access { buf: *b, at: 0, len: n, write: false }));
                 out.extend(rows_of(rows));
             }
+            Op::SpmmChain { a, c, rows, layers, n, slots, idx, w, bias, .. } => {
+                let len = rows.max() * n;
+                // `c` is read only after this step wrote it; `a` is written from the second layer.
+                out.push(Access { buf: *a, at: 0, len, write: false });
+                out.push(Access { buf: *c, at: 0, len, write: true });
+                if *layers > 1 {
+                    out.push(Access { buf: *a, at: 0, len, write: true });
+                }
+                for t in [*idx, *w] {
+                    out.push(Access { buf: t, at: 0, len: layers * slots * n, write: false });
+                }
+                out.push(Access { buf: *bias, at: 0, len: *n, write: false });
+                out.extend(rows_of(rows));
+            }
             Op::LoadRows { offsets, indices, values, count, cols, dst, ids, live, at, clear, alias, .. } => {
                 out.extend([whole(*offsets, false), whole(*indices, false), whole(*values, false)]);
                 out.push(Access { buf: *dst, at: 0, len: count * cols, write: true });
@@ -736,6 +769,20 @@ impl Program {
                     return Err(fail(format!("step {i} ({}): matrix {weight} out of range", step.label)));
                 }
             }
+            if let Op::SpmmChain { layers, n, slots, idx, w, .. } = &step.op {
+                if [idx, w].iter().any(|b| b.0 as usize >= nb) {
+                    return Err(fail(format!("step {i} ({}): chain table out of range", step.label)));
+                }
+                let elems = [self.buffer(*idx).elem, self.buffer(*w).elem];
+                if *layers == 0 || *n == 0 || *slots == 0 || elems != [Elem::I32, Elem::F32] {
+                    return Err(fail(format!(
+                        "step {i} ({}): chain of {layers} layers, {n} neurons, {slots} slots, tables of {} and {}",
+                        step.label,
+                        elems[0].name(),
+                        elems[1].name()
+                    )));
+                }
+            }
             for acc in self.accesses(i) {
                 if acc.buf.0 as usize >= nb {
                     return Err(fail(format!("step {i} ({}): buffer {} out of range", step.label, acc.buf.0)));
@@ -862,6 +909,16 @@ fn op_text(op: &Op) -> String {
                 if *accumulate { " accumulate" } else { "" }
             )
         }
+        Op::SpmmChain { a, c, rows, layers, n, slots, idx, w, bias, epilogue } => format!(
+            "spmm_chain a=buf%{} c=buf%{} rows={} layers={layers} n={n} slots={slots} idx=buf%{} w=buf%{} bias=buf%{} epilogue={:?}",
+            a.0,
+            c.0,
+            rows_text(rows),
+            idx.0,
+            w.0,
+            bias.0,
+            epilogue
+        ),
         Op::LoadRows { images, first, count, cols, dst, ids, live, at, clear, alias, .. } => format!(
             "load_rows dst=buf%{} ids=buf%{} images={images} first=param${} count={count} cols={cols} live=buf%{}[{at}] clear={clear}{}",
             dst.0,

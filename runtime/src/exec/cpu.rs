@@ -248,22 +248,62 @@ fn run_nodes(mem: &mut CpuMemory, nodes: &[NodeOp]) -> Result<(), String> {
     Ok(())
 }
 
+/// Fails when a packed weight buffer does not hold what the compiler packed (a copy that has
+/// not landed).
+fn check_packed(program: &Program, mem: &CpuMemory, packed: &[(BufferId, usize, u64)]) -> Result<(), String> {
+    for &(buf, len, sum) in packed {
+        let size = program.buffer(buf).elem.bytes();
+        let got = spartac::program::checksum(&mem.bufs[buf.0 as usize][..size * len]);
+        if got != sum {
+            return Err(format!(
+                "weight buffer {} does not hold the packed weight this layer reads (copy not landed?)",
+                program.buffer(buf).name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `epilogue(A[r, :] · w (+ prev[r, :]))` for the first `live` rows of `av`, as f32 rows. Rows in
+/// parallel: each row's sum is in f64, in the same order whatever the threads.
+fn spmm_rows(
+    w: &spartac::program::Csr,
+    av: &[f32],
+    live: usize,
+    bias: &[f32],
+    epilogue: &spartac::codegen::Epilogue,
+    prev: Option<&[f32]>,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    let n = w.cols;
+    let mut out = vec![0.0f32; live * n];
+    out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
+        let mut acc = vec![0.0f64; n];
+        if let Some(prev) = prev {
+            acc.iter_mut().zip(&prev[r * n..(r + 1) * n]).for_each(|(x, p)| *x = *p as f64);
+        }
+        let arow = &av[r * w.rows..(r + 1) * w.rows];
+        for (kk, &x) in arow.iter().enumerate() {
+            if x == 0.0 {
+                continue;
+            }
+            for e in w.offsets[kk] as usize..w.offsets[kk + 1] as usize {
+                acc[w.indices[e] as usize] += x as f64 * w.values[e] as f64;
+            }
+        }
+        for (j, x) in acc.iter().enumerate() {
+            orow[j] = epilogue.apply(*x as f32 as f64, bias[j] as f64) as f32;
+        }
+    });
+    out
+}
+
 fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Result<(), String> {
     match op {
         Op::Move => Ok(()),
         Op::Nodes(nodes) => run_nodes(mem, nodes),
         Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate } => {
-            for &(buf, len, sum) in packed {
-                let size = program.buffer(buf).elem.bytes();
-                let got = spartac::program::checksum(&mem.bufs[buf.0 as usize][..size * len]);
-                if got != sum {
-                    return Err(format!(
-                        "weight buffer {} does not hold the packed weight this layer reads (copy not landed?)",
-                        program.buffer(buf).name
-                    ));
-                }
-            }
-            use rayon::prelude::*;
+            check_packed(program, mem, packed)?;
             let w = &program.matrices[*weight];
             let live = live_rows(mem, rows)?;
             let (a_elem, c_elem) = (program.buffer(*a).elem, program.buffer(*c).elem);
@@ -271,28 +311,41 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             let bias: Vec<f32> =
                 bias.map(|b| mem.floats(b, program.buffer(b).elem)).unwrap_or_else(|| vec![0.0; w.cols]);
             let prev = if *accumulate { mem.floats(*c, c_elem) } else { vec![] };
-            let n = w.cols;
-            // Rows in parallel: each row's sum is in f64, in the same order whatever the threads.
-            let mut out = vec![0.0f32; live * n];
-            out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
-                let mut acc = vec![0.0f64; n];
-                if *accumulate {
-                    acc.iter_mut().zip(&prev[r * n..(r + 1) * n]).for_each(|(x, p)| *x = *p as f64);
-                }
-                let arow = &av[r * w.rows..(r + 1) * w.rows];
-                for (kk, &x) in arow.iter().enumerate() {
-                    if x == 0.0 {
-                        continue;
-                    }
-                    for e in w.offsets[kk] as usize..w.offsets[kk + 1] as usize {
-                        acc[w.indices[e] as usize] += x as f64 * w.values[e] as f64;
-                    }
-                }
-                for (j, x) in acc.iter().enumerate() {
-                    orow[j] = epilogue.apply(*x as f32 as f64, bias[j] as f64) as f32;
-                }
-            });
+            let out = spmm_rows(w, &av, live, &bias, epilogue, accumulate.then_some(&prev[..]));
             mem.store_floats(*c, c_elem, &out);
+            Ok(())
+        }
+        Op::SpmmChain { a, c, rows, layers, n, slots, idx, w, bias, epilogue } => {
+            // From the tables the kernel reads: each column's slots in order (k ascending, as
+            // a CSR scan adds them), sums in f64.
+            let live = live_rows(mem, rows)?;
+            let bias = mem.floats(*bias, program.buffer(*bias).elem);
+            let ks: Vec<i32> =
+                mem.bytes(*idx).chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let ws = mem.floats(*w, Elem::F32);
+            let (n, slots) = (*n, *slots);
+            let (elem, mut from, mut to) = (program.buffer(*a).elem, *a, *c);
+            for l in 0..*layers {
+                let av = mem.floats(from, elem);
+                let (lk, lw) = (&ks[l * slots * n..(l + 1) * slots * n], &ws[l * slots * n..(l + 1) * slots * n]);
+                let mut out = vec![0f32; live * n];
+                use rayon::prelude::*;
+                out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
+                    let arow = &av[r * n..(r + 1) * n];
+                    for (col, o) in orow.iter_mut().enumerate() {
+                        let mut acc = 0f64;
+                        for s in 0..slots {
+                            let k = lk[s * n + col];
+                            if k >= 0 {
+                                acc += arow[k as usize] as f64 * lw[s * n + col] as f64;
+                            }
+                        }
+                        *o = epilogue.apply(acc as f32 as f64, bias[col] as f64) as f32;
+                    }
+                });
+                mem.store_floats(to, elem, &out);
+                std::mem::swap(&mut from, &mut to);
+            }
             Ok(())
         }
         Op::LoadRows { offsets, indices, values, images, first, count, cols, dst, ids, live, at, clear, alias } => {

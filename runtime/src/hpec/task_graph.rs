@@ -19,6 +19,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use spartac::program::hpec::{compile_layer, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels};
 use spartac::program::Csr;
+use spartac::sparse::CsrRef;
 
 use super::error::{HpecError, HpecResult};
 use super::images::Images;
@@ -88,6 +89,10 @@ fn compiled_layer(
     Ok((k, false))
 }
 
+fn layer_view(m: &super::sparse::CompressedMatrix) -> CsrRef<'_> {
+    CsrRef { rows: m.n_outer, cols: m.n_inner, offsets: &m.offsets, indices: &m.indices, values: &m.values }
+}
+
 fn layer_csr(network: &Network, l: usize) -> Csr {
     let m = &network.layers[l].csr;
     Csr {
@@ -125,7 +130,17 @@ pub fn compile_cached(
     }
     let started = Instant::now();
     let batch = options.batch.min(images.n_images()).max(1);
-    let layers: Vec<Csr> = (0..network.n_layers()).map(|l| layer_csr(network, l)).collect();
+    let views: Vec<CsrRef> = network.layers.iter().map(|l| layer_view(&l.csr)).collect();
+    let options = &options.fitted_to(&views);
+    // The tail's layers run in one launch from their nonzeros' tables (built straight from the
+    // network: no copy of them is made), not planned or specialized.
+    let tail_start = options.tail_start(views.len());
+    let tail = (tail_start < views.len())
+        .then(|| spartac::codegen::rows::tail_tables(&views[tail_start..]))
+        .transpose()
+        .map_err(|e| HpecError::InvalidArgument(format!("the tail layers: {e}")))?;
+    drop(views);
+    let layers: Vec<Csr> = (0..tail_start).map(|l| layer_csr(network, l)).collect();
     let compiled: Vec<(LayerKernels, bool)> = layers
         .par_iter()
         .enumerate()
@@ -136,12 +151,13 @@ pub fn compile_cached(
             k
         })
         .collect::<HpecResult<_>>()?;
+    (tail_start..network.n_layers()).for_each(|_| progress());
     let layers_cached = compiled.iter().filter(|(_, hit)| *hit).count();
     let kernels: Vec<LayerKernels> = compiled.into_iter().map(|(k, _)| k).collect();
     let px = &images.pixels;
     let view =
         HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
-    let lowering = lower(network.neurons, network.bias, layers, kernels, &view, options)
+    let lowering = lower(network.neurons, network.bias, layers, kernels, tail, &view, options)
         .map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
     Ok(CompiledNetwork {
         lowering,
@@ -401,7 +417,7 @@ pub fn run_gpu_devices(
 
 /// Profiled step times (`GpuRun::step_ms`, one per step of `program`) summed by what each step
 /// does: the layers' SpMMs (the first 10 layers, where most images are still alive, apart from
-/// the rest), compactions, weight streaming (copies), loading the batch, the categories.
+/// the rest; the one-launch tail), compactions, weight streaming (copies), loading the batch, the categories.
 pub fn profile_by_kind(
     program: &spartac::program::Program,
     step_ms: &[(String, f64)],
@@ -419,6 +435,7 @@ pub fn profile_by_kind(
                     "spmm layers 10+"
                 }
             }
+            Op::SpmmChain { .. } => "tail layers (one launch)",
             Op::CompactRows { merge: None, .. } => "compaction",
             Op::CompactRows { merge: Some(_), .. } => "compaction + merge",
             Op::ResolveAliases { .. } => "categories",
