@@ -815,7 +815,8 @@ fn run_compiled(
         value["images_per_gpu"] = serde_json::json!(r.map(|r| r.images_per_device.clone()));
         value["busy_seconds_per_gpu"] = serde_json::json!(r.map(|r| r.busy_seconds_per_device.clone()));
         value["merge_from"] = serde_json::json!(options.merge_from);
-        value["tail_from"] = serde_json::json!(options.tail_from);
+        value["tail_from"] =
+            serde_json::json!((compiled.tail_start < network.n_layers()).then_some(compiled.tail_start));
         value["few_rows"] = serde_json::json!(options.few_rows);
         value["scatter_from"] = serde_json::json!(options.scatter_from);
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -833,7 +834,7 @@ fn run_compiled(
             "compiled: {:.2} s ({} of {} planned layers from the cache); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
             compiled.compile_seconds,
             compiled.layers_cached,
-            options.tail_start(network.n_layers()),
+            compiled.tail_start,
             kinds.join(", "),
             low.program.kernels.len(),
             low.weight_bytes as f64 / (1 << 20) as f64,

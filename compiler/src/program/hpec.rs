@@ -16,7 +16,10 @@
 //! 3. after each of the first `compact_first` layers and then every `compact_every` layers
 //!    ([`HpecOptions::compacts_after`]), `compact_rows` packs the rows that are still nonzero (dead
 //!    images dropped) back into the first buffer with their image ids;
-//! 4. `mark_rows` flags the images whose last row holds a nonzero: the categories, found on the
+//! 4. the layers from [`HpecOptions::tail_from`] on (the converged tail: one merged row on the
+//!    challenge networks) run in one launch of [`rows::tail_layers`], from tables of their
+//!    nonzeros alone (nothing planned or specialized for them; [`Op::SpmmChain`]);
+//! 5. `mark_rows` flags the images whose last row holds a nonzero: the categories, found on the
 //!    GPU and read back once after every batch ran. Compactions after [`HpecOptions::merge_from`]
 //!    also merge bitwise-identical rows ([`super::Merge`]: the activations converge, and one row
 //!    then stands for every image it equals); a last step copies each merged image's category
@@ -467,7 +470,9 @@ fn u32_data(v: &[u32]) -> Data {
 }
 
 /// Lowers a network whose layers are compiled already (see [`compile_layer`]) to the program
-/// of one batch. `layers[l]` is layer l's weight (kept in the program for the CPU executor).
+/// of one batch. `layers[l]` is layer l's weight (kept in the program for the CPU executor)
+/// for the layers before the tail, `kernels[l]` its kernels; `tail` the tables of the layers
+/// after them ([`rows::tail_tables`]), which must start at [`HpecOptions::tail_start`].
 pub fn lower(
     neurons: usize,
     bias: f32,

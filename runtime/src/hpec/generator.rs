@@ -89,7 +89,8 @@ fn build_layer(neurons: usize, base: usize, place_value: usize, sigma: &[u32]) -
     }
     let values = vec![1.0f32 / 16.0; indices.len()];
     let csc = CompressedMatrix { n_outer: neurons, n_inner: neurons, offsets, indices, values };
-    Ok(LayerMatrix::from_csc(csc))
+    // CSR only: the CSC is rebuilt on first use (a 65536x1920 network would hold 66 GB instead of 33).
+    Ok(LayerMatrix::from_csr(csc.transposed()))
 }
 
 /// Generates a network from a full configuration.

@@ -36,6 +36,9 @@ pub struct CompiledNetwork {
     pub images: usize,
     /// Layers read from the layer cache rather than planned and specialized.
     pub layers_cached: usize,
+    /// The first layer of the one-launch tail (the layer count when there is none): the
+    /// options' `tail_from`, unless a tail layer has a column too long for the tail kernel.
+    pub tail_start: usize,
 }
 
 /// The file of a layer's cache entry: keyed by the layer's content (pattern and values), what
@@ -164,6 +167,7 @@ pub fn compile_cached(
         compile_seconds: started.elapsed().as_secs_f64(),
         images: images.n_images(),
         layers_cached,
+        tail_start,
     })
 }
 
