@@ -838,3 +838,34 @@ fn tables(kernel: &crate::codegen::Kernel, ptr: bool) -> Vec<i32> {
         vec![0]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `n × n` layer whose column 0 holds `long` nonzeros and every other column one.
+    fn layer(n: usize, long: usize) -> Csr {
+        let mut dense = vec![0f32; n * n];
+        (0..long).for_each(|k| dense[k * n] = 0.0625);
+        (1..n).for_each(|c| dense[c * n + c] = 0.0625);
+        Csr::from_dense(&dense, n, n)
+    }
+
+    #[test]
+    fn the_tail_is_dropped_when_a_tail_column_is_too_long_for_its_kernel() {
+        let options = HpecOptions { tail_from: Some(1), ..HpecOptions::default() };
+        let fits = [layer(80, 3), layer(80, rows::TAIL_MAX_SLOTS)];
+        let views: Vec<_> = fits.iter().map(Csr::view).collect();
+        assert_eq!(options.fitted_to(&views).tail_from, Some(1));
+        // Too long, but before the tail: kept.
+        let early = [layer(80, rows::TAIL_MAX_SLOTS + 1), layer(80, 3)];
+        let views: Vec<_> = early.iter().map(Csr::view).collect();
+        assert_eq!(options.fitted_to(&views).tail_from, Some(1));
+        let late = [layer(80, 3), layer(80, rows::TAIL_MAX_SLOTS + 1)];
+        let views: Vec<_> = late.iter().map(Csr::view).collect();
+        let fitted = options.fitted_to(&views);
+        assert_eq!(fitted.tail_from, None);
+        assert_eq!(fitted.tail_start(2), 2);
+        assert!(fitted.compacts_after(1, 2), "without a tail the last layer is followed by a compaction again");
+    }
+}
