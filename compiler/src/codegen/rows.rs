@@ -189,6 +189,17 @@ pub struct TailTables {
     pub values: Vec<f32>,
 }
 
+/// The most nonzeros of any column of any of `layers`: the slots [`tail_tables`] gives them.
+pub fn tail_slots(layers: &[crate::sparse::CsrRef<'_>]) -> usize {
+    use rayon::prelude::*;
+    let most = |l: &crate::sparse::CsrRef<'_>| {
+        let mut per_col = vec![0usize; l.cols];
+        l.indices.iter().for_each(|&c| per_col[c as usize] += 1);
+        per_col.into_iter().max().unwrap_or(0)
+    };
+    layers.par_iter().map(most).max().unwrap_or(0)
+}
+
 /// [`TailTables`] of `layers` (each `n × n`).
 pub fn tail_tables(layers: &[crate::sparse::CsrRef<'_>]) -> Result<TailTables, CodegenError> {
     use rayon::prelude::*;
@@ -196,12 +207,7 @@ pub fn tail_tables(layers: &[crate::sparse::CsrRef<'_>]) -> Result<TailTables, C
     if let Some(l) = layers.iter().find(|l| l.rows != n || l.cols != n) {
         return Err(CodegenError::Spec(format!("tail layers must be {n}x{n}, got {}x{}", l.rows, l.cols)));
     }
-    let most_per_column = |l: &crate::sparse::CsrRef<'_>| {
-        let mut per_col = vec![0usize; n];
-        l.indices.iter().for_each(|&c| per_col[c as usize] += 1);
-        per_col.into_iter().max().unwrap_or(0)
-    };
-    let slots = layers.par_iter().map(most_per_column).max().unwrap_or(0).max(1);
+    let slots = tail_slots(layers).max(1);
     let mut idx = vec![-1i32; layers.len() * slots * n];
     let mut values = vec![0f32; layers.len() * slots * n];
     let chunk = (slots * n).max(1);

@@ -175,11 +175,7 @@ impl HpecOptions {
     /// nonzeros than the tail kernel takes ([`rows::TAIL_MAX_SLOTS`]).
     pub fn fitted_to(&self, layers: &[crate::sparse::CsrRef<'_>]) -> HpecOptions {
         let start = self.tail_start(layers.len());
-        let too_long = layers[start..].iter().any(|m| {
-            let mut per_col = vec![0usize; m.cols];
-            m.indices.iter().for_each(|&c| per_col[c as usize] += 1);
-            per_col.into_iter().any(|c| c > rows::TAIL_MAX_SLOTS)
-        });
+        let too_long = rows::tail_slots(&layers[start..]) > rows::TAIL_MAX_SLOTS;
         HpecOptions { tail_from: if too_long { None } else { self.tail_from }, ..self.clone() }
     }
 
@@ -308,6 +304,11 @@ impl<'a> Reader<'a> {
         let n = usize::try_from(self.u64()?).ok()?;
         self.take(n)
     }
+}
+
+/// The launch of a row kernel (`k` rendered, `kernel` its id in the program) with `args`.
+fn rows_launch(kernel: super::KernelId, k: &rows::RowsKernel, args: Vec<Arg>) -> Launch {
+    Launch::Kernel { kernel, grid: k.launch.grid, block: k.launch.block, args }
 }
 
 fn spec_err(message: String) -> CodegenError {
@@ -536,7 +537,7 @@ pub fn lower(
     });
 
     // Weights: resident or streamed.
-    let weight_bytes: usize =
+    let mut weight_bytes: usize =
         kernels.iter().flat_map(|l| &l.parts).map(|p| 4 * (p.weight.len() + p.ptr.len() + p.idx.len())).sum();
     let streamed = weight_bytes > options.weight_budget;
     let slots = options.stream_slots.max(1);
@@ -580,17 +581,16 @@ pub fn lower(
             clear: compactions,
             alias: merge.map(|m| m.alias),
         },
-        vec![Launch::Kernel {
-            kernel: load_k,
-            grid: load.launch.grid,
-            block: load.launch.block,
-            args: [Arg::Buf(img_off, 0), Arg::Buf(img_idx, 0), Arg::Buf(img_val, 0)]
+        vec![rows_launch(
+            load_k,
+            &load,
+            [Arg::Buf(img_off, 0), Arg::Buf(img_idx, 0), Arg::Buf(img_val, 0)]
                 .into_iter()
                 .chain([Arg::Buf(act[0], 0), Arg::Buf(ids[0], 0), Arg::Buf(live, 0)])
                 .chain(merge.map(|m| Arg::Buf(m.alias, 0)))
                 .chain([Arg::Param(first)])
                 .collect(),
-        }],
+        )],
     );
     let compact = rows::compact_rows(batch, neurons).map_err(codegen)?;
     let compact_k = b.kernel(&compact.name, &compact.source, 0);
@@ -690,23 +690,21 @@ pub fn lower(
             let launches = match (this_merge, &merge_ks) {
                 (Some(m), Some((hash, pack, (hash_k, pack_k)))) => vec![
                     Launch::Zero { dst: m.table, at: 0, len: 3 * m.slots },
-                    Launch::Kernel {
-                        kernel: *hash_k,
-                        grid: hash.launch.grid,
-                        block: hash.launch.block,
-                        args: vec![
+                    rows_launch(
+                        *hash_k,
+                        hash,
+                        vec![
                             Arg::Buf(src, 0),
                             Arg::Buf(live, count_at),
                             Arg::Buf(m.table, 0),
                             Arg::Buf(m.table, 2 * m.slots),
                             Arg::Buf(m.row_slot, 0),
                         ],
-                    },
-                    Launch::Kernel {
-                        kernel: *pack_k,
-                        grid: pack.launch.grid,
-                        block: pack.launch.block,
-                        args: vec![
+                    ),
+                    rows_launch(
+                        *pack_k,
+                        pack,
+                        vec![
                             Arg::Buf(src, 0),
                             Arg::Buf(sids, 0),
                             Arg::Buf(dst, 0),
@@ -716,20 +714,19 @@ pub fn lower(
                             Arg::Buf(m.row_slot, 0),
                             Arg::Buf(m.alias, 0),
                         ],
-                    },
+                    ),
                 ],
-                _ => vec![Launch::Kernel {
-                    kernel: compact_k,
-                    grid: compact.launch.grid,
-                    block: compact.launch.block,
-                    args: vec![
+                _ => vec![rows_launch(
+                    compact_k,
+                    &compact,
+                    vec![
                         Arg::Buf(src, 0),
                         Arg::Buf(sids, 0),
                         Arg::Buf(dst, 0),
                         Arg::Buf(dids, 0),
                         Arg::Buf(live, count_at),
                     ],
-                }],
+                )],
             };
             b.step(
                 &format!("{} after layer {l}", if this_merge.is_some() { "compact + merge" } else { "compact" }),
@@ -750,14 +747,12 @@ pub fn lower(
             count_at += 1;
         }
     }
-    let mut weight_bytes = weight_bytes;
     if let Some(t) = tail.filter(|t| t.layers > 0) {
-        let (slots, len) = (t.slots, t.idx.len());
+        let slots = t.slots;
         weight_bytes += 4 * (t.idx.len() + t.values.len());
         let kernel = rows::tail_layers(neurons, slots, n_tail, batch, YMAX, options.sm_count).map_err(codegen)?;
         let idx_buf = b.constant("tail.idx", Data::I32(t.idx), false);
         let w_buf = b.constant("tail.w", Data::F32(t.values), false);
-        debug_assert_eq!(len, n_tail * slots * neurons);
         let barrier = b.buffer("tail.barrier", Elem::I32, 1, Storage::Scratch);
         summaries.extend((0..n_tail).map(|_| format!("tail:{slots}slots")));
         let tail_k = b.kernel(&kernel.name, &kernel.source, 0);
@@ -778,11 +773,10 @@ pub fn lower(
             },
             vec![
                 Launch::Zero { dst: barrier, at: 0, len: 1 },
-                Launch::Kernel {
-                    kernel: tail_k,
-                    grid: kernel.launch.grid,
-                    block: kernel.launch.block,
-                    args: vec![
+                rows_launch(
+                    tail_k,
+                    &kernel,
+                    vec![
                         Arg::Buf(x, 0),
                         Arg::Buf(y, 0),
                         Arg::Buf(idx_buf, 0),
@@ -791,7 +785,7 @@ pub fn lower(
                         Arg::Buf(live, count_at),
                         Arg::Buf(barrier, 0),
                     ],
-                },
+                ),
             ],
         );
         if n_tail % 2 == 1 {
@@ -803,12 +797,11 @@ pub fn lower(
     b.step(
         "categories",
         Op::MarkRows { src: act[cur], ids: ids[cur_ids], cols: neurons, live, at: count_at, flags },
-        vec![Launch::Kernel {
-            kernel: mark_k,
-            grid: mark.launch.grid,
-            block: mark.launch.block,
-            args: vec![Arg::Buf(act[cur], 0), Arg::Buf(ids[cur_ids], 0), Arg::Buf(live, count_at), Arg::Buf(flags, 0)],
-        }],
+        vec![rows_launch(
+            mark_k,
+            &mark,
+            vec![Arg::Buf(act[cur], 0), Arg::Buf(ids[cur_ids], 0), Arg::Buf(live, count_at), Arg::Buf(flags, 0)],
+        )],
     );
     if let Some(m) = merge {
         let resolve = rows::resolve_aliases(batch, images.n_images).map_err(codegen)?;
@@ -816,12 +809,7 @@ pub fn lower(
         b.step(
             "categories of merged images",
             Op::ResolveAliases { alias: m.alias, flags, first, count: batch, images: images.n_images },
-            vec![Launch::Kernel {
-                kernel: resolve_k,
-                grid: resolve.launch.grid,
-                block: resolve.launch.block,
-                args: vec![Arg::Buf(m.alias, 0), Arg::Buf(flags, 0), Arg::Param(first)],
-            }],
+            vec![rows_launch(resolve_k, &resolve, vec![Arg::Buf(m.alias, 0), Arg::Buf(flags, 0), Arg::Param(first)])],
         );
     }
     let program = b.finish()?;

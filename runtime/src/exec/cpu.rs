@@ -81,6 +81,9 @@ impl CpuMemory {
             }
         }
     }
+    fn i32s(&self, id: BufferId) -> Vec<i32> {
+        self.bufs[id.0 as usize].chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
     fn i32_at(&self, id: BufferId, at: usize) -> i32 {
         let b = &self.bufs[id.0 as usize][4 * at..4 * at + 4];
         i32::from_le_bytes([b[0], b[1], b[2], b[3]])
@@ -320,8 +323,7 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             // a CSR scan adds them), sums in f64.
             let live = live_rows(mem, rows)?;
             let bias = mem.floats(*bias, program.buffer(*bias).elem);
-            let ks: Vec<i32> =
-                mem.bytes(*idx).chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let ks = mem.i32s(*idx);
             let ws = mem.floats(*w, Elem::F32);
             let (n, slots) = (*n, *slots);
             let (elem, mut from, mut to) = (program.buffer(*a).elem, *a, *c);

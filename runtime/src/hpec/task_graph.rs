@@ -142,7 +142,6 @@ pub fn compile_cached(
         .then(|| spartac::codegen::rows::tail_tables(&views[tail_start..]))
         .transpose()
         .map_err(|e| HpecError::InvalidArgument(format!("the tail layers: {e}")))?;
-    drop(views);
     let layers: Vec<Csr> = (0..tail_start).map(|l| layer_csr(network, l)).collect();
     let compiled: Vec<(LayerKernels, bool)> = layers
         .par_iter()
