@@ -213,6 +213,7 @@ fn argument_errors_are_one_line_with_the_usage_and_exit_2() {
         (vec!["plan"], "required arguments were not provided: <MODEL> (usage: spartac plan <MODEL>"),
         (vec!["hpec", "run", "--gpus", "x"], "invalid value 'x' for '--gpus <GPUS>'"),
         (vec!["hpec", "run", "--backend", "foo"], "[possible values: cpu, cuda, sim, auto, reference]"),
+        (vec!["hpec", "run", "--precision", "f16"], "unknown precision \"f16\" (choose f32 or f64)"),
         (vec!["frobnicate"], "unrecognized subcommand 'frobnicate'"),
     ] {
         let o = spartac(&args);
@@ -264,6 +265,11 @@ fn hpec_sim_backend_runs_the_compiled_program_and_repeated_images_keep_their_tru
     );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && out.contains("PASS"), "stdout: {out}\nstderr: {}", stderr(&o));
+    // The f64 program (exact layers, f64 rows), as JSON.
+    let o = spartac(&[&args[..], &["--image-count", "300", "--precision", "f64", "--json"]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    assert_eq!((v["precision"].as_str(), v["verdict"].as_str()), (Some("f64"), Some("PASS")), "{v}");
+    assert!(v["layer_kernels"].as_object().unwrap().keys().any(|k| k.starts_with("exact_f64")), "{v}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! with NVRTC for sm_90a; batches are dealt to simulated devices as to GPUs.
 
 use spartac::codegen::Engine;
-use spartac::program::hpec::HpecOptions;
+use spartac::program::hpec::{HpecOptions, Precision};
 use spartac::program::{Launch, Op, Storage};
 use spartac_runtime::cuda::{compile_ptx, nvrtc_version, preload_nvrtc};
 use spartac_runtime::exec::cpu;
@@ -34,6 +34,43 @@ fn simulated_program_matches_the_cpu_engine_and_the_truth_on_the_real_network() 
     assert!(!truth.is_empty(), "the sample must hold categories for the check to mean anything");
     assert_eq!(got, engine);
     assert_eq!(got, truth);
+}
+
+#[test]
+fn the_f64_program_matches_the_truth_on_the_real_network() {
+    let network = real_network(120);
+    let images = bundled::real_1024_images().unwrap().first(600);
+    let opts = HpecOptions { precision: Precision::F64, ..options(250) };
+    let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+    let program = &compiled.lowering.program;
+    program.verify().unwrap();
+    assert!(program.buffers.iter().any(|b| b.name == "act0" && b.elem == spartac::program::Elem::F64));
+    assert!(program.kernels.iter().any(|k| k.name.starts_with("exact_layer")));
+    assert!(program.kernels.iter().any(|k| k.name.starts_with("tail_layers") && k.name.ends_with("_f64")));
+    let mut truth = bundled::real_1024_categories().unwrap();
+    truth.retain(|&id| id <= 600);
+    assert!(!truth.is_empty());
+    assert_eq!(task_graph::run_cpu(&compiled).unwrap(), truth);
+}
+
+#[test]
+fn where_fp32_loses_an_image_of_the_4096_network_the_f64_program_keeps_the_references_categories() {
+    // Image 42,014 of the 4096-neuron network's inputs sits on the unstable fixed point of
+    // x -> 2x - 0.35 from layer 8: the f64 reference saturates it, fp32 rounding kills it.
+    let network = hpec::generate(4096, 40, 0).unwrap();
+    let all = hpec::mnist::mnist_images(&bundled::mnist_digits().unwrap(), 4096, 42_040).unwrap();
+    let order: Vec<u32> = (41_990..42_040).collect();
+    let images = all.reordered(&order).unwrap();
+    let reference = hpec::reference_categories(&network, &images).unwrap();
+    let lost = 42_014 - 41_990;
+    assert!(reference.contains(&lost), "the reference keeps image 42,014: {reference:?}");
+    let run = |precision| {
+        let opts = HpecOptions { precision, ..options(images.n_images()) };
+        task_graph::run_cpu(&task_graph::compile(&network, &images, &opts, &|| {}).unwrap()).unwrap()
+    };
+    let fp32 = run(Precision::F32);
+    assert!(!fp32.contains(&lost), "fp32 loses image 42,014 (the case this test exists for): {fp32:?}");
+    assert_eq!(run(Precision::F64), reference);
 }
 
 #[test]
@@ -219,10 +256,12 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
     let images = bundled::real_1024_images().unwrap();
     // The third sample runs on the row-scatter kernel (from 1,024 neurons instead of 16,384).
     // The first sample runs its last two layers in the one-launch tail.
-    for (engine, layers, scatter_from, tail_from) in [
-        (Engine::Auto, [0usize, 57, 119], None, Some(1)),
-        (Engine::Simt, [3, 64, 111], None, None),
-        (Engine::Auto, [5, 80, 101], Some(1024), None),
+    // The fourth sample is the f64 program (exact layers, f64 rows, f64 tail).
+    for (engine, layers, scatter_from, tail_from, precision) in [
+        (Engine::Auto, [0usize, 57, 119], None, Some(1), Precision::F32),
+        (Engine::Simt, [3, 64, 111], None, None, Precision::F32),
+        (Engine::Auto, [5, 80, 101], Some(1024), None, Precision::F32),
+        (Engine::Auto, [2, 70, 118], None, Some(2), Precision::F64),
     ] {
         let sample = hpec::Network {
             neurons: network.neurons,
@@ -236,10 +275,13 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
             merge_from: Some(0),
             scatter_from,
             tail_from,
+            precision,
             ..HpecOptions::default()
         };
         let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
         let kernels = &compiled.lowering.program.kernels;
+        let exact = kernels.iter().filter(|k| k.name.starts_with("exact_layer")).count();
+        assert_eq!(exact > 0, precision == Precision::F64, "exact f64 layer kernels: {exact}");
         assert!(kernels.iter().any(|k| k.name.starts_with("merge_hash")));
         assert_eq!(kernels.iter().any(|k| k.name.starts_with("tail_layers")), tail_from.is_some());
         let scatters = kernels.iter().filter(|k| k.name.starts_with("spmm_row_scatter")).count();

@@ -1,9 +1,12 @@
 //! Row-movement kernels of batched sparse networks (the HPEC task graph, [`crate::program::hpec`]):
 //! scatter CSR rows into dense rows ([`load_rows`]), drop the rows that became all zero
 //! ([`compact_rows`]), also merge identical rows ([`merge_rows`], [`resolve_aliases`]), and flag
-//! the rows that stay nonzero ([`mark_rows`]); and run a network's converged tail, many layers on
-//! few rows, in one launch ([`tail_layers`]). Each is one Tera
-//! template (`templates/rows_*.cu.tera`), one warp per row; rows are `f32`, `cols` a multiple of 4.
+//! the rows that stay nonzero ([`mark_rows`]); run a network's converged tail, many layers on
+//! few rows, in one launch ([`tail_layers`]); and run a layer in f64 with the f64 reference's
+//! arithmetic bit for bit ([`exact_layer`]). Each is one Tera template
+//! (`templates/rows_*.cu.tera`). Rows are `f32` or `f64`; the kernels that only move or test
+//! rows (compact, merge, mark) see an f64 row as `2 × cols` 32-bit words, and `cols` (in words)
+//! is a multiple of 4.
 
 use super::render::render;
 use super::{CodegenError, Launch};
@@ -36,11 +39,12 @@ struct LoadCtx {
     clear: usize,
     warps: usize,
     alias: bool,
+    f64: bool,
 }
 
 /// Scatter `count` rows of an `images`-row CSR matrix, starting at a per-launch `first`, into
-/// dense rows; also writes the ids, the row count and zeroes `clear` counters after it (and,
-/// with `alias`, the batch's aliases, see [`merge_rows`]).
+/// dense rows (f64 with `f64`, else f32); also writes the ids, the row count and zeroes `clear`
+/// counters after it (and, with `alias`, the batch's aliases, see [`merge_rows`]).
 /// Signature `(offsets, indices, values, D, ids, live, [alias,] int first)`.
 pub fn load_rows(
     count: usize,
@@ -48,13 +52,18 @@ pub fn load_rows(
     images: usize,
     clear: usize,
     alias: bool,
+    f64: bool,
 ) -> Result<RowsKernel, CodegenError> {
     check_cols(cols)?;
     if count == 0 {
         return Err(CodegenError::Spec(format!("load_rows: {count} rows, {clear} counters to clear")));
     }
-    let name = format!("load_rows_{count}x{cols}_of_{images}_c{clear}{}", if alias { "_a" } else { "" });
-    let ctx = LoadCtx { kernel_name: name.clone(), count, cols, images, clear, warps: WARPS, alias };
+    let name = format!(
+        "load_rows_{count}x{cols}_of_{images}_c{clear}{}{}",
+        if alias { "_a" } else { "" },
+        if f64 { "_f64" } else { "" }
+    );
+    let ctx = LoadCtx { kernel_name: name.clone(), count, cols, images, clear, warps: WARPS, alias, f64 };
     let source = render("rows_load.cu.tera", &ctx)?;
     let grid = count.div_ceil(WARPS) as u32;
     Ok(RowsKernel {
@@ -166,6 +175,7 @@ struct TailCtx {
     threads: usize,
     grid: usize,
     clip_hi: String,
+    f64: bool,
 }
 
 /// Threads per CTA of [`tail_layers`].
@@ -232,7 +242,8 @@ pub fn tail_tables(layers: &[crate::sparse::CsrRef<'_>]) -> Result<TailTables, C
 /// at most `max_rows` live rows; every output `clip(. + bias, 0, clip_hi)`), its CTAs meeting
 /// at a grid barrier between layers: at most `sm_count` CTAs so that all are resident at once.
 /// Signature `(X, Y, idx, W, bias, live, barrier)`; the result is in `Y` when `layers` is odd,
-/// else in `X`; `barrier` one word that must be zero at launch.
+/// else in `X`; `barrier` one word that must be zero at launch. With `f64` the activations are
+/// f64 and every product and sum is rounded on its own, as in [`exact_layer`].
 pub fn tail_layers(
     n: usize,
     slots: usize,
@@ -240,6 +251,7 @@ pub fn tail_layers(
     max_rows: usize,
     clip_hi: f32,
     sm_count: usize,
+    f64: bool,
 ) -> Result<RowsKernel, CodegenError> {
     if n == 0 || layers == 0 || slots == 0 || slots > TAIL_MAX_SLOTS || max_rows == 0 {
         return Err(CodegenError::Spec(format!(
@@ -249,7 +261,7 @@ pub fn tail_layers(
     // Enough CTAs for a few rows of items, at most one per multiprocessor (a grid barrier needs
     // every CTA resident): fewer CTAs meet faster.
     let grid = (n * max_rows.min(4)).div_ceil(TAIL_THREADS).clamp(1, sm_count.max(1));
-    let name = format!("tail_layers_{n}_s{slots}_l{layers}_r{max_rows}_g{grid}");
+    let name = format!("tail_layers_{n}_s{slots}_l{layers}_r{max_rows}_g{grid}{}", if f64 { "_f64" } else { "" });
     let ctx = TailCtx {
         kernel_name: name.clone(),
         n,
@@ -259,9 +271,73 @@ pub fn tail_layers(
         threads: TAIL_THREADS,
         grid,
         clip_hi: super::spmm::shared::float_literal(clip_hi),
+        f64,
     };
     let source = render("rows_tail.cu.tera", &ctx)?;
     let launch = Launch { grid: (grid as u32, 1, 1), block: (TAIL_THREADS as u32, 1, 1), smem_bytes: 0 };
+    Ok(RowsKernel { name, source, launch })
+}
+
+#[derive(Serialize)]
+struct ExactCtx {
+    kernel_name: String,
+    n: usize,
+    slots: usize,
+    rows: usize,
+    max_rows: usize,
+    threads: usize,
+    staged: bool,
+    unrolled: bool,
+    clip_hi: String,
+}
+
+/// Threads per CTA of [`exact_layer`].
+const EXACT_THREADS: usize = 512;
+
+/// Shared memory a CTA of [`exact_layer`] may stage its rows in (one CTA per multiprocessor
+/// where they fill it: fewer, larger row groups read each column's slots fewer times).
+const EXACT_STAGE_BYTES: usize = 200 << 10;
+
+/// Most rows a CTA of [`exact_layer`] takes at a time (each a register accumulator per thread).
+const EXACT_MAX_ROWS: usize = 8;
+
+/// One `n × n` layer in f64 for at most `max_rows` live rows (the count in `live[0]`), from a
+/// one-layer [`tail_tables`] (`slots` per column): every output is the f64 reference's sum bit
+/// for bit (products, then sums, in k order; no fused multiply-add), then `+ bias`, then
+/// `clip(., 0, clip_hi)`. A CTA stages as many rows as fit [`EXACT_STAGE_BYTES`] (at most 8) in
+/// shared memory and computes them together; rows wider than that are read through L1, 4 at a
+/// time. Signature `(A, W, ptr, idx, bias, C, live)`, the layer kernels' (`ptr` unread; `A`, `C`
+/// f64, `W`, `bias` f32); the grid strides over the live rows.
+pub fn exact_layer(
+    n: usize,
+    slots: usize,
+    max_rows: usize,
+    clip_hi: f32,
+    sm_count: usize,
+) -> Result<RowsKernel, CodegenError> {
+    check_cols(n)?;
+    if slots == 0 || max_rows == 0 {
+        return Err(CodegenError::Spec(format!("exact_layer: {slots} slots, {max_rows} rows")));
+    }
+    let fit = EXACT_STAGE_BYTES / (8 * n);
+    let (rows, staged) = if fit >= 1 { (fit.min(EXACT_MAX_ROWS), true) } else { (4, false) };
+    let smem = if staged { 8 * n * rows } else { 0 };
+    let per_sm = if staged { (EXACT_STAGE_BYTES / smem).clamp(1, 2) } else { 2 };
+    let grid = max_rows.div_ceil(rows).clamp(1, sm_count.max(1) * per_sm);
+    let name = format!("exact_layer_{n}_s{slots}_r{rows}_m{max_rows}_g{grid}");
+    let ctx = ExactCtx {
+        kernel_name: name.clone(),
+        n,
+        slots,
+        rows,
+        max_rows,
+        threads: EXACT_THREADS,
+        staged,
+        unrolled: slots <= TAIL_MAX_SLOTS,
+        clip_hi: super::spmm::shared::float_literal(clip_hi),
+    };
+    let source = render("rows_exact.cu.tera", &ctx)?;
+    let launch = Launch { grid: (grid as u32, 1, 1), block: (EXACT_THREADS as u32, 1, 1), smem_bytes: smem as u32 };
     Ok(RowsKernel { name, source, launch })
 }
 
@@ -301,8 +377,8 @@ mod tests {
         }
         let odd = Csr::from_dense(&[1.0; 12], 3, 4);
         assert!(tail_tables(&[layers[0].view(), odd.view()]).is_err(), "layers of another shape");
-        let k = tail_layers(6, slots, 2, 10, 32.0, 132).unwrap();
+        let k = tail_layers(6, slots, 2, 10, 32.0, 132, false).unwrap();
         assert!(k.source.contains(&k.name) && k.launch.grid.0 >= 1);
-        assert!(tail_layers(6, slots, 0, 10, 32.0, 132).is_err());
+        assert!(tail_layers(6, slots, 0, 10, 32.0, 132, false).is_err());
     }
 }

@@ -277,7 +277,7 @@ struct ArgProto {
     tma: Vec<u32>,
 }
 
-const ELEMS: [Elem; 6] = [Elem::F32, Elem::I32, Elem::U8, Elem::I64, Elem::F16, Elem::BF16];
+const ELEMS: [Elem; 7] = [Elem::F32, Elem::I32, Elem::U8, Elem::I64, Elem::F16, Elem::BF16, Elem::F64];
 
 /// Why an artifact could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -554,6 +554,7 @@ fn data_of(elem: Elem, bytes: &[u8], len: usize, name: &str) -> Result<Data, Art
         Elem::I64 => Data::I64(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8"))).collect()),
         Elem::F16 => Data::F16(words2()),
         Elem::BF16 => Data::BF16(words2()),
+        Elem::F64 => return Err(bad(format!("buffer {name}: f64 buffers are scratch, never stored"))),
     })
 }
 

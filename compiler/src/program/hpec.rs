@@ -25,6 +25,11 @@
 //!    then stands for every image it equals); a last step copies each merged image's category
 //!    from the image that stood for it.
 //!
+//! With [`Precision::F64`] the activations are f64 and each layer before the tail is one
+//! [`rows::exact_layer`] kernel ([`compile_layer_exact`]: the f64 reference's arithmetic bit
+//! for bit, nothing planned); the tail runs the same arithmetic, and the row movers (load,
+//! compact, merge, mark) see an f64 row as twice the 32-bit words.
+//!
 //! Weights stay resident when they fit `HpecOptions::weight_budget`; otherwise every layer's
 //! packed weight and tables live in pinned host memory and stream through `stream_slots`
 //! rotating device slots, each copy ordered only after the layer that last read its slot.
@@ -105,6 +110,32 @@ pub struct HpecOptions {
     /// the challenge networks hold one merged row, where a layer's own kernels cost ~5 µs of
     /// launches for ~1 µs of work; the tail kernel is slow on many rows, so it starts late.
     pub tail_from: Option<usize>,
+    /// Arithmetic of the activations ([`Precision`]).
+    pub precision: Precision,
+}
+
+/// The arithmetic a network runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// fp32 activations: the planned and specialized layer kernels (3xTF32 or SIMT fp32).
+    #[default]
+    F32,
+    /// f64 activations, and every layer computed as the f64 reference computes it, bit for bit
+    /// ([`rows::exact_layer`], [`compile_layer_exact`]): products, then sums in k order, then
+    /// the bias, each rounded on its own. Twice the activation bytes and SIMT f64 arithmetic;
+    /// the categories then equal the f64 reference's whatever the network. fp32 cannot promise
+    /// that: an image near an unstable fixed point (x → 2x − 0.35 on the 4096 networks)
+    /// follows its rounding, not the reference's.
+    F64,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F64 => "f64",
+        }
+    }
 }
 
 impl Default for HpecOptions {
@@ -125,6 +156,7 @@ impl Default for HpecOptions {
             scatter_from: None,
             fine_only: false,
             tail_from: Some(DEFAULT_TAIL_FROM),
+            precision: Precision::F32,
         }
     }
 }
@@ -436,6 +468,30 @@ pub fn compile_layer(
     Ok(LayerKernels { parts, summary: labels.join(" + ") })
 }
 
+/// Label prefix of the layers [`compile_layer_exact`] builds.
+const EXACT_LABEL: &str = "exact_f64";
+
+/// One `n × n` layer for [`Precision::F64`]: the kernel of [`rows::exact_layer`] (bias, ReLU
+/// and the cap fused) and its tables, the layer's nonzeros as ELL slots in k order (8 bytes
+/// each). Nothing is planned: the reference's order of additions fixes the kernel.
+pub fn compile_layer_exact(layer: &Csr, batch: usize, options: &HpecOptions) -> Result<LayerKernels, CodegenError> {
+    layer.validate(true).map_err(spec_err)?;
+    let t = rows::tail_tables(&[layer.view()])?;
+    let k = rows::exact_layer(layer.cols, t.slots, batch.max(1), YMAX, options.sm_count)?;
+    Ok(LayerKernels {
+        summary: format!("{EXACT_LABEL}:{}slots", t.slots),
+        parts: vec![LayerPart {
+            name: k.name,
+            source: k.source,
+            launch: k.launch,
+            tma_a: None,
+            ptr: vec![0],
+            idx: t.idx,
+            weight: t.values,
+        }],
+    })
+}
+
 /// Where a layer kernel's constant inputs are: packed weight, `ptr`, `idx` (and their lengths).
 struct PartBuffers {
     w: (BufferId, usize),
@@ -494,6 +550,16 @@ pub fn lower(
             kernels.len()
         )));
     }
+    let f64 = options.precision == Precision::F64;
+    if let Some(l) = kernels.iter().position(|k| k.summary.starts_with(EXACT_LABEL) != f64) {
+        return Err(invalid(format!(
+            "layer {l} was compiled for the other precision than {} ({})",
+            options.precision.name(),
+            kernels[l].summary
+        )));
+    }
+    // The row kernels that only move or test rows see an f64 row as twice the 32-bit words.
+    let words = if f64 { 2 * neurons } else { neurons };
     if let Some(t) = tail.as_ref().filter(|t| t.neurons != neurons) {
         return Err(invalid(format!("the tail's layers are {0}x{0}, the network has {neurons} neurons", t.neurons)));
     }
@@ -513,9 +579,10 @@ pub fn lower(
     let img_off = b.constant("images.offsets", u32_data(images.offsets), false);
     let img_idx = b.constant("images.indices", u32_data(images.indices), false);
     let img_val = b.constant("images.values", Data::F32(images.values.to_vec()), false);
+    let act_elem = if f64 { Elem::F64 } else { Elem::F32 };
     let act = [
-        b.buffer("act0", Elem::F32, batch * neurons, Storage::Scratch),
-        b.buffer("act1", Elem::F32, batch * neurons, Storage::Scratch),
+        b.buffer("act0", act_elem, batch * neurons, Storage::Scratch),
+        b.buffer("act1", act_elem, batch * neurons, Storage::Scratch),
     ];
     let ids =
         [b.buffer("ids0", Elem::I32, batch, Storage::Scratch), b.buffer("ids1", Elem::I32, batch, Storage::Scratch)];
@@ -562,7 +629,7 @@ pub fn lower(
         }
     }
 
-    let load = rows::load_rows(batch, neurons, images.n_images, compactions, merge.is_some()).map_err(codegen)?;
+    let load = rows::load_rows(batch, neurons, images.n_images, compactions, merge.is_some(), f64).map_err(codegen)?;
     let load_k = b.kernel(&load.name, &load.source, 0);
     b.step(
         "load batch",
@@ -592,11 +659,11 @@ pub fn lower(
                 .collect(),
         )],
     );
-    let compact = rows::compact_rows(batch, neurons).map_err(codegen)?;
+    let compact = rows::compact_rows(batch, words).map_err(codegen)?;
     let compact_k = b.kernel(&compact.name, &compact.source, 0);
     let merge_ks = match merge {
         Some(_) => {
-            let (hash, pack) = rows::merge_rows(batch, neurons).map_err(codegen)?;
+            let (hash, pack) = rows::merge_rows(batch, words).map_err(codegen)?;
             let ids = (b.kernel(&hash.name, &hash.source, 0), b.kernel(&pack.name, &pack.source, 0));
             Some((hash, pack, ids))
         }
@@ -750,7 +817,7 @@ pub fn lower(
     if let Some(t) = tail.filter(|t| t.layers > 0) {
         let slots = t.slots;
         weight_bytes += 4 * (t.idx.len() + t.values.len());
-        let kernel = rows::tail_layers(neurons, slots, n_tail, batch, YMAX, options.sm_count).map_err(codegen)?;
+        let kernel = rows::tail_layers(neurons, slots, n_tail, batch, YMAX, options.sm_count, f64).map_err(codegen)?;
         let idx_buf = b.constant("tail.idx", Data::I32(t.idx), false);
         let w_buf = b.constant("tail.w", Data::F32(t.values), false);
         let barrier = b.buffer("tail.barrier", Elem::I32, 1, Storage::Scratch);
@@ -792,7 +859,7 @@ pub fn lower(
             cur = 1 - cur;
         }
     }
-    let mark = rows::mark_rows(batch, neurons).map_err(codegen)?;
+    let mark = rows::mark_rows(batch, words).map_err(codegen)?;
     let mark_k = b.kernel(&mark.name, &mark.source, 0);
     b.step(
         "categories",

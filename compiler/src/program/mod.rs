@@ -49,6 +49,8 @@ pub enum Elem {
     I64,
     F16,
     BF16,
+    /// Scratch only (no constant holds it): the activations of an f64 HPEC program.
+    F64,
 }
 
 impl Elem {
@@ -56,7 +58,7 @@ impl Elem {
         match self {
             Elem::F32 | Elem::I32 => 4,
             Elem::U8 => 1,
-            Elem::I64 => 8,
+            Elem::I64 | Elem::F64 => 8,
             Elem::F16 | Elem::BF16 => 2,
         }
     }
@@ -68,6 +70,7 @@ impl Elem {
             Elem::I64 => "i64",
             Elem::F16 => "f16",
             Elem::BF16 => "bf16",
+            Elem::F64 => "f64",
         }
     }
 

@@ -1,5 +1,6 @@
 //! Runs a [`Program`] on the host: the same buffers, the same steps in the same order, each
-//! op's semantics computed in f32 (f64 accumulation for matmuls). This is how a program is
+//! op's semantics computed in f32 (f64 accumulation for matmuls); a product between f64
+//! buffers computes as the f64 reference does, bit for bit (the HPEC f64 program). This is how a program is
 //! tested without a GPU: a step that reads a weight slot before its copy landed, a counter
 //! that was never set, or a row range past a buffer fails here as it would corrupt the GPU run.
 
@@ -81,6 +82,15 @@ impl CpuMemory {
             }
         }
     }
+    fn f64s(&self, id: BufferId) -> Vec<f64> {
+        self.bufs[id.0 as usize].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+    }
+    fn store_f64s(&mut self, id: BufferId, values: &[f64]) {
+        let dst = &mut self.bufs[id.0 as usize];
+        for (d, v) in dst.chunks_exact_mut(8).zip(values) {
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+    }
     fn i32s(&self, id: BufferId) -> Vec<i32> {
         self.bufs[id.0 as usize].chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
     }
@@ -151,10 +161,44 @@ fn live_rows(mem: &CpuMemory, rows: &Rows) -> Result<usize, String> {
     }
 }
 
-fn row_nonzero(mem: &CpuMemory, buf: BufferId, r: usize, cols: usize) -> bool {
-    mem.bufs[buf.0 as usize][4 * r * cols..4 * (r + 1) * cols]
-        .chunks_exact(4)
-        .any(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0.0)
+/// Whether row `r` of a float buffer of `elem` (`cols` elements a row) holds a nonzero.
+fn row_nonzero(mem: &CpuMemory, buf: BufferId, elem: Elem, r: usize, cols: usize) -> bool {
+    let e = elem.bytes();
+    let row = &mem.bufs[buf.0 as usize][e * r * cols..e * (r + 1) * cols];
+    match elem {
+        Elem::F64 => row.chunks_exact(8).any(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) != 0.0),
+        _ => row.chunks_exact(4).any(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0.0),
+    }
+}
+
+/// `epilogue(A[r, :] · w)` for the first `live` f64 rows of `av` as the f64 reference computes
+/// it: for each nonzero activation in k order, `acc[col] += a · w` (each product and sum
+/// rounded on its own), then the epilogue on `acc + bias`.
+fn spmm_rows_f64(
+    w: &spartac::program::Csr,
+    av: &[f64],
+    live: usize,
+    bias: &[f32],
+    epilogue: &spartac::codegen::Epilogue,
+) -> Vec<f64> {
+    use rayon::prelude::*;
+    let n = w.cols;
+    let mut out = vec![0.0f64; live * n];
+    out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
+        let arow = &av[r * w.rows..(r + 1) * w.rows];
+        for (kk, &x) in arow.iter().enumerate() {
+            if x == 0.0 {
+                continue;
+            }
+            for e in w.offsets[kk] as usize..w.offsets[kk + 1] as usize {
+                orow[w.indices[e] as usize] += x * w.values[e] as f64;
+            }
+        }
+        for (o, b) in orow.iter_mut().zip(bias) {
+            *o = epilogue.apply(*o, *b as f64);
+        }
+    });
+    out
 }
 
 /// The tensor of an operand: a buffer's bytes decoded as its dtype, a temporary of the group,
@@ -310,9 +354,17 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             let w = &program.matrices[*weight];
             let live = live_rows(mem, rows)?;
             let (a_elem, c_elem) = (program.buffer(*a).elem, program.buffer(*c).elem);
-            let av = mem.floats(*a, a_elem);
             let bias: Vec<f32> =
                 bias.map(|b| mem.floats(b, program.buffer(b).elem)).unwrap_or_else(|| vec![0.0; w.cols]);
+            if a_elem == Elem::F64 || c_elem == Elem::F64 {
+                if a_elem != c_elem || *accumulate {
+                    return Err(format!("a product from {} into {}", a_elem.name(), c_elem.name()));
+                }
+                let out = spmm_rows_f64(w, &mem.f64s(*a), live, &bias, epilogue);
+                mem.store_f64s(*c, &out);
+                return Ok(());
+            }
+            let av = mem.floats(*a, a_elem);
             let prev = if *accumulate { mem.floats(*c, c_elem) } else { vec![] };
             let out = spmm_rows(w, &av, live, &bias, epilogue, accumulate.then_some(&prev[..]));
             mem.store_floats(*c, c_elem, &out);
@@ -327,6 +379,31 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             let ws = mem.floats(*w, Elem::F32);
             let (n, slots) = (*n, *slots);
             let (elem, mut from, mut to) = (program.buffer(*a).elem, *a, *c);
+            if elem == Elem::F64 {
+                // The f64 tail: each column's products and sums in slot order, each rounded.
+                for l in 0..*layers {
+                    let av = mem.f64s(from);
+                    let (lk, lw) = (&ks[l * slots * n..(l + 1) * slots * n], &ws[l * slots * n..(l + 1) * slots * n]);
+                    let mut out = vec![0f64; live * n];
+                    use rayon::prelude::*;
+                    out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
+                        let arow = &av[r * n..(r + 1) * n];
+                        for (col, o) in orow.iter_mut().enumerate() {
+                            let mut acc = 0f64;
+                            for s in 0..slots {
+                                let k = lk[s * n + col];
+                                if k >= 0 {
+                                    acc += arow[k as usize] * lw[s * n + col] as f64;
+                                }
+                            }
+                            *o = epilogue.apply(acc, bias[col] as f64);
+                        }
+                    });
+                    mem.store_f64s(to, &out);
+                    std::mem::swap(&mut from, &mut to);
+                }
+                return Ok(());
+            }
             for l in 0..*layers {
                 let av = mem.floats(from, elem);
                 let (lk, lw) = (&ks[l * slots * n..(l + 1) * slots * n], &ws[l * slots * n..(l + 1) * slots * n]);
@@ -354,18 +431,25 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             let first = params[first.0 as usize];
             let first = usize::try_from(first).map_err(|_| format!("negative first row {first}"))?;
             let avail = images.saturating_sub(first).min(*count);
+            let elem = program.buffer(*dst).elem;
+            let size = elem.bytes();
             for r in 0..avail {
                 let row = first + r;
                 let (b, e) = (mem.i32_at(*offsets, row) as usize, mem.i32_at(*offsets, row + 1) as usize);
                 let base = r * cols;
-                mem.bufs[dst.0 as usize][4 * base..4 * (base + cols)].fill(0);
+                mem.bufs[dst.0 as usize][size * base..size * (base + cols)].fill(0);
                 for i in b..e {
                     let col = mem.i32_at(*indices, i) as usize;
                     if col >= *cols {
                         return Err(format!("row {row} has column {col} of {cols}"));
                     }
                     let v = mem.f32_at(*values, i);
-                    mem.set_f32(*dst, base + col, v);
+                    if elem == Elem::F64 {
+                        let at = 8 * (base + col);
+                        mem.bufs[dst.0 as usize][at..at + 8].copy_from_slice(&(v as f64).to_le_bytes());
+                    } else {
+                        mem.set_f32(*dst, base + col, v);
+                    }
                 }
                 mem.set_i32(*ids, r, row as i32);
                 if let Some(alias) = alias {
@@ -384,16 +468,18 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
                 return Err("the compaction's counter does not start at zero".into());
             }
             let mut slot = 0usize;
+            let elem = program.buffer(*src).elem;
+            let e = elem.bytes();
             // With a merge: the first row of each distinct content stands for the later ones.
             let mut kept: std::collections::HashMap<Vec<u8>, i32> = Default::default();
             for r in 0..n {
                 if let Some(m) = merge {
                     mem.set_i32(m.row_slot, r, -1);
                 }
-                if !row_nonzero(mem, *src, r, *cols) {
+                if !row_nonzero(mem, *src, elem, r, *cols) {
                     continue;
                 }
-                let bytes = mem.bufs[src.0 as usize][4 * r * cols..4 * (r + 1) * cols].to_vec();
+                let bytes = mem.bufs[src.0 as usize][e * r * cols..e * (r + 1) * cols].to_vec();
                 if let Some(m) = merge {
                     let id = mem.i32_at(*src_ids, r);
                     if let Some(&rep) = kept.get(&bytes) {
@@ -406,7 +492,7 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
                     }
                     kept.insert(bytes.clone(), id);
                 }
-                mem.bufs[dst.0 as usize][4 * slot * cols..4 * (slot + 1) * cols].copy_from_slice(&bytes);
+                mem.bufs[dst.0 as usize][e * slot * cols..e * (slot + 1) * cols].copy_from_slice(&bytes);
                 let id = mem.i32_at(*src_ids, r);
                 mem.set_i32(*dst_ids, slot, id);
                 slot += 1;
@@ -440,8 +526,9 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
         Op::MarkRows { src, ids, cols, live, at, flags } => {
             let n = live_rows(mem, &Rows::Live { max: program.buffer(*ids).len, count: *live, at: *at })?;
             let n_flags = program.buffer(*flags).len;
+            let elem = program.buffer(*src).elem;
             for r in 0..n {
-                if row_nonzero(mem, *src, r, *cols) {
+                if row_nonzero(mem, *src, elem, r, *cols) {
                     let id = mem.i32_at(*ids, r);
                     let id = usize::try_from(id)
                         .ok()

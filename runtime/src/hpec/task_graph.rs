@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
-use spartac::program::hpec::{compile_layer, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels};
+use spartac::program::hpec::{
+    compile_layer, compile_layer_exact, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels, Precision,
+};
 use spartac::program::Csr;
 use spartac::sparse::CsrRef;
 
@@ -73,12 +75,16 @@ fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions
 
 /// Layer `l` compiled: from the cache in `cache` when a valid entry exists, else planned and
 /// specialized (and the entry written). A corrupted entry fails its checksum and is rebuilt.
+/// f64 layers are built from their tables alone (no planning: nothing worth caching).
 fn compiled_layer(
     layer: &Csr,
     batch: usize,
     options: &HpecOptions,
     cache: Option<&Path>,
 ) -> Result<(LayerKernels, bool), String> {
+    if options.precision == Precision::F64 {
+        return compile_layer_exact(layer, batch, options).map(|k| (k, false)).map_err(|e| e.to_string());
+    }
     let path = cache.map(|d| layer_cache_path(d, layer, batch, options));
     if let Some(p) = &path {
         if let Some(k) = std::fs::read(p).ok().and_then(|b| LayerKernels::from_bytes(&b)) {
