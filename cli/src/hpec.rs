@@ -205,6 +205,12 @@ pub struct GpuArgs {
     /// never: it measured 3x slower at 16384 neurons so far.
     #[arg(long, default_value_t = 0, value_name = "W")]
     pub scatter_from: usize,
+    /// Layers at least W neurons wide (up to 51,200, whose rows fit shared memory) run as a
+    /// gather from staged rows (a thread per column, its nonzeros' k in registers, up to 8 rows
+    /// at a time) instead of the planned tensor-core kernels, whose activation traffic grows
+    /// with the width; 0 never. Measured on an H200: 16384x120 215 ms against 337.
+    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_GATHER_FROM, value_name = "W")]
+    pub gather_from: usize,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
     /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or
     /// "auto" for the specializer's general choice [default: 64,16,6,1; 64,24,6,1 from 4096
@@ -728,6 +734,7 @@ fn run_compiled(
         fine_only: g.fine_only,
         tail_from: (!g.no_tail).then_some(g.tail_from),
         precision: g.precision,
+        gather_from: (g.gather_from > 0).then_some(g.gather_from),
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
@@ -835,6 +842,7 @@ fn run_compiled(
             serde_json::json!((compiled.tail_start < network.n_layers()).then_some(compiled.tail_start));
         value["few_rows"] = serde_json::json!(options.few_rows);
         value["precision"] = serde_json::json!(options.precision.name());
+        value["gather_from"] = serde_json::json!(options.gather_from);
         value["scatter_from"] = serde_json::json!(options.scatter_from);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {

@@ -45,12 +45,28 @@ fn the_f64_program_matches_the_truth_on_the_real_network() {
     let program = &compiled.lowering.program;
     program.verify().unwrap();
     assert!(program.buffers.iter().any(|b| b.name == "act0" && b.elem == spartac::program::Elem::F64));
-    assert!(program.kernels.iter().any(|k| k.name.starts_with("exact_layer")));
+    assert!(program.kernels.iter().any(|k| k.name.starts_with("gather_layer") && k.name.contains("_f64")));
     assert!(program.kernels.iter().any(|k| k.name.starts_with("tail_layers") && k.name.ends_with("_f64")));
     let mut truth = bundled::real_1024_categories().unwrap();
     truth.retain(|&id| id <= 600);
     assert!(!truth.is_empty());
     assert_eq!(task_graph::run_cpu(&compiled).unwrap(), truth);
+}
+
+#[test]
+fn fp32_gather_layers_match_the_truth_on_the_real_network() {
+    let network = real_network(120);
+    let images = bundled::real_1024_images().unwrap().first(600);
+    let mut truth = bundled::real_1024_categories().unwrap();
+    truth.retain(|&id| id <= 600);
+    for fold_values in [true, false] {
+        let opts = HpecOptions { gather_from: Some(1024), fold_values, ..options(250) };
+        let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+        let low = &compiled.lowering;
+        assert!(low.layer_summaries[..32].iter().all(|s| s.starts_with("gather_f32")), "{:?}", low.layer_summaries);
+        assert_eq!(low.layer_summaries[0].ends_with(":folded"), fold_values);
+        assert_eq!(task_graph::run_cpu(&compiled).unwrap(), truth, "fold {fold_values}");
+    }
 }
 
 #[test]
@@ -256,12 +272,14 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
     let images = bundled::real_1024_images().unwrap();
     // The third sample runs on the row-scatter kernel (from 1,024 neurons instead of 16,384).
     // The first sample runs its last two layers in the one-launch tail.
-    // The fourth sample is the f64 program (exact layers, f64 rows, f64 tail).
-    for (engine, layers, scatter_from, tail_from, precision) in [
-        (Engine::Auto, [0usize, 57, 119], None, Some(1), Precision::F32),
-        (Engine::Simt, [3, 64, 111], None, None, Precision::F32),
-        (Engine::Auto, [5, 80, 101], Some(1024), None, Precision::F32),
-        (Engine::Auto, [2, 70, 118], None, Some(2), Precision::F64),
+    // The fourth sample is the f64 program (exact layers, f64 rows, f64 tail), the fifth the
+    // fp32 gather layers with their values in a table (not folded).
+    for (engine, layers, scatter_from, tail_from, precision, gather_from) in [
+        (Engine::Auto, [0usize, 57, 119], None, Some(1), Precision::F32, None),
+        (Engine::Simt, [3, 64, 111], None, None, Precision::F32, None),
+        (Engine::Auto, [5, 80, 101], Some(1024), None, Precision::F32, None),
+        (Engine::Auto, [2, 70, 118], None, Some(2), Precision::F64, None),
+        (Engine::Auto, [4, 77, 90], None, None, Precision::F32, Some(1024)),
     ] {
         let sample = hpec::Network {
             neurons: network.neurons,
@@ -276,12 +294,15 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
             scatter_from,
             tail_from,
             precision,
+            gather_from,
+            fold_values: gather_from.is_none(),
             ..HpecOptions::default()
         };
         let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
         let kernels = &compiled.lowering.program.kernels;
-        let exact = kernels.iter().filter(|k| k.name.starts_with("exact_layer")).count();
-        assert_eq!(exact > 0, precision == Precision::F64, "exact f64 layer kernels: {exact}");
+        let gathers = kernels.iter().filter(|k| k.name.starts_with("gather_layer")).count();
+        let want = precision == Precision::F64 || gather_from.is_some();
+        assert_eq!(gathers > 0, want, "gather layer kernels: {gathers}");
         assert!(kernels.iter().any(|k| k.name.starts_with("merge_hash")));
         assert_eq!(kernels.iter().any(|k| k.name.starts_with("tail_layers")), tail_from.is_some());
         let scatters = kernels.iter().filter(|k| k.name.starts_with("spmm_row_scatter")).count();

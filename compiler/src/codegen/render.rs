@@ -36,7 +36,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("rows_merge_pack.cu.tera", include_str!("../../../templates/rows_merge_pack.cu.tera")),
     ("rows_resolve.cu.tera", include_str!("../../../templates/rows_resolve.cu.tera")),
     ("rows_tail.cu.tera", include_str!("../../../templates/rows_tail.cu.tera")),
-    ("rows_exact.cu.tera", include_str!("../../../templates/rows_exact.cu.tera")),
+    ("rows_gather.cu.tera", include_str!("../../../templates/rows_gather.cu.tera")),
     ("rows_mark.cu.tera", include_str!("../../../templates/rows_mark.cu.tera")),
     ("ops.cuh", include_str!("../../../templates/ops.cuh")),
     ("op_rows.cuh", include_str!("../../../templates/op_rows.cuh")),

@@ -2,8 +2,8 @@
 //! scatter CSR rows into dense rows ([`load_rows`]), drop the rows that became all zero
 //! ([`compact_rows`]), also merge identical rows ([`merge_rows`], [`resolve_aliases`]), and flag
 //! the rows that stay nonzero ([`mark_rows`]); run a network's converged tail, many layers on
-//! few rows, in one launch ([`tail_layers`]); and run a layer in f64 with the f64 reference's
-//! arithmetic bit for bit ([`exact_layer`]). Each is one Tera template
+//! few rows, in one launch ([`tail_layers`]); and run a layer as a gather from staged rows, in
+//! fp32 or with the f64 reference's arithmetic bit for bit ([`gather_layer`]). Each is one Tera template
 //! (`templates/rows_*.cu.tera`). Rows are `f32` or `f64`; the kernels that only move or test
 //! rows (compact, merge, mark) see an f64 row as `2 × cols` 32-bit words, and `cols` (in words)
 //! is a multiple of 4.
@@ -243,7 +243,7 @@ pub fn tail_tables(layers: &[crate::sparse::CsrRef<'_>]) -> Result<TailTables, C
 /// at a grid barrier between layers: at most `sm_count` CTAs so that all are resident at once.
 /// Signature `(X, Y, idx, W, bias, live, barrier)`; the result is in `Y` when `layers` is odd,
 /// else in `X`; `barrier` one word that must be zero at launch. With `f64` the activations are
-/// f64 and every product and sum is rounded on its own, as in [`exact_layer`].
+/// f64 and every product and sum is rounded on its own, as in [`gather_layer`].
 pub fn tail_layers(
     n: usize,
     slots: usize,
@@ -279,65 +279,117 @@ pub fn tail_layers(
 }
 
 #[derive(Serialize)]
-struct ExactCtx {
+struct GatherCtx {
     kernel_name: String,
     n: usize,
     slots: usize,
     rows: usize,
     max_rows: usize,
     threads: usize,
+    slice: usize,
     staged: bool,
     unrolled: bool,
+    narrow: bool,
+    f64: bool,
+    value: Option<String>,
     clip_hi: String,
 }
 
-/// Threads per CTA of [`exact_layer`].
-const EXACT_THREADS: usize = 512;
+/// Threads per CTA of [`gather_layer`].
+const GATHER_THREADS: usize = 512;
 
-/// Shared memory a CTA of [`exact_layer`] may stage its rows in (one CTA per multiprocessor
+/// Shared memory a CTA of [`gather_layer`] may stage its rows in (one CTA per multiprocessor
 /// where they fill it: fewer, larger row groups read each column's slots fewer times).
-const EXACT_STAGE_BYTES: usize = 200 << 10;
+const GATHER_STAGE_BYTES: usize = 200 << 10;
 
-/// Most rows a CTA of [`exact_layer`] takes at a time (each a register accumulator per thread).
-const EXACT_MAX_ROWS: usize = 8;
+/// Most rows a CTA of [`gather_layer`] takes at a time (each a register accumulator per thread).
+const GATHER_MAX_ROWS: usize = 8;
 
-/// One `n × n` layer in f64 for at most `max_rows` live rows (the count in `live[0]`), from a
-/// one-layer [`tail_tables`] (`slots` per column): every output is the f64 reference's sum bit
-/// for bit (products, then sums, in k order; no fused multiply-add), then `+ bias`, then
-/// `clip(., 0, clip_hi)`. A CTA stages as many rows as fit [`EXACT_STAGE_BYTES`] (at most 8) in
-/// shared memory and computes them together; rows wider than that are read through L1, 4 at a
-/// time. Signature `(A, W, ptr, idx, bias, C, live)`, the layer kernels' (`ptr` unread; `A`, `C`
-/// f64, `W`, `bias` f32); the grid strides over the live rows.
-pub fn exact_layer(
-    n: usize,
-    slots: usize,
-    max_rows: usize,
-    clip_hi: f32,
-    sm_count: usize,
-) -> Result<RowsKernel, CodegenError> {
+/// Columns of one CTA's slice in [`gather_layer`]: a layer wider than this splits its columns
+/// over CTAs (`blockIdx.y`), so that few rows still occupy several multiprocessors.
+const GATHER_SLICE: usize = 2048;
+
+/// A layer for [`gather_layer`]: `n × n`, its [`tail_tables`] (one layer) with `slots` per
+/// column; `value` the layer's one nonzero value when it has only one (folded into the code:
+/// no value table), `narrow` for k stored as u16 ([`narrow_idx`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GatherLayer {
+    pub n: usize,
+    pub slots: usize,
+    pub max_rows: usize,
+    pub clip_hi: f32,
+    pub sm_count: usize,
+    /// f64 activations and the f64 reference's arithmetic, bit for bit (else fp32 FMAs).
+    pub f64: bool,
+    pub value: Option<f32>,
+    pub narrow: bool,
+}
+
+/// Whether [`gather_layer`] stages rows of `n` elements (f64 with `f64`) in shared memory: at
+/// least one fits [`GATHER_STAGE_BYTES`]. Wider rows are gathered through L1, one 32-byte
+/// sector a nonzero.
+pub fn gather_stages(n: usize, f64: bool) -> bool {
+    n * if f64 { 8 } else { 4 } <= GATHER_STAGE_BYTES
+}
+
+/// The `idx` table of [`tail_tables`] as u16 pairs in i32 words (`0xffff` in a pad), for
+/// layers narrower than 65,536: a quarter of the bytes of k and value.
+pub fn narrow_idx(idx: &[i32]) -> Vec<i32> {
+    let half = |k: i32| if k < 0 { 0xffffu32 } else { k as u32 & 0xffff };
+    idx.chunks(2).map(|p| (half(p[0]) | (p.get(1).map_or(0xffff, |&k| half(k)) << 16)) as i32).collect()
+}
+
+/// One `n × n` layer as a gather from staged rows: every output sums its column's slots in k
+/// order, then `+ bias`, then `clip(., 0, clip_hi)`; with `f64`, f64 rows and every product and
+/// sum rounded on its own, the f64 reference's arithmetic bit for bit (the `--precision f64`
+/// layers); else fp32 FMAs. A CTA stages as many rows as fit [`GATHER_STAGE_BYTES`] (at most 8)
+/// in shared memory and computes them for its column slice; rows wider than that are read
+/// through L1, 4 at a time. Signature `(A, W, ptr, idx, bias, C, live)`, the layer kernels'
+/// (`ptr` unread, `W` unread when the value is folded, `bias` f32); the grid strides over the
+/// live rows.
+pub fn gather_layer(g: &GatherLayer) -> Result<RowsKernel, CodegenError> {
+    let n = g.n;
     check_cols(n)?;
-    if slots == 0 || max_rows == 0 {
-        return Err(CodegenError::Spec(format!("exact_layer: {slots} slots, {max_rows} rows")));
+    if g.slots == 0 || g.max_rows == 0 || (g.narrow && n >= 0xffff) {
+        return Err(CodegenError::Spec(format!(
+            "gather_layer: {n} neurons, {} slots, {} rows, narrow {}",
+            g.slots, g.max_rows, g.narrow
+        )));
     }
-    let fit = EXACT_STAGE_BYTES / (8 * n);
-    let (rows, staged) = if fit >= 1 { (fit.min(EXACT_MAX_ROWS), true) } else { (4, false) };
-    let smem = if staged { 8 * n * rows } else { 0 };
-    let per_sm = if staged { (EXACT_STAGE_BYTES / smem).clamp(1, 2) } else { 2 };
-    let grid = max_rows.div_ceil(rows).clamp(1, sm_count.max(1) * per_sm);
-    let name = format!("exact_layer_{n}_s{slots}_r{rows}_m{max_rows}_g{grid}");
-    let ctx = ExactCtx {
+    let elem = if g.f64 { 8 } else { 4 };
+    let fit = GATHER_STAGE_BYTES / (elem * n);
+    let (rows, staged) = if gather_stages(n, g.f64) { (fit.min(GATHER_MAX_ROWS), true) } else { (4, false) };
+    let smem = if staged { elem * n * rows } else { 0 };
+    let per_sm = if staged { (GATHER_STAGE_BYTES / smem).clamp(1, 2) } else { 2 };
+    let slices = n.div_ceil(GATHER_SLICE);
+    let gx = g.max_rows.div_ceil(rows).clamp(1, (g.sm_count.max(1) * per_sm).div_ceil(slices));
+    let name = format!(
+        "gather_layer_{n}_s{}_r{rows}_m{}_g{gx}{}{}{}",
+        g.slots,
+        g.max_rows,
+        if g.f64 { "_f64" } else { "" },
+        if g.value.is_some() { "_v" } else { "" },
+        if g.narrow { "_u16" } else { "" }
+    );
+    let float = super::spmm::shared::float_literal;
+    let ctx = GatherCtx {
         kernel_name: name.clone(),
         n,
-        slots,
+        slots: g.slots,
         rows,
-        max_rows,
-        threads: EXACT_THREADS,
+        max_rows: g.max_rows,
+        threads: GATHER_THREADS,
+        slice: GATHER_SLICE.min(n),
         staged,
-        unrolled: slots <= TAIL_MAX_SLOTS,
-        clip_hi: super::spmm::shared::float_literal(clip_hi),
+        unrolled: g.slots <= TAIL_MAX_SLOTS,
+        narrow: g.narrow,
+        f64: g.f64,
+        value: g.value.map(float),
+        clip_hi: float(g.clip_hi),
     };
-    let source = render("rows_exact.cu.tera", &ctx)?;
-    let launch = Launch { grid: (grid as u32, 1, 1), block: (EXACT_THREADS as u32, 1, 1), smem_bytes: smem as u32 };
+    let source = render("rows_gather.cu.tera", &ctx)?;
+    let launch =
+        Launch { grid: (gx as u32, slices as u32, 1), block: (GATHER_THREADS as u32, 1, 1), smem_bytes: smem as u32 };
     Ok(RowsKernel { name, source, launch })
 }
 

@@ -26,7 +26,7 @@
 //!    from the image that stood for it.
 //!
 //! With [`Precision::F64`] the activations are f64 and each layer before the tail is one
-//! [`rows::exact_layer`] kernel ([`compile_layer_exact`]: the f64 reference's arithmetic bit
+//! [`rows::gather_layer`] kernel ([`compile_layer_gather`]: the f64 reference's arithmetic bit
 //! for bit, nothing planned); the tail runs the same arithmetic, and the row movers (load,
 //! compact, merge, mark) see an f64 row as twice the 32-bit words.
 //!
@@ -112,6 +112,13 @@ pub struct HpecOptions {
     pub tail_from: Option<usize>,
     /// Arithmetic of the activations ([`Precision`]).
     pub precision: Precision,
+    /// fp32 layers at least this many neurons wide, whose rows fit the staging buffer
+    /// ([`rows::gather_stages`]: up to 51,200 neurons), run as a gather from rows staged in
+    /// shared memory ([`compile_layer_gather`]) instead of the planned kernels; `None`: never.
+    /// Measured on the H200 (2026-11-27, calls 19-20): 16384×120 215 ms against 337 with the
+    /// planned 3xTF32 kernels, 4096×120 23.8 against 29.7; 1024×120 2.81 against 2.67 (the
+    /// planned kernels stay there).
+    pub gather_from: Option<usize>,
 }
 
 /// The arithmetic a network runs in.
@@ -121,7 +128,7 @@ pub enum Precision {
     #[default]
     F32,
     /// f64 activations, and every layer computed as the f64 reference computes it, bit for bit
-    /// ([`rows::exact_layer`], [`compile_layer_exact`]): products, then sums in k order, then
+    /// ([`rows::gather_layer`], [`compile_layer_gather`]): products, then sums in k order, then
     /// the bias, each rounded on its own. Twice the activation bytes and SIMT f64 arithmetic;
     /// the categories then equal the f64 reference's whatever the network. fp32 cannot promise
     /// that: an image near an unstable fixed point (x → 2x − 0.35 on the 4096 networks)
@@ -157,6 +164,7 @@ impl Default for HpecOptions {
             fine_only: false,
             tail_from: Some(DEFAULT_TAIL_FROM),
             precision: Precision::F32,
+            gather_from: Some(DEFAULT_GATHER_FROM),
         }
     }
 }
@@ -166,6 +174,9 @@ impl Default for HpecOptions {
 /// 24, 1 to 5 rows from 1024 to 16384 neurons but 15 at 65536, where the tail then cost
 /// 191 µs a layer against ~4-8 µs on one row).
 pub const DEFAULT_TAIL_FROM: usize = 32;
+
+/// Narrowest fp32 layer that runs as a staged-row gather by default ([`HpecOptions::gather_from`]).
+pub const DEFAULT_GATHER_FROM: usize = 4096;
 
 /// First layer after which compactions merge identical rows by default: the activations of
 /// distinct images start to coincide around layer 9 (1024 and 4096 networks), so earlier
@@ -374,6 +385,11 @@ pub fn compile_layer(
     options: &HpecOptions,
 ) -> Result<LayerKernels, CodegenError> {
     let (k, n) = (layer.rows, layer.cols);
+    if options.precision == Precision::F64
+        || (options.gather_from.is_some_and(|w| n >= w) && rows::gather_stages(n, false))
+    {
+        return compile_layer_gather(layer, batch, options);
+    }
     layer.validate(true).map_err(spec_err)?;
     let plan_rows = options.plan_rows.unwrap_or(batch).clamp(1, batch);
     // The layer never takes its dense form (a 65,536-neuron layer's would be 16 GiB): it is
@@ -468,26 +484,44 @@ pub fn compile_layer(
     Ok(LayerKernels { parts, summary: labels.join(" + ") })
 }
 
-/// Label prefix of the layers [`compile_layer_exact`] builds.
+/// Label prefix of the f64 layers [`compile_layer_gather`] builds.
 const EXACT_LABEL: &str = "exact_f64";
 
-/// One `n × n` layer for [`Precision::F64`]: the kernel of [`rows::exact_layer`] (bias, ReLU
-/// and the cap fused) and its tables, the layer's nonzeros as ELL slots in k order (8 bytes
-/// each). Nothing is planned: the reference's order of additions fixes the kernel.
-pub fn compile_layer_exact(layer: &Csr, batch: usize, options: &HpecOptions) -> Result<LayerKernels, CodegenError> {
+/// One `n × n` layer as [`rows::gather_layer`] (bias, ReLU and the cap fused) and its tables,
+/// the layer's nonzeros as ELL slots in k order: k as u16 below 65,535 neurons, and the values
+/// folded into the code when the layer has one value and `fold_values` asks (otherwise a value
+/// table). With [`Precision::F64`] it is the f64 reference's arithmetic bit for bit; in fp32 it
+/// is the layer kernel of layers at least [`HpecOptions::gather_from`] wide. Nothing is planned:
+/// the rows' staging fixes the kernel.
+pub fn compile_layer_gather(layer: &Csr, batch: usize, options: &HpecOptions) -> Result<LayerKernels, CodegenError> {
     layer.validate(true).map_err(spec_err)?;
     let t = rows::tail_tables(&[layer.view()])?;
-    let k = rows::exact_layer(layer.cols, t.slots, batch.max(1), YMAX, options.sm_count)?;
+    let f64 = options.precision == Precision::F64;
+    let first = layer.values.first().copied();
+    let value = first.filter(|v| options.fold_values && layer.values.iter().all(|x| x.to_bits() == v.to_bits()));
+    let narrow = layer.cols < 0xffff;
+    let g = rows::GatherLayer {
+        n: layer.cols,
+        slots: t.slots,
+        max_rows: batch.max(1),
+        clip_hi: YMAX,
+        sm_count: options.sm_count,
+        f64,
+        value,
+        narrow,
+    };
+    let k = rows::gather_layer(&g)?;
+    let label = if f64 { EXACT_LABEL } else { "gather_f32" };
     Ok(LayerKernels {
-        summary: format!("{EXACT_LABEL}:{}slots", t.slots),
+        summary: format!("{label}:{}slots{}", t.slots, if value.is_some() { ":folded" } else { "" }),
         parts: vec![LayerPart {
             name: k.name,
             source: k.source,
             launch: k.launch,
             tma_a: None,
             ptr: vec![0],
-            idx: t.idx,
-            weight: t.values,
+            idx: if narrow { rows::narrow_idx(&t.idx) } else { t.idx },
+            weight: if value.is_some() { vec![] } else { t.values },
         }],
     })
 }

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use spartac::program::hpec::{
-    compile_layer, compile_layer_exact, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels, Precision,
+    compile_layer, compile_layer_gather, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels, Precision,
 };
 use spartac::program::Csr;
 use spartac::sparse::CsrRef;
@@ -51,7 +51,7 @@ fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions
     let mut h = spartac::program::Fnv64::new();
     h.add(
         format!(
-            "{}|{:016x}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|",
+            "{}|{:016x}|{}x{}|{batch}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|{:?}|",
             env!("CARGO_PKG_VERSION"),
             spartac::codegen::templates_hash(),
             layer.rows,
@@ -63,7 +63,8 @@ fn layer_cache_path(dir: &Path, layer: &Csr, batch: usize, options: &HpecOptions
             options.sm_count,
             options.few_rows,
             options.scatter_from,
-            options.fine_only
+            options.fine_only,
+            options.gather_from
         )
         .as_bytes(),
     );
@@ -83,7 +84,7 @@ fn compiled_layer(
     cache: Option<&Path>,
 ) -> Result<(LayerKernels, bool), String> {
     if options.precision == Precision::F64 {
-        return compile_layer_exact(layer, batch, options).map(|k| (k, false)).map_err(|e| e.to_string());
+        return compile_layer_gather(layer, batch, options).map(|k| (k, false)).map_err(|e| e.to_string());
     }
     let path = cache.map(|d| layer_cache_path(d, layer, batch, options));
     if let Some(p) = &path {
