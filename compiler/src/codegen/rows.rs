@@ -326,7 +326,7 @@ pub struct GatherLayer {
 }
 
 /// Whether [`gather_layer`] stages rows of `n` elements (f64 with `f64`) in shared memory: at
-/// least one fits [`GATHER_STAGE_BYTES`]. Wider rows are gathered through L1, one 32-byte
+/// least one fits the 200 KiB staging buffer. Wider rows are gathered through L1, one 32-byte
 /// sector a nonzero.
 pub fn gather_stages(n: usize, f64: bool) -> bool {
     n * if f64 { 8 } else { 4 } <= GATHER_STAGE_BYTES
@@ -342,7 +342,7 @@ pub fn narrow_idx(idx: &[i32]) -> Vec<i32> {
 /// One `n × n` layer as a gather from staged rows: every output sums its column's slots in k
 /// order, then `+ bias`, then `clip(., 0, clip_hi)`; with `f64`, f64 rows and every product and
 /// sum rounded on its own, the f64 reference's arithmetic bit for bit (the `--precision f64`
-/// layers); else fp32 FMAs. A CTA stages as many rows as fit [`GATHER_STAGE_BYTES`] (at most 8)
+/// layers); else fp32 FMAs. A CTA stages as many rows as fit 200 KiB (at most 8)
 /// in shared memory and computes them for its column slice; rows wider than that are read
 /// through L1, 4 at a time. Signature `(A, W, ptr, idx, bias, C, live)`, the layer kernels'
 /// (`ptr` unread, `W` unread when the value is folded, `bias` f32); the grid strides over the

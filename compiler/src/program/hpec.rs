@@ -13,6 +13,9 @@
 //!    the first activation buffer and writes the live-row count;
 //! 2. each layer multiplies the live rows of one activation buffer into the other; its fine
 //!    kernels read the live count at run time and skip the dead row tiles ([`SpmmSpec::live_rows`]);
+//!    layers from [`HpecOptions::gather_from`] neurons whose rows fit shared memory run instead as
+//!    a gather from staged rows ([`compile_layer_gather`]), whose activation traffic does not
+//!    grow with the width as the tiled kernels' does;
 //! 3. after each of the first `compact_first` layers and then every `compact_every` layers
 //!    ([`HpecOptions::compacts_after`]), `compact_rows` packs the rows that are still nonzero (dead
 //!    images dropped) back into the first buffer with their image ids;
@@ -377,7 +380,8 @@ fn max_column_abs_sum(w: &Csr) -> f64 {
     sums.into_iter().fold(0.0, f64::max)
 }
 
-/// Plans and specializes one `n × n` layer for `batch` rows (see the module docs).
+/// Plans and specializes one `n × n` layer for `batch` rows (see the module docs); f64 layers and
+/// fp32 layers under [`HpecOptions::gather_from`] go to [`compile_layer_gather`].
 pub fn compile_layer(
     layer: &Csr,
     batch: usize,

@@ -379,35 +379,14 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             let ws = mem.floats(*w, Elem::F32);
             let (n, slots) = (*n, *slots);
             let (elem, mut from, mut to) = (program.buffer(*a).elem, *a, *c);
-            if elem == Elem::F64 {
-                // The f64 tail: each column's products and sums in slot order, each rounded.
-                for l in 0..*layers {
-                    let av = mem.f64s(from);
-                    let (lk, lw) = (&ks[l * slots * n..(l + 1) * slots * n], &ws[l * slots * n..(l + 1) * slots * n]);
-                    let mut out = vec![0f64; live * n];
-                    use rayon::prelude::*;
-                    out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
-                        let arow = &av[r * n..(r + 1) * n];
-                        for (col, o) in orow.iter_mut().enumerate() {
-                            let mut acc = 0f64;
-                            for s in 0..slots {
-                                let k = lk[s * n + col];
-                                if k >= 0 {
-                                    acc += arow[k as usize] * lw[s * n + col] as f64;
-                                }
-                            }
-                            *o = epilogue.apply(acc, bias[col] as f64);
-                        }
-                    });
-                    mem.store_f64s(to, &out);
-                    std::mem::swap(&mut from, &mut to);
-                }
-                return Ok(());
-            }
+            // f64 rows: every product and sum rounded in f64 (the f64 tail's arithmetic); f32
+            // rows: the sum in f64, rounded to f32 before the epilogue and after it.
+            let f64 = elem == Elem::F64;
             for l in 0..*layers {
-                let av = mem.floats(from, elem);
+                let av: Vec<f64> =
+                    if f64 { mem.f64s(from) } else { mem.floats(from, elem).into_iter().map(f64::from).collect() };
                 let (lk, lw) = (&ks[l * slots * n..(l + 1) * slots * n], &ws[l * slots * n..(l + 1) * slots * n]);
-                let mut out = vec![0f32; live * n];
+                let mut out = vec![0f64; live * n];
                 use rayon::prelude::*;
                 out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
                     let arow = &av[r * n..(r + 1) * n];
@@ -416,13 +395,22 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
                         for s in 0..slots {
                             let k = lk[s * n + col];
                             if k >= 0 {
-                                acc += arow[k as usize] as f64 * lw[s * n + col] as f64;
+                                acc += arow[k as usize] * lw[s * n + col] as f64;
                             }
                         }
-                        *o = epilogue.apply(acc as f32 as f64, bias[col] as f64) as f32;
+                        let b = bias[col] as f64;
+                        *o = if f64 {
+                            epilogue.apply(acc, b)
+                        } else {
+                            epilogue.apply(acc as f32 as f64, b) as f32 as f64
+                        };
                     }
                 });
-                mem.store_floats(to, elem, &out);
+                if f64 {
+                    mem.store_f64s(to, &out);
+                } else {
+                    mem.store_floats(to, elem, &out.iter().map(|&x| x as f32).collect::<Vec<f32>>());
+                }
                 std::mem::swap(&mut from, &mut to);
             }
             Ok(())
