@@ -59,14 +59,13 @@ fn main() -> anyhow::Result<()> {
         // Row sets of the columns and column sets of the rows, from the CSR (row -> columns).
         let mut cols_rows: Vec<Vec<u32>> = vec![vec![]; n];
         let mut rows_cols: Vec<Vec<u32>> = vec![vec![]; n];
-        for r in 0..n {
+        for (r, row) in rows_cols.iter_mut().enumerate() {
             let (cs, _) = layer.csr.slot(r);
             for &c in cs {
                 cols_rows[c as usize].push(r as u32);
             }
-            let mut v = cs.to_vec();
-            v.sort_unstable();
-            rows_cols[r] = v;
+            *row = cs.to_vec();
+            row.sort_unstable();
         }
         let identity: Vec<usize> = (0..n).collect();
         let before = chunks_per_tile(&cols_rows, &identity, &identity);
