@@ -705,7 +705,8 @@ fn run_compiled(
         (false, Some(mib), _) => mib << 20,
         (false, None, Some(d)) => {
             let (free, _) = d.memory()?;
-            let activations = 2 * batch * network.neurons * 4 + 2 * batch * 4;
+            let elem = if g.precision == spartac::program::hpec::Precision::F64 { 8 } else { 4 };
+            let activations = 2 * batch * network.neurons * elem + 2 * batch * 4;
             let inputs = 4 * (images.pixels.offsets.len() + 2 * images.n_nonzeros()) + images.n_images();
             (free / 10 * 9).saturating_sub(activations + inputs)
         }

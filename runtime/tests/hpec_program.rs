@@ -238,6 +238,53 @@ fn ancestors(p: &spartac::program::Program, i: usize) -> std::collections::BTree
 }
 
 #[test]
+fn a_streamed_network_streams_its_tail_in_segments_each_copy_before_its_launch() {
+    let network = real_network(120);
+    let images = bundled::real_1024_images().unwrap().first(300);
+    let mut truth = bundled::real_1024_categories().unwrap();
+    truth.retain(|&id| id <= 300);
+    // 112 tail layers: two segments through one slot, so the second copy must wait for the
+    // first segment's launch.
+    let opts = HpecOptions { weight_budget: 0, stream_slots: 1, tail_from: Some(8), ..options(300) };
+    let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+    let p = &compiled.lowering.program;
+    p.verify().unwrap();
+    assert!(compiled.lowering.streamed);
+    let chains: Vec<usize> = (0..p.steps.len()).filter(|&i| matches!(p.steps[i].op, Op::SpmmChain { .. })).collect();
+    let lens: Vec<usize> = chains
+        .iter()
+        .map(|&i| match p.steps[i].op {
+            Op::SpmmChain { layers, .. } => layers,
+            _ => unreachable!(),
+        })
+        .collect();
+    let seg = spartac::program::hpec::TAIL_STREAM_LAYERS;
+    assert_eq!(lens, vec![seg, 112 - seg]);
+    for &i in &chains {
+        let Op::SpmmChain { idx, w, .. } = p.steps[i].op else { unreachable!() };
+        for table in [idx, w] {
+            assert!(p.buffer(table).name.starts_with("tail.slot0"), "{}", p.buffer(table).name);
+            // The copy that fills this slot for this segment is an ancestor of the launch.
+            let fill = (0..i)
+                .rev()
+                .find(|&j| p.steps[j].launches.iter().any(|l| matches!(l, Launch::Copy { dst, .. } if *dst == table)));
+            let fill = fill.expect("a copy into the slot before the launch");
+            assert!(
+                ancestors(p, i).contains(&fill),
+                "segment at step {i}: its copy (step {fill}) is not ordered before it"
+            );
+            if i != chains[0] {
+                // Reusing the slot: the copy waits for the segment that read it last.
+                assert!(ancestors(p, fill).contains(&chains[0]), "the copy at step {fill} overwrites a slot in use");
+            }
+        }
+    }
+    // The tables in the slots are the host copies' (host storage, not device constants).
+    assert!(p.buffers.iter().any(|b| b.name == "tail.idx" && matches!(b.storage, Storage::Host(_))));
+    assert_eq!(task_graph::run_cpu(&compiled).unwrap(), truth);
+}
+
+#[test]
 fn rolling_buffers_never_overlap_live_data() {
     // The two activation buffers alternate: a layer never writes the buffer it reads, and a
     // compaction never packs into the buffer it scans.

@@ -33,9 +33,11 @@
 //! for bit, nothing planned); the tail runs the same arithmetic, and the row movers (load,
 //! compact, merge, mark) see an f64 row as twice the 32-bit words.
 //!
-//! Weights stay resident when they fit `HpecOptions::weight_budget`; otherwise every layer's
-//! packed weight and tables live in pinned host memory and stream through `stream_slots`
-//! rotating device slots, each copy ordered only after the layer that last read its slot.
+//! Weights stay resident when they fit `HpecOptions::weight_budget` (the tail's tables counted
+//! with them); otherwise every layer's packed weight and tables live in pinned host memory and
+//! stream through `stream_slots` rotating device slots, each copy ordered only after the layer
+//! that last read its slot, and the tail runs in segments of [`TAIL_STREAM_LAYERS`] layers,
+//! each segment's tables streamed the same way.
 //!
 //! [`SpmmSpec::live_rows`]: crate::codegen::SpmmSpec::live_rows
 
@@ -177,6 +179,10 @@ impl Default for HpecOptions {
 /// 24, 1 to 5 rows from 1024 to 16384 neurons but 15 at 65536, where the tail then cost
 /// 191 µs a layer against ~4-8 µs on one row).
 pub const DEFAULT_TAIL_FROM: usize = 32;
+
+/// Layers a streamed tail runs per launch: its tables for them are copied into one rotating
+/// device slot (65536 neurons: 1 GiB a segment) before the launch.
+pub const TAIL_STREAM_LAYERS: usize = 64;
 
 /// Narrowest fp32 layer that runs as a staged-row gather by default ([`HpecOptions::gather_from`]).
 pub const DEFAULT_GATHER_FROM: usize = 4096;
@@ -644,7 +650,9 @@ pub fn lower(
     // Weights: resident or streamed.
     let mut weight_bytes: usize =
         kernels.iter().flat_map(|l| &l.parts).map(|p| 4 * (p.weight.len() + p.ptr.len() + p.idx.len())).sum();
-    let streamed = weight_bytes > options.weight_budget;
+    // The tail's tables count toward the budget too: over it, they stream with the layers'.
+    let tail_bytes = tail.as_ref().map_or(0, |t| 4 * (t.idx.len() + t.values.len()));
+    let streamed = weight_bytes + tail_bytes > options.weight_budget;
     let slots = options.stream_slots.max(1);
     let max_parts = kernels.iter().map(|l| l.parts.len()).max().unwrap_or(0);
     // Streaming: per slot and part position, device buffers as large as the largest layer's.
@@ -854,47 +862,83 @@ pub fn lower(
     }
     if let Some(t) = tail.filter(|t| t.layers > 0) {
         let slots = t.slots;
-        weight_bytes += 4 * (t.idx.len() + t.values.len());
-        let kernel = rows::tail_layers(neurons, slots, n_tail, batch, YMAX, options.sm_count, f64).map_err(codegen)?;
-        let idx_buf = b.constant("tail.idx", Data::I32(t.idx), false);
-        let w_buf = b.constant("tail.w", Data::F32(t.values), false);
-        let barrier = b.buffer("tail.barrier", Elem::I32, 1, Storage::Scratch);
+        weight_bytes += tail_bytes;
         summaries.extend((0..n_tail).map(|_| format!("tail:{slots}slots")));
-        let tail_k = b.kernel(&kernel.name, &kernel.source, 0);
-        let (x, y) = (act[cur], act[1 - cur]);
-        b.step(
-            &format!("layers {tail_start}..{n_layers} (one launch)"),
-            Op::SpmmChain {
-                a: x,
-                c: y,
-                rows: Rows::Live { max: batch, count: live, at: count_at },
-                layers: n_tail,
-                n: neurons,
-                slots,
-                idx: idx_buf,
-                w: w_buf,
-                bias: bias_buf,
-                epilogue: Epilogue { bias: true, activation: Activation::Clip { lo: 0.0, hi: YMAX } },
-            },
-            vec![
-                Launch::Zero { dst: barrier, at: 0, len: 1 },
-                rows_launch(
-                    tail_k,
-                    &kernel,
-                    vec![
-                        Arg::Buf(x, 0),
-                        Arg::Buf(y, 0),
-                        Arg::Buf(idx_buf, 0),
-                        Arg::Buf(w_buf, 0),
-                        Arg::Buf(bias_buf, 0),
-                        Arg::Buf(live, count_at),
-                        Arg::Buf(barrier, 0),
-                    ],
-                ),
-            ],
-        );
-        if n_tail % 2 == 1 {
-            cur = 1 - cur;
+        let table = slots * neurons;
+        // Resident: one launch for the whole tail. Streamed: a launch per segment of
+        // TAIL_STREAM_LAYERS layers, each segment's tables copied from pinned host memory into
+        // one of `stream_slots` rotating device slots first (ordered after the segment that
+        // last read the slot).
+        let seg = if streamed { TAIL_STREAM_LAYERS.min(n_tail) } else { n_tail };
+        let (idx_src, w_src) =
+            (b.constant("tail.idx", Data::I32(t.idx), streamed), b.constant("tail.w", Data::F32(t.values), streamed));
+        let tail_slots: Vec<(BufferId, BufferId)> = if streamed {
+            (0..options.stream_slots.max(1))
+                .map(|s| {
+                    (
+                        b.buffer(&format!("tail.slot{s}.idx"), Elem::I32, seg * table, Storage::Scratch),
+                        b.buffer(&format!("tail.slot{s}.w"), Elem::F32, seg * table, Storage::Scratch),
+                    )
+                })
+                .collect()
+        } else {
+            vec![(idx_src, w_src)]
+        };
+        let barrier = b.buffer("tail.barrier", Elem::I32, 1, Storage::Scratch);
+        for (i, start) in (0..n_tail).step_by(seg).enumerate() {
+            let len = seg.min(n_tail - start);
+            let (idx_buf, w_buf) = tail_slots[i % tail_slots.len()];
+            if streamed {
+                for (src, dst) in [(idx_src, idx_buf), (w_src, w_buf)] {
+                    b.step(
+                        &format!("tail layers {} stream in", tail_start + start),
+                        Op::Move,
+                        vec![Launch::Copy { src, src_at: start * table, dst, dst_at: 0, len: len * table }],
+                    );
+                }
+            }
+            let kernel = rows::tail_layers(neurons, slots, len, batch, YMAX, options.sm_count, f64).map_err(codegen)?;
+            let tail_k = b.kernel(&kernel.name, &kernel.source, 0);
+            let (x, y) = (act[cur], act[1 - cur]);
+            let (first_l, end_l) = (tail_start + start, tail_start + start + len);
+            b.step(
+                &if len == n_tail {
+                    format!("layers {first_l}..{end_l} (one launch)")
+                } else {
+                    format!("layers {first_l}..{end_l} (one launch, streamed)")
+                },
+                Op::SpmmChain {
+                    a: x,
+                    c: y,
+                    rows: Rows::Live { max: batch, count: live, at: count_at },
+                    layers: len,
+                    n: neurons,
+                    slots,
+                    idx: idx_buf,
+                    w: w_buf,
+                    bias: bias_buf,
+                    epilogue: Epilogue { bias: true, activation: Activation::Clip { lo: 0.0, hi: YMAX } },
+                },
+                vec![
+                    Launch::Zero { dst: barrier, at: 0, len: 1 },
+                    rows_launch(
+                        tail_k,
+                        &kernel,
+                        vec![
+                            Arg::Buf(x, 0),
+                            Arg::Buf(y, 0),
+                            Arg::Buf(idx_buf, 0),
+                            Arg::Buf(w_buf, 0),
+                            Arg::Buf(bias_buf, 0),
+                            Arg::Buf(live, count_at),
+                            Arg::Buf(barrier, 0),
+                        ],
+                    ),
+                ],
+            );
+            if len % 2 == 1 {
+                cur = 1 - cur;
+            }
         }
     }
     let mark = rows::mark_rows(batch, words).map_err(codegen)?;
