@@ -171,36 +171,6 @@ fn row_nonzero(mem: &CpuMemory, buf: BufferId, elem: Elem, r: usize, cols: usize
     }
 }
 
-/// `epilogue(A[r, :] · w)` for the first `live` f64 rows of `av` as the f64 reference computes
-/// it: for each nonzero activation in k order, `acc[col] += a · w` (each product and sum
-/// rounded on its own), then the epilogue on `acc + bias`.
-fn spmm_rows_f64(
-    w: &spartac::program::Csr,
-    av: &[f64],
-    live: usize,
-    bias: &[f32],
-    epilogue: &spartac::codegen::Epilogue,
-) -> Vec<f64> {
-    use rayon::prelude::*;
-    let n = w.cols;
-    let mut out = vec![0.0f64; live * n];
-    out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
-        let arow = &av[r * w.rows..(r + 1) * w.rows];
-        for (kk, &x) in arow.iter().enumerate() {
-            if x == 0.0 {
-                continue;
-            }
-            for e in w.offsets[kk] as usize..w.offsets[kk + 1] as usize {
-                orow[w.indices[e] as usize] += x * w.values[e] as f64;
-            }
-        }
-        for (o, b) in orow.iter_mut().zip(bias) {
-            *o = epilogue.apply(*o, *b as f64);
-        }
-    });
-    out
-}
-
 /// The tensor of an operand: a buffer's bytes decoded as its dtype, a temporary of the group,
 /// or a scalar.
 fn read_operand(mem: &CpuMemory, temps: &HashMap<u32, Tensor>, o: &Operand) -> Result<Tensor, String> {
@@ -311,23 +281,26 @@ fn check_packed(program: &Program, mem: &CpuMemory, packed: &[(BufferId, usize, 
     Ok(())
 }
 
-/// `epilogue(A[r, :] · w (+ prev[r, :]))` for the first `live` rows of `av`, as f32 rows. Rows in
-/// parallel: each row's sum is in f64, in the same order whatever the threads.
+/// `epilogue(A[r, :] · w (+ prev[r, :]))` for the first `live` rows of `av`. Rows in parallel;
+/// each row's sum in f64, in k order (a CSR scan, zero activations skipped: the f64
+/// reference's order), whatever the threads. With `f32`, the rows are f32 ones: the sum is
+/// rounded to f32 before the epilogue and after it; otherwise every product and sum is rounded
+/// in f64 alone, as the f64 reference computes.
 fn spmm_rows(
     w: &spartac::program::Csr,
-    av: &[f32],
+    av: &[f64],
     live: usize,
     bias: &[f32],
     epilogue: &spartac::codegen::Epilogue,
-    prev: Option<&[f32]>,
-) -> Vec<f32> {
+    prev: Option<&[f64]>,
+    f32: bool,
+) -> Vec<f64> {
     use rayon::prelude::*;
     let n = w.cols;
-    let mut out = vec![0.0f32; live * n];
-    out.par_chunks_mut(n).enumerate().for_each(|(r, orow)| {
-        let mut acc = vec![0.0f64; n];
+    let mut out = vec![0.0f64; live * n];
+    out.par_chunks_mut(n).enumerate().for_each(|(r, acc)| {
         if let Some(prev) = prev {
-            acc.iter_mut().zip(&prev[r * n..(r + 1) * n]).for_each(|(x, p)| *x = *p as f64);
+            acc.copy_from_slice(&prev[r * n..(r + 1) * n]);
         }
         let arow = &av[r * w.rows..(r + 1) * w.rows];
         for (kk, &x) in arow.iter().enumerate() {
@@ -335,11 +308,15 @@ fn spmm_rows(
                 continue;
             }
             for e in w.offsets[kk] as usize..w.offsets[kk + 1] as usize {
-                acc[w.indices[e] as usize] += x as f64 * w.values[e] as f64;
+                acc[w.indices[e] as usize] += x * w.values[e] as f64;
             }
         }
-        for (j, x) in acc.iter().enumerate() {
-            orow[j] = epilogue.apply(*x as f32 as f64, bias[j] as f64) as f32;
+        for (o, b) in acc.iter_mut().zip(bias) {
+            *o = if f32 {
+                epilogue.apply(*o as f32 as f64, *b as f64) as f32 as f64
+            } else {
+                epilogue.apply(*o, *b as f64)
+            };
         }
     });
     out
@@ -356,18 +333,25 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             let (a_elem, c_elem) = (program.buffer(*a).elem, program.buffer(*c).elem);
             let bias: Vec<f32> =
                 bias.map(|b| mem.floats(b, program.buffer(b).elem)).unwrap_or_else(|| vec![0.0; w.cols]);
-            if a_elem == Elem::F64 || c_elem == Elem::F64 {
-                if a_elem != c_elem || *accumulate {
-                    return Err(format!("a product from {} into {}", a_elem.name(), c_elem.name()));
-                }
-                let out = spmm_rows_f64(w, &mem.f64s(*a), live, &bias, epilogue);
-                mem.store_f64s(*c, &out);
-                return Ok(());
+            let f64 = a_elem == Elem::F64;
+            if f64 != (c_elem == Elem::F64) || (f64 && *accumulate) {
+                return Err(format!("a product from {} into {}", a_elem.name(), c_elem.name()));
             }
-            let av = mem.floats(*a, a_elem);
-            let prev = if *accumulate { mem.floats(*c, c_elem) } else { vec![] };
-            let out = spmm_rows(w, &av, live, &bias, epilogue, accumulate.then_some(&prev[..]));
-            mem.store_floats(*c, c_elem, &out);
+            let widened = |buf| -> Vec<f64> {
+                if f64 {
+                    mem.f64s(buf)
+                } else {
+                    mem.floats(buf, program.buffer(buf).elem).into_iter().map(f64::from).collect()
+                }
+            };
+            let av = widened(*a);
+            let prev = if *accumulate { widened(*c) } else { vec![] };
+            let out = spmm_rows(w, &av, live, &bias, epilogue, accumulate.then_some(&prev[..]), !f64);
+            if f64 {
+                mem.store_f64s(*c, &out);
+            } else {
+                mem.store_floats(*c, c_elem, &out.iter().map(|&x| x as f32).collect::<Vec<f32>>());
+            }
             Ok(())
         }
         Op::SpmmChain { a, c, rows, layers, n, slots, idx, w, bias, epilogue } => {

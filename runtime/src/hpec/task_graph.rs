@@ -17,9 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
-use spartac::program::hpec::{
-    compile_layer, compile_layer_gather, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels, Precision,
-};
+use spartac::program::hpec::{compile_layer, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels, Precision};
 use spartac::program::Csr;
 use spartac::sparse::CsrRef;
 
@@ -84,7 +82,7 @@ fn compiled_layer(
     cache: Option<&Path>,
 ) -> Result<(LayerKernels, bool), String> {
     if options.precision == Precision::F64 {
-        return compile_layer_gather(layer, batch, options).map(|k| (k, false)).map_err(|e| e.to_string());
+        return compile_layer(layer, batch, true, options).map(|k| (k, false)).map_err(|e| e.to_string());
     }
     let path = cache.map(|d| layer_cache_path(d, layer, batch, options));
     if let Some(p) = &path {
