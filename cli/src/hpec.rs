@@ -211,6 +211,12 @@ pub struct GpuArgs {
     /// with the width; 0 never. Measured on an H200: 16384x120 215 ms against 337.
     #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_GATHER_FROM, value_name = "W")]
     pub gather_from: usize,
+    /// Keep the neurons in the network's order. By default (fp32) the neurons between the layers
+    /// before the tail are relabelled once at compile time so that those both neighbouring
+    /// layers treat alike sit together (nothing moves at run time): the challenge networks'
+    /// first-block layers then plan as dense 16x16 blocks.
+    #[arg(long)]
+    pub no_reorder: bool,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
     /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or
     /// "auto" for the specializer's general choice [default: 64,16,6,1; 64,24,6,1 from 4096
@@ -736,6 +742,7 @@ fn run_compiled(
         tail_from: (!g.no_tail).then_some(g.tail_from),
         precision: g.precision,
         gather_from: (g.gather_from > 0).then_some(g.gather_from),
+        reorder: !g.no_reorder,
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
@@ -845,6 +852,7 @@ fn run_compiled(
         value["precision"] = serde_json::json!(options.precision.name());
         value["gather_from"] = serde_json::json!(options.gather_from);
         value["scatter_from"] = serde_json::json!(options.scatter_from);
+        value["reordered_layers"] = serde_json::json!(compiled.reordered_layers);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!(
@@ -857,11 +865,12 @@ fn run_compiled(
         );
         let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{v} x {k}")).collect();
         println!(
-            "compiled ({}): {:.2} s ({} of {} planned layers from the cache); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
+            "compiled ({}): {:.2} s ({} of {} planned layers from the cache, {} with neurons reordered); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
             options.precision.name(),
             compiled.compile_seconds,
             compiled.layers_cached,
             compiled.tail_start,
+            compiled.reordered_layers,
             kinds.join(", "),
             low.program.kernels.len(),
             low.weight_bytes as f64 / (1 << 20) as f64,

@@ -37,6 +37,26 @@ fn simulated_program_matches_the_cpu_engine_and_the_truth_on_the_real_network() 
 }
 
 #[test]
+fn reordered_neurons_keep_the_truth_and_shrink_the_first_blocks_tables() {
+    let network = real_network(40);
+    let images = bundled::real_1024_images().unwrap().first(600);
+    let mut truth = bundled::real_1024_categories().unwrap();
+    truth.retain(|&id| id <= 600);
+    let natural =
+        task_graph::compile(&network, &images, &HpecOptions { reorder: false, ..options(250) }, &|| {}).unwrap();
+    let reordered = task_graph::compile(&network, &images, &options(250), &|| {}).unwrap();
+    assert_eq!(natural.reordered_layers, 0);
+    // Every layer before the tail (layer 32): the last boundary keeps the network's order.
+    assert_eq!(reordered.reordered_layers, 32);
+    assert_eq!(task_graph::run_cpu(&natural).unwrap(), truth);
+    assert_eq!(task_graph::run_cpu(&reordered).unwrap(), truth);
+    // The fine kernel's 8-column tiles share their k once columns with equal row sets sit
+    // together: fewer padded k8 x n8 steps, smaller tables.
+    let bytes = |c: &task_graph::CompiledNetwork| c.lowering.weight_bytes;
+    assert!(bytes(&reordered) * 4 < bytes(&natural) * 3, "{} against {}", bytes(&reordered), bytes(&natural));
+}
+
+#[test]
 fn the_f64_program_matches_the_truth_on_the_real_network() {
     let network = real_network(120);
     let images = bundled::real_1024_images().unwrap().first(600);
@@ -60,7 +80,8 @@ fn fp32_gather_layers_match_the_truth_on_the_real_network() {
     let mut truth = bundled::real_1024_categories().unwrap();
     truth.retain(|&id| id <= 600);
     for fold_values in [true, false] {
-        let opts = HpecOptions { gather_from: Some(1024), fold_values, ..options(250) };
+        // In the network's order (reordered, the first block's layers plan as blocks instead).
+        let opts = HpecOptions { gather_from: Some(1024), fold_values, reorder: false, ..options(250) };
         let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
         let low = &compiled.lowering;
         assert!(low.layer_summaries[..32].iter().all(|s| s.starts_with("gather_f32")), "{:?}", low.layer_summaries);

@@ -124,6 +124,12 @@ pub struct HpecOptions {
     /// planned 3xTF32 kernels, 4096×120 23.8 against 29.7; 1024×120 2.81 against 2.67 (the
     /// planned kernels stay there).
     pub gather_from: Option<usize>,
+    /// Relabel the neurons between the layers before the tail ([`super::hpec_order`]: the
+    /// neurons both neighbouring layers treat alike sit together) in fp32; with f64 the layers
+    /// keep the reference's k order. On the challenge networks the first block's layers then
+    /// plan as dense 16×16 blocks (two per block column) instead of element-sparse parts, and a
+    /// layer whose plan has blocks runs them even above `gather_from`.
+    pub reorder: bool,
 }
 
 /// The arithmetic a network runs in.
@@ -170,6 +176,7 @@ impl Default for HpecOptions {
             tail_from: Some(DEFAULT_TAIL_FROM),
             precision: Precision::F32,
             gather_from: Some(DEFAULT_GATHER_FROM),
+            reorder: true,
         }
     }
 }
@@ -395,11 +402,10 @@ pub fn compile_layer(
     options: &HpecOptions,
 ) -> Result<LayerKernels, CodegenError> {
     let (k, n) = (layer.rows, layer.cols);
-    if options.precision == Precision::F64
-        || (options.gather_from.is_some_and(|w| n >= w) && rows::gather_stages(n, false))
-    {
+    if options.precision == Precision::F64 {
         return compile_layer_gather(layer, batch, options);
     }
+    let gather = options.gather_from.is_some_and(|w| n >= w) && rows::gather_stages(n, false);
     layer.validate(true).map_err(spec_err)?;
     let plan_rows = options.plan_rows.unwrap_or(batch).clamp(1, batch);
     // The layer never takes its dense form (a 65,536-neuron layer's would be 16 GiB): it is
@@ -414,6 +420,11 @@ pub fn compile_layer(
     let planned: Vec<PlannedKernel<Csr>> = kernels_for_sparse_operator(&op, layer)?;
     if planned.is_empty() {
         return Err(spec_err("the planner gave no kernel for a layer".into()));
+    }
+    // A wide layer with element-sparse parts gathers from staged rows instead (its tiled
+    // kernels' activation traffic grows with the width); one covered by blocks alone keeps them.
+    if gather && planned.iter().any(|pk| pk.spec.block == (1, 1)) {
+        return compile_layer_gather(layer, batch, options);
     }
     let last = planned.len() - 1;
     let mut parts = vec![];

@@ -21,6 +21,7 @@
 
 pub mod artifact;
 pub mod hpec;
+pub mod hpec_order;
 pub mod model;
 
 use crate::codegen::{Epilogue, TmaBox};

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use spartac::program::hpec::{compile_layer, lower, HpecImages, HpecLowering, HpecOptions, LayerKernels, Precision};
+use spartac::program::hpec_order::{boundary_orders, is_identity, relabel};
 use spartac::program::Csr;
 use spartac::sparse::CsrRef;
 
@@ -39,6 +40,8 @@ pub struct CompiledNetwork {
     /// The first layer of the one-launch tail (the layer count when there is none): the
     /// options' `tail_from`, unless a tail layer has a column too long for the tail kernel.
     pub tail_start: usize,
+    /// Layers whose neurons were relabelled ([`spartac::program::hpec_order`]).
+    pub reordered_layers: usize,
 }
 
 /// The file of a layer's cache entry: keyed by the layer's content (pattern and values), what
@@ -147,7 +150,21 @@ pub fn compile_cached(
         .then(|| spartac::codegen::rows::tail_tables(&views[tail_start..]))
         .transpose()
         .map_err(|e| HpecError::InvalidArgument(format!("the tail layers: {e}")))?;
-    let layers: Vec<Csr> = (0..tail_start).map(|l| layer_csr(network, l)).collect();
+    // The neurons between the layers before the tail relabelled (fp32 only: f64 keeps the
+    // reference's k order); the images' pixels follow the first boundary's order.
+    let orders = (options.reorder && options.precision == Precision::F32)
+        .then(|| boundary_orders(&views[..tail_start]))
+        .filter(|o| !o.iter().all(|pos| is_identity(pos)));
+    let layers: Vec<Csr> = (0..tail_start)
+        .into_par_iter()
+        .map(|l| match &orders {
+            Some(o) if !(is_identity(&o[l]) && is_identity(&o[l + 1])) => relabel(views[l], &o[l], &o[l + 1]),
+            _ => layer_csr(network, l),
+        })
+        .collect();
+    let reordered_layers = orders
+        .as_ref()
+        .map_or(0, |o| (0..tail_start).filter(|&l| !(is_identity(&o[l]) && is_identity(&o[l + 1]))).count());
     let compiled: Vec<(LayerKernels, bool)> = layers
         .par_iter()
         .enumerate()
@@ -162,8 +179,22 @@ pub fn compile_cached(
     let layers_cached = compiled.iter().filter(|(_, hit)| *hit).count();
     let kernels: Vec<LayerKernels> = compiled.into_iter().map(|(k, _)| k).collect();
     let px = &images.pixels;
-    let view =
-        HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values };
+    let relabelled = orders.as_ref().filter(|o| !is_identity(&o[0])).map(|o| {
+        let pixels = CsrRef {
+            rows: px.n_outer,
+            cols: px.n_inner,
+            offsets: &px.offsets,
+            indices: &px.indices,
+            values: &px.values,
+        };
+        relabel(pixels, &(0..px.n_outer as u32).collect::<Vec<_>>(), &o[0])
+    });
+    let view = match &relabelled {
+        Some(r) => HpecImages { n_images: r.rows, offsets: &r.offsets, indices: &r.indices, values: &r.values },
+        None => {
+            HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values }
+        }
+    };
     let lowering = lower(network.neurons, network.bias, layers, kernels, tail, &view, options)
         .map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
     Ok(CompiledNetwork {
@@ -172,6 +203,7 @@ pub fn compile_cached(
         images: images.n_images(),
         layers_cached,
         tail_start,
+        reordered_layers,
     })
 }
 

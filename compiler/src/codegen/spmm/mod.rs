@@ -152,13 +152,13 @@ fn check_elements(blocks: &[(usize, usize)], k: usize, n: usize) -> Result<(), C
 
 /// Caps the row tiles of `kernel`, specialized from `spec`, when `spec` asks for
 /// [`SpmmSpec::live_rows`] and the kernel's template strides over them (the 3xTF32 block and
-/// fine kernels): its grid's y holds at most twice the CTAs that
+/// fine kernels, the fp32 block kernel): its grid's y holds at most twice the CTAs that
 /// `sm_count` multiprocessors keep resident (estimated from the kernel's threads and shared
 /// memory), and each CTA walks every `grid.y`-th live row tile. A batch whose rows mostly died
 /// then launches a grid sized for the GPU, not thousands of CTAs that find nothing to do.
 /// Returns whether the kernel strides (other families keep one CTA per row tile).
 pub fn stride_live_rows(kernel: &mut Kernel, spec: &SpmmSpec, sm_count: usize) -> bool {
-    if !spec.live_rows || !matches!(kernel.family, Family::BlockTf32 | Family::FineTf32) {
+    if !spec.live_rows || !matches!(kernel.family, Family::BlockTf32 | Family::FineTf32 | Family::BlockSimt) {
         return false;
     }
     let threads = (kernel.launch.block.0 * kernel.launch.block.1 * kernel.launch.block.2).max(1) as usize;
