@@ -217,6 +217,11 @@ pub struct GpuArgs {
     /// first-block layers then plan as dense 16x16 blocks.
     #[arg(long)]
     pub no_reorder: bool,
+    /// Networks at least W neurons wide may also permute the activations between two layers
+    /// whose groupings are unrelated (the relabelled blocks): each layer keeps its own order
+    /// and one pass over the live rows moves them between the two; 0 never.
+    #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_PERMUTE_FROM, value_name = "W")]
+    pub permute_from: usize,
     /// Tile of the element-sparse layer kernels, ROWS,GROUPS,K_ROWS,N_TILES (3xTF32: rows of A
     /// per CTA, column groups per CTA, chunk depth in 32s of k, 8-column tiles per group), or
     /// "auto" for the specializer's general choice [default: 64,16,6,1; 64,24,6,1 from 4096
@@ -743,6 +748,7 @@ fn run_compiled(
         precision: g.precision,
         gather_from: (g.gather_from > 0).then_some(g.gather_from),
         reorder: !g.no_reorder,
+        permute_from: (g.permute_from > 0).then_some(g.permute_from),
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
@@ -853,6 +859,7 @@ fn run_compiled(
         value["gather_from"] = serde_json::json!(options.gather_from);
         value["scatter_from"] = serde_json::json!(options.scatter_from);
         value["reordered_layers"] = serde_json::json!(compiled.reordered_layers);
+        value["permuted_boundaries"] = serde_json::json!(compiled.permuted_boundaries);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!(
@@ -865,12 +872,13 @@ fn run_compiled(
         );
         let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{v} x {k}")).collect();
         println!(
-            "compiled ({}): {:.2} s ({} of {} planned layers from the cache, {} with neurons reordered); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
+            "compiled ({}): {:.2} s ({} of {} planned layers from the cache, {} with neurons reordered, {} permuting steps); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
             options.precision.name(),
             compiled.compile_seconds,
             compiled.layers_cached,
             compiled.tail_start,
             compiled.reordered_layers,
+            compiled.permuted_boundaries,
             kinds.join(", "),
             low.program.kernels.len(),
             low.weight_bytes as f64 / (1 << 20) as f64,

@@ -50,6 +50,19 @@ fn reordered_neurons_keep_the_truth_and_shrink_the_first_blocks_tables() {
     assert_eq!(reordered.reordered_layers, 32);
     assert_eq!(task_graph::run_cpu(&natural).unwrap(), truth);
     assert_eq!(task_graph::run_cpu(&reordered).unwrap(), truth);
+    // Permuting between the relabelled blocks' layers: every relabelled layer then plans as
+    // blocks or fine tiles of its own grouping, a step moves the rows between the two orders.
+    let permuted =
+        task_graph::compile(&network, &images, &HpecOptions { permute_from: Some(1024), ..options(250) }, &|| {})
+            .unwrap();
+    assert_eq!(reordered.permuted_boundaries, 0);
+    assert!(permuted.permuted_boundaries >= 20, "{}", permuted.permuted_boundaries);
+    let steps = &permuted.lowering.program.steps;
+    assert_eq!(
+        steps.iter().filter(|s| matches!(s.op, spartac::program::Op::PermuteColumns { .. })).count(),
+        permuted.permuted_boundaries
+    );
+    assert_eq!(task_graph::run_cpu(&permuted).unwrap(), truth);
     // The fine kernel's 8-column tiles share their k once columns with equal row sets sit
     // together: fewer padded k8 x n8 steps, smaller tables.
     let bytes = |c: &task_graph::CompiledNetwork| c.lowering.weight_bytes;
@@ -337,6 +350,7 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
     }
     // A sample of the real layers at the batch the benchmarks use, both engines.
     let network = real_network(120);
+    let mut permuting = 0;
     let images = bundled::real_1024_images().unwrap();
     // The third sample runs on the row-scatter kernel (from 1,024 neurons instead of 16,384).
     // The first sample runs its last two layers in the one-launch tail.
@@ -364,10 +378,13 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
             precision,
             gather_from,
             fold_values: gather_from.is_none(),
+            // Boundaries between unrelated layers permute at this width too.
+            permute_from: Some(1024),
             ..HpecOptions::default()
         };
         let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
         let kernels = &compiled.lowering.program.kernels;
+        permuting += usize::from(kernels.iter().any(|k| k.name.starts_with("permute_columns")));
         let gathers = kernels.iter().filter(|k| k.name.starts_with("gather_layer")).count();
         let want = precision == Precision::F64 || gather_from.is_some();
         assert_eq!(gathers > 0, want, "gather layer kernels: {gathers}");
@@ -380,6 +397,7 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
             assert!(ptx.ptx.contains(&k.name), "{}: entry missing from the PTX", k.name);
         }
     }
+    assert!(permuting > 0, "no sample has a permuting step");
 }
 
 #[test]

@@ -97,6 +97,34 @@ pub fn compact_rows(max_rows: usize, cols: usize) -> Result<RowsKernel, CodegenE
     Ok(RowsKernel { name, source, launch })
 }
 
+#[derive(Serialize)]
+struct PermuteCtx {
+    kernel_name: String,
+    cols: usize,
+    slice: usize,
+    threads: usize,
+}
+
+/// Columns of a row [`permute_columns`] stages at a time: 128 KiB of fp32.
+const PERMUTE_SLICE: usize = 32 * 1024;
+
+/// `D[r][p] = S[r][columns[p]]` for the rows `r < live[0]` of fp32 rows `cols` wide (a CTA per
+/// row, staged in slices of at most [`PERMUTE_SLICE`] columns, two CTAs per multiprocessor).
+/// Signature `(S, columns, D, live)`.
+pub fn permute_columns(max_rows: usize, cols: usize, sm_count: usize) -> Result<RowsKernel, CodegenError> {
+    check_cols(cols)?;
+    let name = format!("permute_columns_{cols}");
+    let slice = cols.min(PERMUTE_SLICE);
+    let ctx = PermuteCtx { kernel_name: name.clone(), cols, slice, threads: 1024 };
+    let source = render("rows_permute.cu.tera", &ctx)?;
+    let grid = max_rows.clamp(1, 2 * sm_count.max(1)) as u32;
+    Ok(RowsKernel {
+        name,
+        source,
+        launch: Launch { grid: (grid, 1, 1), block: (1024, 1, 1), smem_bytes: (4 * slice) as u32 },
+    })
+}
+
 /// `flags[ids[r]] = 1` for the nonzero rows `r < live[0]` of `S`. Signature `(S, ids, live, flags)`.
 pub fn mark_rows(max_rows: usize, cols: usize) -> Result<RowsKernel, CodegenError> {
     check_cols(cols)?;

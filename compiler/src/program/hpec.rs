@@ -130,6 +130,10 @@ pub struct HpecOptions {
     /// plan as dense 16×16 blocks (two per block column) instead of element-sparse parts, and a
     /// layer whose plan has blocks runs them even above `gather_from`.
     pub reorder: bool,
+    /// With `reorder`, boundaries of layers at least this many neurons wide may permute
+    /// ([`super::hpec_order`]: each layer keeps its own grouping and a [`Op::PermuteColumns`]
+    /// step moves the activations between them); `None`: never.
+    pub permute_from: Option<usize>,
 }
 
 /// The arithmetic a network runs in.
@@ -177,6 +181,7 @@ impl Default for HpecOptions {
             precision: Precision::F32,
             gather_from: Some(DEFAULT_GATHER_FROM),
             reorder: true,
+            permute_from: Some(DEFAULT_PERMUTE_FROM),
         }
     }
 }
@@ -190,6 +195,9 @@ pub const DEFAULT_TAIL_FROM: usize = 32;
 /// Layers a streamed tail runs per launch: its tables for them are copied into one rotating
 /// device slot (65536 neurons: 1 GiB a segment) before the launch.
 pub const TAIL_STREAM_LAYERS: usize = 64;
+
+/// Narrowest network whose boundaries may permute by default ([`HpecOptions::permute_from`]).
+pub const DEFAULT_PERMUTE_FROM: usize = 4096;
 
 /// Narrowest fp32 layer that runs as a staged-row gather by default ([`HpecOptions::gather_from`]).
 pub const DEFAULT_GATHER_FROM: usize = 4096;
@@ -584,7 +592,9 @@ fn u32_data(v: &[u32]) -> Data {
 /// Lowers a network whose layers are compiled already (see [`compile_layer`]) to the program
 /// of one batch. `layers[l]` is layer l's weight (kept in the program for the CPU executor)
 /// for the layers before the tail, `kernels[l]` its kernels; `tail` the tables of the layers
-/// after them ([`rows::tail_tables`]), which must start at [`HpecOptions::tail_start`].
+/// after them ([`rows::tail_tables`]), which must start at [`HpecOptions::tail_start`];
+/// `permutations` the boundaries that permute (`(l, columns)`: before layer `l`, the
+/// activations move by [`Op::PermuteColumns`] with `columns`).
 pub fn lower(
     neurons: usize,
     bias: f32,
@@ -593,6 +603,7 @@ pub fn lower(
     tail: Option<rows::TailTables>,
     images: &HpecImages,
     options: &HpecOptions,
+    permutations: &[(usize, Vec<u32>)],
 ) -> Result<HpecLowering, ProgramError> {
     let invalid = |message: String| ProgramError::Invalid { program: "hpec".into(), message };
     let n_tail = tail.as_ref().map_or(0, |t| t.layers);
@@ -727,6 +738,25 @@ pub fn lower(
         None => None,
     };
 
+    if let Some((l, c)) = permutations.iter().find(|(l, c)| *l == 0 || *l >= layers.len() || c.len() != neurons) {
+        return Err(invalid(format!(
+            "a permutation of {} columns before layer {l} (1..{} allowed)",
+            c.len(),
+            layers.len()
+        )));
+    }
+    if f64 && !permutations.is_empty() {
+        return Err(invalid("permuted boundaries need fp32 activations".into()));
+    }
+    let permute = match permutations.is_empty() {
+        true => None,
+        false => {
+            let k = rows::permute_columns(batch, neurons, options.sm_count).map_err(codegen)?;
+            let id = b.kernel(&k.name, &k.source, k.launch.smem_bytes);
+            Some((k, id))
+        }
+    };
+
     let (mut cur, mut cur_ids, mut count_at) = (0usize, 0usize, 0usize);
     let mut summaries = vec![];
     for (l, (layer, lk)) in layers.into_iter().zip(kernels).enumerate() {
@@ -735,6 +765,20 @@ pub fn lower(
                 "layer {l} is {}x{}, the network has {neurons} neurons",
                 layer.rows, layer.cols
             )));
+        }
+        if let (Some(columns), Some((k, kid))) = (permutations.iter().find(|(at, _)| *at == l), &permute) {
+            let table = b.constant(&format!("l{l}.columns"), u32_data(&columns.1), false);
+            let (src, dst) = (act[cur], act[1 - cur]);
+            b.step(
+                &format!("neuron order before layer {l}"),
+                Op::PermuteColumns { src, dst, cols: neurons, columns: table, live, at: count_at },
+                vec![rows_launch(
+                    *kid,
+                    k,
+                    vec![Arg::Buf(src, 0), Arg::Buf(table, 0), Arg::Buf(dst, 0), Arg::Buf(live, count_at)],
+                )],
+            );
+            cur = 1 - cur;
         }
         summaries.push(lk.summary);
         let matrix = b.matrix(layer);

@@ -33,31 +33,68 @@ use crate::sparse::{Csr, CsrRef};
 /// average.
 const MIN_MEAN_GROUP: usize = 4;
 
-/// Positions of the neurons at every boundary of `layers` (square, all `n × n`): element `l`
-/// gives, for each neuron, its place in the activations that enter layer `l`; the last element
-/// (the output of the last layer) is the identity. See the module docs.
-pub fn boundary_orders(layers: &[CsrRef<'_>]) -> Vec<Vec<u32>> {
+/// The order of the neurons at one boundary: as the layer before writes them and as the layer
+/// after reads them (equal unless the boundary permutes; see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Boundary {
+    pub written: Vec<u32>,
+    pub read: Vec<u32>,
+}
+
+impl Boundary {
+    fn same(pos: Vec<u32>) -> Boundary {
+        Boundary { written: pos.clone(), read: pos }
+    }
+
+    /// The permutation between the two orders, when they differ: `columns[p]` is the written
+    /// position of the neuron read at position `p` ([`crate::program::Op::PermuteColumns`]).
+    pub fn columns(&self) -> Option<Vec<u32>> {
+        if self.written == self.read {
+            return None;
+        }
+        let mut columns = vec![0u32; self.read.len()];
+        for (neuron, &p) in self.read.iter().enumerate() {
+            columns[p as usize] = self.written[neuron];
+        }
+        Some(columns)
+    }
+}
+
+/// The orders of the neurons at every boundary of `layers` (square, all `n × n`): element `l`
+/// is the boundary before layer `l`, the last the output of the last layer (the identity).
+/// Boundaries where `permutable(l)` holds may permute (see the module docs).
+pub fn boundary_orders(layers: &[CsrRef<'_>], permutable: &(dyn Fn(usize) -> bool + Sync)) -> Vec<Boundary> {
     let Some(first) = layers.first() else { return vec![] };
     let n = first.rows;
     // Per layer: the id of each row's column set and of each column's row set.
     let sets: Vec<(Vec<u32>, Vec<u32>)> = layers.par_iter().map(|w| (row_set_ids(w), column_set_ids(w))).collect();
-    let mut orders: Vec<Vec<u32>> = (0..layers.len())
+    let grouped = |key: &dyn Fn(usize) -> (u32, u32)| {
+        let (pos, groups) = order_by_keys(n, key);
+        (groups * MIN_MEAN_GROUP <= n).then_some(pos)
+    };
+    let mut orders: Vec<Boundary> = (0..layers.len())
         .into_par_iter()
         .map(|l| {
             let before = (l > 0).then(|| &sets[l - 1].1);
             let after = &sets[l].0;
-            // Both layers' sets, else the producer's (its columns' row sets: the fine kernel's
-            // 8-column tiles then share their k), else the consumer's (its rows' column sets).
-            let keyed: [&dyn Fn(usize) -> (u32, u32); 3] =
-                [&|i| (before.map_or(0, |b| b[i]), after[i]), &|i| (before.map_or(0, |b| b[i]), 0), &|i| (0, after[i])];
-            keyed
-                .iter()
-                .map(|key| order_by_keys(n, key))
-                .find(|(_, groups)| groups * MIN_MEAN_GROUP <= n)
-                .map_or_else(|| (0..n as u32).collect(), |(pos, _)| pos)
+            let both = |i: usize| (before.map_or(0, |b| b[i]), after[i]);
+            let producer = |i: usize| (before.map_or(0, |b| b[i]), 0);
+            let consumer = |i: usize| (0, after[i]);
+            if let Some(pos) = grouped(&both) {
+                return Boundary::same(pos);
+            }
+            if l > 0 && permutable(l) {
+                if let (Some(written), Some(read)) = (grouped(&producer), grouped(&consumer)) {
+                    return Boundary { written, read };
+                }
+            }
+            // The producer's groups (the fine kernel's 8-column tiles then share their k),
+            // else the consumer's, else the natural order.
+            let pos = grouped(&producer).or_else(|| grouped(&consumer)).unwrap_or_else(|| (0..n as u32).collect());
+            Boundary::same(pos)
         })
         .collect();
-    orders.push((0..n as u32).collect());
+    orders.push(Boundary::same((0..n as u32).collect()));
     orders
 }
 
@@ -210,17 +247,18 @@ mod tests {
         let n = 1024;
         let layers = [first_block_layer(n, 1), first_block_layer(n, 2), first_block_layer(n, 4)];
         let views: Vec<_> = layers.iter().map(Csr::view).collect();
-        let orders = boundary_orders(&views);
+        let orders = boundary_orders(&views, &|_| false);
         assert_eq!(orders.len(), 4);
-        assert!(is_identity(&orders[3]));
+        assert!(is_identity(&orders[3].read));
         // Boundaries 0-2 group the 16 neurons of each n mod 64, ordered by n mod 64.
-        for pos in &orders[..3] {
-            for (i, &p) in pos.iter().enumerate() {
+        for b in &orders[..3] {
+            assert_eq!(b.written, b.read);
+            for (i, &p) in b.read.iter().enumerate() {
                 assert_eq!(p as usize, (i % 64) * 16 + i / 64, "neuron {i}");
             }
         }
         // Layer 1 in that order: each 16-column block reads exactly two full 16-row blocks.
-        let w = relabel(views[1], &orders[1], &orders[2]);
+        let w = relabel(views[1], &orders[1].read, &orders[2].written);
         let mut blocks: Vec<Vec<usize>> = vec![vec![]; n / 16];
         for r in 0..n {
             for e in w.offsets[r] as usize..w.offsets[r + 1] as usize {
@@ -253,9 +291,26 @@ mod tests {
         let relabelled = Csr::from_dense(&dense, n, n);
         let layers = [first_block_layer(n, 2), relabelled];
         let views: Vec<_> = layers.iter().map(Csr::view).collect();
-        let orders = boundary_orders(&views);
-        for (i, &p) in orders[1].iter().enumerate() {
+        let orders = boundary_orders(&views, &|_| false);
+        for (i, &p) in orders[1].written.iter().enumerate() {
             assert_eq!(p as usize, (i % m) * 16 + i / m, "neuron {i}");
+        }
+        assert_eq!(orders[1].written, orders[1].read);
+        // Allowed to permute: layer 1 reads its rows grouped by σ (16 equal σ together), and
+        // the permutation takes each neuron from where layer 0 wrote it.
+        let permuted = boundary_orders(&views, &|_| true);
+        let b = &permuted[1];
+        assert_eq!(b.written, orders[1].written);
+        let mut at_read = vec![0usize; n];
+        for (i, &p) in b.read.iter().enumerate() {
+            at_read[p as usize] = i;
+        }
+        for group in at_read.chunks(16) {
+            assert!(group.iter().all(|&i| sigma[i] == sigma[group[0]]), "{group:?}");
+        }
+        let columns = b.columns().expect("the orders differ");
+        for i in 0..n {
+            assert_eq!(columns[b.read[i] as usize], b.written[i]);
         }
     }
 
@@ -270,7 +325,7 @@ mod tests {
             }
         }
         let w = Csr::from_dense(&dense, n, n);
-        let orders = boundary_orders(&[w.view(), w.view()]);
-        assert!(orders.iter().all(|o| is_identity(o)));
+        let orders = boundary_orders(&[w.view(), w.view()], &|_| true);
+        assert!(orders.iter().all(|o| is_identity(&o.read) && o.columns().is_none()));
     }
 }

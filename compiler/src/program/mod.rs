@@ -414,6 +414,11 @@ pub enum Op {
     /// `alias` (image `j` stands for image `alias[j] - 1`) to an image that was never merged,
     /// whose flag [`Op::MarkRows`] already set.
     ResolveAliases { alias: BufferId, flags: BufferId, first: ParamId, count: usize, images: usize },
+    /// `dst[r][p] = src[r][columns[p]]` for the rows `r < live[at]` of `src` (`cols` wide,
+    /// 32-bit elements): the activations moved from the order one layer writes its neurons in
+    /// to the order the next reads them in (HPEC, [`super::hpec_order`]). Rows keep their
+    /// index, so their ids stay where they are.
+    PermuteColumns { src: BufferId, dst: BufferId, cols: usize, columns: BufferId, live: BufferId, at: usize },
     /// `flags[ids[r]] = 1` for the rows `r < live[at]` of `src` that hold any nonzero.
     MarkRows { src: BufferId, ids: BufferId, cols: usize, live: BufferId, at: usize, flags: BufferId },
     /// Graph nodes run in order: what one generated kernel (or a fused group of elementwise
@@ -630,6 +635,11 @@ impl Program {
             }
             Op::ResolveAliases { alias, flags, .. } => {
                 out.extend([whole(*alias, false), whole(*flags, true)]);
+            }
+            Op::PermuteColumns { src, dst, columns, live, at, .. } => {
+                out.extend([whole(*src, false), whole(*columns, false)]);
+                out.push(Access { buf: *live, at: *at, len: 1, write: false });
+                out.push(whole(*dst, true));
             }
             Op::MarkRows { src, ids, live, at, flags, .. } => {
                 out.extend([whole(*src, false), whole(*ids, false)]);
@@ -947,6 +957,10 @@ fn op_text(op: &Op) -> String {
         Op::ResolveAliases { alias, flags, first, count, images } => format!(
             "resolve_aliases alias=buf%{} flags=buf%{} first=param${} count={count} images={images}",
             alias.0, flags.0, first.0
+        ),
+        Op::PermuteColumns { src, dst, cols, columns, live, at } => format!(
+            "permute_columns buf%{} -> buf%{} cols={cols} columns=buf%{} live=buf%{}[{at}]",
+            src.0, dst.0, columns.0, live.0
         ),
         Op::MarkRows { src, ids, cols, live, at, flags } => format!(
             "mark_rows buf%{} ids=buf%{} cols={cols} live=buf%{}[{at}] flags=buf%{}",

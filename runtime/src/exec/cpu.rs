@@ -495,6 +495,21 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             }
             Ok(())
         }
+        Op::PermuteColumns { src, dst, cols, columns, live, at } => {
+            let n =
+                live_rows(mem, &Rows::Live { max: program.buffer(*src).len / cols.max(&1), count: *live, at: *at })?;
+            let map: Vec<usize> = (0..*cols).map(|p| mem.i32_at(*columns, p) as usize).collect();
+            if map.iter().any(|&q| q >= *cols) {
+                return Err("a column permutation points past the row".into());
+            }
+            for r in 0..n {
+                for (p, &q) in map.iter().enumerate() {
+                    let v = mem.f32_at(*src, r * cols + q);
+                    mem.set_f32(*dst, r * cols + p, v);
+                }
+            }
+            Ok(())
+        }
         Op::MarkRows { src, ids, cols, live, at, flags } => {
             let n = live_rows(mem, &Rows::Live { max: program.buffer(*ids).len, count: *live, at: *at })?;
             let n_flags = program.buffer(*flags).len;

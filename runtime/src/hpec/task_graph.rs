@@ -42,6 +42,8 @@ pub struct CompiledNetwork {
     pub tail_start: usize,
     /// Layers whose neurons were relabelled ([`spartac::program::hpec_order`]).
     pub reordered_layers: usize,
+    /// Boundaries whose activations a step permutes between two layers' orders.
+    pub permuted_boundaries: usize,
 }
 
 /// The file of a layer's cache entry: keyed by the layer's content (pattern and values), what
@@ -151,20 +153,26 @@ pub fn compile_cached(
         .transpose()
         .map_err(|e| HpecError::InvalidArgument(format!("the tail layers: {e}")))?;
     // The neurons between the layers before the tail relabelled (fp32 only: f64 keeps the
-    // reference's k order); the images' pixels follow the first boundary's order.
+    // reference's k order); the images' pixels follow the first boundary's order, and the
+    // boundaries that permute get a step that moves the activations.
+    let permutable = |_: usize| options.permute_from.is_some_and(|w| network.neurons >= w);
     let orders = (options.reorder && options.precision == Precision::F32)
-        .then(|| boundary_orders(&views[..tail_start]))
-        .filter(|o| !o.iter().all(|pos| is_identity(pos)));
+        .then(|| boundary_orders(&views[..tail_start], &permutable))
+        .filter(|o| !o.iter().all(|b| is_identity(&b.read) && is_identity(&b.written)));
+    let relabels =
+        |l: usize| orders.as_ref().is_some_and(|o| !(is_identity(&o[l].read) && is_identity(&o[l + 1].written)));
     let layers: Vec<Csr> = (0..tail_start)
         .into_par_iter()
         .map(|l| match &orders {
-            Some(o) if !(is_identity(&o[l]) && is_identity(&o[l + 1])) => relabel(views[l], &o[l], &o[l + 1]),
+            Some(o) if relabels(l) => relabel(views[l], &o[l].read, &o[l + 1].written),
             _ => layer_csr(network, l),
         })
         .collect();
-    let reordered_layers = orders
+    let reordered_layers = (0..tail_start).filter(|&l| relabels(l)).count();
+    let permutations: Vec<(usize, Vec<u32>)> = orders
         .as_ref()
-        .map_or(0, |o| (0..tail_start).filter(|&l| !(is_identity(&o[l]) && is_identity(&o[l + 1]))).count());
+        .map(|o| (1..tail_start).filter_map(|l| o[l].columns().map(|c| (l, c))).collect())
+        .unwrap_or_default();
     let compiled: Vec<(LayerKernels, bool)> = layers
         .par_iter()
         .enumerate()
@@ -176,10 +184,11 @@ pub fn compile_cached(
         })
         .collect::<HpecResult<_>>()?;
     (tail_start..network.n_layers()).for_each(|_| progress());
+    let permuted_boundaries = permutations.len();
     let layers_cached = compiled.iter().filter(|(_, hit)| *hit).count();
     let kernels: Vec<LayerKernels> = compiled.into_iter().map(|(k, _)| k).collect();
     let px = &images.pixels;
-    let relabelled = orders.as_ref().filter(|o| !is_identity(&o[0])).map(|o| {
+    let relabelled = orders.as_ref().filter(|o| !is_identity(&o[0].read)).map(|o| {
         let pixels = CsrRef {
             rows: px.n_outer,
             cols: px.n_inner,
@@ -187,7 +196,7 @@ pub fn compile_cached(
             indices: &px.indices,
             values: &px.values,
         };
-        relabel(pixels, &(0..px.n_outer as u32).collect::<Vec<_>>(), &o[0])
+        relabel(pixels, &(0..px.n_outer as u32).collect::<Vec<_>>(), &o[0].read)
     });
     let view = match &relabelled {
         Some(r) => HpecImages { n_images: r.rows, offsets: &r.offsets, indices: &r.indices, values: &r.values },
@@ -195,7 +204,7 @@ pub fn compile_cached(
             HpecImages { n_images: images.n_images(), offsets: &px.offsets, indices: &px.indices, values: &px.values }
         }
     };
-    let lowering = lower(network.neurons, network.bias, layers, kernels, tail, &view, options)
+    let lowering = lower(network.neurons, network.bias, layers, kernels, tail, &view, options, &permutations)
         .map_err(|e| HpecError::InvalidArgument(e.to_string()))?;
     Ok(CompiledNetwork {
         lowering,
@@ -204,6 +213,7 @@ pub fn compile_cached(
         layers_cached,
         tail_start,
         reordered_layers,
+        permuted_boundaries,
     })
 }
 
@@ -476,6 +486,7 @@ pub fn profile_by_kind(
                 }
             }
             Op::SpmmChain { .. } => "tail layers (one launch)",
+            Op::PermuteColumns { .. } => "neuron order",
             Op::CompactRows { merge: None, .. } => "compaction",
             Op::CompactRows { merge: Some(_), .. } => "compaction + merge",
             Op::ResolveAliases { .. } => "categories",
