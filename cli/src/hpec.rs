@@ -217,6 +217,11 @@ pub struct GpuArgs {
     /// first-block layers then plan as dense 16x16 blocks.
     #[arg(long)]
     pub no_reorder: bool,
+    /// Compactions that do not merge copy every live row into the other buffer (the packing
+    /// form) instead of dropping the dead rows in place (only the rows that die and those that
+    /// fill their places move).
+    #[arg(long)]
+    pub packing_compaction: bool,
     /// Networks at least W neurons wide may also permute the activations between two layers
     /// whose groupings are unrelated (the relabelled blocks): each layer keeps its own order
     /// and one pass over the live rows moves them between the two; 0 never.
@@ -749,6 +754,7 @@ fn run_compiled(
         gather_from: (g.gather_from > 0).then_some(g.gather_from),
         reorder: !g.no_reorder,
         permute_from: (g.permute_from > 0).then_some(g.permute_from),
+        compact_in_place: !g.packing_compaction,
     };
     let bar = if args.json {
         indicatif::ProgressBar::hidden()

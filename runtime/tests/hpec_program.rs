@@ -215,6 +215,30 @@ fn without_compaction_and_with_streamed_weights_the_categories_stay() {
 }
 
 #[test]
+fn dropping_dead_rows_in_place_keeps_the_live_counts_and_categories_of_packing() {
+    let network = real_network(24);
+    let images = hpec::mnist::mnist_images(&bundled::mnist_digits().unwrap(), 1024, 300).unwrap();
+    // Merging off, so that every compaction is a drop (in place) or a packing copy.
+    let run = |compact_in_place| {
+        let opts = HpecOptions { compact_in_place, merge_from: None, ..options(300) };
+        let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
+        let steps = &compiled.lowering.program.steps;
+        let drops = steps.iter().filter(|s| matches!(s.op, spartac::program::Op::DropRows { .. })).count();
+        let packs = steps.iter().filter(|s| matches!(s.op, spartac::program::Op::CompactRows { .. })).count();
+        assert_eq!((drops > 0, packs > 0), (compact_in_place, !compact_in_place));
+        task_graph::run_cpu_counted(&compiled).unwrap()
+    };
+    let (dropped, dropped_live) = run(true);
+    let (packed, packed_live) = run(false);
+    let engine = hpec::infer(&network, &images, &InferOptions::default()).unwrap().categories;
+    assert_eq!(dropped, engine);
+    assert_eq!(packed, engine);
+    assert_eq!(dropped_live, packed_live);
+    // Rows died along the way, so the drops moved rows into the dead ones' places.
+    assert!(dropped_live.windows(2).any(|w| w[1] < w[0]), "{dropped_live:?}");
+}
+
+#[test]
 fn a_network_over_the_weight_budget_streams_through_k_slots_each_copy_before_its_reader() {
     let network = real_network(10);
     let images = bundled::real_1024_images().unwrap().first(64);
@@ -350,7 +374,7 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
     }
     // A sample of the real layers at the batch the benchmarks use, both engines.
     let network = real_network(120);
-    let mut permuting = 0;
+    let (mut permuting, mut drops) = (0, 0);
     let images = bundled::real_1024_images().unwrap();
     // The third sample runs on the row-scatter kernel (from 1,024 neurons instead of 16,384).
     // The first sample runs its last two layers in the one-launch tail.
@@ -385,6 +409,7 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
         let compiled = task_graph::compile(&sample, &images, &opts, &|| {}).unwrap();
         let kernels = &compiled.lowering.program.kernels;
         permuting += usize::from(kernels.iter().any(|k| k.name.starts_with("permute_columns")));
+        drops += kernels.iter().filter(|k| k.name.starts_with("drop_rows_")).count();
         let gathers = kernels.iter().filter(|k| k.name.starts_with("gather_layer")).count();
         let want = precision == Precision::F64 || gather_from.is_some();
         assert_eq!(gathers > 0, want, "gather layer kernels: {gathers}");
@@ -398,6 +423,7 @@ fn layer_and_row_kernels_of_the_real_network_compile_with_nvrtc() {
         }
     }
     assert!(permuting > 0, "no sample has a permuting step");
+    assert!(drops > 0, "no sample has the in-place drop's kernels");
 }
 
 #[test]

@@ -33,6 +33,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_dense_stream.cu.tera", include_str!("../../../templates/spmm_dense_stream.cu.tera")),
     ("rows_compact.cu.tera", include_str!("../../../templates/rows_compact.cu.tera")),
     ("rows_permute.cu.tera", include_str!("../../../templates/rows_permute.cu.tera")),
+    ("rows_drop.cu.tera", include_str!("../../../templates/rows_drop.cu.tera")),
     ("rows_merge_hash.cu.tera", include_str!("../../../templates/rows_merge_hash.cu.tera")),
     ("rows_merge_pack.cu.tera", include_str!("../../../templates/rows_merge_pack.cu.tera")),
     ("rows_resolve.cu.tera", include_str!("../../../templates/rows_resolve.cu.tera")),

@@ -125,6 +125,34 @@ pub fn permute_columns(max_rows: usize, cols: usize, sm_count: usize) -> Result<
     })
 }
 
+#[derive(Serialize)]
+struct DropCtx {
+    kernel_name: String,
+    stage: &'static str,
+    cols: usize,
+    warps: usize,
+}
+
+/// The three kernels that drop the dead rows of one buffer in place ([`crate::program::Op::DropRows`]):
+/// `flag` `(R, live, flags)` marks the live rows and counts them into `live[1]`; `pair`
+/// `(live, flags, holes, movers, counters)` lists the dead rows below the count and the live
+/// rows above it; `move` `(R, ids, holes, movers, counters)` moves each such live row (and its
+/// id) into a hole. Only the rows that die and the rows that fill their places move, where a
+/// packing copy moves every live row.
+pub fn drop_rows(max_rows: usize, cols: usize) -> Result<[RowsKernel; 3], CodegenError> {
+    check_cols(cols)?;
+    let warps_launch =
+        Launch { grid: (stride_grid(max_rows), 1, 1), block: ((WARPS * 32) as u32, 1, 1), smem_bytes: 0 };
+    let threads_launch =
+        Launch { grid: (max_rows.div_ceil(256).clamp(1, 132 * 8) as u32, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
+    let kernel = |stage: &'static str, launch: Launch| -> Result<RowsKernel, CodegenError> {
+        let name = format!("drop_rows_{stage}_{cols}");
+        let ctx = DropCtx { kernel_name: name.clone(), stage, cols, warps: WARPS };
+        Ok(RowsKernel { source: render("rows_drop.cu.tera", &ctx)?, name, launch })
+    };
+    Ok([kernel("flag", warps_launch)?, kernel("pair", threads_launch)?, kernel("move", warps_launch)?])
+}
+
 /// `flags[ids[r]] = 1` for the nonzero rows `r < live[0]` of `S`. Signature `(S, ids, live, flags)`.
 pub fn mark_rows(max_rows: usize, cols: usize) -> Result<RowsKernel, CodegenError> {
     check_cols(cols)?;

@@ -134,6 +134,10 @@ pub struct HpecOptions {
     /// ([`super::hpec_order`]: each layer keeps its own grouping and a [`Op::PermuteColumns`]
     /// step moves the activations between them); `None`: never.
     pub permute_from: Option<usize>,
+    /// Compactions that do not merge drop the dead rows in place ([`Op::DropRows`]: only the
+    /// rows that die and the rows that fill their places move) instead of packing every live
+    /// row into the other buffer ([`Op::CompactRows`]).
+    pub compact_in_place: bool,
 }
 
 /// The arithmetic a network runs in.
@@ -182,6 +186,7 @@ impl Default for HpecOptions {
             gather_from: Some(DEFAULT_GATHER_FROM),
             reorder: true,
             permute_from: Some(DEFAULT_PERMUTE_FROM),
+            compact_in_place: true,
         }
     }
 }
@@ -595,6 +600,7 @@ fn u32_data(v: &[u32]) -> Data {
 /// after them ([`rows::tail_tables`]), which must start at [`HpecOptions::tail_start`];
 /// `permutations` the boundaries that permute (`(l, columns)`: before layer `l`, the
 /// activations move by [`Op::PermuteColumns`] with `columns`).
+#[allow(clippy::too_many_arguments)] // the lowering's inputs are the compile's outputs, one each
 pub fn lower(
     neurons: usize,
     bias: f32,
@@ -729,6 +735,15 @@ pub fn lower(
     );
     let compact = rows::compact_rows(batch, words).map_err(codegen)?;
     let compact_k = b.kernel(&compact.name, &compact.source, 0);
+    let drop = match options.compact_in_place {
+        true => {
+            let ks = rows::drop_rows(batch, words).map_err(codegen)?;
+            let ids = [0, 1, 2].map(|i| b.kernel(&ks[i].name, &ks[i].source, 0));
+            let scratch = b.buffer("drop.scratch", Elem::I32, 3 * batch + 2, Storage::Scratch);
+            Some((ks, ids, scratch))
+        }
+        false => None,
+    };
     let merge_ks = match merge {
         Some(_) => {
             let (hash, pack) = rows::merge_rows(batch, words).map_err(codegen)?;
@@ -851,7 +866,46 @@ pub fn lower(
             launches,
         );
         cur = 1 - cur;
-        if options.compacts_after(l, n_layers) {
+        let in_place = drop.as_ref().filter(|_| !options.merges_after(l, n_layers));
+        if let (true, Some((ks, kids, scratch))) = (options.compacts_after(l, n_layers), in_place) {
+            let (buf, row_ids, scratch) = (act[cur], ids[cur_ids], *scratch);
+            let (flags, holes, movers, counters) = (0, batch, 2 * batch, 3 * batch);
+            b.step(
+                &format!("compact after layer {l}"),
+                Op::DropRows { buf, ids: row_ids, cols: neurons, live, at: count_at, scratch },
+                vec![
+                    Launch::Zero { dst: scratch, at: counters, len: 2 },
+                    rows_launch(
+                        kids[0],
+                        &ks[0],
+                        vec![Arg::Buf(buf, 0), Arg::Buf(live, count_at), Arg::Buf(scratch, flags)],
+                    ),
+                    rows_launch(
+                        kids[1],
+                        &ks[1],
+                        vec![
+                            Arg::Buf(live, count_at),
+                            Arg::Buf(scratch, flags),
+                            Arg::Buf(scratch, holes),
+                            Arg::Buf(scratch, movers),
+                            Arg::Buf(scratch, counters),
+                        ],
+                    ),
+                    rows_launch(
+                        kids[2],
+                        &ks[2],
+                        vec![
+                            Arg::Buf(buf, 0),
+                            Arg::Buf(row_ids, 0),
+                            Arg::Buf(scratch, holes),
+                            Arg::Buf(scratch, movers),
+                            Arg::Buf(scratch, counters),
+                        ],
+                    ),
+                ],
+            );
+            count_at += 1;
+        } else if options.compacts_after(l, n_layers) {
             let (src, dst) = (act[cur], act[1 - cur]);
             let (sids, dids) = (ids[cur_ids], ids[1 - cur_ids]);
             let this_merge = merge.filter(|_| options.merges_after(l, n_layers));

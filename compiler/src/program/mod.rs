@@ -414,6 +414,12 @@ pub enum Op {
     /// `alias` (image `j` stands for image `alias[j] - 1`) to an image that was never merged,
     /// whose flag [`Op::MarkRows`] already set.
     ResolveAliases { alias: BufferId, flags: BufferId, first: ParamId, count: usize, images: usize },
+    /// The rows `r < live[at]` of `buf` (`cols` wide) that hold any nonzero kept in place: their
+    /// count into `live[at + 1]` (which must start at zero), the kept rows below it staying where
+    /// they are and those above it moving, with their `ids`, into the places of the dropped rows
+    /// below it (pairing unspecified). `scratch` holds per row a flag, the dropped places and the
+    /// moved rows, and two counters (`3 · rows + 2` words, the counters zeroed first).
+    DropRows { buf: BufferId, ids: BufferId, cols: usize, live: BufferId, at: usize, scratch: BufferId },
     /// `dst[r][p] = src[r][columns[p]]` for the rows `r < live[at]` of `src` (`cols` wide,
     /// 32-bit elements): the activations moved from the order one layer writes its neurons in
     /// to the order the next reads them in (HPEC, [`super::hpec_order`]). Rows keep their
@@ -635,6 +641,12 @@ impl Program {
             }
             Op::ResolveAliases { alias, flags, .. } => {
                 out.extend([whole(*alias, false), whole(*flags, true)]);
+            }
+            Op::DropRows { buf, ids, live, at, scratch, .. } => {
+                out.extend([whole(*buf, false), whole(*ids, false)]);
+                out.push(Access { buf: *live, at: *at, len: 1, write: false });
+                out.extend([whole(*buf, true), whole(*ids, true), whole(*scratch, true)]);
+                out.push(Access { buf: *live, at: at + 1, len: 1, write: true });
             }
             Op::PermuteColumns { src, dst, columns, live, at, .. } => {
                 out.extend([whole(*src, false), whole(*columns, false)]);
@@ -957,6 +969,14 @@ fn op_text(op: &Op) -> String {
         Op::ResolveAliases { alias, flags, first, count, images } => format!(
             "resolve_aliases alias=buf%{} flags=buf%{} first=param${} count={count} images={images}",
             alias.0, flags.0, first.0
+        ),
+        Op::DropRows { buf, ids, cols, live, at, scratch } => format!(
+            "drop_rows buf%{}+ids buf%{} cols={cols} live=buf%{}[{at}->{}] scratch=buf%{}",
+            buf.0,
+            ids.0,
+            live.0,
+            at + 1,
+            scratch.0
         ),
         Op::PermuteColumns { src, dst, cols, columns, live, at } => format!(
             "permute_columns buf%{} -> buf%{} cols={cols} columns=buf%{} live=buf%{}[{at}]",

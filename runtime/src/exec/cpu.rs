@@ -495,6 +495,26 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             }
             Ok(())
         }
+        Op::DropRows { buf, ids, cols, live, at, .. } => {
+            let n = live_rows(mem, &Rows::Live { max: program.buffer(*ids).len, count: *live, at: *at })?;
+            if mem.i32_at(*live, at + 1) != 0 {
+                return Err("the drop's counter does not start at zero".into());
+            }
+            let elem = program.buffer(*buf).elem;
+            let flags: Vec<bool> = (0..n).map(|r| row_nonzero(mem, *buf, elem, r, *cols)).collect();
+            let kept = flags.iter().filter(|&&f| f).count();
+            // Dropped places below the count, filled in order by the kept rows above it.
+            let holes = (0..kept).filter(|&r| !flags[r]);
+            let movers = (kept..n).filter(|&r| flags[r]);
+            let row = elem.bytes() * cols;
+            for (to, from) in holes.zip(movers) {
+                mem.bufs[buf.0 as usize].copy_within(row * from..row * (from + 1), row * to);
+                let id = mem.i32_at(*ids, from);
+                mem.set_i32(*ids, to, id);
+            }
+            mem.set_i32(*live, at + 1, kept as i32);
+            Ok(())
+        }
         Op::PermuteColumns { src, dst, cols, columns, live, at } => {
             let n =
                 live_rows(mem, &Rows::Live { max: program.buffer(*src).len / cols.max(&1), count: *live, at: *at })?;

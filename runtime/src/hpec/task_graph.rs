@@ -487,6 +487,7 @@ pub fn profile_by_kind(
             }
             Op::SpmmChain { .. } => "tail layers (one launch)",
             Op::PermuteColumns { .. } => "neuron order",
+            Op::DropRows { .. } => "compaction",
             Op::CompactRows { merge: None, .. } => "compaction",
             Op::CompactRows { merge: Some(_), .. } => "compaction + merge",
             Op::ResolveAliases { .. } => "categories",
