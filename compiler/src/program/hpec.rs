@@ -17,8 +17,10 @@
 //!    a gather from staged rows ([`compile_layer_gather`]), whose activation traffic does not
 //!    grow with the width as the tiled kernels' does;
 //! 3. after each of the first `compact_first` layers and then every `compact_every` layers
-//!    ([`HpecOptions::compacts_after`]), `compact_rows` packs the rows that are still nonzero (dead
-//!    images dropped) back into the first buffer with their image ids;
+//!    ([`HpecOptions::compacts_after`]), the rows that are still nonzero are kept with their
+//!    image ids (dead images dropped): in place ([`Op::DropRows`]: only the rows that die and
+//!    the live rows that take their places move), or packed into the other buffer
+//!    ([`Op::CompactRows`]) where the compaction also merges;
 //! 4. the layers from [`HpecOptions::tail_from`] on (the converged tail: one merged row on the
 //!    challenge networks) run in one launch of [`rows::tail_layers`], from tables of their
 //!    nonzeros alone (nothing planned or specialized for them; [`Op::SpmmChain`]);
@@ -27,6 +29,11 @@
 //!    also merge bitwise-identical rows ([`super::Merge`]: the activations converge, and one row
 //!    then stands for every image it equals); a last step copies each merged image's category
 //!    from the image that stood for it.
+//!
+//! The neurons between the layers before the tail are relabelled at compile time
+//! ([`super::hpec_order`], [`HpecOptions::reorder`]): the layers arrive here relabelled, the
+//! images' pixels too, and where a boundary permutes a [`Op::PermuteColumns`] step moves the
+//! live rows from the order the layer before wrote to the order the layer after reads.
 //!
 //! With [`Precision::F64`] the activations are f64 and each layer before the tail is one
 //! [`rows::gather_layer`] kernel ([`compile_layer_gather`]: the f64 reference's arithmetic bit
