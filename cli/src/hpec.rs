@@ -205,10 +205,11 @@ pub struct GpuArgs {
     /// never: it measured 3x slower at 16384 neurons so far.
     #[arg(long, default_value_t = 0, value_name = "W")]
     pub scatter_from: usize,
-    /// Layers at least W neurons wide (up to 51,200, whose rows fit shared memory) run as a
-    /// gather from staged rows (a thread per column, its nonzeros' k in registers, up to 8 rows
-    /// at a time) instead of the planned tensor-core kernels, whose activation traffic grows
-    /// with the width; 0 never. Measured on an H200: 16384x120 215 ms against 337.
+    /// Layers at least W neurons wide (up to 51,200, whose rows fit shared memory) whose plan
+    /// has element-sparse parts run as a gather from staged rows (a thread per column, its
+    /// nonzeros' k in registers, up to 8 rows at a time) instead of the planned tensor-core
+    /// kernels, whose activation traffic grows with the width; layers planned as blocks alone
+    /// (the reordered challenge layers) keep them; 0 never.
     #[arg(long, default_value_t = spartac::program::hpec::DEFAULT_GATHER_FROM, value_name = "W")]
     pub gather_from: usize,
     /// Keep the neurons in the network's order. By default (fp32) the neurons between the layers

@@ -125,11 +125,12 @@ pub struct HpecOptions {
     /// Arithmetic of the activations ([`Precision`]).
     pub precision: Precision,
     /// fp32 layers at least this many neurons wide, whose rows fit the staging buffer
-    /// ([`rows::gather_stages`]: up to 51,200 neurons), run as a gather from rows staged in
-    /// shared memory ([`compile_layer_gather`]) instead of the planned kernels; `None`: never.
-    /// Measured on the H200 (2026-11-27, calls 19-20): 16384×120 215 ms against 337 with the
-    /// planned 3xTF32 kernels, 4096×120 23.8 against 29.7; 1024×120 2.81 against 2.67 (the
-    /// planned kernels stay there).
+    /// ([`rows::gather_stages`]: up to 51,200 neurons) and whose plan has element-sparse parts,
+    /// run as a gather from rows staged in shared memory ([`compile_layer_gather`]) instead of
+    /// the planned kernels (a layer planned as blocks alone keeps them); `None`: never.
+    /// Measured on the H200 in the natural neuron order (2026-11-27, calls 19-20): 16384×120
+    /// 215 ms against 337 with the planned 3xTF32 kernels, 4096×120 23.8 against 29.7;
+    /// 1024×120 2.81 against 2.67 (the planned kernels stay there).
     pub gather_from: Option<usize>,
     /// Relabel the neurons between the layers before the tail ([`super::hpec_order`]: the
     /// neurons both neighbouring layers treat alike sit together) in fp32; with f64 the layers
