@@ -17,6 +17,13 @@ fn real_network(layers: usize) -> hpec::Network {
     hpec::generate_with(&GeneratorConfig { neurons: 1024, layers, seed: 0, relabellings }).unwrap()
 }
 
+/// The first 600 real images and the categories the truth file gives them.
+fn first_600_with_truth() -> (hpec::Images, Vec<u32>) {
+    let mut truth = bundled::real_1024_categories().unwrap();
+    truth.retain(|&id| id <= 600);
+    (bundled::real_1024_images().unwrap().first(600), truth)
+}
+
 fn options(batch: usize) -> HpecOptions {
     HpecOptions { batch, ..HpecOptions::default() }
 }
@@ -24,13 +31,11 @@ fn options(batch: usize) -> HpecOptions {
 #[test]
 fn simulated_program_matches_the_cpu_engine_and_the_truth_on_the_real_network() {
     let network = real_network(120);
-    let images = bundled::real_1024_images().unwrap().first(600);
+    let (images, truth) = first_600_with_truth();
     // Three batches, the last one partial.
     let compiled = task_graph::compile(&network, &images, &options(250), &|| {}).unwrap();
     let got = task_graph::run_cpu(&compiled).unwrap();
     let engine = hpec::infer(&network, &images, &InferOptions::default()).unwrap().categories;
-    let mut truth = bundled::real_1024_categories().unwrap();
-    truth.retain(|&id| id <= 600);
     assert!(!truth.is_empty(), "the sample must hold categories for the check to mean anything");
     assert_eq!(got, engine);
     assert_eq!(got, truth);
@@ -39,9 +44,7 @@ fn simulated_program_matches_the_cpu_engine_and_the_truth_on_the_real_network() 
 #[test]
 fn reordered_neurons_keep_the_truth_and_shrink_the_first_blocks_tables() {
     let network = real_network(40);
-    let images = bundled::real_1024_images().unwrap().first(600);
-    let mut truth = bundled::real_1024_categories().unwrap();
-    truth.retain(|&id| id <= 600);
+    let (images, truth) = first_600_with_truth();
     let natural =
         task_graph::compile(&network, &images, &HpecOptions { reorder: false, ..options(250) }, &|| {}).unwrap();
     let reordered = task_graph::compile(&network, &images, &options(250), &|| {}).unwrap();
@@ -72,7 +75,7 @@ fn reordered_neurons_keep_the_truth_and_shrink_the_first_blocks_tables() {
 #[test]
 fn the_f64_program_matches_the_truth_on_the_real_network() {
     let network = real_network(120);
-    let images = bundled::real_1024_images().unwrap().first(600);
+    let (images, truth) = first_600_with_truth();
     let opts = HpecOptions { precision: Precision::F64, ..options(250) };
     let compiled = task_graph::compile(&network, &images, &opts, &|| {}).unwrap();
     let program = &compiled.lowering.program;
@@ -80,8 +83,6 @@ fn the_f64_program_matches_the_truth_on_the_real_network() {
     assert!(program.buffers.iter().any(|b| b.name == "act0" && b.elem == spartac::program::Elem::F64));
     assert!(program.kernels.iter().any(|k| k.name.starts_with("gather_layer") && k.name.contains("_f64")));
     assert!(program.kernels.iter().any(|k| k.name.starts_with("tail_layers") && k.name.ends_with("_f64")));
-    let mut truth = bundled::real_1024_categories().unwrap();
-    truth.retain(|&id| id <= 600);
     assert!(!truth.is_empty());
     assert_eq!(task_graph::run_cpu(&compiled).unwrap(), truth);
 }
@@ -89,9 +90,7 @@ fn the_f64_program_matches_the_truth_on_the_real_network() {
 #[test]
 fn fp32_gather_layers_match_the_truth_on_the_real_network() {
     let network = real_network(120);
-    let images = bundled::real_1024_images().unwrap().first(600);
-    let mut truth = bundled::real_1024_categories().unwrap();
-    truth.retain(|&id| id <= 600);
+    let (images, truth) = first_600_with_truth();
     for fold_values in [true, false] {
         // In the network's order (reordered, the first block's layers plan as blocks instead).
         let opts = HpecOptions { gather_from: Some(1024), fold_values, reorder: false, ..options(250) };
