@@ -3,9 +3,9 @@
 torch.compile with CUDA graphs (mode="reduce-overhead"), in fp32 (TF32 off in cuBLAS and cuDNN:
 spartac computes exact fp32) and fp16.
 
---model minilm (default): MiniLM-L6 (BERT: 6 layers, hidden 384, 12 heads, FFN 1536), batch 32 x
-sequence 128: transformers' BertModel with eager attention (plain MatMul + Softmax, as in the
-ONNX export spartac compiles), built from MiniLM-L6's config.
+--model minilm (default), bert512, bertbase: transformers' BertModel with eager attention (plain
+MatMul + Softmax, as in the ONNX export spartac compiles), built from models/export_bert.py's
+configs: MiniLM-L6 at batch 32 x 128, a hidden-512 8-layer encoder at 16 x 256, BERT-base at 8 x 384.
 
 --model efficientnet: EfficientNet-Lite0, batch 32 x 3 x 224 x 224, in plain torch with the
 structure of .cache/models/efficientnet-lite0.onnx (BatchNorm folded into conv biases, ReLU6,
@@ -96,24 +96,29 @@ def run_cases(model, call, dname, dev, args, extra=None):
         print(json.dumps({**rec, **(extra or {})}), flush=True)
 
 
-def bench_minilm(args, dev):
-    from transformers import BertConfig, BertModel
+def bench_bert(args, dev):
+    """One of models/export_bert.py's configs (--model minilm, bert512 or bertbase)."""
+    import os, sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+    from export_bert import CONFIGS, bert_config
+    from transformers import BertModel
 
-    cfg = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                     intermediate_size=1536, max_position_embeddings=512, attn_implementation="eager")
-    ids = torch.randint(0, 30522, (32, 128), device=dev)
-    mask = torch.ones(32, 128, dtype=torch.int64, device=dev)
-    tt = torch.zeros(32, 128, dtype=torch.int64, device=dev)
+    cfg = bert_config(args.model)
+    _, _, _, _, batch, seq = CONFIGS[args.model]
+    ids = torch.randint(0, 30522, (batch, seq), device=dev)
+    mask = torch.ones(batch, seq, dtype=torch.int64, device=dev)
+    tt = torch.zeros(batch, seq, dtype=torch.int64, device=dev)
+    extra = {"model": args.model, "batch": batch, "sequence": seq}
     for dname in args.dtypes.split(","):
-        dtype = {"f32": torch.float32, "f16": torch.float16}[dname]
+        dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dname]
         model = BertModel(cfg).to(dev, dtype).eval()
         # The attention mask as the additive 4-D mask BERT builds from it (all tokens valid):
         # transformers then adds it to the scores as given, with no host-side tensor per call,
         # which CUDA-graph capture requires.
-        ext = torch.zeros(32, 1, 128, 128, dtype=dtype, device=dev)
+        ext = torch.zeros(batch, 1, seq, seq, dtype=dtype, device=dev)
         ext.masked_fill_(mask[:, None, None, :] == 0, torch.finfo(dtype).min)
         run_cases(model, lambda m: m(input_ids=ids, attention_mask=ext, token_type_ids=tt).last_hidden_state,
-                  dname, dev, args)
+                  dname, dev, args, extra)
 
 
 # EfficientNet-Lite0 as in efficientnet-lite0.onnx. Stem: 3x3 stride-2 conv 3 -> 32, pads
@@ -243,7 +248,7 @@ def bench_efficientnet(args, dev):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["minilm", "efficientnet"], default="minilm")
+    ap.add_argument("--model", choices=["minilm", "bert512", "bertbase", "efficientnet"], default="minilm")
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--dtypes", default="f32,f16")
     ap.add_argument("--no-compile", action="store_true")
@@ -255,7 +260,7 @@ def main():
     dev = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    {"minilm": bench_minilm, "efficientnet": bench_efficientnet}[args.model](args, dev)
+    (bench_efficientnet if args.model == "efficientnet" else bench_bert)(args, dev)
 
 
 if __name__ == "__main__":

@@ -302,8 +302,16 @@ impl CostModel {
             self.db.dense.iter().find(|d| d.dtype == nf.dtype && d.kernel.as_deref() == Some(kern.name()))
         });
         let rate = own.map_or_else(|| self.dense_rate(nf), |d| d.tflops * 1e12);
+        // A 16-bit library GEMM runs after a bias prefill of its output (`codegen::library_gemm`:
+        // the GEMM adds into it, one rounding), a launch and a write of the output more, and
+        // its own read of it (transformer shapes, kernels bench --transformer: without them
+        // the model put cuBLAS 35-50% below its measured time).
+        let prefill = match (kernel, nf.bits == 16) {
+            (None, true) => self.launch() + 2.0 * (m * n) as f64 * Self::bytes(nf) / self.dram(),
+            _ => 0.0,
+        };
         let (m, k, n) = (m as f64, k as f64, n as f64);
-        2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch()
+        2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch() + prefill
     }
 
     /// The per-wave terms of a kernel launched as `geometry`: `waves · (wave_ns + heaviest ·
@@ -435,10 +443,13 @@ impl CostModel {
         2.0 * m * area / rate + l2 + area * b / self.dram() + overhead
     }
 
-    /// Fixed cost of one sub-operator over an `m × n` output: a launch and one
-    /// read-accumulate-write of the output.
+    /// Fixed cost of one sub-operator over an `m × n` output: a launch and the output's
+    /// traffic (16-bit: one write; otherwise one read-accumulate-write in fp32).
     pub fn suboperator_fixed(&self, nf: &NumberFormat, m: usize, n: usize) -> f64 {
-        self.launch() + 2.0 * (m * n) as f64 * 4.0f64.max(Self::bytes(nf)) / self.dram()
+        // 16-bit kernels write their output once, in its own format (fp32 ones read and write
+        // it in fp32, as a part accumulating onto another does).
+        let per_element = if nf.bits == 16 { 2.0 } else { 8.0 };
+        self.launch() + (m * n) as f64 * per_element / self.dram()
     }
 
     /// A block-sparse sub-operator of `n_blocks` blocks of `shape` in `orientation` over a

@@ -74,6 +74,41 @@ fn not_found(what: &str, name: &str, close: Vec<String>) -> Error {
     }
 }
 
+/// The selectors a key may start with `@` for (see [`super::attrs`]).
+pub const SELECTORS: &[&str] = &["matmul_weights", "conv_weights"];
+
+/// The initializers a selector names: `matmul_weights` every 2-D initializer read as the
+/// weight of a MatMul (either operand, the other one not constant) or of a Gemm (input 1);
+/// `conv_weights` every initializer read as a Conv's weight (input 1).
+fn select_weights(graph: &Graph, selector: &str) -> Result<Vec<ValueId>, String> {
+    let is_init = |v: Option<ValueId>| v.filter(|v| graph.initializers.contains_key(v));
+    let mut out = vec![];
+    for node in &graph.nodes {
+        let input = |i: usize| node.inputs.get(i).copied().flatten();
+        let picked = match (selector, node.op_type.as_str()) {
+            ("matmul_weights", "MatMul") => match (is_init(input(0)), is_init(input(1))) {
+                (None, Some(w)) | (Some(w), None) => Some(w),
+                _ => None,
+            },
+            ("matmul_weights", "Gemm") => is_init(input(1)),
+            ("conv_weights", "Conv") => is_init(input(1)),
+            ("matmul_weights" | "conv_weights", _) => None,
+            _ => {
+                return Err(format!(
+                    "unknown selector \"@{selector}\" (known: {})",
+                    SELECTORS.iter().map(|s| format!("@{s}")).collect::<Vec<_>>().join(", ")
+                ))
+            }
+        };
+        if let Some(w) = picked.filter(|w| selector != "matmul_weights" || graph.fact(*w).shape.len() == 2) {
+            if !out.contains(&w) {
+                out.push(w);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Sets the TeSA of every initializer (zeros, plus the file's pruning and widths).
 pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), Error> {
     for (id, init) in &graph.initializers {
@@ -84,7 +119,19 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
     // The spec of each value: (key, spec, specificity); exact names rank above globs.
     let mut chosen: Vec<Option<(&str, &TensorSpec, usize)>> = vec![None; graph.values.len()];
     for (key, spec) in &attrs.tensors {
-        if key.contains('*') {
+        if let Some(selector) = key.strip_prefix('@') {
+            // Below every glob and exact name: they refine what a selector picks.
+            let picked = select_weights(graph, selector).map_err(bad)?;
+            if picked.is_empty() {
+                return Err(bad(format!("{key:?}: the model has no such weight")));
+            }
+            for id in picked {
+                let slot = &mut chosen[id.index()];
+                if slot.is_none() {
+                    *slot = Some((key, spec, 0));
+                }
+            }
+        } else if key.contains('*') {
             let rank = key.chars().filter(|c| *c != '*').count();
             let mut matched = false;
             for id in &init_ids {

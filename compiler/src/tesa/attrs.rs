@@ -33,7 +33,10 @@
 //! A name with `*` is a glob (`*` matches any run of characters, dots included) over
 //! initializer names; every glob must match something. An initializer takes one spec:
 //! its exact name's, else the matching glob's with the most literal characters (ties:
-//! the first in byte order of the keys). The JSON Schema is `models/tesa.schema.json`;
+//! the first in byte order of the keys). A key starting with `@` selects by role instead of
+//! by name, below every glob and exact name: `@matmul_weights` (every 2-D constant weight of
+//! a MatMul or Gemm) and `@conv_weights` (every Conv weight), so one file fits a model
+//! whatever its exporter named the tensors. The JSON Schema is `models/tesa.schema.json`;
 //! applying a parsed file to a graph is [`super::annotate`].
 
 pub use super::annotate::{apply_attrs, zero_pruned_initializers};

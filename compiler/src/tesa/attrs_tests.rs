@@ -212,6 +212,59 @@ fn globs_match_initializers_and_exact_names_win() {
     assert!(e.contains("\"enc.0.weight\" (from \"enc.*\"): rows index 5"), "{e}");
 }
 
+#[test]
+fn selectors_pick_weights_by_role_below_names_and_globs() {
+    // x · w1 (MatMul, weight right), w2 · x (MatMul, weight left), Gemm(x, w3, bias), Conv(x, k).
+    let mut g = graph(&[
+        ("w1", ones(&[2, 2])),
+        ("w2", ones(&[2, 2])),
+        ("w3", ones(&[2, 2])),
+        ("bias", ones(&[2])),
+        ("k", ones(&[1, 1, 1, 1])),
+        ("scale", ones(&[2, 2])),
+    ]);
+    let x = g.add_value("x".into(), ValueFact::of(&ones(&[2, 2])), ValueKind::Input);
+    let node = |op: &str, inputs: Vec<u32>| crate::ir::Node {
+        name: format!("n_{op}"),
+        op_type: op.into(),
+        domain: String::new(),
+        opset: 18,
+        attrs: Default::default(),
+        inputs: inputs.into_iter().map(|i| Some(ValueId(i))).collect(),
+        outputs: vec![],
+    };
+    let xi = x.0;
+    g.nodes = vec![
+        node("MatMul", vec![xi, 0]),
+        node("MatMul", vec![1, xi]),
+        node("Gemm", vec![xi, 2, 3]),
+        node("Conv", vec![xi, 4]),
+        node("Mul", vec![xi, 5]),
+    ];
+    let json = r#"{"tensors": {"@matmul_weights": {"rows": [0]}, "w2": {"cols": [0]}, "@conv_weights": {"bits": 8}}}"#;
+    apply_attrs(&mut g, Some(&TesaAttrs::parse(json).unwrap())).unwrap();
+    let t = |i: usize| g.values[i].tesa.clone().unwrap();
+    assert_eq!(pruned(&t(0)), vec![0, 1], "a MatMul's right weight");
+    assert_eq!(pruned(&t(1)), vec![0, 2], "the exact name wins over the selector");
+    assert_eq!(pruned(&t(2)), vec![0, 1], "a Gemm's weight");
+    assert_eq!(pruned(&t(3)), Vec::<usize>::new(), "a bias is no MatMul weight");
+    assert_eq!(t(4).max_bits(), 8, "a Conv's weight");
+    assert_eq!((pruned(&t(5)), t(5).max_bits()), (vec![], 32), "a Mul's constant is untouched");
+
+    for (json, want) in [
+        (
+            r#"{"tensors": {"@weights": {"rows": [0]}}}"#,
+            "unknown selector \"@weights\" (known: @matmul_weights, @conv_weights)",
+        ),
+        (r#"{"tensors": {"@conv_weights": {"rows": [0]}}}"#, ""),
+    ] {
+        let mut h = graph(&[("w", ones(&[2, 2]))]);
+        let e = apply_attrs(&mut h, Some(&TesaAttrs::parse(json).unwrap())).unwrap_err().to_string();
+        let want = if want.is_empty() { "\"@conv_weights\": the model has no such weight" } else { want };
+        assert!(e.contains(want), "{e}");
+    }
+}
+
 fn schema() -> serde_json::Value {
     let text = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tesa.schema.json"));
     serde_json::from_str(text).expect("models/tesa.schema.json is valid JSON")

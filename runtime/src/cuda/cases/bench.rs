@@ -38,6 +38,51 @@ pub fn bench_cases(size: usize, dtype: Dtype) -> Vec<Case> {
     out
 }
 
+/// The linear layers of the transformers we compile (`m` = batch × sequence, `k` → `n`):
+/// MiniLM-L6 at 32 × 128, a BERT-style encoder (hidden 512) at 16 × 256 and BERT-base at
+/// 8 × 384, each with Q, K and V merged into one product as well.
+pub const TRANSFORMER_SHAPES: &[(&str, (usize, usize, usize))] = &[
+    ("minilm qkv", (4096, 384, 1152)),
+    ("minilm out", (4096, 384, 384)),
+    ("minilm ffn1", (4096, 384, 1536)),
+    ("minilm ffn2", (4096, 1536, 384)),
+    ("bert512 qkv", (4096, 512, 1536)),
+    ("bert512 out", (4096, 512, 512)),
+    ("bert512 ffn1", (4096, 512, 2048)),
+    ("bert512 ffn2", (4096, 2048, 512)),
+    ("bertbase qkv", (3072, 768, 2304)),
+    ("bertbase out", (3072, 768, 768)),
+    ("bertbase ffn1", (3072, 768, 3072)),
+    ("bertbase ffn2", (3072, 3072, 768)),
+];
+
+/// The 16-bit block kernels against cuBLAS on [`TRANSFORMER_SHAPES`], with the bias the models
+/// fuse: 32×32 blocks at 50% and 90% under the default engine, mma.sync, tiles of the
+/// warp-specialized wgmma kernel and the planner's choice; dense on cuBLAS and on our kernel.
+pub fn transformer_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
+    let mut out = vec![];
+    for &(name, mkn) in TRANSFORMER_SHAPES {
+        for s in [0.5, 0.9] {
+            let pat = || B(32, 32).at(s);
+            out.push((name, build(mkn, dtype, pat(), Block(32, 32), &[Bias])));
+            out.push((name, build(mkn, dtype, pat(), Block(32, 32), &[Bias, MmaSync])));
+            out.push((name, build(mkn, dtype, pat(), Block(32, 32), &[Bias, WgmmaWs])));
+            for &(rows, group, k_rows) in WS_TILES {
+                let opts = [Bias, WsTile(rows, 0, group, k_rows), WgmmaWs];
+                out.push((name, build(mkn, dtype, pat(), Block(32, 32), &opts)));
+            }
+            out.push((name, build(mkn, dtype, pat(), Planned, &[Bias])));
+        }
+        out.push((name, build(mkn, dtype, U.at(0.0), Dense(32, 32), &[Bias, Cublas])));
+        out.push((name, build(mkn, dtype, U.at(0.0), Dense(32, 32), &[Bias])));
+    }
+    out
+}
+
+/// Tiles of the warp-specialized wgmma kernel on [`TRANSFORMER_SHAPES`]: (rows per item,
+/// block columns per item, k-block rows per stage).
+const WS_TILES: &[(usize, usize, usize)] = &[(128, 1, 1), (128, 2, 2), (256, 2, 1), (64, 4, 2)];
+
 /// One line of a bench table.
 #[derive(Clone, Copy)]
 enum Line {

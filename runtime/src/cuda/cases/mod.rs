@@ -15,7 +15,7 @@ mod bench;
 mod correctness;
 mod row;
 
-pub use bench::bench_cases;
+pub use bench::{bench_cases, transformer_cases, TRANSFORMER_SHAPES};
 pub use correctness::correctness_cases;
 
 /// How the weight's nonzeros are assigned to kernels.
