@@ -13,6 +13,7 @@
 //! NVRTC needs no driver, which is how the tests compile every kernel on a CPU-only machine.
 
 pub mod cases;
+pub mod attention;
 pub mod cublas;
 mod nvrtc;
 pub mod spmm;
