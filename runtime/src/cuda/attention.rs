@@ -112,7 +112,10 @@ impl AttentionCase {
         let scaled = Expr::binary(Binary::Mul, Expr::input(0), Expr::constant(self.scale(), t));
         let (extra, expr) = match self.mask {
             Mask::None => (vec![], scaled),
-            _ => (vec![TensorDesc::contiguous(t, &[b, 1, 1, self.sk])], Expr::binary(Binary::Add, scaled, Expr::input(1))),
+            _ => (
+                vec![TensorDesc::contiguous(t, &[b, 1, 1, self.sk])],
+                Expr::binary(Binary::Add, scaled, Expr::input(1)),
+            ),
         };
         let name = format!("attn_{}_{}x{}_d{}", t, self.sq, self.sk, self.d);
         attention(&name, &q, &kt, &v, t, &extra, &expr, &out).map_err(|e| CudaError::Kernel(name, e.to_string()))
@@ -122,9 +125,8 @@ impl AttentionCase {
     /// as f64 in their memory layouts.
     pub fn inputs(&self, seed: u64) -> [Vec<f64>; 4] {
         let mut rng = SplitMix64::new(seed);
-        let mut fill = |n: usize| -> Vec<f64> {
-            (0..n).map(|_| round(self.dtype, (rng.next_f64() * 2.0 - 1.0) * 1.5)).collect()
-        };
+        let mut fill =
+            |n: usize| -> Vec<f64> { (0..n).map(|_| round(self.dtype, (rng.next_f64() * 2.0 - 1.0) * 1.5)).collect() };
         let (b, h) = (self.batch, self.heads);
         let q = fill(b * self.sq * h * self.d);
         let k = fill(b * self.sk * h * self.d);
@@ -289,16 +291,7 @@ mod tests {
     #[test]
     fn the_reference_is_a_softmax_weighted_mean_of_v() {
         // One key: every query returns that key's v row.
-        let one = AttentionCase {
-            dtype: DType::F32,
-            batch: 1,
-            heads: 2,
-            sq: 3,
-            sk: 1,
-            d: 4,
-            dv: 2,
-            mask: Mask::None,
-        };
+        let one = AttentionCase { dtype: DType::F32, batch: 1, heads: 2, sq: 3, sk: 1, d: 4, dv: 2, mask: Mask::None };
         let inputs = one.inputs(5);
         let out = one.reference(&inputs);
         for i in 0..3 {

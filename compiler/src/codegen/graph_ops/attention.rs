@@ -31,7 +31,8 @@
 //!   widened to f32 as it is staged): 3xTF32 `mma.sync m16n8k8` (each operand split as
 //!   `big + small`, `big·big + big·small + small·big`, `templates/tf32.cuh`), about 1e-6
 //!   relative like FFMA; the probabilities stay f32 and are split the same way for `P·V`. Key
-//!   tiles of 64, or 32 when a head is wider than 64 (the f32 tiles would take 135 KB).
+//!   tiles of 64, or 32 when a head is wider than 64 (the f32 tiles would take 135 KB); Q in
+//!   shared memory instead of registers when d is over 64 (255 registers would spill).
 //!
 //! Every operand is read through its strides, so the transposes around attention (the heads
 //! split out of the projections, `Kᵀ`, the heads merged back) fold into the kernel. Head
@@ -81,6 +82,8 @@ struct Tiling {
     dvp: usize,
     ks: usize,
     vs: usize,
+    /// f32 heads wider than 64: Q staged in shared memory (`[BQ][ks]`), not in registers.
+    q_smem: bool,
     smem: usize,
 }
 
@@ -91,17 +94,18 @@ fn tiling(sixteen_bit: bool, d: usize, dv: usize) -> Tiling {
     if sixteen_bit {
         let (dp, dvp, bk) = (d.div_ceil(16) * 16, dv.div_ceil(16) * 16, 64);
         let (ks, vs) = (dp + 8, dvp + 8);
-        Tiling { bk, dp, dvp, ks, vs, smem: 2 * 2 * bk * (ks + vs) }
+        Tiling { bk, dp, dvp, ks, vs, q_smem: false, smem: 2 * 2 * bk * (ks + vs) }
     } else {
         let (dp, dvp) = (d.div_ceil(8) * 8, dv.div_ceil(8) * 8);
         let bk = if dp.max(dvp) > 64 { 32 } else { 64 };
-        let (ks, vs) = (dp + 4, dvp + 4);
-        Tiling { bk, dp, dvp, ks, vs, smem: 4 * 2 * bk * (ks + vs) }
+        let (ks, vs, q_smem) = (dp + 4, dvp + 4, dp > 64);
+        let q = if q_smem { BQ * ks } else { 0 };
+        Tiling { bk, dp, dvp, ks, vs, q_smem, smem: 4 * (2 * bk * (ks + vs) + q) }
     }
 }
 
-/// Shared memory of the kernel (bytes) for `d`- and `dv`-wide heads: two K and two V tiles,
-/// whatever the number of keys.
+/// Shared memory of the kernel (bytes) for `d`- and `dv`-wide heads: two K and two V tiles
+/// (and the Q tile of f32 heads wider than 64), whatever the number of keys.
 pub fn attention_smem(sixteen_bit: bool, d: usize, dv: usize) -> usize {
     tiling(sixteen_bit, d, dv).smem
 }
@@ -142,6 +146,7 @@ struct AttentionCtx {
     dvp: usize,
     ks: usize,
     vs: usize,
+    q_smem: bool,
     q_tiles: usize,
     k_tiles: usize,
     threads: usize,
@@ -308,6 +313,7 @@ pub fn attention(
         dvp: tl.dvp,
         ks: tl.ks,
         vs: tl.vs,
+        q_smem: tl.q_smem,
         q_tiles: sq.div_ceil(BQ),
         k_tiles: sk.div_ceil(tl.bk),
         threads: THREADS,

@@ -353,10 +353,12 @@ fn bert_attention(dtype: DType, batch: usize, heads: usize, s: usize, d: usize, 
 fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
     for dtype in [F32, F16, BF16] {
         for d in [32, 64, 128] {
-            let smem: Vec<u32> =
-                [1, 64, 197, 256, 384, 512, 4096].iter().map(|&s| bert_attention(dtype, 2, 3, s, d, true).smem_bytes).collect();
+            let smem: Vec<u32> = [1, 64, 197, 256, 384, 512, 4096]
+                .iter()
+                .map(|&s| bert_attention(dtype, 2, 3, s, d, true).smem_bytes)
+                .collect();
             assert!(smem.iter().all(|&b| b == smem[0]), "{dtype} d={d}: shared memory depends on the keys: {smem:?}");
-            assert!(smem[0] as usize <= 72 * 1024, "{dtype} d={d}: {} bytes", smem[0]);
+            assert!(smem[0] as usize <= 100 * 1024, "{dtype} d={d}: {} bytes", smem[0]);
         }
         let k = bert_attention(dtype, 2, 3, 4096, 64, false);
         assert_eq!(k.grid, (2 * 3 * 64, 1, 1), "64 query tiles of 64 rows for each of the 6 heads");
@@ -370,7 +372,9 @@ fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
     assert!(bert_attention(F32, 1, 1, 256, 64, false).source.contains("#define BK 64"));
     assert_eq!(attention_smem(true, 64, 64), 2 * 2 * 64 * (72 + 72));
     assert_eq!(attention_smem(false, 64, 64), 4 * 2 * 64 * (68 + 68));
-    assert_eq!(attention_smem(false, 128, 128), 4 * 2 * 32 * (132 + 132));
+    // f32 heads over 64 wide also stage Q (64 rows) in shared memory.
+    assert_eq!(attention_smem(false, 128, 128), 4 * (2 * 32 * (132 + 132) + 64 * 132));
+    assert!(bert_attention(F32, 1, 1, 256, 128, false).source.contains("float* Qs = Vs + 2 * BK * VS;"));
 }
 
 #[test]
@@ -393,7 +397,7 @@ fn attention_picks_the_tensor_core_kernel_by_element_types() {
     }
     let q = c(F32, &[1, 200, 32]);
     let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &q).unwrap();
-    assert!(k.source.contains("split_trunc(qa[kk][i]") && k.source.contains("tf32.tf32"));
+    assert!(k.source.contains("#define QA(kk, i) qa[kk][i]") && k.source.contains("tf32.tf32"), "Q in registers at d = 32");
 }
 
 #[test]
@@ -406,12 +410,22 @@ fn attention_stages_with_cp_async_only_where_the_operand_is_contiguous() {
     }
     // K stored [d, keys] (keys contiguous) and a head width of 20 (not whole chunks) load plainly.
     let q = c(F16, &[3, 50, 20]);
-    let k = attention("attn", &q, &c(F16, &[1, 20, 45]), &c(F16, &[3, 45, 30]), F16, &[], &Expr::input(0), &c(F16, &[3, 50, 30]))
-        .unwrap();
+    let k = attention(
+        "attn",
+        &q,
+        &c(F16, &[1, 20, 45]),
+        &c(F16, &[3, 45, 30]),
+        F16,
+        &[],
+        &Expr::input(0),
+        &c(F16, &[3, 50, 30]),
+    )
+    .unwrap();
     assert!(!k.source.contains("cp_async16(kd") && !k.source.contains("cp_async16(vd"), "{}", k.source);
     // f16 operands widened for the TF32 kernel cannot be copied as they are.
     let q = c(F16, &[2, 64, 64]);
-    let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &c(F32, &[2, 64, 64])).unwrap();
+    let k =
+        attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &c(F32, &[2, 64, 64])).unwrap();
     assert!(!k.source.contains("cp_async16(kd"), "{}", k.source);
 }
 
