@@ -1,9 +1,11 @@
 //! `spartac kernels`: the specialized sparse-matmul kernels on the GPU: correctness against
-//! the CPU reference (`test`) and timings for the benchmark table (`bench`).
+//! the CPU reference (`test`) and timings for the benchmark table (`bench`); the fused
+//! attention kernel against its f64 reference (`attention`).
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use spartac::codegen::Dtype;
+use spartac_runtime::cuda::attention::{attention_cases, attention_tolerance, run_attention_case};
 use spartac_runtime::cuda::cases::{bench_cases, correctness_cases, transformer_cases, Case};
 use spartac_runtime::cuda::spmm::{run_case, CaseReport, Check};
 use spartac_runtime::cuda::CudaDevice;
@@ -27,6 +29,20 @@ enum KernelsCommand {
         json: Option<PathBuf>,
         /// Only cases whose label contains this (e.g. ` i8 `); `a|b` either, a trailing `$`
         /// anchors at the label's end.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Run the fused attention kernel (f32, f16, bf16; 1 to 4096 keys; with and without an
+    /// additive mask) on seeded inputs and compare with the f64 reference.
+    Attention {
+        /// Input seed.
+        #[arg(long, default_value_t = 2026)]
+        seed: u64,
+        /// Write the reports as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Only cases whose label contains this (e.g. `f16` or `k384`); `a|b` either, a trailing
+        /// `$` anchors at the label's end.
         #[arg(long)]
         filter: Option<String>,
     },
@@ -63,6 +79,7 @@ pub fn run(args: KernelsArgs) -> Result<()> {
     println!("device: {} ({})", dev.name(), dev.arch());
     match args.command {
         KernelsCommand::Test { seed, json, filter } => test(&dev, seed, json, filter.as_deref()),
+        KernelsCommand::Attention { seed, json, filter } => test_attention(&dev, seed, json, filter.as_deref()),
         KernelsCommand::Bench { sizes, dtypes, reps, filter, dump, json, transformer } => {
             let dtypes: Vec<Dtype> =
                 dtypes.iter().map(|d| d.parse::<Dtype>().map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
@@ -135,6 +152,39 @@ fn test(dev: &CudaDevice, seed: Option<u64>, json: Option<PathBuf>, filter: Opti
     println!("{} of {} cases pass, {} modules compiled", reports.len() - failed, reports.len(), dev.cached_modules());
     if failed > 0 {
         bail!("{failed} kernel cases do not match the CPU reference");
+    }
+    Ok(())
+}
+
+fn test_attention(dev: &CudaDevice, seed: u64, json: Option<PathBuf>, filter: Option<&str>) -> Result<()> {
+    println!("seed {seed}");
+    let mut reports = vec![];
+    let mut failed = 0;
+    for (i, case) in attention_cases().iter().enumerate() {
+        if filter.is_some_and(|f| !label_matches(&case.label(), f)) {
+            continue;
+        }
+        let r = run_attention_case(dev, case, seed.wrapping_add(i as u64)).with_context(|| case.label())?;
+        let ok = r.passes(case.dtype);
+        failed += usize::from(!ok);
+        println!(
+            "{} {:<58} rel-norm {:.2e} (limit {:.0e}) max-abs {:.2e} NaN mismatches {} NaN in both {}",
+            if ok { "PASS" } else { "FAIL" },
+            r.label,
+            r.rel_norm_err,
+            attention_tolerance(case.dtype),
+            r.max_abs_err,
+            r.nan_mismatches,
+            r.nan_rows_elements
+        );
+        reports.push(r);
+    }
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_string_pretty(&reports)?).with_context(|| path.display().to_string())?;
+    }
+    println!("{} of {} attention cases pass", reports.len() - failed, reports.len());
+    if failed > 0 {
+        bail!("{failed} attention cases do not match the f64 reference");
     }
     Ok(())
 }

@@ -479,3 +479,30 @@ fn rendered_graph_op_snapshots() {
         concat("cat", &[c(F32, &[2, 3]), c(F32, &[2, 1])], 1, &c(F32, &[2, 4])).unwrap().source
     );
 }
+
+/// Every case of `spartac kernels attention` (f32, f16, bf16; 1 to 4096 keys; heads 32, 64,
+/// 128 and a ragged 40/24; with and without a mask; BERT's transposed operands) compiles, with
+/// registers and spills in a snapshot. The kernel of one type and head width is the same code
+/// for any number of keys (only `#define`s change), so spills would show at every length.
+#[test]
+fn every_attention_case_compiles_without_spills() {
+    use rayon::prelude::*;
+    use spartac_runtime::cuda::attention::attention_cases;
+    nvrtc();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = attention_cases();
+    let rows: Vec<String> = cases
+        .par_iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let label = case.label();
+            let kernel = case.kernel().unwrap_or_else(|e| panic!("{label}: {e}"));
+            let ptx = compile_ptx(&kernel.name, &kernel.source, "sm_90a").unwrap_or_else(|e| panic!("{label}: {e}"));
+            let (regs, st, ld) = ptxas(&format!("a{i}"), &ptx.ptx, dir.path());
+            assert_eq!((st, ld), (0, 0), "{label} spills: {st} B stored, {ld} B loaded");
+            format!("{label} | {:?} | {:?} | {} | {regs} | {st}/{ld}\n", kernel.grid, kernel.block, kernel.smem_bytes)
+        })
+        .collect();
+    let table = String::from("case | grid | block | smem B | registers | spill st/ld B\n") + &rows.concat();
+    insta::assert_snapshot!("attention_ptxas", table);
+}

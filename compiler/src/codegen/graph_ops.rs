@@ -31,7 +31,7 @@ mod rows;
 #[cfg(test)]
 mod tests;
 
-pub use attention::{attention, attention_smem, MAX_SMEM as ATTENTION_MAX_SMEM};
+pub use attention::{attention, attention_fits, attention_smem, MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM};
 pub use conv::{conv_nhwc, pack_conv_weight, ConvShape};
 pub use copy::{concat, gather};
 pub use elementwise::elementwise;

@@ -723,8 +723,8 @@ impl<'a> Lowering<'a> {
     /// The attentions to fuse (see [`AttentionFusion`]): a Softmax over the last axis read only
     /// by an activation×activation MatMul as its left operand, whose input is an activation
     /// MatMul's output, directly or through an elementwise group (no Transpose in it) that
-    /// reads it and other values; every value on the way read by the next node alone; K and V
-    /// small enough for one CTA's shared memory; float types.
+    /// reads it and other values; every value on the way read by the next node alone; heads
+    /// the kernel takes ([`graph_ops::attention_fits`]: any number of keys); float types.
     fn find_attention(&self, groups: &HashMap<usize, Vec<usize>>) -> Vec<AttentionFusion> {
         let graph = self.graph;
         let producer = |v: ValueId| graph.nodes.iter().position(|n| n.outputs.contains(&v));
@@ -798,7 +798,8 @@ impl<'a> Lowering<'a> {
             let (d, sk) = (kf.shape[kf.shape.len() - 2], kf.shape[kf.shape.len() - 1]);
             let dv = vf.shape[vf.shape.len() - 1];
             let batch: usize = of.shape[..of.shape.len() - 2].iter().product();
-            if graph_ops::attention_smem(sk, d, dv) > graph_ops::ATTENTION_MAX_SMEM || batch > 65535 {
+            let sq = of.shape[of.shape.len() - 2];
+            if [sq, sk, d, dv].contains(&0) || !graph_ops::attention_fits(batch, sq, d, dv) {
                 continue;
             }
             // The Transpose after it, when nothing else reads the product, is the output's strides.

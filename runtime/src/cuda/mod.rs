@@ -12,6 +12,7 @@
 //! when a library is missing, so every entry point checks `is_culib_present` first.
 //! NVRTC needs no driver, which is how the tests compile every kernel on a CPU-only machine.
 
+pub mod attention;
 pub mod cases;
 pub mod cublas;
 mod nvrtc;

@@ -1,89 +1,113 @@
-//! Fused attention (`templates/op_attention.cu.tera`): `out = softmax(f(q·k, extra...))·v` in
-//! one kernel, the scores never leaving the SM.
+//! Fused attention: `out = softmax(f(q·k, extra...))·v` in one kernel, flash-attention style:
+//! the scores and probabilities never leave the SM and shared memory does not grow with the
+//! number of keys, so any sequence length fuses.
 //!
 //! Unfused, attention is a batched matmul writing the `[batch..., Sq, Sk]` scores, an
 //! elementwise kernel (scale, mask), a softmax and a second batched matmul, each pass reading
-//! and writing the scores through DRAM: for MiniLM (32 × 12 heads × 128 × 128 fp32 scores,
-//! 25 MB a layer) that traffic is most of the attention's time. Here a CTA of 256 threads takes
-//! one batch entry and 64 query rows: it stages the entry's Q rows (transposed), all of K
-//! (transposed) and all of V in shared memory as f32; a warp owns 8 rows. Scores: a lane holds
-//! every 32nd column of its warp's rows in registers (a step over `d` reads two broadcast Q
-//! vectors and one K element per column: fewer shared-memory wavefronts than FMAs); the score
-//! expression `f` (the elementwise group between the matmul and the softmax, an [`Expr`] whose
-//! input 0 is the raw score and inputs 1.. the extra operands broadcast to the scores' shape);
-//! the row softmax with warp shuffles; the probabilities to shared memory (rows padded against
-//! bank conflicts). Then ·V: four lanes share a row, each owning a run of output columns read
-//! from V four at a time, the row's probabilities read four at a time. Sums are in f32 whatever
-//! the element types; the scores are not rounded to the storage type between the steps (the
-//! unfused ops round them, so a 16-bit model is slightly more exact fused).
+//! and writing the scores through DRAM: for BERT at 384 keys (32 × 12 heads × 384 × 384 fp16
+//! scores, 113 MB a layer) that traffic is most of the attention's time.
 //!
-//! 16-bit models take the tensor-core path instead (`templates/op_attention_mma.cu.tera`,
-//! when every operand is f16, or every one bf16, with at most 128 keys): a warp owns 16 query
-//! rows; Q, K and Vᵀ are staged as 16-bit with rows padded by 8 elements, so each lane's
-//! 32-bit fragment loads fall in distinct banks; `mma.sync m16n8k16` computes the scores into
-//! accumulator fragments, the score expression and the row softmax run on those fragments
-//! (a row's 4 lanes reduce with shuffles), and the probabilities, rounded to the 16-bit type,
-//! are the A fragments of the ·V products without passing through memory. About 16× fewer
-//! instructions than the FFMA path for MiniLM's shapes.
+//! A CTA takes one batch entry and [`BQ`] query rows (4 warps, a warp 16 rows; the batch entry
+//! and the query tile are both in `blockIdx.x`, so the batch is not limited by grid.y). Each
+//! warp reads its Q rows once into mma A fragments in registers. The CTA then walks the keys a
+//! tile at a time: the K tile (`[key][d]`) and the V tile (`[key][e]`) are double-buffered in
+//! shared memory, copied with `cp.async` when the operand is contiguous along the staged axis
+//! (checked on the strides here and on the 16-byte alignment of the pointer at run time),
+//! with plain loads otherwise; `S = Q·Kᵀ` on `mma.sync`, then the score expression `f` (the
+//! elementwise group between the matmul and the softmax, an [`Expr`] whose input 0 is the raw
+//! score and inputs 1.. the extra operands read at the flat score index, broadcast to the
+//! scores' shape: scales, additive masks), then an online softmax per row (running maximum and
+//! sum; the output accumulators rescaled when the maximum grows), then `P·V` accumulated in
+//! f32 fragments. The last key tile is ragged: keys past `Sk` score `-inf` and their K and V
+//! rows are zero. A row whose scores are all `-inf` (every key masked) gives NaN, as the
+//! reference softmax does (`exp(-inf - -inf)`); partial rows never do.
+//!
+//! Two templates:
+//! - `op_attention_flash.cu.tera` when every operand and the raw scores are f16, or every one
+//!   bf16: `mma.sync m16n8k16`, key tiles of 64, the probabilities rounded to the 16-bit type
+//!   as the A fragments of `P·V` (as the unfused ops round them), V's B fragments by
+//!   `ldmatrix.trans`.
+//! - `op_attention_flash_tf32.cu.tera` otherwise (f32, and mixed element types, each operand
+//!   widened to f32 as it is staged): 3xTF32 `mma.sync m16n8k8` (each operand split as
+//!   `big + small`, `big·big + big·small + small·big`, `templates/tf32.cuh`), about 1e-6
+//!   relative like FFMA; the probabilities stay f32 and are split the same way for `P·V`. Key
+//!   tiles of 64, or 32 when a head is wider than 64 (the f32 tiles would take 135 KB); Q in
+//!   shared memory instead of registers when d is over 64 (255 registers would spill).
 //!
 //! Every operand is read through its strides, so the transposes around attention (the heads
-//! split out of the projections, `Kᵀ`, the heads merged back) fold into the kernel. The whole
-//! of K and V for one batch entry must fit in shared memory with the query tile's scores:
-//! [`attention`] refuses shapes that do not (the caller then lowers the ops one by one).
+//! split out of the projections, `Kᵀ`, the heads merged back) fold into the kernel. Head
+//! widths `d` and `dv` are at most [`MAX_HEAD_DIM`] (padded to 16 or 8 in the tiles; the Q
+//! fragments and output accumulators live in registers). A causal mask arrives as an extra
+//! operand through the same expression: key tiles wholly masked for a query tile are still
+//! loaded and computed (half the work of a causal attention is wasted that way).
 
 use super::expr::{render, Expr};
 use super::{check_name, float_acc, offset_expr, shape_text, spec_error, type_ctx, OpKernel, TensorDesc, TypeCtx};
 use crate::codegen::render::render as render_template;
 use crate::codegen::CodegenError;
+use crate::ir::DType;
 use serde::Serialize;
 
-const THREADS: usize = 256;
-const WARPS: usize = THREADS / 32;
-/// Query rows of a CTA; each warp owns `BQ / WARPS` of them.
-const BQ: usize = 64;
-/// Lanes sharing one row in the ·V step (32 / rows per warp).
-const LANES_PER_ROW: usize = 32 / (BQ / WARPS);
+/// Query rows of a CTA: 4 warps of 16 rows.
+pub const BQ: usize = 64;
+const THREADS: usize = 32 * BQ / 16;
+/// Widest `d` (q and k) and `dv` (v) the kernels take.
+pub const MAX_HEAD_DIM: usize = 128;
+/// Most CTAs in grid.x (`2^31 - 1`).
+const MAX_CTAS: usize = (1 << 31) - 1;
 
-/// The padded extents the kernel stages: `(cpt, kp, ps, sk4, epl, vp)`: score columns per lane,
-/// the row length of Kᵀ (columns padded to `32 · cpt`, plus one against bank conflicts), of the
-/// probabilities (plus four), the rows of V (a multiple of 4), output columns per lane (a
-/// multiple of 4) and the row length of V (`LANES_PER_ROW · epl`).
-fn extents(sk: usize, dv: usize) -> (usize, usize, usize, usize, usize, usize) {
-    let cpt = sk.div_ceil(32);
-    let epl = dv.div_ceil(LANES_PER_ROW).div_ceil(4) * 4;
-    (cpt, 32 * cpt + 1, 32 * cpt + 4, sk.div_ceil(4) * 4, epl, LANES_PER_ROW * epl)
+/// Whether a fused attention with `n_batch` batch entries, `sq` queries and heads `d` and `dv`
+/// wide can run (the number of keys does not matter); `find_attention` asks before fusing.
+pub fn attention_fits(n_batch: usize, sq: usize, d: usize, dv: usize) -> bool {
+    d <= MAX_HEAD_DIM && dv <= MAX_HEAD_DIM && n_batch.max(1).saturating_mul(sq.div_ceil(BQ)) <= MAX_CTAS
 }
-/// Most dynamic shared memory a CTA may take (an H100 allows 227 KB).
-pub const MAX_SMEM: usize = 200 * 1024;
 
-/// Threads of the tensor-core path: a warp per 16 of the `BQ` query rows.
-const MMA_THREADS: usize = 32 * BQ / 16;
-
-/// The tensor-core path's element type when it applies: every operand and the raw scores
-/// 16-bit of one type (the probabilities are rounded to it for ·V, as the unfused ops do), at
-/// most 128 keys (the scores of a warp's 16 rows live in 4 · ceil(Sk / 8) registers a lane),
-/// q/k at most 128 wide and v at most 64.
-fn mma_type(types: [crate::ir::DType; 5], sk: usize, d: usize, dv: usize) -> Option<&'static str> {
-    use crate::ir::DType;
+/// The 16-bit path's element type when it applies: every operand and the raw scores f16, or
+/// every one bf16.
+fn mma16_type(types: [DType; 5]) -> Option<&'static str> {
     let t = match types[0] {
         DType::F16 => "f16",
         DType::BF16 => "bf16",
         _ => return None,
     };
-    (types.iter().all(|&x| x == types[0]) && sk <= 128 && d <= 128 && dv <= 64).then_some(t)
+    types.iter().all(|&x| x == types[0]).then_some(t)
 }
 
-/// Shared memory of the tensor-core path: Q tile, K and Vᵀ as 16-bit, rows padded by 8.
-fn mma_smem(sk: usize, d: usize, dv: usize) -> usize {
-    let (skp, dp, dvp) = (sk.div_ceil(16) * 16, d.div_ceil(16) * 16, dv.div_ceil(8) * 8);
-    2 * ((BQ + skp) * (dp + 8) + dvp * (skp + 8))
+/// The tiling of one kernel: key tile, padded head widths and the padded row lengths of the
+/// staged K and V tiles (elements), shared memory in bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Tiling {
+    bk: usize,
+    dp: usize,
+    dvp: usize,
+    ks: usize,
+    vs: usize,
+    /// f32 heads wider than 64: Q staged in shared memory (`[BQ][ks]`), not in registers.
+    q_smem: bool,
+    smem: usize,
 }
 
-/// Shared memory of the kernel for keys of length `sk`, `d`-wide queries and keys and
-/// `dv`-wide values: the query tile, Kᵀ (padded), V and the tile's probabilities, all f32.
-pub fn attention_smem(sk: usize, d: usize, dv: usize) -> usize {
-    let (_, kp, ps, sk4, _, vp) = extents(sk, dv);
-    4 * ((BQ + 4) * d + (d * kp).div_ceil(4) * 4 + sk4 * vp + BQ * ps)
+/// 16-bit: d padded to 16 (the mma's k), dv to 16 (ldmatrix.x4 covers two 8-column groups),
+/// rows padded by 8 elements (16 bytes: fragment loads and ldmatrix rows fall in distinct
+/// banks). f32: both padded to 8, rows by 4 floats (the same, for the m16n8k8 fragments).
+fn tiling(sixteen_bit: bool, d: usize, dv: usize) -> Tiling {
+    if sixteen_bit {
+        let (dp, dvp, bk) = (d.div_ceil(16) * 16, dv.div_ceil(16) * 16, 64);
+        let (ks, vs) = (dp + 8, dvp + 8);
+        Tiling { bk, dp, dvp, ks, vs, q_smem: false, smem: 2 * 2 * bk * (ks + vs) }
+    } else {
+        let (dp, dvp) = (d.div_ceil(8) * 8, dv.div_ceil(8) * 8);
+        let bk = if dp.max(dvp) > 64 { 32 } else { 64 };
+        let (ks, vs, q_smem) = (dp + 4, dvp + 4, dp > 64);
+        let q = if q_smem { BQ * ks } else { 0 };
+        Tiling { bk, dp, dvp, ks, vs, q_smem, smem: 4 * (2 * bk * (ks + vs) + q) }
+    }
+}
+
+/// Shared memory of the kernel (bytes) for `d`- and `dv`-wide heads: two K and two V tiles
+/// (and the Q tile of f32 heads wider than 64), whatever the number of keys.
+pub fn attention_smem(sixteen_bit: bool, d: usize, dv: usize) -> usize {
+    tiling(sixteen_bit, d, dv).smem
 }
 
 #[derive(Serialize)]
@@ -109,23 +133,22 @@ struct AttentionCtx {
     out: TypeCtx,
     score: TypeCtx,
     extras: Vec<ExtraCtx>,
+    /// The 16-bit path's mma type (`f16` or `bf16`), empty on the TF32 path.
+    mma_t: &'static str,
     sq: usize,
     sk: usize,
     d: usize,
     dv: usize,
     bq: usize,
-    rows_per_warp: usize,
-    /// See [`extents`]; `qp` is the row length of the staged Qᵀ.
-    cpt: usize,
-    kp: usize,
-    ps: usize,
-    sk4: usize,
-    epl: usize,
-    vp: usize,
-    qp: usize,
-    /// Floats of the staged Kᵀ, rounded up to keep V 16-byte aligned.
-    ks_len: usize,
-    lanes_per_row: usize,
+    /// See [`Tiling`]; `q_tiles` and `k_tiles` count query and key tiles.
+    bk: usize,
+    dp: usize,
+    dvp: usize,
+    ks: usize,
+    vs: usize,
+    q_smem: bool,
+    q_tiles: usize,
+    k_tiles: usize,
     threads: usize,
     /// Strides: q (row, column), k (d, j), v (j, e), out (row, column).
     q_rs: usize,
@@ -136,41 +159,42 @@ struct AttentionCtx {
     v_cs: usize,
     o_rs: usize,
     o_cs: usize,
-    /// The staging loops walk K along d (k is d-contiguous) and V along e.
+    /// The plain staging loops walk K along d (k is d-contiguous) and V along e.
     k_d_fast: bool,
     v_e_fast: bool,
+    /// K (V) tiles may be staged with 16-byte cp.async: the operand is in the staged type,
+    /// contiguous along d (e), and every other stride and the width are whole 16-byte chunks.
+    k_async: bool,
+    v_async: bool,
     q_batch: String,
     k_batch: String,
     v_batch: String,
     o_batch: String,
-    /// Tensor-core path (`op_attention_mma.cu.tera`): the element type of the mma (`f16` or
-    /// `bf16`, empty for the FFMA path), the padded extents (keys and d to 16, v columns to 8)
-    /// and the padded row lengths of Q/K and Vᵀ in shared memory.
-    mma_t: &'static str,
-    skp: usize,
-    dp: usize,
-    dvp: usize,
-    qs: usize,
-    vs: usize,
     /// `use_index`: the score expression reads an extra operand (the flat score index is formed,
     /// of type `idx_t`: 32-bit when it fits, which makes the constant divisions cheap).
     use_index: bool,
     idx_t: &'static str,
 }
 
+/// Whether an operand staged as rows of `width` elements (contiguous, stride 1) with `row_stride`
+/// between rows and `batch` strides can be copied in chunks of `chunk` elements.
+fn chunked(width: usize, inner: usize, row_stride: usize, batch: &[usize], chunk: usize) -> bool {
+    inner == 1 && width % chunk == 0 && row_stride % chunk == 0 && batch.iter().all(|s| s % chunk == 0)
+}
+
 /// `out = softmax(expr(q·k, extra...), last axis)·v`. `q` is `[batch..., Sq, D]`, `k`
 /// `[batch..., D, Sk]`, `v` `[batch..., Sk, Dv]`, `out` `[batch..., Sq, Dv]`, each with any strides
 /// (batch dimensions broadcast by numpy rules against `out`'s); `score` is the element type of
 /// the raw scores (`expr`'s input 0), `extra[i]` is `expr`'s input `i + 1`, broadcast to the
-/// scores' shape `[batch..., Sq, Sk]`. Float element types; `expr` must give a float.
-/// Parameters: `(q, k, v, extra..., out)`.
+/// scores' shape `[batch..., Sq, Sk]`. Float element types; `expr` must give a float; `D` and
+/// `Dv` at most [`MAX_HEAD_DIM`], any `Sk`. Parameters: `(q, k, v, extra..., out)`.
 #[allow(clippy::too_many_arguments)] // the operands of one formula, each with its own role
 pub fn attention(
     name: &str,
     q: &TensorDesc,
     k: &TensorDesc,
     v: &TensorDesc,
-    score: crate::ir::DType,
+    score: DType,
     extra: &[TensorDesc],
     expr: &Expr,
     out: &TensorDesc,
@@ -179,7 +203,7 @@ pub fn attention(
     check_name(name).map_err(fail)?;
     for (t, what) in [(q, "q"), (k, "k"), (v, "v"), (out, "the output")] {
         t.check(what).map_err(fail)?;
-        if float_acc(t.dtype).is_none() || t.dtype == crate::ir::DType::F64 {
+        if float_acc(t.dtype).is_none() || t.dtype == DType::F64 {
             return Err(fail(format!("{what} is {}, attention takes f32, f16 or bf16", t.dtype)));
         }
         if t.shape.len() < 2 {
@@ -202,6 +226,11 @@ pub fn attention(
     if [sq, sk, d, dv].contains(&0) {
         return Err(fail("an empty dimension".into()));
     }
+    if d > MAX_HEAD_DIM || dv > MAX_HEAD_DIM {
+        return Err(fail(format!(
+            "heads {d} (q, k) and {dv} (v) wide: the kernel's fragments in registers take at most {MAX_HEAD_DIM}"
+        )));
+    }
     let batch_strides = |t: &TensorDesc, what: &str| -> Result<Vec<usize>, String> {
         let rt = t.shape.len() - 2;
         let view = TensorDesc { dtype: t.dtype, shape: t.shape[..rt].to_vec(), strides: t.strides[..rt].to_vec() };
@@ -216,8 +245,11 @@ pub fn attention(
     );
     let ob = out.strides[..r - 2].to_vec();
     let n_batch: usize = batch_shape.iter().product();
-    if n_batch > 65535 {
-        return Err(fail(format!("{n_batch} batch entries do not fit one grid's y dimension")));
+    if !attention_fits(n_batch, sq, d, dv) {
+        return Err(fail(format!(
+            "{n_batch} batch entries × {} query tiles do not fit one grid's x dimension",
+            sq.div_ceil(BQ)
+        )));
     }
     let mut scores_shape = batch_shape.to_vec();
     scores_shape.extend([sq, sk]);
@@ -240,19 +272,21 @@ pub fn attention(
             offset: offset_expr("e", &scores_shape, &s),
         });
     }
-    let (cpt, kp, ps, sk4, epl, vp) = extents(sk, dv);
-    let mma = mma_type([q.dtype, k.dtype, v.dtype, out.dtype, score], sk, d, dv);
-    let smem = if mma.is_some() { mma_smem(sk, d, dv) } else { attention_smem(sk, d, dv) };
-    if smem > MAX_SMEM {
-        return Err(fail(format!(
-            "K and V of one batch entry ({sk} × {d} and {sk} × {dv}) need {smem} bytes of shared memory, over {MAX_SMEM}"
-        )));
-    }
+    let mma = mma16_type([q.dtype, k.dtype, v.dtype, out.dtype, score]);
+    let tl = tiling(mma.is_some(), d, dv);
     let rs = |t: &TensorDesc| (t.strides[t.shape.len() - 2], t.strides[t.shape.len() - 1]);
     let (q_rs, q_cs) = rs(q);
     let (k_rs, k_cs) = rs(k);
     let (v_rs, v_cs) = rs(v);
     let (o_rs, o_cs) = rs(out);
+    // cp.async copies 16 bytes: 8 16-bit elements, or 4 f32 (only when no widening is needed).
+    let chunk = |t: &TensorDesc| match (mma, t.dtype) {
+        (Some(_), _) => Some(8),
+        (None, DType::F32) => Some(4),
+        _ => None,
+    };
+    let k_async = chunk(k).is_some_and(|c| chunked(d, k_rs, k_cs, &kb, c));
+    let v_async = chunk(v).is_some_and(|c| chunked(dv, v_cs, v_rs, &vb, c));
     let ctx = AttentionCtx {
         kernel_name: name.to_string(),
         q_shape: shape_text(&q.shape),
@@ -266,11 +300,6 @@ pub fn attention(
         out: type_ctx(out.dtype),
         score: type_ctx(score),
         mma_t: mma.unwrap_or(""),
-        skp: sk.div_ceil(16) * 16,
-        dp: d.div_ceil(16) * 16,
-        dvp: dv.div_ceil(8) * 8,
-        qs: d.div_ceil(16) * 16 + 8,
-        vs: sk.div_ceil(16) * 16 + 8,
         use_index: extras.iter().any(|x| x.used),
         idx_t: super::index_type(n_batch * sq * sk + extra.iter().map(|t| t.max_offset()).max().unwrap_or(0)),
         extras,
@@ -279,16 +308,14 @@ pub fn attention(
         d,
         dv,
         bq: BQ,
-        rows_per_warp: BQ / WARPS,
-        cpt,
-        kp,
-        ps,
-        sk4,
-        epl,
-        vp,
-        qp: BQ + 4,
-        ks_len: (d * kp).div_ceil(4) * 4,
-        lanes_per_row: LANES_PER_ROW,
+        bk: tl.bk,
+        dp: tl.dp,
+        dvp: tl.dvp,
+        ks: tl.ks,
+        vs: tl.vs,
+        q_smem: tl.q_smem,
+        q_tiles: sq.div_ceil(BQ),
+        k_tiles: sk.div_ceil(tl.bk),
         threads: THREADS,
         q_rs,
         q_cs,
@@ -300,22 +327,20 @@ pub fn attention(
         o_cs,
         k_d_fast: k_rs == 1 && k_cs != 1,
         v_e_fast: v_cs == 1 || v_rs != 1,
+        k_async,
+        v_async,
         q_batch: offset_expr("z", batch_shape, &qb),
         k_batch: offset_expr("z", batch_shape, &kb),
         v_batch: offset_expr("z", batch_shape, &vb),
         o_batch: offset_expr("z", batch_shape, &ob),
     };
-    let (template, threads) = match mma {
-        Some(_) => ("op_attention_mma.cu.tera", MMA_THREADS),
-        None => ("op_attention.cu.tera", THREADS),
-    };
-    let ctx = AttentionCtx { threads, ..ctx };
+    let template = if mma.is_some() { "op_attention_flash.cu.tera" } else { "op_attention_flash_tf32.cu.tera" };
     let source = render_template(template, &ctx)?;
     Ok(OpKernel {
         name: name.to_string(),
         source,
-        grid: (sq.div_ceil(BQ) as u32, n_batch.max(1) as u32, 1),
-        block: (threads as u32, 1, 1),
-        smem_bytes: smem as u32,
+        grid: ((n_batch.max(1) * sq.div_ceil(BQ)) as u32, 1, 1),
+        block: (THREADS as u32, 1, 1),
+        smem_bytes: tl.smem as u32,
     })
 }

@@ -317,8 +317,8 @@ fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
     let out = c(F32, &[2, 40, 4, 16]).permuted(&[0, 2, 1, 3]);
     let mask = c(F32, &[2, 1, 1, 40]);
     let k = attention("attn", &q, &kt, &q, F32, std::slice::from_ref(&mask), &add01(), &out).unwrap();
-    assert_eq!(k.grid, (1, 8, 1), "one CTA per 64 queries of each of the 8 batch entries");
-    assert_eq!(k.smem_bytes as usize, attention_smem(40, 16, 16));
+    assert_eq!(k.grid, (8, 1, 1), "one CTA per 64 queries of each of the 8 batch entries, all in grid.x");
+    assert_eq!(k.smem_bytes as usize, attention_smem(false, 16, 16));
     let ps = params(&k.source, "attn");
     assert_eq!(ps.len(), 5, "q, k, v, the mask, out: {ps:?}");
     // The mask broadcast over heads and queries: its offset depends on the key (e % 40) and the batch entry.
@@ -328,32 +328,105 @@ fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
     // A score expression that does not read the mask loads nothing from it.
     let plain = attention("attn", &q, &kt, &q, F32, &[mask], &Expr::input(0), &out).unwrap();
     assert!(!plain.source.contains("in1["));
-    // K and V of 4096 keys do not fit a CTA's shared memory.
-    let big = c(F32, &[1, 4096, 128]);
-    let e = error(attention("attn", &big, &big.permuted(&[0, 2, 1]), &big, F32, &[], &Expr::input(0), &big));
-    assert!(e.contains("shared memory"), "{e}");
+    // Heads wider than the fragments in registers hold are refused, with the reason.
+    let wide = c(F32, &[1, 64, 160]);
+    let e = error(attention("attn", &wide, &wide.permuted(&[0, 2, 1]), &wide, F32, &[], &Expr::input(0), &wide));
+    assert!(e.contains("160") && e.contains("at most 128"), "{e}");
+    assert!(!attention_fits(1, 64, 160, 64) && !attention_fits(1, 64, 64, 129) && attention_fits(1, 64, 128, 128));
+    // More CTAs than grid.x holds: refused here and by the fusion gate alike.
+    assert!(!attention_fits(1 << 26, 4096, 64, 64) && attention_fits(1 << 20, 512, 64, 64));
     // Shapes that do not chain are refused.
     let e = error(attention("attn", &q, &q, &q, F32, &[], &Expr::input(0), &out));
     assert!(e.contains("does not give"), "{e}");
 }
 
+/// BERT-style heads: q and v split out of `[batch, s, heads · d]` projections, Kᵀ folded, the
+/// output merged back, an additive `[batch, 1, 1, s]` mask.
+fn bert_attention(dtype: DType, batch: usize, heads: usize, s: usize, d: usize, masked: bool) -> OpKernel {
+    let split = c(dtype, &[batch, s, heads, d]).permuted(&[0, 2, 1, 3]);
+    let kt = c(dtype, &[batch, s, heads, d]).permuted(&[0, 2, 3, 1]);
+    let (extra, expr) = if masked { (vec![c(dtype, &[batch, 1, 1, s])], add01()) } else { (vec![], Expr::input(0)) };
+    attention("attn", &split, &kt, &split, dtype, &extra, &expr, &split).unwrap()
+}
+
 #[test]
-fn attention_on_16_bit_operands_takes_the_tensor_core_path() {
+fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
+    for dtype in [F32, F16, BF16] {
+        for d in [32, 64, 128] {
+            let smem: Vec<u32> = [1, 64, 197, 256, 384, 512, 4096]
+                .iter()
+                .map(|&s| bert_attention(dtype, 2, 3, s, d, true).smem_bytes)
+                .collect();
+            assert!(smem.iter().all(|&b| b == smem[0]), "{dtype} d={d}: shared memory depends on the keys: {smem:?}");
+            assert!(smem[0] as usize <= 100 * 1024, "{dtype} d={d}: {} bytes", smem[0]);
+        }
+        let k = bert_attention(dtype, 2, 3, 4096, 64, false);
+        assert_eq!(k.grid, (2 * 3 * 64, 1, 1), "64 query tiles of 64 rows for each of the 6 heads");
+        assert!(k.source.contains("#define SK 4096") && k.source.contains("#define NKT 64"), "{}", k.source);
+        // 197 keys (ViT): four tiles of 64, the last ragged.
+        let k = bert_attention(dtype, 1, 1, 197, 64, true);
+        assert!(k.source.contains("#define NKT 4"), "{}", k.source);
+    }
+    // f32 heads wider than 64 take key tiles of 32 (two tiles of K and V in f32 stay under 70 KB).
+    assert!(bert_attention(F32, 1, 1, 256, 128, false).source.contains("#define BK 32"));
+    assert!(bert_attention(F32, 1, 1, 256, 64, false).source.contains("#define BK 64"));
+    assert_eq!(attention_smem(true, 64, 64), 2 * 2 * 64 * (72 + 72));
+    assert_eq!(attention_smem(false, 64, 64), 4 * 2 * 64 * (68 + 68));
+    // f32 heads over 64 wide also stage Q (64 rows) in shared memory.
+    assert_eq!(attention_smem(false, 128, 128), 4 * (2 * 32 * (132 + 132) + 64 * 132));
+    assert!(bert_attention(F32, 1, 1, 256, 128, false).source.contains("float* Qs = Vs + 2 * BK * VS;"));
+}
+
+#[test]
+fn attention_picks_the_tensor_core_kernel_by_element_types() {
     for (dtype, mma) in [(F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), (BF16, ".f32.bf16.bf16.f32")] {
         let q = c(dtype, &[2, 4, 100, 32]);
         let kt = c(dtype, &[2, 4, 100, 32]).permuted(&[0, 1, 3, 2]);
         let k = attention("attn", &q, &kt, &q, dtype, &[], &Expr::input(0), &q).unwrap();
-        assert!(k.source.contains(mma), "{}", k.source);
+        assert!(k.source.contains(mma) && k.source.contains("ldmatrix.sync.aligned.m8n8.x4.trans"), "{}", k.source);
         assert_eq!(k.block, (128, 1, 1), "a warp per 16 of the 64 query rows");
-        // 100 keys padded to 112, d 32 to 32, rows padded by 8 halves.
-        assert_eq!(k.smem_bytes, 2 * ((64 + 112) * 40 + 32 * 120));
+        // d 32, dv 32 (padded to 16), rows padded by 8 halves, two tiles of 64 keys each.
+        assert_eq!(k.smem_bytes, 2 * 2 * 64 * (40 + 40));
     }
-    // Mixed types, or more keys than the fragments hold, stay on the FFMA path.
+    // f32, and mixed element types, take 3xTF32.
     let q = c(F16, &[1, 200, 32]);
+    for score in [F32, F16] {
+        let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, score, &[], &Expr::input(0), &q).unwrap();
+        let tf32 = k.source.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32");
+        assert_eq!(tf32, score == F32, "score type {score}");
+    }
+    let q = c(F32, &[1, 200, 32]);
     let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &q).unwrap();
-    assert!(!k.source.contains("mma.sync"));
-    let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F16, &[], &Expr::input(0), &q).unwrap();
-    assert!(!k.source.contains("mma.sync"), "200 keys");
+    assert!(k.source.contains("#define QA(kk, i) qa[kk][i]") && k.source.contains("tf32.tf32"), "Q in registers at d = 32");
+}
+
+#[test]
+fn attention_stages_with_cp_async_only_where_the_operand_is_contiguous() {
+    // BERT's layout: K is d-contiguous, V e-contiguous, strides whole 16-byte chunks.
+    for dtype in [F32, F16, BF16] {
+        let k = bert_attention(dtype, 2, 12, 128, 64, true);
+        assert!(k.source.contains("const bool k_async = aligned16(kb);"), "{dtype}");
+        assert!(k.source.contains("const bool v_async = aligned16(vb);"), "{dtype}");
+    }
+    // K stored [d, keys] (keys contiguous) and a head width of 20 (not whole chunks) load plainly.
+    let q = c(F16, &[3, 50, 20]);
+    let k = attention(
+        "attn",
+        &q,
+        &c(F16, &[1, 20, 45]),
+        &c(F16, &[3, 45, 30]),
+        F16,
+        &[],
+        &Expr::input(0),
+        &c(F16, &[3, 50, 30]),
+    )
+    .unwrap();
+    assert!(!k.source.contains("cp_async16(kd") && !k.source.contains("cp_async16(vd"), "{}", k.source);
+    // f16 operands widened for the TF32 kernel cannot be copied as they are.
+    let q = c(F16, &[2, 64, 64]);
+    let k =
+        attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &c(F32, &[2, 64, 64])).unwrap();
+    assert!(!k.source.contains("cp_async16(kd"), "{}", k.source);
 }
 
 mod conv_tests;
