@@ -47,7 +47,7 @@
 {%- endif %}
 {%- if inputs %}
 {%- for i in inputs %}{% if i.used and i.mode != "scalar" %}
-        const VecN<{{ i.t.st }}, {{ vec }}> a{{ i.index }} = ld_n<{{ vec }}>(in{{ i.index }}{% if i.mode == "rows" %}r{% endif %} + c, aligned);
+        const VecN<{{ i.t.st }}, {{ vec }}> a{{ i.index }} = ld_n<{{ vec }}>(in{{ i.index }}{% if i.mode == "rows" %}r{% endif %} + c, {% if vec > 1 %}aligned{% else %}true{% endif %});
 {%- endif %}{% endfor %}
 #pragma unroll
         for (int j = 0; j < {{ vec }}; ++j) {

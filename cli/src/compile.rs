@@ -1,7 +1,7 @@
 //! `spartac compile`: ONNX model + TeSA attrs → a compiled artifact (`MODEL.sparta`).
 //!
 //! Stages: frontend, TeSA, propagation, rewrites (pruned weights zeroed, channels shrunk,
-//! convolutions to NHWC: `spartac::rewrite`), plan, lowering (every node specialized to its kernel),
+//! convolutions to NHWC, MatMuls of one activation merged: `spartac::rewrite`), plan, lowering (every node specialized to its kernel),
 //! PTX (when NVRTC is present here), write. The artifact is written atomically; the summary
 //! table says what the compiler did and what it predicts. TeSA and propagation go through the
 //! propagation cache ([`sparsify`]; the stage time says `(cached)` when it was used),
