@@ -38,6 +38,9 @@ pub struct MergeReport {
     pub with_bias: usize,
 }
 
+/// What the MatMuls of one set share: activation, K, weight type, TeSA widths.
+type SetKey = (ValueId, usize, DType, Option<(u8, u8)>);
+
 /// One MatMul of a candidate set: its node, weight, output, and the bias Add after it.
 struct Member {
     node: usize,
@@ -132,7 +135,7 @@ pub fn merge_matmuls(graph: &mut Graph) -> Result<MergeReport, Error> {
         }
     }
     // Candidate MatMuls by (activation, K, weight type, widths).
-    let mut sets: BTreeMap<(ValueId, usize, DType, Option<(u8, u8)>), Vec<Member>> = BTreeMap::new();
+    let mut sets: BTreeMap<SetKey, Vec<Member>> = BTreeMap::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         // Slice takes its bounds as inputs from opset 10 on.
         if node.op_type != "MatMul" || !node.domain.is_empty() || node.inputs.len() != 2 || node.opset < 10 {
@@ -169,10 +172,8 @@ pub fn merge_matmuls(graph: &mut Graph) -> Result<MergeReport, Error> {
         let dtype = graph.fact(set[0].weight).dtype;
         let weights: Vec<Tensor> = set.iter().map(|m| graph.initializers[&m.weight].to_dense()).collect();
         let w = concat_columns(&weights, k);
-        let w_tesa = match set.iter().map(|m| graph.value(m.weight).tesa.as_ref()).collect::<Option<Vec<&Tesa>>>() {
-            Some(ts) => Some(concat_tesas(&ts, &[k, n_total])),
-            None => None,
-        };
+        let w_tesas = set.iter().map(|m| graph.value(m.weight).tesa.as_ref()).collect::<Option<Vec<&Tesa>>>();
+        let w_tesa = w_tesas.map(|ts| concat_tesas(&ts, &[k, n_total]));
         let w_name = fresh_name(graph, &format!("{base}.merged_weight"));
         let w_id = graph.add_value(w_name, ValueFact::of(&w), ValueKind::Initializer);
         graph.values[w_id.index()].tesa = w_tesa;
