@@ -1,6 +1,10 @@
 // The row walk shared by op_layernorm and op_softmax: {% if warp %}one warp per row, {{ warps }} rows per CTA{% else %}one CTA of {{ threads }} threads per row{% endif %};
 // each of the row's {{ lanes }} threads holds {{ chunks }} chunk(s) of {{ vec }} consecutive element(s), chunk k at column
 // k * {{ step }} + lane * {{ vec }}{% if cached %}, loaded once into registers{% else %}, reloaded by every pass (the row is too long for registers){% endif %}.
+{%- if inputs %}
+// The row is not read from memory: each element is computed from the prologue inputs (x = {{ expr }}),
+// rounded to {{ x.st }}{% if sum %} and also written to xs{% endif %}.
+{%- endif %}
 {%- if warp %}
     const int lane = threadIdx.x % 32;
     const long long row = (long long)blockIdx.x * {{ warps }} + threadIdx.x / 32;
@@ -11,10 +15,23 @@
     const long long row = blockIdx.x;
     if (row >= {{ rows }}) return;
 {%- endif %}
+{%- if inputs %}
+{%- for i in inputs %}{% if i.used %}
+{%- if i.mode == "rows" %}
+    const {{ i.t.st }}* in{{ i.index }}r = in{{ i.index }} + row * {{ cols }};
+{%- elif i.mode == "scalar" %}
+    const {{ i.t.ct }} v{{ i.index }} = {{ i.t.ld }}(in{{ i.index }}[0]);
+{%- endif %}
+{%- endif %}{% endfor %}
+{%- if sum %}
+    {{ x.st }}* xsr = xs + row * {{ cols }};
+{%- endif %}
+{%- else %}
     const {{ x.st }}* xr = x + row * {{ cols }};
+{%- endif %}
     {{ y.st }}* yr = y + row * {{ cols }};
-{%- if vec == 4 %}
-    const bool aligned = aligned4(x) && aligned4(y){% if scale %} && aligned4(scale){% endif %}{% if bias %} && aligned4(bias){% endif %};
+{%- if vec > 1 %}
+    const bool aligned = {{ aligned }};
 {%- endif %}
     // Chunk k's first column, whether it is inside the row, and its values (zeros outside).
     auto col = [&](int k) { return k * {{ step }} + lane * {{ vec }}; };
@@ -28,16 +45,42 @@
             return;
         }
 {%- endif %}
-{%- if vec == 4 %}
-        const Vec4<{{ x.st }}> a = ld4(xr + c, aligned);
+{%- if inputs %}
+{%- for i in inputs %}{% if i.used and i.mode != "scalar" %}
+        const VecN<{{ i.t.st }}, {{ vec }}> a{{ i.index }} = ld_n<{{ vec }}>(in{{ i.index }}{% if i.mode == "rows" %}r{% endif %} + c, {% if vec > 1 %}aligned{% else %}true{% endif %});
+{%- endif %}{% endfor %}
 #pragma unroll
-        for (int j = 0; j < 4; ++j) w[j] = {{ x.ld }}(a.v[j]);
+        for (int j = 0; j < {{ vec }}; ++j) {
+{%- for i in inputs %}{% if i.used and i.mode != "scalar" %}
+            const {{ i.t.ct }} v{{ i.index }} = {{ i.t.ld }}(a{{ i.index }}.v[j]);
+{%- endif %}{% endfor %}
+            w[j] = {{ round }}({{ expr }});
+        }
+{%- elif vec > 1 %}
+        const VecN<{{ x.st }}, {{ vec }}> a = ld_n<{{ vec }}>(xr + c, aligned);
+#pragma unroll
+        for (int j = 0; j < {{ vec }}; ++j) w[j] = {{ x.ld }}(a.v[j]);
 {%- else %}
         w[0] = {{ x.ld }}(xr[c]);
 {%- endif %}
     };
+{%- if sum %}
+    // x itself, the second output (exact: w holds x rounded to its type).
+    auto store_sum = [&](int k, const float* w) {
+        if (!valid(k)) return;
+        VecN<{{ x.st }}, {{ vec }}> o;
+#pragma unroll
+        for (int j = 0; j < {{ vec }}; ++j) o.v[j] = {{ x.store }}(w[j]);
+        st_n<{{ vec }}>(xsr + col(k), o, {% if vec > 1 %}aligned{% else %}true{% endif %});
+    };
+{%- endif %}
 {%- if cached %}
     float v[{{ chunks }}][{{ vec }}];
 #pragma unroll
-    for (int k = 0; k < {{ chunks }}; ++k) load(k, v[k]);
+    for (int k = 0; k < {{ chunks }}; ++k) {
+        load(k, v[k]);
+{%- if sum %}
+        store_sum(k, v[k]);
+{%- endif %}
+    }
 {%- endif %}

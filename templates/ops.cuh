@@ -57,6 +57,34 @@ __device__ __forceinline__ void st4(T* p, const Vec4<T>& x, bool aligned) {
     for (int j = 0; j < 4; ++j) p[j] = x.v[j];
 }
 
+// N consecutive elements (the row kernels: 8 for 16-bit types, a 16-byte access); loaded and
+// stored as one access when the pointer is aligned to them.
+template <typename T, int N>
+struct alignas(N * sizeof(T)) VecN {
+    T v[N];
+};
+template <int N, typename T>
+__device__ __forceinline__ bool aligned_n(const T* p) {
+    return reinterpret_cast<unsigned long long>(p) % (N * sizeof(T)) == 0;
+}
+template <int N, typename T>
+__device__ __forceinline__ VecN<T, N> ld_n(const T* p, bool aligned) {
+    if (aligned) return *reinterpret_cast<const VecN<T, N>*>(p);
+    VecN<T, N> r;
+#pragma unroll
+    for (int j = 0; j < N; ++j) r.v[j] = p[j];
+    return r;
+}
+template <int N, typename T>
+__device__ __forceinline__ void st_n(T* p, const VecN<T, N>& x, bool aligned) {
+    if (aligned) {
+        *reinterpret_cast<VecN<T, N>*>(p) = x;
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = x.v[j];
+}
+
 // numpy maximum / minimum: NaN when either operand is NaN.
 template <typename T>
 __device__ __forceinline__ T op_max(T a, T b) {

@@ -1,7 +1,7 @@
 //! `spartac compile`: ONNX model + TeSA attrs → a compiled artifact (`MODEL.sparta`).
 //!
 //! Stages: frontend, TeSA, propagation, rewrites (pruned weights zeroed, channels shrunk,
-//! convolutions to NHWC: `spartac::rewrite`), plan, lowering (every node specialized to its kernel),
+//! convolutions to NHWC, MatMuls of one activation merged: `spartac::rewrite`), plan, lowering (every node specialized to its kernel),
 //! PTX (when NVRTC is present here), write. The artifact is written atomically; the summary
 //! table says what the compiler did and what it predicts. TeSA and propagation go through the
 //! propagation cache ([`sparsify`]; the stage time says `(cached)` when it was used),
@@ -18,7 +18,7 @@ use spartac::program::artifact::{encode, PtxProto};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
 use spartac::propagate::cache::{cache_key, graph_fingerprint, Lookup, PropagationCache};
 use spartac::propagate::PropagateOptions;
-use spartac::rewrite::{prepare_for_lowering, to_half, RewriteReport};
+use spartac::rewrite::{prepare, to_half, RewriteOptions, RewriteReport};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -62,6 +62,10 @@ pub struct CompileArgs {
     /// Keep pruned channels in the tensors (no channel shrinking; for ablations).
     #[arg(long)]
     pub no_shrink: bool,
+    /// Keep MatMuls that read one activation (Q, K and V) apart instead of merging them into
+    /// one MatMul over the concatenated weights (for ablations).
+    #[arg(long)]
+    pub no_merge_qkv: bool,
     /// Do not fuse epilogues or elementwise chains (one kernel per node; for ablations).
     #[arg(long)]
     pub no_fuse: bool,
@@ -168,8 +172,8 @@ pub fn sparsify(
 
 /// The rewrites before the plan (`spartac::rewrite`), then the model's element type (`f32`,
 /// `f16` or `bf16`, as `--dtype` takes it).
-pub fn rewrite(graph: &mut Graph, shrink: bool, dtype: &str) -> Result<RewriteReport> {
-    let report = prepare_for_lowering(graph, shrink)?;
+pub fn rewrite(graph: &mut Graph, options: &RewriteOptions, dtype: &str) -> Result<RewriteReport> {
+    let report = prepare(graph, options)?;
     match dtype {
         "f16" => {
             to_half(graph, DType::F16)?;
@@ -221,7 +225,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     }
     stage("tesa+propagate", &bar, &mut t);
     bar.set_message("shrinking channels, NHWC");
-    let RewriteReport { shrink, layout } = rewrite(&mut graph, !args.no_shrink, &args.dtype)?;
+    let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: !args.no_merge_qkv };
+    let RewriteReport { shrink, layout, merge } = rewrite(&mut graph, &rewrites, &args.dtype)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
@@ -289,6 +294,14 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             ),
         ),
         (
+            "merged matmuls".into(),
+            if merge.sets == 0 {
+                "none".to_string()
+            } else {
+                format!("{} MatMuls into {} ({} with their biases)", merge.matmuls, merge.sets, merge.with_bias)
+            },
+        ),
+        (
             "planned matmuls".into(),
             format!("{} ({} sparse, {} dense parts on cuBLAS)", s.planned_ops, s.sparse_ops, s.library_gemms),
         ),
@@ -296,8 +309,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "fused".into(),
             format!(
-                "{} epilogues, {} nodes in elementwise groups, {} views",
-                s.fused_epilogues, s.fused_nodes, s.views
+                "{} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group, {} views",
+                s.fused_epilogues, s.fused_nodes, s.fused_norms, s.views
             ),
         ),
         (
@@ -341,7 +354,10 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "library_gemms": s.library_gemms,
             "fused_epilogues": s.fused_epilogues,
             "fused_nodes": s.fused_nodes,
+            "fused_norms": s.fused_norms,
             "views": s.views,
+            "merged_matmuls": merge.matmuls,
+            "merged_sets": merge.sets,
             "channels_before": shrink.channels_before,
             "channels_after": shrink.channels_after,
             "pointwise_convs": layout.pointwise,

@@ -49,7 +49,7 @@ pub fn samples(args: SamplesArgs) -> Result<()> {
     for w in &sparsified.warnings {
         eprintln!("warning: {w}");
     }
-    crate::compile::rewrite(&mut graph, true, args.dtype)?;
+    crate::compile::rewrite(&mut graph, &Default::default(), args.dtype)?;
     let opts = PlanOptions { cost: CostModel::sm_90(), ..PlanOptions::default() };
     let (mut all, mut seen, mut unmatched) = (vec![], vec![], 0);
     let mut devices: Vec<String> = vec![];

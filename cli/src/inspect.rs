@@ -172,6 +172,8 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
             "planned_ops": s.planned_ops,
             "sparse_ops": s.sparse_ops,
             "library_gemms": s.library_gemms,
+            "fused_nodes": s.fused_nodes,
+            "fused_norms": s.fused_norms,
             "dense_weight_bytes": s.dense_weight_bytes,
             "packed_weight_bytes": s.packed_weight_bytes,
         });
@@ -199,6 +201,10 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
         s.library_gemms,
         mib(s.dense_weight_bytes),
         mib(s.packed_weight_bytes)
+    );
+    println!(
+        "fused: {} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group",
+        s.fused_epilogues, s.fused_nodes, s.fused_norms
     );
     println!("device memory: {:.1} MiB ({:.1} MiB constants)", mib(p.device_bytes()), mib(constants));
     if args.ir {

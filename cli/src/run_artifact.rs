@@ -57,6 +57,9 @@ pub(crate) fn step_kind(op: &Op) -> String {
             "attention (fused)".into()
         }
         Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "MatMul") => "MatMul (activations)".into(),
+        Op::Nodes(nodes) if nodes.len() > 1 && nodes.iter().any(|n| n.op_type == "LayerNormalization") => {
+            "LayerNorm + elementwise (fused)".into()
+        }
         Op::Nodes(nodes) if nodes.len() > 1 => "fused elementwise".into(),
         Op::Nodes(nodes) => nodes.first().map_or("node".into(), |n| n.op_type.clone()),
         Op::Move => "copy".into(),

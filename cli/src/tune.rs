@@ -131,7 +131,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
     }
     let sparsify_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    crate::compile::rewrite(&mut graph, true, &args.dtype)?;
+    crate::compile::rewrite(&mut graph, &Default::default(), &args.dtype)?;
     println!(
         "pipeline: frontend {load_s:.2} s, tesa+propagate {sparsify_s:.2} s{}, rewrite {:.2} s",
         if sparsified.cached { " (cached)" } else { "" },
@@ -409,7 +409,7 @@ mod tests {
             .bytes();
         let mut g = spartac::frontend::load_model_bytes(&bytes, "two.onnx", &Default::default()).unwrap();
         crate::compile::sparsify(&mut g, Path::new("two.onnx"), None, true, None).unwrap();
-        crate::compile::rewrite(&mut g, true, "f32").unwrap();
+        crate::compile::rewrite(&mut g, &Default::default(), "f32").unwrap();
         g
     }
 

@@ -4,8 +4,8 @@
 //! `.cuda/` (tests/run-all.sh installs them); a missing NVRTC fails the test.
 
 use spartac::codegen::graph_ops::{
-    attention, concat, conv_nhwc, elementwise, gather, layer_norm, matmul, reduce, softmax, Binary, ConvShape, Expr,
-    OpKernel, Reduce, TensorDesc, Unary,
+    attention, concat, conv_nhwc, elementwise, gather, layer_norm, layer_norm_fused, matmul, reduce, softmax, Binary,
+    ConvShape, Expr, NormPrologue, OpKernel, Reduce, TensorDesc, Unary,
 };
 use spartac::codegen::Activation;
 use spartac::ir::DType;
@@ -224,6 +224,33 @@ fn cases() -> Vec<(String, OpKernel)> {
     add("layernorm 32768 block 1024 cached", layer_norm("ln32k", 16, 32768, 1e-5, BF16, Some(BF16), Some(BF16), BF16));
     add("softmax 30000 block 1024 cached", softmax("sm30k", 16, 30000, F32, false));
     add("layernorm 100000 streaming", layer_norm("ln_long", 8, 100000, 1e-5, F32, Some(F32), Some(F32), F32));
+    // ---- layer_norm with a prologue: the residual Add (and a bias row, a scalar) computed
+    // in the kernel, with and without the sum written out ----
+    for (d, tag) in [(F32, "f32"), (F16, "f16"), (BF16, "bf16")] {
+        for (cols, write_x) in [(384, false), (768, true), (1024, false), (1024, true)] {
+            let shape = [32, 128, cols];
+            let inputs = [c(d, &shape), c(d, &shape), c(d, &[cols])];
+            let expr = bin(Binary::Add, bin(Binary::Add, input(0), input(1)), input(2));
+            let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x };
+            let name = format!("ln_res_{tag}_{cols}_{}", if write_x { "sum" } else { "nosum" });
+            let kernel = layer_norm_fused(&name, &shape, 2, 1e-12, &prologue, Some(d), Some(d), d);
+            add(&format!("layernorm residual {tag} {cols} write_x={write_x}"), kernel);
+        }
+    }
+    let inputs = [c(F16, &[64, 3001]), c(F16, &[])];
+    let expr = bin(Binary::Mul, input(0), input(1));
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    add(
+        "layernorm prologue block ragged f16 with sum",
+        layer_norm_fused("ln_res_3001", &[64, 3001], 1, 1e-5, &prologue, None, Some(F16), F16),
+    );
+    let inputs = [c(F32, &[8, 100000]), c(F32, &[8, 100000])];
+    let expr = bin(Binary::Sub, input(0), input(1));
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    add(
+        "layernorm prologue streaming with sum",
+        layer_norm_fused("ln_res_long", &[8, 100000], 1, 1e-5, &prologue, Some(F32), None, F32),
+    );
     // ---- softmax ----
     add("softmax 49152x128 f32", softmax("sm128", 49152, 128, F32, false));
     add("softmax 49152x128 f16", softmax("sm128h", 49152, 128, F16, false));
@@ -409,6 +436,17 @@ fn generated_ptx_has_the_expected_instructions() {
     let sm = softmax("sm", 49152, 128, DType::F32, false).unwrap();
     let text = ptx(&sm);
     assert!(text.contains("shfl.sync.bfly"), "softmax without warp shuffles");
+    // The fp16 residual LayerNorm: 16-byte loads of both operands and stores of y and the sum,
+    // statistics by warp shuffles.
+    let shape = [4096, 768];
+    let inputs = [c(DType::F16, &shape), c(DType::F16, &shape)];
+    let expr = Expr::binary(Binary::Add, Expr::input(0), Expr::input(1));
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let f16 = Some(DType::F16);
+    let text = ptx(&layer_norm_fused("ln", &shape, 1, 1e-5, &prologue, f16, f16, DType::F16).unwrap());
+    assert!(text.contains("ld.global.nc.v4.u32"), "the fp16 LayerNorm does not load 16 bytes at once:\n{text}");
+    assert!(text.contains("st.global.v4.u32"), "the fp16 LayerNorm does not store 16 bytes at once");
+    assert!(text.contains("shfl.sync.bfly"), "the LayerNorm without warp shuffles");
     let relu6 = Activation::Clip { lo: 0.0, hi: 6.0 };
     let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), DType::F32, true, relu6).unwrap());
     assert!(text.contains("ld.global.nc.v4.f32"), "the depthwise conv does not load 4 channels at once");

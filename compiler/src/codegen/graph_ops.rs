@@ -1,5 +1,6 @@
 //! Kernels of the ONNX ops that are not matmuls with constant weights: fused elementwise
-//! expressions ([`elementwise`]), [`gather`], [`layer_norm`], [`softmax`] (and LogSoftmax),
+//! expressions ([`elementwise`]), [`gather`], [`layer_norm`] (with an elementwise prologue:
+//! [`layer_norm_fused`]), [`softmax`] (and LogSoftmax),
 //! [`reduce`], batched [`matmul`] of two activations, fused [`attention`], [`concat`] and channels-last convolution
 //! ([`conv_nhwc`], with its weight packing [`pack_conv_weight`]). Each is one Tera template
 //! (`templates/op_*.cu.tera`, helpers in `templates/ops.cuh`; conv has two and
@@ -38,7 +39,7 @@ pub use elementwise::elementwise;
 pub use expr::{Binary, Expr, Unary};
 pub use matmul::matmul;
 pub use reduce::{reduce, Reduce};
-pub use rows::{layer_norm, softmax};
+pub use rows::{layer_norm, layer_norm_fused, row_operand, softmax, NormPrologue, RowOperand};
 
 use super::CodegenError;
 use crate::ir::DType;

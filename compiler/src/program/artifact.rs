@@ -316,6 +316,7 @@ fn stats_vec(s: &LoweringStats) -> Vec<u64> {
         s.dense_weight_bytes,
         s.packed_weight_bytes,
         s.library_gemms,
+        s.fused_norms,
     ]
     .iter()
     .map(|&x| x as u64)
@@ -799,6 +800,7 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
         dense_weight_bytes: st(6),
         packed_weight_bytes: st(7),
         library_gemms: st(8),
+        fused_norms: st(9),
     };
     for p in &proto.ptx {
         if p.kernel as usize >= program.kernels.len() {

@@ -659,15 +659,21 @@ impl Program {
                 out.push(whole(*flags, true));
             }
             Op::Nodes(nodes) => {
+                // A buffer an earlier node of the step wrote is read from that write, not from
+                // before the step (a fused LayerNorm reading the sum it also stores).
+                let mut written: Vec<BufferId> = vec![];
                 for n in nodes {
                     for o in n.inputs.iter().flatten() {
                         if let Operand::Buf { buf, .. } = o {
-                            out.push(whole(*buf, false));
+                            if !written.contains(buf) {
+                                out.push(whole(*buf, false));
+                            }
                         }
                     }
                     for o in &n.outputs {
                         if let Operand::Buf { buf, .. } = o {
                             out.push(whole(*buf, true));
+                            written.push(*buf);
                         }
                     }
                 }

@@ -30,6 +30,10 @@
 //! - **data movement with constant indices** (GatherND, GatherElements, Slice, Tile,
 //!   DepthToSpace, SpaceToDepth whose only non-constant input is the data): one gather through
 //!   a source map traced at compile time with the op's own `eval` on the data's element numbers;
+//! - **LayerNorm with its input's group** (`model/norm_fusion.rs`): an elementwise group whose
+//!   output a LayerNormalization reads (the residual `Add` before it) runs inside the LayerNorm's
+//!   kernel as a prologue, the sum never stored, or stored in the same pass when read elsewhere
+//!   too (pre-LN transformers);
 //! - **other ops** (Gather, LayerNormalization, Softmax, reductions, activation×activation
 //!   MatMul, Concat): one step and one generated kernel each.
 //!
@@ -59,6 +63,9 @@ use crate::ir::{DType, Graph, Initializer, Node, Tensor, ValueId};
 use crate::ops::{registry, NodeCtx};
 use crate::plan::{OperatorPlan, Plan};
 use std::collections::{BTreeMap, HashMap};
+
+mod norm_fusion;
+use norm_fusion::NormFusion;
 
 /// What the lowering may choose.
 #[derive(Clone, Debug)]
@@ -123,8 +130,12 @@ pub struct LoweringStats {
     /// Planned operators with a pruned weight element.
     pub sparse_ops: usize,
     pub fused_epilogues: usize,
-    /// Elementwise nodes that run inside a group of two or more.
+    /// Nodes that run inside a fused step of two or more (elementwise groups, attentions,
+    /// folded transposes, LayerNorms with their input's group).
     pub fused_nodes: usize,
+    /// LayerNormalizations whose input (an elementwise group, e.g. a residual Add) is computed
+    /// in their kernel.
+    pub fused_norms: usize,
     pub views: usize,
     /// Bytes of the planned weights as dense f32, and as packed for the kernels (values and
     /// index tables).
@@ -239,6 +250,8 @@ struct Lowering<'a> {
     convs: HashMap<usize, (usize, usize)>,
     /// Fused attentions, keyed by their probabilities·V MatMul.
     attention: HashMap<usize, AttentionFusion>,
+    /// LayerNorms with their input's elementwise group, keyed by the LayerNorm.
+    norms: HashMap<usize, NormFusion>,
     /// Memory reuse: the loop iteration after which each value is no longer read, the last
     /// such iteration of each scratch buffer (over the values it holds), the scratch buffers in
     /// use, and the freed ones.
@@ -276,6 +289,7 @@ impl<'a> Lowering<'a> {
             folded: HashMap::new(),
             convs: HashMap::new(),
             attention: HashMap::new(),
+            norms: HashMap::new(),
             last_use: vec![],
             buf_last: HashMap::new(),
             in_use: vec![],
@@ -462,6 +476,18 @@ impl<'a> Lowering<'a> {
                 self.attention.insert(f.pv, f);
             }
         }
+        // A group read by a LayerNorm alone (or before its other readers) runs in its kernel.
+        if self.options.fuse_elementwise {
+            for f in self.find_norm_fusions(&groups) {
+                groups.remove(f.group.last().expect("a group has a node"));
+                for &m in &f.group {
+                    absorbed[m] = true;
+                    done[m] = true;
+                    emit_at[m] = f.norm;
+                }
+                self.norms.insert(f.norm, f);
+            }
+        }
         for (&last, members) in &groups {
             for &m in members {
                 emit_at[m] = last;
@@ -493,6 +519,8 @@ impl<'a> Lowering<'a> {
             let node = &graph.nodes[i];
             if let Some(f) = self.attention.get(&i).cloned() {
                 self.lower_attention(&f)?;
+            } else if let Some(f) = self.norms.get(&i).cloned() {
+                self.lower_norm_fusion(&f)?;
             } else if let Some(op) = self.planned.get(node.name.as_str()).copied() {
                 self.lower_planned(i, op, &mut done)?;
             } else if let Some(&(t_in, t_out)) = self.convs.get(&i) {
@@ -925,25 +953,10 @@ impl<'a> Lowering<'a> {
                 graph_ops::gather(&name, &self.desc(data), &self.desc(idx), axis)
             }
             "LayerNormalization" => {
-                if node.outputs.len() > 1 && node.outputs[1..].iter().any(|v| !self.consumers[v.0 as usize].is_empty())
-                {
-                    return Err(self.node_err(node, "the Mean and InvStdDev outputs are not built"));
-                }
+                let (shape, axis, eps) = norm_fusion::norm_geometry(self, node).map_err(|e| self.node_err(node, e))?;
                 let x = need(0)?;
-                let shape = &graph.fact(x).shape;
-                let axis = norm_axis(attrs.int("axis", -1).unwrap_or(-1), shape.len())
-                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
                 let cols: usize = shape[axis..].iter().product();
                 let rows: usize = shape[..axis].iter().product();
-                for (i, what) in [(1, "scale"), (2, "bias")] {
-                    if let Some(v) = input(i) {
-                        if graph.fact(v).numel() != cols {
-                            return Err(self
-                                .node_err(node, format!("{what} broadcasting is not built (needs {cols} elements)")));
-                        }
-                    }
-                }
-                let eps = attrs.float("epsilon", 1e-5).unwrap_or(1e-5);
                 graph_ops::layer_norm(
                     &name,
                     rows,

@@ -4,18 +4,23 @@
 //!   are cut out, so pruned filters become physically smaller dense operators;
 //! - [`channels_last`]: the convolution part of a model moves to NHWC, where a 1×1 convolution
 //!   is the MatMul the planner and the sparse kernels already handle, and the other
-//!   convolutions run as one NHWC kernel each.
+//!   convolutions run as one NHWC kernel each;
+//! - [`merge_matmuls`]: MatMuls that read one activation with constant weights (Q, K and V)
+//!   become one MatMul over the concatenated weights (and biases), each original output a
+//!   Slice of it.
 //!
-//! Both leave a verified graph (`ir::verify`) with unreferenced values dropped and the
+//! Each leaves a verified graph (`ir::verify`) with unreferenced values dropped and the
 //! remaining values renumbered in a deterministic order.
 
 pub mod channels;
 pub mod half;
 pub mod layout;
+pub mod merge_matmuls;
 
 pub use channels::{shrink_channels, ShrinkReport};
 pub use half::{to_half, HalfReport};
 pub use layout::{channels_last, LayoutReport};
+pub use merge_matmuls::{merge_matmuls, MergeReport};
 
 use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};
 use std::collections::BTreeMap;
@@ -49,16 +54,39 @@ pub(crate) const ELEMENTWISE: &[&str] = &[
 pub struct RewriteReport {
     pub shrink: ShrinkReport,
     pub layout: LayoutReport,
+    pub merge: MergeReport,
+}
+
+/// Which of [`prepare`]'s rewrites run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RewriteOptions {
+    /// [`shrink_channels`].
+    pub shrink: bool,
+    /// [`merge_matmuls`].
+    pub merge_matmuls: bool,
+}
+
+impl Default for RewriteOptions {
+    fn default() -> RewriteOptions {
+        RewriteOptions { shrink: true, merge_matmuls: true }
+    }
+}
+
+/// [`prepare`] with every rewrite but, when `shrink` is false, [`shrink_channels`].
+pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteReport, crate::Error> {
+    prepare(graph, &RewriteOptions { shrink, ..RewriteOptions::default() })
 }
 
 /// The rewrites `spartac compile` runs between propagation and the plan: pruned weight
 /// elements become zero (the compiled model computes the pruned model), then
-/// [`shrink_channels`] (unless `shrink` is false) and [`channels_last`].
-pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteReport, crate::Error> {
+/// [`shrink_channels`], [`channels_last`] and [`merge_matmuls`] (each as `options` say; the
+/// merge last, so it sees the shrunk weights and the pointwise convolutions' MatMuls).
+pub fn prepare(graph: &mut Graph, options: &RewriteOptions) -> Result<RewriteReport, crate::Error> {
     crate::tesa::attrs::zero_pruned_initializers(graph);
-    let shrink = if shrink { shrink_channels(graph)? } else { ShrinkReport::default() };
+    let shrink = if options.shrink { shrink_channels(graph)? } else { ShrinkReport::default() };
     let layout = channels_last(graph)?;
-    Ok(RewriteReport { shrink, layout })
+    let merge = if options.merge_matmuls { merge_matmuls(graph)? } else { MergeReport::default() };
+    Ok(RewriteReport { shrink, layout, merge })
 }
 
 /// The new shape and the flat source positions of `shape` with only the indices `keep` (in

@@ -2,9 +2,16 @@
 //! (`templates/op_layernorm.cu.tera`) and Softmax / LogSoftmax (`templates/op_softmax.cu.tera`),
 //! sharing the row walk of `templates/op_rows.cuh`. Rows of up to 1024 columns take one warp
 //! each (eight per CTA) and live in registers, reduced by shuffles; longer rows take a CTA each,
-//! in registers up to 32 values per thread, else reloaded by every pass. Math is f32.
+//! in registers up to 32 values per thread, else reloaded by every pass. Accesses are 16 bytes
+//! where the columns allow (8 elements of a 16-bit LayerNorm, 4 otherwise). Math is f32.
+//!
+//! A LayerNorm may take a prologue ([`layer_norm_fused`]): its input is not read from memory
+//! but computed element by element from an elementwise [`Expr`] over other tensors (the
+//! residual `Add` of a transformer), rounded to the input's type as an elementwise kernel
+//! would store it, and optionally written out as a second output in the same pass.
 
-use super::{check_name, spec_error, type_ctx, OpKernel, TypeCtx};
+use super::expr::{render as render_expr, Expr};
+use super::{check_name, spec_error, type_ctx, OpKernel, TensorDesc, TypeCtx};
 use crate::codegen::render::render;
 use crate::codegen::CodegenError;
 use crate::ir::DType;
@@ -38,8 +45,9 @@ struct RowWalk {
     cached: bool,
 }
 
-fn row_walk(rows: usize, cols: usize) -> RowWalk {
-    let vec = if cols.is_multiple_of(4) { 4 } else { 1 };
+/// The walk of `rows × cols` with accesses of `wide` elements where `cols` allows (else 4, else 1).
+fn row_walk(rows: usize, cols: usize, wide: usize) -> RowWalk {
+    let vec = [wide, 4].into_iter().find(|&v| cols.is_multiple_of(v)).unwrap_or(1);
     let (warp, threads) = match cols {
         c if c <= WARP_COLS => (true, 32 * WARPS_PER_CTA),
         c if c <= 4096 => (false, 256),
@@ -85,11 +93,86 @@ fn check_rows(op: &str, name: &str, rows: usize, cols: usize, types: &[(&str, DT
     Ok(())
 }
 
+/// How a LayerNorm prologue input reads when broadcast to the normalized `rows × cols` tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOperand {
+    /// Laid out like the tensor: element `(r, c)` at `r * cols + c`.
+    Rows,
+    /// One row repeated (a bias): element `(r, c)` at `c`.
+    Cols,
+    /// One element for all.
+    Scalar,
+}
+
+/// How `t` reads when broadcast (numpy rules) to the tensor of `shape` normalized over the
+/// axes from `axis` on; `None` when it reads some other way (a transposed or partly broadcast
+/// view), which a prologue does not take.
+pub fn row_operand(t: &TensorDesc, shape: &[usize], axis: usize) -> Option<RowOperand> {
+    let strides = t.broadcast_strides(shape)?;
+    let full = crate::ir::strides(shape);
+    let matters = |d: usize| shape[d] != 1;
+    if (0..shape.len()).all(|d| !matters(d) || strides[d] == 0) {
+        return Some(RowOperand::Scalar);
+    }
+    let cols_dense = (axis..shape.len()).all(|d| !matters(d) || strides[d] == full[d]);
+    if !cols_dense {
+        return None;
+    }
+    if (0..axis).all(|d| !matters(d) || strides[d] == 0) {
+        Some(RowOperand::Cols)
+    } else if (0..axis).all(|d| !matters(d) || strides[d] == full[d]) {
+        Some(RowOperand::Rows)
+    } else {
+        None
+    }
+}
+
+/// A LayerNorm's input computed instead of read ([`layer_norm_fused`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NormPrologue<'a> {
+    /// The tensors the expression reads, each broadcast to the normalized tensor's shape as
+    /// [`row_operand`] allows.
+    pub inputs: &'a [TensorDesc],
+    /// The normalized tensor element by element (`Expr::Input(i)` is `inputs[i]`); its type
+    /// is the tensor's.
+    pub expr: &'a Expr,
+    /// Also write the computed tensor out (a parameter before `y`).
+    pub write_x: bool,
+}
+
+#[derive(Serialize)]
+struct PrologueInputCtx {
+    index: usize,
+    t: TypeCtx,
+    used: bool,
+    /// `rows`, `cols` or `scalar` ([`RowOperand`]).
+    mode: &'static str,
+}
+
+/// What the row walk reads: `x` itself (no `inputs`), or a prologue.
+#[derive(Serialize, Default)]
+struct RowInputs {
+    inputs: Vec<PrologueInputCtx>,
+    /// The prologue's C expression over `v0, v1, ...`, and the rounding to x's type around it.
+    expr: String,
+    round: &'static str,
+    /// Write x out to `xs`.
+    sum: bool,
+    /// The C test that every vector-accessed pointer is aligned to a vector.
+    aligned: String,
+}
+
+fn aligned_test(vec: usize, pointers: &[String]) -> String {
+    pointers.iter().map(|p| format!("aligned_n<{vec}>({p})")).collect::<Vec<_>>().join(" && ")
+}
+
 #[derive(Serialize)]
 struct LayerNormCtx {
     kernel_name: String,
     #[serde(flatten)]
     walk: RowWalk,
+    #[serde(flatten)]
+    io: RowInputs,
     x: TypeCtx,
     y: TypeCtx,
     scale: Option<TypeCtx>,
@@ -112,19 +195,110 @@ pub fn layer_norm(
     bias: Option<DType>,
     y: DType,
 ) -> Result<OpKernel, CodegenError> {
+    layer_norm_kernel(name, &[rows, cols], 1, epsilon, x, None, scale, bias, y)
+}
+
+/// [`layer_norm`] of the tensor of `shape` over the axes from `axis` on, whose input `x` is
+/// computed by `prologue` (see the module docs); `x`'s type is the expression's. Parameters:
+/// `(in0, ..., [scale], [bias], [x], y)`: the prologue's inputs, then the present ones.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_fused(
+    name: &str,
+    shape: &[usize],
+    axis: usize,
+    epsilon: f32,
+    prologue: &NormPrologue,
+    scale: Option<DType>,
+    bias: Option<DType>,
+    y: DType,
+) -> Result<OpKernel, CodegenError> {
+    let dtypes: Vec<DType> = prologue.inputs.iter().map(|t| t.dtype).collect();
+    let (_, x) = render_expr(prologue.expr, &dtypes).map_err(|e| spec_error("layer_norm", name, e))?;
+    layer_norm_kernel(name, shape, axis, epsilon, x, Some(prologue), scale, bias, y)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_kernel(
+    name: &str,
+    shape: &[usize],
+    axis: usize,
+    epsilon: f32,
+    x: DType,
+    prologue: Option<&NormPrologue>,
+    scale: Option<DType>,
+    bias: Option<DType>,
+    y: DType,
+) -> Result<OpKernel, CodegenError> {
+    let fail = |m: String| spec_error("layer_norm", name, m);
+    if axis > shape.len() {
+        return Err(fail(format!("axis {axis} of a rank-{} tensor", shape.len())));
+    }
+    let rows: usize = shape[..axis].iter().product();
+    let cols: usize = shape[axis..].iter().product();
     let mut types = vec![("x", x), ("y", y)];
     types.extend(scale.map(|d| ("scale", d)));
     types.extend(bias.map(|d| ("bias", d)));
+    for (i, t) in prologue.map_or(&[][..], |p| p.inputs).iter().enumerate() {
+        if !matches!(t.dtype, DType::F16 | DType::BF16 | DType::F32) {
+            return Err(fail(format!("prologue input {i} must be f32, f16 or bf16, got {}", t.dtype)));
+        }
+    }
     check_rows("layer_norm", name, rows, cols, &types)?;
     if !epsilon.is_finite() || epsilon < 0.0 {
-        return Err(spec_error("layer_norm", name, format!("epsilon {epsilon} is not a finite nonnegative number")));
+        return Err(fail(format!("epsilon {epsilon} is not a finite nonnegative number")));
     }
-    let walk = row_walk(rows, cols);
+    // 16-byte accesses: 8 elements when every tensor the row walk touches is 16-bit.
+    let input_types = prologue.map_or(vec![x], |p| p.inputs.iter().map(|t| t.dtype).collect());
+    let all_16 = types.iter().map(|(_, d)| *d).chain(input_types).all(|d| d.size_bytes() == 2);
+    let walk = row_walk(rows, cols, if all_16 { 8 } else { 4 });
     let grid = walk.grid();
     let threads = walk.threads as u32;
+    let mut pointers: Vec<String> = vec![];
+    let mut io = RowInputs::default();
+    match prologue {
+        None => pointers.push("x".into()),
+        Some(p) => {
+            let dtypes: Vec<DType> = p.inputs.iter().map(|t| t.dtype).collect();
+            let (expr, _) = render_expr(p.expr, &dtypes).map_err(fail)?;
+            for (i, t) in p.inputs.iter().enumerate() {
+                t.check(&format!("prologue input {i}")).map_err(fail)?;
+                let mode = row_operand(t, shape, axis).ok_or_else(|| {
+                    fail(format!(
+                        "prologue input {i} (shape {:?}, strides {:?}) does not read as rows, a row or a scalar",
+                        t.shape, t.strides
+                    ))
+                })?;
+                let used = p.expr.reads(i);
+                let mode = match mode {
+                    RowOperand::Rows => "rows",
+                    RowOperand::Cols => "cols",
+                    RowOperand::Scalar => "scalar",
+                };
+                if used && mode != "scalar" {
+                    pointers.push(format!("in{i}"));
+                }
+                io.inputs.push(PrologueInputCtx { index: i, t: type_ctx(t.dtype), used, mode });
+            }
+            io.expr = expr;
+            io.round = match x {
+                DType::F16 => "rnd_f16",
+                DType::BF16 => "rnd_bf16",
+                _ => "",
+            };
+            io.sum = p.write_x;
+            if p.write_x {
+                pointers.push("xs".into());
+            }
+        }
+    }
+    pointers.push("y".into());
+    pointers.extend(scale.map(|_| "scale".to_string()));
+    pointers.extend(bias.map(|_| "bias".to_string()));
+    io.aligned = aligned_test(walk.vec, &pointers);
     let ctx = LayerNormCtx {
         kernel_name: name.to_string(),
         walk,
+        io,
         x: type_ctx(x),
         y: type_ctx(y),
         scale: scale.map(type_ctx),
@@ -143,6 +317,8 @@ struct SoftmaxCtx {
     x: TypeCtx,
     y: TypeCtx,
     log: bool,
+    #[serde(flatten)]
+    io: RowInputs,
     /// Read by the shared row walk (Softmax has no affine parameters).
     scale: Option<TypeCtx>,
     bias: Option<TypeCtx>,
@@ -153,7 +329,8 @@ struct SoftmaxCtx {
 /// in the reference. Parameters: `(x, y)`.
 pub fn softmax(name: &str, rows: usize, cols: usize, dtype: DType, log: bool) -> Result<OpKernel, CodegenError> {
     check_rows("softmax", name, rows, cols, &[("the element type", dtype)])?;
-    let walk = row_walk(rows, cols);
+    let walk = row_walk(rows, cols, 4);
+    let io = RowInputs { aligned: aligned_test(walk.vec, &["x".into(), "y".into()]), ..RowInputs::default() };
     let grid = walk.grid();
     let threads = walk.threads as u32;
     let ctx = SoftmaxCtx {
@@ -162,6 +339,7 @@ pub fn softmax(name: &str, rows: usize, cols: usize, dtype: DType, log: bool) ->
         x: type_ctx(dtype),
         y: type_ctx(dtype),
         log,
+        io,
         scale: None,
         bias: None,
     };

@@ -1,0 +1,167 @@
+//! An elementwise group folded into the LayerNormalization that reads it: one step and one
+//! kernel (`codegen::graph_ops::layer_norm_fused`) where a transformer has a residual `Add`
+//! (with any other elementwise nodes in its group) before each LayerNorm, so the sum never
+//! goes through memory. When the group's output is read elsewhere too (a pre-LN transformer's
+//! residual stream) or is a graph output, the kernel also writes it, in the same pass.
+//!
+//! A group qualifies when it has no Transpose or Expand and every tensor it reads (other than
+//! one-element constants, which are literals) is float and reads as whole rows, one row or
+//! one element of the normalized tensor ([`graph_ops::row_operand`]), and when every other
+//! reader of its output comes after the LayerNorm in graph order (the output is made at the
+//! LayerNorm's step). The step's nodes are the group's and the LayerNorm, so the CPU executor
+//! computes exactly the graph's ops.
+
+use super::{norm_axis, sanitize, scalar_constant, Lowering};
+use crate::codegen::graph_ops::{self, NormPrologue, TensorDesc};
+use crate::ir::{DType, Node, ValueId};
+use crate::program::{Op, Operand, ProgramError};
+use std::collections::HashMap;
+
+/// A LayerNormalization whose input an elementwise group computes inside its kernel.
+#[derive(Clone, Debug)]
+pub(super) struct NormFusion {
+    /// The LayerNormalization node.
+    pub norm: usize,
+    /// The group's nodes, in graph order; the last one's output is the LayerNorm's input.
+    pub group: Vec<usize>,
+    /// The group's output is read elsewhere too (or is a graph output): the kernel writes it.
+    pub write_x: bool,
+}
+
+/// The normalized tensor's shape, the first normalized axis and epsilon of LayerNorm `node`,
+/// or why its kernel is not built.
+pub(super) fn norm_geometry(lowering: &Lowering, node: &Node) -> Result<(Vec<usize>, usize, f32), String> {
+    let graph = lowering.graph;
+    if node.outputs[1..].iter().any(|v| lowering.is_output[v.index()] || !lowering.consumers[v.index()].is_empty()) {
+        return Err("the Mean and InvStdDev outputs are not built".into());
+    }
+    let x = node.inputs.first().copied().flatten().ok_or("input 0 is missing")?;
+    let shape = graph.fact(x).shape.clone();
+    let axis = norm_axis(node.attrs.int("axis", -1).unwrap_or(-1), shape.len()).ok_or("axis out of range")?;
+    let cols: usize = shape[axis..].iter().product();
+    for (i, what) in [(1, "scale"), (2, "bias")] {
+        if let Some(v) = node.inputs.get(i).copied().flatten() {
+            if graph.fact(v).numel() != cols {
+                return Err(format!("{what} broadcasting is not built (needs {cols} elements)"));
+            }
+        }
+    }
+    Ok((shape, axis, node.attrs.float("epsilon", 1e-5).unwrap_or(1e-5)))
+}
+
+/// The distinct values the group `members` reads from outside, but for one-element constants.
+fn outside_inputs(graph: &crate::ir::Graph, members: &[usize]) -> Vec<ValueId> {
+    let inside: Vec<ValueId> = members.iter().flat_map(|&m| graph.nodes[m].outputs.clone()).collect();
+    let mut out: Vec<ValueId> = vec![];
+    for &m in members {
+        for &v in graph.nodes[m].inputs.iter().flatten() {
+            if !inside.contains(&v) && scalar_constant(graph, v).is_none() && !out.contains(&v) {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+impl Lowering<'_> {
+    /// The LayerNorms that take the group computing their input (see the module docs);
+    /// `groups` are the elementwise groups keyed by their last node.
+    pub(super) fn find_norm_fusions(&self, groups: &HashMap<usize, Vec<usize>>) -> Vec<NormFusion> {
+        let graph = self.graph;
+        let mut found = vec![];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            if node.op_type != "LayerNormalization" {
+                continue;
+            }
+            let Ok((shape, axis, _)) = norm_geometry(self, node) else { continue };
+            let Some(x) = node.inputs.first().copied().flatten() else { continue };
+            let Some(last) = graph.nodes.iter().position(|n| n.outputs.contains(&x)) else { continue };
+            let Some(members) = groups.get(&last) else { continue };
+            let affine_float = node.inputs.iter().flatten().all(|&v| is_float(graph.fact(v).dtype));
+            if !affine_float || !is_float(graph.fact(node.outputs[0]).dtype) {
+                continue;
+            }
+            let plain = members.iter().all(|&m| {
+                let op = graph.nodes[m].op_type.as_str();
+                op != "Transpose" && op != "Expand" && graph.nodes[m].outputs.len() == 1
+            });
+            let reads_rows = outside_inputs(graph, members).into_iter().all(|v| {
+                let f = graph.fact(v);
+                is_float(f.dtype)
+                    && graph_ops::row_operand(&TensorDesc::contiguous(f.dtype, &f.shape), &shape, axis).is_some()
+            });
+            let others_later = self.consumers[x.index()].iter().all(|&c| c >= i);
+            if plain && reads_rows && others_later {
+                let write_x = self.is_output[x.index()] || self.consumers[x.index()].len() > 1;
+                found.push(NormFusion { norm: i, group: members.clone(), write_x });
+            }
+        }
+        found
+    }
+
+    /// One step for a [`NormFusion`]: the group's nodes and the LayerNorm, one kernel.
+    pub(super) fn lower_norm_fusion(&mut self, f: &NormFusion) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let node = &graph.nodes[f.norm];
+        let (shape, axis, eps) = norm_geometry(self, node).map_err(|e| self.node_err(node, e))?;
+        let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
+        let xf = graph.fact(x).clone();
+        // The group's values are temporaries 0.., x is one past them unless it is written out.
+        let n_temps = f.group.len() as u32;
+        let x_op = if f.write_x {
+            self.operand(x)?
+        } else {
+            Operand::Temp { id: n_temps, dtype: xf.dtype, shape: xf.shape.clone() }
+        };
+        let mut ext: Vec<(ValueId, Option<Vec<usize>>)> = vec![];
+        let (expr, mut nodes) = self.group_expr(&f.group, &mut ext, &HashMap::new(), x_op.clone(), 0)?;
+        let descs: Vec<TensorDesc> = ext.iter().map(|(v, _)| self.desc(*v)).collect();
+        let mut args = vec![];
+        for (v, _) in &ext {
+            args.push(self.buf(*v)?);
+        }
+        let input = |i: usize| node.inputs.get(i).copied().flatten();
+        let (scale, bias) = (input(1), input(2));
+        for v in [scale, bias].into_iter().flatten() {
+            args.push(self.buf(v)?);
+        }
+        if f.write_x {
+            args.push(self.buf(x)?);
+        }
+        let y = node.outputs[0];
+        args.push(self.buf(y)?);
+        let name = format!("layernorm_fused_{}", sanitize(&node.name));
+        let prologue = NormPrologue { inputs: &descs, expr: &expr, write_x: f.write_x };
+        let dtype = |v: Option<ValueId>| v.map(|v| graph.fact(v).dtype);
+        let k = graph_ops::layer_norm_fused(
+            &name,
+            &shape,
+            axis,
+            eps,
+            &prologue,
+            dtype(scale),
+            dtype(bias),
+            graph.fact(y).dtype,
+        )
+        .map_err(|e| self.node_err(node, e))?;
+        let mut inputs = vec![Some(x_op)];
+        for v in &node.inputs[1..] {
+            inputs.push(v.map(|v| self.operand(v)).transpose()?);
+        }
+        let mut outputs = vec![self.operand(y)?];
+        for (j, v) in node.outputs[1..].iter().enumerate() {
+            let vf = graph.fact(*v);
+            outputs.push(Operand::Temp { id: n_temps + 1 + j as u32, dtype: vf.dtype, shape: vf.shape.clone() });
+        }
+        let op = self.node_op(node, inputs, outputs);
+        nodes.push(op);
+        self.stats.fused_nodes += nodes.len();
+        self.stats.fused_norms += 1;
+        self.kernel_step(&node.name.clone(), Op::Nodes(nodes), k, args);
+        Ok(())
+    }
+}
