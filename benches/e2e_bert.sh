@@ -6,7 +6,8 @@
 # usage: BIN=./target/release/spartac OUT=/tmp/bert [MODELS="minilm bert512 bertbase"]
 #        [CASES="dense_f16 b90_f16"] [TORCH_DTYPES=f32,f16] [REPEAT=100] benches/e2e_bert.sh
 # A case is dense|b50|b90 (models/tesa/matmul-block32-*.json: every MatMul weight) with
-# suffixes _f16 / _bf16 (--dtype) and _nolib (--no-library); extra compile flags: $FLAGS.
+# suffixes _f16 / _bf16 (--dtype), _nolib (--no-library) and _merge (--merge-qkv); extra
+# compile flags: $FLAGS.
 set -uo pipefail
 : "${BIN:?}" "${OUT:?}"
 mkdir -p "$OUT/models"
@@ -24,6 +25,7 @@ for m in $MODELS; do
     flags="${FLAGS:-}"
     case "$c" in *_f16*) flags="$flags --dtype f16" ;; *_bf16*) flags="$flags --dtype bf16" ;; esac
     case "$c" in *_nolib*) flags="$flags --no-library" ;; esac
+    case "$c" in *_merge*) flags="$flags --merge-qkv" ;; esac
     $BIN compile "$OUT/models/$m.onnx" $tesa $flags -o "$f.sparta" --json "$f.compile.json" > "$f.compile.log" 2>&1 \
       || { tail -3 "$f.compile.log"; continue; }
     tail -2 "$f.compile.log"

@@ -46,8 +46,9 @@ pub struct RunArgs {
     /// (normwise relative error; fails above --tolerance).
     #[arg(long)]
     pub check: bool,
-    /// Largest relative error --check accepts (default: 1e-4, or 1e-2 for a model compiled
-    /// with 16-bit values, whose GPU and CPU sums round differently at every kernel boundary).
+    /// Largest relative error --check accepts (default: 1e-4; 1e-2 for a model compiled with
+    /// fp16 values, whose GPU and CPU sums round differently at every kernel boundary; 8e-2
+    /// with bf16 values, whose rounding is 8× coarser).
     #[arg(long)]
     pub tolerance: Option<f64>,
     /// Also write the run's summary (times, errors) as JSON.

@@ -11,6 +11,7 @@
 
 use super::{fresh_name, renumber};
 use crate::ir::{Attr, Attrs, DType, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueId, ValueKind};
+use crate::tesa::Format;
 use crate::Error;
 
 /// What [`to_half`] did.
@@ -100,7 +101,7 @@ pub fn to_half(graph: &mut Graph, dtype: DType) -> Result<HalfReport, Error> {
         }
         value.fact.dtype = dtype;
         if let Some(t) = value.tesa.as_mut() {
-            t.limit_bits(16);
+            t.to_half_float(if dtype == DType::BF16 { Format::BFloat } else { Format::Float });
         }
         report.values += 1;
     }

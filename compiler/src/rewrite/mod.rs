@@ -62,13 +62,14 @@ pub struct RewriteReport {
 pub struct RewriteOptions {
     /// [`shrink_channels`].
     pub shrink: bool,
-    /// [`merge_matmuls`].
+    /// [`merge_matmuls`] (off by default: the parts of a merged output are Slice copies, not
+    /// views, and cost more than the launches they save).
     pub merge_matmuls: bool,
 }
 
 impl Default for RewriteOptions {
     fn default() -> RewriteOptions {
-        RewriteOptions { shrink: true, merge_matmuls: true }
+        RewriteOptions { shrink: true, merge_matmuls: false }
     }
 }
 

@@ -81,6 +81,10 @@ pub const SELECTORS: &[&str] = &["matmul_weights", "conv_weights"];
 /// weight of a MatMul (either operand, the other one not constant) or of a Gemm (input 1);
 /// `conv_weights` every initializer read as a Conv's weight (input 1).
 fn select_weights(graph: &Graph, selector: &str) -> Result<Vec<ValueId>, String> {
+    if !SELECTORS.contains(&selector) {
+        let known: Vec<String> = SELECTORS.iter().map(|s| format!("@{s}")).collect();
+        return Err(format!("unknown selector \"@{selector}\" (known: {})", known.join(", ")));
+    }
     let is_init = |v: Option<ValueId>| v.filter(|v| graph.initializers.contains_key(v));
     let mut out = vec![];
     for node in &graph.nodes {

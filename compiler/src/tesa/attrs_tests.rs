@@ -1,7 +1,7 @@
 //! Tests of the attrs file: every key, every error, and the schema in sync with the parser.
 
 use super::*;
-use crate::ir::{Graph, Initializer, Tensor, ValueFact, ValueKind};
+use crate::ir::{Graph, Initializer, Tensor, ValueFact, ValueId, ValueKind};
 use crate::tesa::annotate::glob_match;
 use crate::tesa::{ElemAttr, Tesa};
 

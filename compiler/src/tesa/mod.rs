@@ -236,6 +236,26 @@ impl Tesa {
         changed
     }
 
+    /// Stores every float element of 16 bits or more as a 16-bit float of `format` (`Float`
+    /// for fp16, `BFloat` for bf16): the model's values become that type. Narrower widths and
+    /// other formats (quantized integers, fp8) stay. Returns whether anything changed.
+    pub fn to_half_float(&mut self, format: Format) -> bool {
+        let narrow = |a: &mut ElemAttr| {
+            let float = matches!(a.format(), Format::Float | Format::BFloat);
+            if float && a.bits() >= 16 && (a.bits(), a.format()) != (16, format) {
+                *a = ElemAttr::new(16, format);
+                true
+            } else {
+                false
+            }
+        };
+        let mut changed = !self.uniform.is_pruned() && narrow(&mut self.uniform);
+        for a in self.overrides.values_mut() {
+            changed |= !a.is_pruned() && narrow(a);
+        }
+        changed
+    }
+
     /// Sets one element's attribute; width 0 prunes it. Never un-prunes.
     pub fn set_attr(&mut self, i: usize, attr: ElemAttr) {
         if attr.is_pruned() {

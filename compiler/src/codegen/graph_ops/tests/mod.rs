@@ -397,7 +397,10 @@ fn attention_picks_the_tensor_core_kernel_by_element_types() {
     }
     let q = c(F32, &[1, 200, 32]);
     let k = attention("attn", &q, &q.permuted(&[0, 2, 1]), &q, F32, &[], &Expr::input(0), &q).unwrap();
-    assert!(k.source.contains("#define QA(kk, i) qa[kk][i]") && k.source.contains("tf32.tf32"), "Q in registers at d = 32");
+    assert!(
+        k.source.contains("#define QA(kk, i) qa[kk][i]") && k.source.contains("tf32.tf32"),
+        "Q in registers at d = 32"
+    );
 }
 
 #[test]
