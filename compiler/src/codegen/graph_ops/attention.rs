@@ -179,7 +179,10 @@ struct AttentionCtx {
 /// Whether an operand staged as rows of `width` elements (contiguous, stride 1) with `row_stride`
 /// between rows and `batch` strides can be copied in chunks of `chunk` elements.
 fn chunked(width: usize, inner: usize, row_stride: usize, batch: &[usize], chunk: usize) -> bool {
-    inner == 1 && width % chunk == 0 && row_stride % chunk == 0 && batch.iter().all(|s| s % chunk == 0)
+    inner == 1
+        && width.is_multiple_of(chunk)
+        && row_stride.is_multiple_of(chunk)
+        && batch.iter().all(|s| s.is_multiple_of(chunk))
 }
 
 /// `out = softmax(expr(q·k, extra...), last axis)·v`. `q` is `[batch..., Sq, D]`, `k`
