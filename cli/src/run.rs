@@ -49,7 +49,7 @@ pub struct RunArgs {
     /// Largest relative error --check accepts (default: 1e-4; 1e-2 for a model compiled with
     /// fp16 values, whose GPU and CPU sums round differently at every kernel boundary; 8e-2
     /// with bf16 values, whose rounding is 8× coarser).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_tolerance)]
     pub tolerance: Option<f64>,
     /// Also write the run's summary (times, errors) as JSON.
     #[arg(long, value_name = "RUN.json")]
@@ -137,4 +137,12 @@ fn print_profile(profile: &spartac::reference::Profile) {
         println!("{op:<24} {count:>6} {ms:>11.1} {:>6.1}%", 100.0 * time.as_secs_f64() / total);
     }
     println!("{:<24} {:>6} {:>11.1}", "total", "", total * 1e3);
+}
+
+/// `--tolerance`: a finite relative error, 0 or more (NaN would accept every output).
+fn parse_tolerance(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("{s:?}: expected a finite relative error, 0 or more (e.g. 1e-4)")),
+    }
 }

@@ -89,7 +89,7 @@ pub struct TuneArgs {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if let Ok(secs) = t.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs)).ok_or(format!("{s:?}"));
+        return Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?}: not a duration (finite, 0 or more)"));
     }
     let (mut total, mut rest) = (0.0f64, t);
     while !rest.is_empty() {
@@ -106,7 +106,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         total += value * scale;
         rest = &rest[unit_end..];
     }
-    Ok(Duration::from_secs_f64(total))
+    Duration::try_from_secs_f64(total).map_err(|_| format!("{s:?}: too long a duration"))
 }
 
 /// The default cache folder: `tune/` under the runtime's cache root.
@@ -140,7 +140,8 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
     let base = crate::compile::cost_model(args.costdb.as_deref())?;
     let mut timer = GpuTimer::new(dev, 5, args.reps);
     let cache = TuneCache::new(&dir);
-    let deadline = args.budget.map(|b| started + b);
+    // A budget past what the clock can represent is no deadline at all.
+    let deadline = args.budget.and_then(|b| started.checked_add(b));
     let report = tune_model(&graph, &base, &mut timer, &cache, args.prune, deadline, started)?;
     print!("{}", report.table());
     if let Some(path) = &args.json {

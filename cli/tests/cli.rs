@@ -520,6 +520,24 @@ fn tune_without_a_gpu_is_a_one_line_error() {
     assert!(!cache.exists(), "nothing written");
     let o = spartac(&["tune", model.to_str().unwrap(), "--budget", "5 parsecs"]);
     assert!(!o.status.success() && stderr(&o).contains("unknown unit"), "{}", stderr(&o));
+    // A budget past what a Duration holds is a clear error, not an internal one (exit 101).
+    for budget in ["99999999999999999999h", "1e30", "nan", "-5"] {
+        let o = spartac(&["tune", model.to_str().unwrap(), &format!("--budget={budget}")]);
+        assert_eq!(o.status.code(), Some(2), "{budget}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--budget") && !stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+}
+
+/// `run --tolerance` takes a finite relative error, 0 or more: NaN would pass every check.
+#[test]
+fn run_refuses_a_tolerance_that_is_not_a_finite_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_sparse_model(dir.path());
+    for t in ["nan", "inf", "-1e-3", "x"] {
+        let o = spartac(&["run", model.to_str().unwrap(), "--random", "1", &format!("--tolerance={t}")]);
+        assert_eq!(o.status.code(), Some(2), "{t}: {}", stderr(&o));
+        assert!(stderr(&o).contains("finite relative error"), "{t}: {}", stderr(&o));
+    }
 }
 
 #[test]
