@@ -6,16 +6,18 @@
 # usage: BIN=./target/release/spartac OUT=/tmp/bert [MODELS="minilm bert512 bertbase"]
 #        [CASES="dense_f16 b90_f16"] [TORCH_DTYPES=f32,f16] [REPEAT=100] benches/e2e_bert.sh
 # A case is dense|b50|b90 (models/tesa/matmul-block32-*.json: every MatMul weight) with
-# suffixes _f16 / _bf16 (--dtype), _nolib (--no-library) and _merge (--merge-qkv); extra
+# suffixes _f16 / _bf16 (--dtype), _nolib (--no-library) and _apart (--no-merge-qkv); extra
 # compile flags: $FLAGS.
 set -uo pipefail
 : "${BIN:?}" "${OUT:?}"
-mkdir -p "$OUT/models"
+mkdir -p "$OUT"; [ -e "$OUT/models" ] || mkdir -p "$OUT/models"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export SPARTAC_CACHE_DIR="$OUT/cache"
+export SPARTAC_CACHE_DIR="${SPARTAC_CACHE_DIR:-$OUT/cache}"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
 MODELS="${MODELS:-minilm bert512 bertbase}"
-python3 models/export_bert.py "$OUT/models" $MODELS 2>&1 | grep -v Warning | tail -5
+# Models already in $OUT/models (a link to another run's folder) are not exported again.
+missing=$(for m in $MODELS; do [ -f "$OUT/models/$m.onnx" ] || echo "$m"; done)
+[ -z "$missing" ] || python3 models/export_bert.py "$OUT/models" $missing 2>&1 | grep -v Warning | tail -5
 for m in $MODELS; do
   for c in ${CASES:-dense_f16 b50_f16 b90_f16}; do
     echo "== $m $c"
@@ -25,7 +27,7 @@ for m in $MODELS; do
     flags="${FLAGS:-}"
     case "$c" in *_f16*) flags="$flags --dtype f16" ;; *_bf16*) flags="$flags --dtype bf16" ;; esac
     case "$c" in *_nolib*) flags="$flags --no-library" ;; esac
-    case "$c" in *_merge*) flags="$flags --merge-qkv" ;; esac
+    case "$c" in *_apart*) flags="$flags --no-merge-qkv" ;; esac
     $BIN compile "$OUT/models/$m.onnx" $tesa $flags -o "$f.sparta" --json "$f.compile.json" > "$f.compile.log" 2>&1 \
       || { tail -3 "$f.compile.log"; continue; }
     tail -2 "$f.compile.log"

@@ -5,6 +5,9 @@
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int gi = q0 + r0 + g + 8 * h;
+{%- for x in extras %}{% if x.used %}
+            const {{ x.t.st }}* xr{{ x.index }} = xb{{ x.index }} + ({{ idx_t }})gi * {{ x.rs }};
+{%- endif %}{% endfor %}
             float mx = m[h];
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -13,12 +16,9 @@
                     const int j = kt * BK + nt * 8 + 2 * tq + w;
                     float x = neg_inf;
                     if (gi < SQ && j < SK) {
-{%- if use_index %}
-                        const {{ idx_t }} e = (({{ idx_t }})z * SQ + gi) * ({{ idx_t }})SK + j;
-{%- endif %}
                         const {{ score.ct }} v0 = ({{ score.ct }})s[nt][2 * h + w];
 {%- for x in extras %}{% if x.used %}
-                        const {{ x.t.ct }} v{{ x.index }} = {{ x.t.ld }}(in{{ x.index }}[{{ x.offset }}]);
+                        const {{ x.t.ct }} v{{ x.index }} = {{ x.t.ld }}(xr{{ x.index }}[{% if x.cs != 0 %}({{ idx_t }})j * {{ x.cs }}{% else %}0{% endif %}]);
 {%- endif %}{% endfor %}
                         x = (float)({{ expr }});
                     }

@@ -62,12 +62,11 @@ pub struct CompileArgs {
     /// Keep pruned channels in the tensors (no channel shrinking; for ablations).
     #[arg(long)]
     pub no_shrink: bool,
-    /// Merge MatMuls that read one activation (Q, K and V) into one MatMul over the
-    /// concatenated weights. Off by default: each part is then a Slice copy kernel, which
-    /// cost more than the merged launches saved (MiniLM-L6 and BERT-512 fp16, H100,
-    /// benches/results/e2e_gpu.md).
+    /// Keep Q, K and V projections apart. By default MatMuls that read one activation and
+    /// feed attentions only merge into one MatMul over the concatenated weights, whose
+    /// column slices the fused attention reads in place
     #[arg(long)]
-    pub merge_qkv: bool,
+    pub no_merge_qkv: bool,
     /// Do not fuse epilogues or elementwise chains (one kernel per node; for ablations).
     #[arg(long)]
     pub no_fuse: bool,
@@ -227,7 +226,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     }
     stage("tesa+propagate", &bar, &mut t);
     bar.set_message("shrinking channels, NHWC");
-    let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: args.merge_qkv };
+    let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: !args.no_merge_qkv };
     let RewriteReport { shrink, layout, merge } = rewrite(&mut graph, &rewrites, &args.dtype)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");

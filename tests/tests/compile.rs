@@ -22,8 +22,8 @@ fn compile(graph: Graph, tesa: Option<&str>, options: &ModelOptions) -> (Graph, 
     compile_with(graph, tesa, options, &RewriteOptions::default())
 }
 
-/// The rewrites with Q, K and V merged (`--merge-qkv`; off by default).
-const MERGED: RewriteOptions = RewriteOptions { shrink: true, merge_matmuls: true };
+/// The rewrites with Q, K and V kept apart (`--no-merge-qkv`; merged by default).
+const APART: RewriteOptions = RewriteOptions { shrink: true, merge_matmuls: false };
 
 fn compile_with(
     mut graph: Graph,
@@ -56,16 +56,19 @@ const L3_BLOCK90: &str =
 
 #[test]
 fn minilm_l3_compiled_matches_onnxruntime_on_the_cpu_executor() {
-    let (graph, model) = compile(minilm_l3(), None, &ModelOptions::default());
+    let (graph, model) = compile_with(minilm_l3(), None, &ModelOptions::default(), &APART);
     assert_eq!(model.stats.planned_ops, 18, "every MatMul weight is planned: {:?}", model.stats);
     assert!(model.stats.fused_epilogues >= 18, "biases and GELUs run in epilogues: {:?}", model.stats);
     // Both residual Adds of each layer run in their LayerNorm's kernel.
     assert_eq!(model.stats.fused_norms, 6, "{:?}", model.stats);
     assert_eq!(kernels_named(&model, "layernorm_fused_"), 6);
-    // --merge-qkv: Q, K and V are one matmul per layer, 4 planned matmuls per layer.
-    let merged = compile_with(minilm_l3(), None, &ModelOptions::default(), &MERGED).1;
-    assert_eq!(merged.stats.planned_ops, 12, "--merge-qkv: {:?}", merged.stats);
+    // By default Q, K and V are one matmul per layer, 4 planned matmuls per layer, and each
+    // attention reads its Q, K and V slices in place: no Slice copy kernel.
+    let merged = compile(minilm_l3(), None, &ModelOptions::default()).1;
+    assert_eq!(merged.stats.planned_ops, 12, "merged Q, K, V: {:?}", merged.stats);
     assert_eq!(merged.stats.fused_epilogues, 15, "biases and GELUs run in epilogues: {:?}", merged.stats);
+    assert_eq!(kernels_named(&merged, "remap_"), 0, "the slices are read in place");
+    assert_eq!(kernels_named(&merged, "attention_"), 3);
     eprintln!(
         "MiniLM-L3 steps: {} (Q, K, V apart), {} (merged); LayerNorms with their residual Add: {}",
         model.program.steps.len(),
@@ -86,12 +89,14 @@ fn minilm_l3_compiled_matches_onnxruntime_on_the_cpu_executor() {
             (name.clone(), arrays[&format!("in:{name}")].clone())
         })
         .collect();
-    let outputs = run_cpu(&model, &inputs).unwrap();
-    assert_eq!(outputs.len(), 4);
-    for (name, got) in &outputs {
-        let e = relative_error(got, &arrays[&format!("out:{name}")]);
-        eprintln!("{name}: relative error {e:.3e}");
-        assert!(e <= 1e-4, "{name}: relative error {e:.3e} against onnxruntime");
+    for (what, program) in [("apart", &model), ("merged", &merged)] {
+        let outputs = run_cpu(program, &inputs).unwrap();
+        assert_eq!(outputs.len(), 4);
+        for (name, got) in &outputs {
+            let e = relative_error(got, &arrays[&format!("out:{name}")]);
+            eprintln!("{what}: {name}: relative error {e:.3e}");
+            assert!(e <= 1e-4, "{what}: {name}: relative error {e:.3e} against onnxruntime");
+        }
     }
 }
 
@@ -558,6 +563,31 @@ fn qkv_block(bias: bool) -> Graph {
     load_model_bytes(&bytes, "qkv_block", &LoadOptions::default()).unwrap()
 }
 
+/// MatMuls that share an input but feed no attention stay apart: their slices would be copies.
+#[test]
+fn projections_read_by_anything_but_an_attention_do_not_merge() {
+    let h = 64;
+    let w = |seed: usize| Tensor::from_vec(vec![h, h], (0..h * h).map(|i| ((i * seed % 31) as f32 - 15.0) / 64.0).collect());
+    let bytes = ModelBuilder::new("three_heads", 17)
+        .input("x", DType::F32, &fixed(&[4, h]))
+        .output("a", DType::F32, &fixed(&[4, h]))
+        .output("b", DType::F32, &fixed(&[4, h]))
+        .output("c", DType::F32, &fixed(&[4, h]))
+        .init("wa", &w(3))
+        .init("wb", &w(5))
+        .init("wc", &w(7))
+        .node("mm_a", "MatMul", &["x", "wa"], &["a"], vec![])
+        .node("mm_b", "MatMul", &["x", "wb"], &["b0"], vec![])
+        .node("relu_b", "Relu", &["b0"], &["b"], vec![])
+        .node("mm_c", "MatMul", &["x", "wc"], &["c"], vec![])
+        .bytes();
+    let mut graph = load_model_bytes(&bytes, "three_heads", &LoadOptions::default()).unwrap();
+    apply_attrs(&mut graph, None).unwrap();
+    let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+    assert_eq!(report.merge.sets, 0, "{:?}", report.merge);
+    assert_eq!(graph.nodes.iter().filter(|n| n.op_type == "Slice").count(), 0);
+}
+
 /// The planned matmuls of `model`'s program (steps of `Op::Spmm`).
 fn spmm_steps(model: &ModelProgram) -> usize {
     model.program.steps.iter().filter(|s| matches!(s.op, Op::Spmm { .. })).count()
@@ -565,15 +595,17 @@ fn spmm_steps(model: &ModelProgram) -> usize {
 
 /// Q, K and V merge into one planned MatMul (its bias in the epilogue when they have biases),
 /// dense and with 90% of their 16×16 blocks pruned; the CPU executor matches the reference of
-/// the pruned model, and `merge_matmuls: false` (the default) keeps three.
+/// the pruned model, the attention reads the three slices in place, and `merge_matmuls: false`
+/// (`--no-merge-qkv`) keeps three.
 #[test]
 fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() {
     const BLOCK90: &str = r#"{ "tensors": { "w*": { "block_magnitude": { "block": [16, 16], "sparsity": 0.9 } } } }"#;
     for bias in [false, true] {
         for tesa in [None, Some(BLOCK90)] {
             let what = format!("bias {bias}, tesa {}", tesa.is_some());
-            let (graph, model) = compile_with(qkv_block(bias), tesa, &ModelOptions::default(), &MERGED);
+            let (graph, model) = compile(qkv_block(bias), tesa, &ModelOptions::default());
             assert_eq!(spmm_steps(&model), 1, "{what}: one merged matmul\n{}", model.program.to_text());
+            assert_eq!(kernels_named(&model, "remap_"), 0, "{what}: no Slice copies\n{}", model.program.to_text());
             assert_eq!(model.stats.planned_ops, 1, "{what}");
             assert_eq!(model.stats.fused_epilogues, usize::from(bias), "{what}: the merged bias in the epilogue");
             let merged: Vec<_> =
@@ -611,8 +643,8 @@ fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() 
         assert_eq!(report.merge.sets, 0);
         let p = plan(&graph, &PlanOptions::default()).unwrap();
         let apart = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
-        assert_eq!(spmm_steps(&apart), 3, "bias {bias}: without --merge-qkv three matmuls");
-        let (_, merged) = compile_with(qkv_block(bias), None, &ModelOptions::default(), &MERGED);
+        assert_eq!(spmm_steps(&apart), 3, "bias {bias}: with --no-merge-qkv three matmuls");
+        let (_, merged) = compile(qkv_block(bias), None, &ModelOptions::default());
         let inputs = spartac::reference::random_inputs(&graph, 5);
         let (a, b) = (run_cpu(&apart, &inputs).unwrap(), run_cpu(&merged, &inputs).unwrap());
         for ((name, x), (_, y)) in a.iter().zip(&b) {

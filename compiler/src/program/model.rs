@@ -26,7 +26,9 @@
 //!   MatMul, each value read by the next alone) is one step and one kernel
 //!   (`codegen::graph_ops::attention`): the group becomes the kernel's score expression, the
 //!   transposes folded into either MatMul its operand strides, and a Transpose after it its
-//!   output strides;
+//!   output strides; a Q, K or V sliced out of a wider value (the merged projection of
+//!   `rewrite::merge_matmuls`) is read in place through an offset and strides
+//!   (`model/strided_views.rs`), the Slice and its views joining the step;
 //! - **data movement with constant indices** (GatherND, GatherElements, Slice, Tile,
 //!   DepthToSpace, SpaceToDepth whose only non-constant input is the data): one gather through
 //!   a source map traced at compile time with the op's own `eval` on the data's element numbers;
@@ -65,7 +67,9 @@ use crate::plan::{OperatorPlan, Plan};
 use std::collections::{BTreeMap, HashMap};
 
 mod norm_fusion;
+mod strided_views;
 use norm_fusion::NormFusion;
+use strided_views::ViewChain;
 
 /// What the lowering may choose.
 #[derive(Clone, Debug)]
@@ -252,6 +256,9 @@ struct Lowering<'a> {
     attention: HashMap<usize, AttentionFusion>,
     /// LayerNorms with their input's elementwise group, keyed by the LayerNorm.
     norms: HashMap<usize, NormFusion>,
+    /// Attention operands read in place from a wider value (`model/strided_views.rs`), keyed
+    /// by the operand (the value a folded Transpose reads, or the MatMul's input).
+    views: HashMap<ValueId, ViewChain>,
     /// Memory reuse: the loop iteration after which each value is no longer read, the last
     /// such iteration of each scratch buffer (over the values it holds), the scratch buffers in
     /// use, and the freed ones.
@@ -290,6 +297,7 @@ impl<'a> Lowering<'a> {
             convs: HashMap::new(),
             attention: HashMap::new(),
             norms: HashMap::new(),
+            views: HashMap::new(),
             last_use: vec![],
             buf_last: HashMap::new(),
             in_use: vec![],
@@ -468,6 +476,13 @@ impl<'a> Lowering<'a> {
                 for g in f.group.last().into_iter().chain(&f.out_transpose) {
                     groups.remove(g);
                 }
+                // Q, K or V sliced out of a wider value: read in place.
+                for v in self.attention_sources(&f) {
+                    if let Some(chain) = strided_views::view_chain(&self, v) {
+                        members.extend(&chain.nodes);
+                        self.views.insert(v, chain);
+                    }
+                }
                 for m in members {
                     absorbed[m] = true;
                     done[m] = true;
@@ -626,8 +641,12 @@ impl<'a> Lowering<'a> {
     }
 
     fn kernel_step(&mut self, label: &str, op: Op, k: OpKernel, args: Vec<BufferId>) -> usize {
-        let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
         let args = args.into_iter().map(|b| Arg::Buf(b, 0)).collect();
+        self.kernel_step_args(label, op, k, args)
+    }
+
+    fn kernel_step_args(&mut self, label: &str, op: Op, k: OpKernel, args: Vec<Arg>) -> usize {
+        let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
         self.b.step(label, op, vec![Launch::Kernel { kernel: kid, grid: k.grid, block: k.block, args }])
     }
 
@@ -859,23 +878,45 @@ impl<'a> Lowering<'a> {
         for (at, pos) in [(f.scores, 0), (f.scores, 1), (f.pv, 1)] {
             let node = &graph.nodes[at];
             let v = node.inputs[pos].ok_or_else(|| self.node_err(node, format!("input {pos} is missing")))?;
-            match self.folded.get(&at).and_then(|fs| fs.iter().find(|(p, _)| *p == pos)) {
-                Some(&(_, t)) => {
+            let transpose = self.folded.get(&at).and_then(|fs| fs.iter().find(|(p, _)| *p == pos)).map(|&(_, t)| t);
+            let src = match transpose {
+                Some(t) => graph.nodes[t].inputs[0].ok_or_else(|| self.node_err(&graph.nodes[t], "input 0 is missing"))?,
+                None => v,
+            };
+            // The source as the kernel reads it, and as the CPU executor gets it.
+            let (desc, arg, src_op) = match self.views.get(&src).cloned() {
+                Some(chain) => {
+                    let fact = graph.fact(src);
+                    let desc = TensorDesc { dtype: fact.dtype, shape: fact.shape.clone(), strides: chain.strides.clone() };
+                    let mut op = self.operand(chain.base)?;
+                    for &n in &chain.nodes {
+                        let cn = &graph.nodes[n];
+                        let mut inputs = vec![Some(op)];
+                        for c in cn.inputs.iter().skip(1) {
+                            inputs.push(c.map(|c| self.operand(c)).transpose()?);
+                        }
+                        let out = temp(cn.outputs[0]);
+                        nodes.push(self.node_op(cn, inputs, vec![out.clone()]));
+                        op = out;
+                    }
+                    (desc, Arg::Buf(self.buf(chain.base)?, chain.offset), op)
+                }
+                None => (self.desc(src), Arg::Buf(self.buf(src)?, 0), self.operand(src)?),
+            };
+            match transpose {
+                Some(t) => {
                     let tnode = &graph.nodes[t];
-                    let src = tnode.inputs[0].ok_or_else(|| self.node_err(tnode, "input 0 is missing"))?;
-                    descs.push(self.desc(src).permuted(&transpose_perm(graph, tnode)));
-                    args.push(self.buf(src)?);
+                    descs.push(desc.permuted(&transpose_perm(graph, tnode)));
                     let tmp = temp(v);
-                    let src_op = self.operand(src)?;
                     nodes.push(self.node_op(tnode, vec![Some(src_op)], vec![tmp.clone()]));
                     operands.push(tmp);
                 }
                 None => {
-                    descs.push(self.desc(v));
-                    args.push(self.buf(v)?);
-                    operands.push(self.operand(v)?);
+                    descs.push(desc);
+                    operands.push(src_op);
                 }
             }
+            args.push(arg);
         }
         let sv = s_node.outputs[0];
         let s_temp = temp(sv);
@@ -919,16 +960,33 @@ impl<'a> Lowering<'a> {
         }
         let extras: Vec<TensorDesc> = ext[1..].iter().map(|(v, _)| self.desc(*v)).collect();
         for (v, _) in &ext[1..] {
-            args.push(self.buf(*v)?);
+            args.push(Arg::Buf(self.buf(*v)?, 0));
         }
-        args.push(self.buf(out_v)?);
+        args.push(Arg::Buf(self.buf(out_v)?, 0));
         let name = format!("attention_{}", sanitize(&pv_node.name));
         let score_t = graph.fact(sv).dtype;
         let k = graph_ops::attention(&name, &descs[0], &descs[1], &descs[2], score_t, &extras, &expr, &out_desc)
             .map_err(|e| self.node_err(pv_node, e))?;
         self.stats.fused_nodes += nodes.len();
-        self.kernel_step(&pv_node.name.clone(), Op::Nodes(nodes), k, args);
+        self.kernel_step_args(&pv_node.name.clone(), Op::Nodes(nodes), k, args);
         Ok(())
+    }
+
+    /// The values a fused attention's Q, K and V are read from: each MatMul operand, or the
+    /// input of the Transpose folded into it.
+    fn attention_sources(&self, f: &AttentionFusion) -> Vec<ValueId> {
+        let graph = self.graph;
+        let mut out = vec![];
+        for (at, pos) in [(f.scores, 0), (f.scores, 1), (f.pv, 1)] {
+            let folded = self.folded.get(&at).and_then(|fs| fs.iter().find(|(p, _)| *p == pos));
+            let v = match folded {
+                Some(&(_, t)) => graph.nodes[t].inputs.first().copied().flatten(),
+                None => graph.nodes[at].inputs.get(pos).copied().flatten(),
+            };
+            // Read by the Transpose or the MatMul alone (Q and K of one value are not in place).
+            out.extend(v.filter(|&v| self.only_consumer(v).is_some()));
+        }
+        out
     }
 
     fn lower_other(&mut self, node: &Node) -> Result<(), ProgramError> {

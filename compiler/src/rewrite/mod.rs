@@ -62,14 +62,13 @@ pub struct RewriteReport {
 pub struct RewriteOptions {
     /// [`shrink_channels`].
     pub shrink: bool,
-    /// [`merge_matmuls`] (off by default: the parts of a merged output are Slice copies, not
-    /// views, and cost more than the launches they save).
+    /// [`merge_matmuls`]: Q, K and V projections as one MatMul (on by default).
     pub merge_matmuls: bool,
 }
 
 impl Default for RewriteOptions {
     fn default() -> RewriteOptions {
-        RewriteOptions { shrink: true, merge_matmuls: false }
+        RewriteOptions { shrink: true, merge_matmuls: true }
     }
 }
 
