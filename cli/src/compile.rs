@@ -205,6 +205,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     if out == args.model.model {
         bail!("the output {} would overwrite the model", out.display());
     }
+    crate::outputs::check_outputs([("--output", Some(out.as_path())), ("--json", args.json.as_deref())])?;
     let mut stages: Vec<(&str, f64)> = vec![];
     let bar = indicatif::ProgressBar::new(7).with_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")

@@ -377,6 +377,7 @@ pub struct ExportArgs {
 }
 
 fn export(args: ExportArgs) -> anyhow::Result<()> {
+    crate::outputs::check_outputs([("--out", Some(args.out.as_path()))])?;
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }

@@ -59,6 +59,7 @@ pub struct PropagateArgs {
 }
 
 pub fn run(args: PropagateArgs) -> Result<ExitCode> {
+    crate::outputs::check_outputs([("--report", args.report.as_deref()), ("--plot", args.plot.as_deref())])?;
     let mut graph = args.model.load()?;
     let attrs = match &args.tesa {
         Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),

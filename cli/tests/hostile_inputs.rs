@@ -133,7 +133,13 @@ fn mutate_text(rng: &mut Rng, text: &str) -> String {
 /// two malloc arenas, so the address space a many-core machine reserves up front (an arena of
 /// 64 MiB per thread) does not count against the limit the inputs are tested under.
 fn spartac_limited(args: &[&str]) -> Output {
+    spartac_limited_env(args, &[])
+}
+
+/// [`spartac_limited`] with extra environment variables.
+fn spartac_limited_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new("sh")
+        .envs(env.iter().copied())
         .env("RAYON_NUM_THREADS", "2")
         .env("MALLOC_ARENA_MAX", "2")
         .arg("-c")
@@ -276,4 +282,57 @@ fn mutated_hpec_networks_and_caches_end_cleanly() {
         assert!(o.status.success(), "hpec cache case {case}: a damaged cache entry must be rebuilt, not fail the run");
     }
     tally.finish();
+}
+
+/// A one-line error (exit 1) whose message contains every one of `words`.
+fn expect_error_with(what: &str, o: &Output, words: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: not one line: {err}");
+    assert!(err.starts_with("error: ") && !err.contains("internal error"), "{what}: {err}");
+    for w in words {
+        assert!(err.contains(w), "{what}: no {w:?} in {err}");
+    }
+}
+
+/// Every output path is checked before the work: a side output that cannot be written (here
+/// into a folder that does not exist) fails the command before the main output has replaced
+/// the file that was there.
+#[test]
+fn a_side_output_that_cannot_be_written_leaves_the_main_output_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good_model = write(d, "m.onnx", &model_bytes());
+    let m = good_model.to_str().unwrap();
+    let cache = d.join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let artifact = d.join("m.sparta");
+    let o = spartac_limited_env(&["compile", m, "-o", artifact.to_str().unwrap(), "--no-ptx"], &env);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (npz, sparta, json, png, onnx) =
+        (d.join("keep.npz"), d.join("keep.sparta"), d.join("keep.json"), d.join("keep.png"), d.join("keep.onnx"));
+    let side = d.join("nodir/side.json");
+    let a = artifact.to_str().unwrap();
+    let [npz_s, sparta_s, json_s, png_s, onnx_s, side_s] =
+        [&npz, &sparta, &json, &png, &onnx, &side].map(|p| p.to_str().unwrap());
+    let synth = ["synth", "matmul", "--m", "4", "--k", "8", "--n", "8", "--pattern", "unstructured@0.5"];
+    let cases: Vec<(Vec<&str>, &Path, &str)> = vec![
+        (vec!["run", m, "--random", "1", "--output", npz_s, "--json", side_s], &npz, "--json"),
+        (vec!["run", a, "--random", "1", "--backend", "cpu", "--output", npz_s, "--json", side_s], &npz, "--json"),
+        (vec!["compile", m, "-o", sparta_s, "--no-ptx", "--json", side_s], &sparta, "--json"),
+        (vec!["propagate", m, "--plot", png_s, "--report", side_s], &png, "--report"),
+        (vec!["plan", m, "--json", json_s, "--artifact", side_s], &json, "--artifact"),
+        ([&synth[..], &["-o", onnx_s, "--tesa-out", side_s]].concat(), &onnx, "--tesa-out"),
+    ];
+    for (args, main, flag) in &cases {
+        std::fs::write(main, b"keep me").unwrap();
+        let o = spartac_limited_env(args, &env);
+        expect_error_with(&format!("{args:?}"), &o, &[flag, "nodir", "does not exist"]);
+        assert_eq!(std::fs::read(main).unwrap(), b"keep me", "{args:?} replaced {}", main.display());
+    }
+    // Commands whose one output is refused before any work.
+    for args in [vec!["explain", m, "--json", side_s], vec!["hpec", "export", "--layers", "2", "--out", side_s]] {
+        expect_error_with(&format!("{args:?}"), &spartac_limited_env(&args, &env), &["nodir", "does not exist"]);
+    }
+    assert!(!d.join("nodir").exists());
 }
