@@ -163,7 +163,7 @@ pub fn sparsify(
         Lookup::Miss => {}
         Lookup::Damaged(why) => done
             .warnings
-            .push(format!("propagation cache entry {} corrupt ({why}), recomputing", cache.path_of(&key).display())),
+            .push(format!("propagation cache entry {} unusable ({why}), recomputing", cache.path_of(&key).display())),
     }
     apply_and_propagate(graph, attrs.as_ref(), propagate)?;
     if let Err(e) = cache.store(&key, graph) {

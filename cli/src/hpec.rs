@@ -419,6 +419,11 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
             hpec::generator::available_memory(),
         )?;
     }
+    // The truth file is read after the run: one that cannot be read (a FIFO, a device) is refused first.
+    if let Some(path) = &args.categories {
+        spartac::contained::check_regular(path)
+            .with_context(|| format!("cannot read the categories {}", path.display()))?;
+    }
     let load_start = Instant::now();
     let (network, network_name, real_network) = select_network(&args.net, &cache)?;
     // With --repeat-images the source's own images are the base the count repeats.
@@ -428,7 +433,8 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         None => default,
     };
     let images = match &args.images {
-        Some(path) => hpec::load_images(path, network.neurons)?,
+        Some(path) => hpec::load_images(path, network.neurons)
+            .with_context(|| format!("cannot read the images {}", path.display()))?,
         None if args.gpu.mnist_images => {
             hpec::mnist::mnist_images(&bundled::mnist_digits()?, network.neurons, wanted(60_000))?
         }
@@ -667,7 +673,13 @@ fn base_truth(
     no_cache: bool,
 ) -> anyhow::Result<(Option<Vec<u32>>, String)> {
     Ok(match kind {
-        Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
+        Truth::File(path) => (
+            Some(
+                hpec::load_categories(path)
+                    .with_context(|| format!("cannot read the categories {}", path.display()))?,
+            ),
+            path.display().to_string(),
+        ),
         Truth::Bundled => {
             let mut truth = bundled::real_1024_categories()?;
             let count = images.n_images() as u32;

@@ -295,6 +295,11 @@ fn expect_error_with(what: &str, o: &Output, words: &[&str]) {
     }
 }
 
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().is_ok_and(|s| s.success());
+    assert!(made, "mkfifo is needed for this test");
+}
+
 /// Every output path is checked before the work: a side output that cannot be written (here
 /// into a folder that does not exist) fails the command before the main output has replaced
 /// the file that was there.
@@ -335,4 +340,86 @@ fn a_side_output_that_cannot_be_written_leaves_the_main_output_as_it_was() {
         expect_error_with(&format!("{args:?}"), &spartac_limited_env(&args, &env), &["nodir", "does not exist"]);
     }
     assert!(!d.join("nodir").exists());
+}
+
+/// Spawns the binary (not under the memory limit) and kills it after `limit`: a hang fails the
+/// test instead of stalling the suite.
+fn spartac_within(args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spartac"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning spartac");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("waiting for spartac").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: still running after {limit:?} (blocked on a FIFO?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collecting spartac's output")
+}
+
+/// A FIFO where a cache entry belongs (the propagation cache, the tune cache) would block a
+/// reader that opens it: it is a miss with a warning, the command runs to its end.
+#[test]
+#[cfg(unix)]
+fn cache_entries_that_are_fifos_are_misses_not_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = write(d, "m.onnx", &model_bytes());
+    let cache = d.join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let out = d.join("m.sparta");
+    let args = ["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-ptx"];
+    let limit = std::time::Duration::from_secs(60);
+    let o = spartac_within(&args, &env, limit);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let entries: Vec<PathBuf> =
+        std::fs::read_dir(cache.join("propagate")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    std::fs::remove_file(&entries[0]).unwrap();
+    mkfifo(&entries[0]);
+    // A tune cache holding a FIFO entry, given explicitly.
+    let tune = d.join("tune");
+    std::fs::create_dir(&tune).unwrap();
+    mkfifo(&tune.join("0123456789abcdef.json"));
+    std::fs::remove_file(&out).unwrap();
+    let o = spartac_within(&[&args[..], &["--tune-cache", tune.to_str().unwrap()]].concat(), &env, limit);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("propagation cache entry") && err.contains("not a regular file"), "{err}");
+    assert!(err.contains("0123456789abcdef.json"), "the tune cache's FIFO is named: {err}");
+    assert!(!err.contains("internal error"), "{err}");
+    assert!(out.is_file(), "the artifact is written");
+}
+
+/// HPEC inputs that are devices or FIFOs are refused by their type, like models and artifacts:
+/// `/dev/zero` as images or truth is one endless line, a FIFO would block.
+#[test]
+#[cfg(unix)]
+fn hpec_inputs_that_are_devices_or_fifos_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("fifo.tsv");
+    mkfifo(&fifo);
+    let net = d.join("net");
+    std::fs::create_dir(&net).unwrap();
+    mkfifo(&net.join("n1024-l1.tsv"));
+    let f = fifo.to_str().unwrap();
+    let base = ["hpec", "run", "--backend", "cpu", "--no-cache", "--image-count", "10"];
+    for (extra, words) in [
+        (vec!["--images", "/dev/zero"], ["images", "/dev/zero", "not a regular file"]),
+        (vec!["--images", f], ["images", "fifo.tsv", "not a regular file"]),
+        (vec!["--categories", "/dev/zero"], ["categories", "/dev/zero", "not a regular file"]),
+        (vec!["--categories", f], ["categories", "fifo.tsv", "not a regular file"]),
+        (vec!["--network", net.to_str().unwrap(), "--no-check"], ["n1024-l1.tsv", "not a regular file", "network"]),
+    ] {
+        let args = [&base[..], &extra].concat();
+        expect_error_with(&format!("{args:?}"), &spartac_limited(&args), &words);
+    }
 }
