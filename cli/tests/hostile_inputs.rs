@@ -423,3 +423,34 @@ fn hpec_inputs_that_are_devices_or_fifos_are_refused() {
         expect_error_with(&format!("{args:?}"), &spartac_limited(&args), &words);
     }
 }
+
+/// A Constant whose `sparse_value` names a 100000 × 100000 tensor with one nonzero: made dense
+/// it takes 37 GiB, so the memory budget refuses it before anything is allocated (it used to
+/// abort `inspect` on the allocation).
+#[test]
+fn a_constant_past_the_memory_budget_is_refused_before_it_is_made_dense() {
+    use spartac::ir::{Data, SparseTensor};
+    use spartac_tests::builder::A;
+    let dir = tempfile::tempdir().unwrap();
+    let huge = SparseTensor { shape: vec![100_000, 100_000], indices: vec![12_345], values: Data::F32(vec![1.0]) };
+    let bytes = ModelBuilder::new("huge_constant", 17)
+        .node("c", "Constant", &[], &["k"], vec![("sparse_value", A::Sparse(huge))])
+        .output("k", DType::F32, &fixed(&[100_000, 100_000]))
+        .bytes();
+    let m = write(dir.path(), "huge.onnx", &bytes);
+    for cmd in ["inspect", "plan"] {
+        let o = spartac_limited(&[cmd, m.to_str().unwrap(), "--memory-budget-gib", "2"]);
+        expect_error_with(cmd, &o, &["\"c\"", "Constant", "sparse_value", "memory budget"]);
+    }
+    // A dense `value` over the budget too (4 MiB of raw data against a 1 MiB budget).
+    let big = Tensor::from_vec(vec![1024, 1024], vec![0.5f32; 1 << 20]);
+    let bytes = ModelBuilder::new("big_constant", 17)
+        .node("c", "Constant", &[], &["k"], vec![("value", A::T(big))])
+        .output("k", DType::F32, &fixed(&[1024, 1024]))
+        .bytes();
+    let m = write(dir.path(), "big.onnx", &bytes);
+    let o = spartac_limited(&["inspect", m.to_str().unwrap(), "--memory-budget-gib", "0.0009765625"]);
+    expect_error_with("value", &o, &["Constant", "'value'", "memory budget"]);
+    let o = spartac_limited(&["inspect", m.to_str().unwrap()]);
+    assert!(o.status.success(), "within the default budget: {}", String::from_utf8_lossy(&o.stderr));
+}
