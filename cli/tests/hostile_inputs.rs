@@ -6,7 +6,7 @@
 //! so a failure names a case that reproduces.
 
 use spartac::ir::{DType, Tensor};
-use spartac_runtime::npz::write_npz;
+use spartac_runtime::npz::{read_npz, write_npz};
 use spartac_tests::builder::{fixed, ModelBuilder};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -453,4 +453,139 @@ fn a_constant_past_the_memory_budget_is_refused_before_it_is_made_dense() {
     expect_error_with("value", &o, &["Constant", "'value'", "memory budget"]);
     let o = spartac_limited(&["inspect", m.to_str().unwrap()]);
     assert!(o.status.success(), "within the default budget: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// NaN/+Inf/-Inf or finite, and for finite values close: the comparison of an artifact's
+/// output with the ONNX engine's (the kernels sum in another order).
+fn same_values(what: &str, got: &Tensor, want: &Tensor) {
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len(), "{what}");
+    let class = |x: f64| {
+        if x.is_nan() {
+            0
+        } else if x == f64::INFINITY {
+            1
+        } else if x == f64::NEG_INFINITY {
+            2
+        } else {
+            3
+        }
+    };
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert_eq!(class(*a), class(*b), "{what}[{i}]: artifact {a}, ONNX engine {b}");
+        if a.is_finite() {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{what}[{i}]: artifact {a}, ONNX engine {b}");
+        }
+    }
+}
+
+/// A model run by the ONNX engine and, compiled, by the CPU executor on the same inputs: each
+/// output must be [`same_values`].
+fn onnx_and_artifact_agree(d: &Path, name: &str, model: &[u8], inputs: Vec<(String, Tensor)>) {
+    let m = write(d, &format!("{name}.onnx"), model);
+    let art = d.join(format!("{name}.sparta"));
+    let cache = d.join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let o = spartac_limited_env(&["compile", m.to_str().unwrap(), "-o", art.to_str().unwrap(), "--no-ptx"], &env);
+    assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+    let inp = d.join(format!("{name}_in.npz"));
+    write_npz(&inp, &inputs).unwrap();
+    let mut outs = vec![];
+    for (path, backend) in [(&m, "cpu"), (&art, "cpu")] {
+        let out = d.join(format!("{name}_{}.npz", outs.len()));
+        let args = ["run", path.to_str().unwrap(), "--inputs", inp.to_str().unwrap(), "--backend", backend, "--output"];
+        let o = spartac_limited_env(&[&args[..], &[out.to_str().unwrap()]].concat(), &env);
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        outs.push(read_npz(&out).unwrap());
+    }
+    assert!(!outs[0].is_empty() && outs[0].len() == outs[1].len(), "{name}");
+    for (key, want) in &outs[0] {
+        same_values(&format!("{name} {key}"), &outs[1][key], want);
+    }
+}
+
+/// NaN and Inf go through a compiled model as through the ONNX engine: ReLU(NaN) is NaN, not 0
+/// (a fused epilogue's `max(x, 0)` used to turn it into 0), Clip keeps it, and +Inf and -Inf
+/// reach the outputs where the engine's do. A dense MLP (Relu, then Clip as ReLU6) takes
+/// single NaN and Inf elements; a block-sparse chain takes whole NaN rows (a pruned weight is
+/// absent from the compiled model, so a lone NaN reaches only the columns of its row's kept
+/// weights, where the engine's dense product would spread it to all).
+#[test]
+fn nan_and_inf_inputs_give_what_the_onnx_engine_gives_on_the_compiled_artifact() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut rng = spartac::rng::SplitMix64::new(47);
+    let mut nonzero = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let v = rng.uniform(-1.0, 1.0) as f32;
+                if v.abs() < 0.05 {
+                    0.5
+                } else {
+                    v
+                }
+            })
+            .collect()
+    };
+    let mlp = ModelBuilder::new("mlp", 17)
+        .input("x", DType::F32, &fixed(&[6, 8]))
+        .init("w1", &Tensor::from_vec(vec![8, 16], nonzero(128)))
+        .init("b1", &Tensor::from_vec(vec![16], nonzero(16)))
+        .init("w2", &Tensor::from_vec(vec![16, 4], nonzero(64)))
+        .init("b2", &Tensor::from_vec(vec![4], nonzero(4)))
+        .init("lo", &Tensor::scalar(0.0f32))
+        .init("hi", &Tensor::scalar(6.0f32))
+        .node("fc1", "MatMul", &["x", "w1"], &["h1"], vec![])
+        .node("add1", "Add", &["h1", "b1"], &["z1"], vec![])
+        .node("relu1", "Relu", &["z1"], &["y1"], vec![])
+        .node("fc2", "MatMul", &["y1", "w2"], &["h2"], vec![])
+        .node("add2", "Add", &["h2", "b2"], &["z2"], vec![])
+        .node("clip", "Clip", &["z2", "lo", "hi"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[6, 4]))
+        .bytes();
+    let mut x: Vec<f32> = (0..48).map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.5).collect();
+    x[8 + 2] = f32::NAN; // row 1: one NaN
+    x[16] = f32::INFINITY; // row 2: +Inf
+    x[24 + 5] = f32::NEG_INFINITY; // row 3: -Inf
+    x[32..40].fill(f32::NAN); // row 4: all NaN
+    onnx_and_artifact_agree(d, "mlp", &mlp, vec![("x".into(), Tensor::from_vec(vec![6, 8], x))]);
+
+    // Two 64 × 64 layers, each weight kept in one 16 × 16 block of four along every column.
+    let block_sparse = |seed: u64| -> Tensor {
+        let mut rng = spartac::rng::SplitMix64::new(seed);
+        let w = (0..64 * 64)
+            .map(|i| {
+                let (k, j) = (i / 64, i % 64);
+                let v = rng.uniform(0.1, 1.0) as f32;
+                if (k / 16 + j / 16) % 4 == 0 {
+                    if i % 2 == 0 {
+                        v
+                    } else {
+                        -v
+                    }
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Tensor::from_vec(vec![64, 64], w)
+    };
+    let chain = ModelBuilder::new("sparse_chain", 17)
+        .input("x", DType::F32, &fixed(&[8, 64]))
+        .init("w1", &block_sparse(1))
+        .init("b1", &Tensor::from_vec(vec![64], vec![0.25f32; 64]))
+        .init("w2", &block_sparse(2))
+        .init("b2", &Tensor::from_vec(vec![64], vec![-0.25f32; 64]))
+        .node("fc1", "MatMul", &["x", "w1"], &["h1"], vec![])
+        .node("add1", "Add", &["h1", "b1"], &["z1"], vec![])
+        .node("relu1", "Relu", &["z1"], &["y1"], vec![])
+        .node("fc2", "MatMul", &["y1", "w2"], &["h2"], vec![])
+        .node("add2", "Add", &["h2", "b2"], &["z2"], vec![])
+        .node("relu2", "Relu", &["z2"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[8, 64]))
+        .bytes();
+    let mut x: Vec<f32> = (0..8 * 64).map(|i| ((i * 13) % 17) as f32 / 17.0 - 0.5).collect();
+    x[64..128].fill(f32::NAN);
+    x[5 * 64..6 * 64].fill(f32::NAN);
+    onnx_and_artifact_agree(d, "sparse_chain", &chain, vec![("x".into(), Tensor::from_vec(vec![8, 64], x))]);
 }
