@@ -368,8 +368,9 @@ fn select_network(net: &NetworkArgs, cache: &CacheConfig) -> anyhow::Result<(hpe
 pub struct ExportArgs {
     #[command(flatten)]
     pub net: NetworkArgs,
-    /// Batch size (images) of the model's input `images: f32[BATCH, N]`.
-    #[arg(long, default_value_t = 1)]
+    /// Batch size (images) of the model's input `images: f32[BATCH, N]`: 1 to 16,777,216 (the
+    /// most images an image file holds).
+    #[arg(long, default_value_t = 1, value_parser = parse_export_batch)]
     pub batch: usize,
     /// The ONNX file to write (written atomically).
     #[arg(long)]
@@ -378,9 +379,6 @@ pub struct ExportArgs {
 
 fn export(args: ExportArgs) -> anyhow::Result<()> {
     crate::outputs::check_outputs([("--out", Some(args.out.as_path()))])?;
-    if args.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
     let (network, name, _) = select_network(&args.net, &CacheConfig::Default)?;
     let graph = hpec::network_to_graph(&network, args.batch);
     spartac::frontend::save_model(&graph, &args.out)?;
@@ -606,6 +604,16 @@ fn report(
     Ok(())
 }
 
+/// `hpec export --batch`: 1 to [`hpec::tsv_reader::MAX_IMAGES`] images (a batch past every image
+/// file would write a model nothing can run).
+fn parse_export_batch(s: &str) -> Result<usize, String> {
+    let max = hpec::tsv_reader::MAX_IMAGES;
+    match s.trim().parse::<usize>() {
+        Ok(b) if (1..=max).contains(&b) => Ok(b),
+        _ => Err(format!("{s:?}: expected a batch of 1 to {max} images")),
+    }
+}
+
 /// `--fine-tile`: a forced tile, or `None` for the specializer's choice.
 #[derive(Clone, Copy, Debug)]
 pub struct FineTile(pub Option<spartac::codegen::Tile>);
@@ -622,7 +630,10 @@ fn parse_tile4(s: &str) -> Result<spartac::codegen::Tile, String> {
         s.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| format!("{s:?}: {e}"))?;
     match v[..] {
         [rows, group, k_rows, n_tiles] => {
-            Ok(spartac::codegen::Tile { group, k_rows, n_tiles, ..spartac::codegen::Tile::new(rows, 0) })
+            let tile = spartac::codegen::Tile { group, k_rows, n_tiles, ..spartac::codegen::Tile::new(rows, 0) };
+            // Checked here, whatever the model: a forced tile that only some layers would refuse.
+            spartac::kernel_choice::fine_tf32::check_forced_tile(&tile).map_err(|e| format!("{s:?}: {}", e.0))?;
+            Ok(tile)
         }
         _ => Err(format!("{s:?}: expected ROWS,GROUPS,K_ROWS,N_TILES, e.g. 32,8,6,1")),
     }

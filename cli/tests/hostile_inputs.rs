@@ -4,6 +4,12 @@
 //! an output left behind, and all of it inside a 4 GiB address space (an allocation past it
 //! aborts the process, which fails the test). The mutations come from a fixed-seed generator,
 //! so a failure names a case that reproduces.
+//!
+//! Issue 47 added the classes below the mutations: side outputs that cannot be written (the
+//! main output must survive), cache entries and inputs that are FIFOs or devices (no hang, no
+//! endless read), sizes named by a model or a file past memory (refused before allocating),
+//! NaN and Inf inputs (the compiled artifact on the CPU executor gives what the ONNX engine
+//! gives), and absurd numeric arguments (argument errors, exit 2).
 
 use spartac::ir::{DType, Tensor};
 use spartac_runtime::npz::{read_npz, write_npz};
@@ -453,6 +459,62 @@ fn a_constant_past_the_memory_budget_is_refused_before_it_is_made_dense() {
     expect_error_with("value", &o, &["Constant", "'value'", "memory budget"]);
     let o = spartac_limited(&["inspect", m.to_str().unwrap()]);
     assert!(o.status.success(), "within the default budget: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// An artifact whose header names a small body but whose file runs on for 5 GiB (a sparse
+/// file: no disk used) is refused from its length before the body is read.
+#[test]
+fn an_artifact_longer_than_its_header_says_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = write(d, "m.onnx", &model_bytes());
+    let cache = d.join("cache");
+    let art = d.join("m.sparta");
+    let o = spartac_limited_env(
+        &["compile", m.to_str().unwrap(), "-o", art.to_str().unwrap(), "--no-ptx"],
+        &[("SPARTAC_CACHE_DIR", cache.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let len = std::fs::metadata(&art).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&art).unwrap().set_len(len + (5 << 30)).unwrap();
+    let a = art.to_str().unwrap();
+    for args in [vec!["run", a, "--random", "1", "--backend", "cpu"], vec!["inspect", a]] {
+        expect_error_with(&format!("{args:?}"), &spartac_limited(&args), &["m.sparta", "truncated or has extra bytes"]);
+    }
+}
+
+/// Values no run can use are argument errors (exit 2, one line), whatever the model: NaN or
+/// infinite thresholds, zero samples, a batch past any image file, tiles of zeros.
+#[test]
+fn absurd_numeric_arguments_are_argument_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = write(d, "m.onnx", &model_bytes());
+    let m = m.to_str().unwrap();
+    let out = d.join("out");
+    let o = out.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["propagate", m, "--calib", "random", "--quant-threshold=nan"], "--quant-threshold"),
+        (vec!["propagate", m, "--calib", "random", "--quant-threshold=inf"], "--quant-threshold"),
+        (vec!["propagate", m, "--calib", "random", "--quant-threshold=-1"], "--quant-threshold"),
+        (vec!["propagate", m, "--samples", "0"], "--samples"),
+        (vec!["propagate", m, "--samples", "99999999999"], "--samples"),
+        (vec!["hpec", "export", "--batch", "99999999999", "--out", o], "--batch"),
+        (vec!["hpec", "export", "--batch", "0", "--out", o], "--batch"),
+        (vec!["compile", m, "-o", o, "--no-ptx", "--fine-tile", "0,0,0,0"], "--fine-tile"),
+        (vec!["compile", m, "-o", o, "--no-ptx", "--fine-tile", "64,16,0,1"], "--fine-tile"),
+        (vec!["compile", m, "-o", o, "--no-ptx", "--fine-tile", "64,16,6,3"], "--fine-tile"),
+        (vec!["hpec", "run", "--backend", "sim", "--fine-tile", "0,0,0,0"], "--fine-tile"),
+        (vec!["run", m, "--random", "1", "--tolerance=nan"], "--tolerance"),
+    ];
+    for (args, flag) in cases {
+        let r = spartac_limited(&args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(err.starts_with("error: ") && err.contains(flag), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {o}");
+    }
 }
 
 /// NaN/+Inf/-Inf or finite, and for finite values close: the comparison of an artifact's
