@@ -1,4 +1,6 @@
 // Fused epilogue on the fp32 accumulator: [+ previous output] [+ bias] [activation].
+{#- ReLU and Clip keep NaN as ONNX's do (`x < lo ? lo : x`: a NaN compares false); fmaxf(NaN, 0)
+    would return 0. #}
 __device__ __forceinline__ float epilogue(float acc, float prev, const elem_t* __restrict__ bias, int col) {
 {%- if epilogue.accumulate %}
     acc += prev;
@@ -7,9 +9,10 @@ __device__ __forceinline__ float epilogue(float acc, float prev, const elem_t* _
     acc += to_f32(bias[col]);
 {%- endif %}
 {%- if epilogue.activation == "relu" %}
-    acc = fmaxf(acc, 0.0f);
+    acc = acc < 0.0f ? 0.0f : acc;
 {%- elif epilogue.activation == "clip" %}
-    acc = fminf(fmaxf(acc, {{ epilogue.clip_lo }}), {{ epilogue.clip_hi }});
+    acc = acc < {{ epilogue.clip_lo }} ? {{ epilogue.clip_lo }} : acc;
+    acc = acc > {{ epilogue.clip_hi }} ? {{ epilogue.clip_hi }} : acc;
 {%- elif epilogue.activation == "gelu" %}
     acc = 0.5f * acc * (1.0f + tanhf(0.7978845608028654f * (acc + 0.044715f * acc * acc * acc)));
 {%- elif epilogue.activation == "gelu_erf" %}

@@ -57,6 +57,8 @@ pub enum A {
     S(&'static str),
     Is(Vec<i64>),
     T(Tensor),
+    /// A sparse tensor (a Constant's `sparse_value`).
+    Sparse(SparseTensor),
 }
 
 impl ModelBuilder {
@@ -125,6 +127,10 @@ impl ModelBuilder {
                 A::T(t) => {
                     a.t = protobuf::MessageField::some(tensor_to_proto("", &t));
                     AttributeType::TENSOR
+                }
+                A::Sparse(s) => {
+                    a.sparse_tensor = protobuf::MessageField::some(sparse_to_proto("", &s));
+                    AttributeType::SPARSE_TENSOR
                 }
             };
             a.type_ = protobuf::EnumOrUnknown::new(ty);

@@ -162,7 +162,7 @@ pub fn sparsify(
         Lookup::Miss => {}
         Lookup::Damaged(why) => done
             .warnings
-            .push(format!("propagation cache entry {} corrupt ({why}), recomputing", cache.path_of(&key).display())),
+            .push(format!("propagation cache entry {} unusable ({why}), recomputing", cache.path_of(&key).display())),
     }
     apply_and_propagate(graph, attrs.as_ref(), propagate)?;
     if let Err(e) = cache.store(&key, graph) {
@@ -204,6 +204,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     if out == args.model.model {
         bail!("the output {} would overwrite the model", out.display());
     }
+    crate::outputs::check_outputs([("--output", Some(out.as_path())), ("--json", args.json.as_deref())])?;
     let mut stages: Vec<(&str, f64)> = vec![];
     let bar = indicatif::ProgressBar::new(7).with_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")

@@ -181,9 +181,11 @@ fn sample(rec: &CaseRec) -> Result<Option<Sample>> {
 pub fn run(args: CostdbArgs) -> Result<()> {
     let (bench, peers, base, out, report, dense_only) = match args.command {
         CostdbCommand::Fit { bench, peers, base, out, report, dense_only } => {
+            crate::outputs::check_outputs([("--out", Some(out.as_path())), ("--report", report.as_deref())])?;
             (bench, peers, base, out, report, dense_only)
         }
         CostdbCommand::Samples { model, tesa, dtype, tune_cache, out } => {
+            crate::outputs::check_outputs([("--out", Some(out.as_path()))])?;
             let args = crate::costdb_tune::SamplesArgs {
                 model: &model,
                 tesa: tesa.as_deref(),
@@ -194,6 +196,7 @@ pub fn run(args: CostdbArgs) -> Result<()> {
             return crate::costdb_tune::samples(args);
         }
         CostdbCommand::Refit { samples, base, out } => {
+            crate::outputs::check_outputs([("--out", out.as_deref())])?;
             let base = crate::compile::cost_model(base.as_deref())?;
             return crate::costdb_tune::refit_samples(&samples, &base, out.as_ref());
         }

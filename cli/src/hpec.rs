@@ -368,8 +368,9 @@ fn select_network(net: &NetworkArgs, cache: &CacheConfig) -> anyhow::Result<(hpe
 pub struct ExportArgs {
     #[command(flatten)]
     pub net: NetworkArgs,
-    /// Batch size (images) of the model's input `images: f32[BATCH, N]`.
-    #[arg(long, default_value_t = 1)]
+    /// Batch size (images) of the model's input `images: f32[BATCH, N]`: 1 to 16,777,216 (the
+    /// most images an image file holds).
+    #[arg(long, default_value_t = 1, value_parser = parse_export_batch)]
     pub batch: usize,
     /// The ONNX file to write (written atomically).
     #[arg(long)]
@@ -377,9 +378,7 @@ pub struct ExportArgs {
 }
 
 fn export(args: ExportArgs) -> anyhow::Result<()> {
-    if args.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
+    crate::outputs::check_outputs([("--out", Some(args.out.as_path()))])?;
     let (network, name, _) = select_network(&args.net, &CacheConfig::Default)?;
     let graph = hpec::network_to_graph(&network, args.batch);
     spartac::frontend::save_model(&graph, &args.out)?;
@@ -418,6 +417,11 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
             hpec::generator::available_memory(),
         )?;
     }
+    // The truth file is read after the run: one that cannot be read (a FIFO, a device) is refused first.
+    if let Some(path) = &args.categories {
+        spartac::contained::check_regular(path)
+            .with_context(|| format!("cannot read the categories {}", path.display()))?;
+    }
     let load_start = Instant::now();
     let (network, network_name, real_network) = select_network(&args.net, &cache)?;
     // With --repeat-images the source's own images are the base the count repeats.
@@ -427,7 +431,8 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         None => default,
     };
     let images = match &args.images {
-        Some(path) => hpec::load_images(path, network.neurons)?,
+        Some(path) => hpec::load_images(path, network.neurons)
+            .with_context(|| format!("cannot read the images {}", path.display()))?,
         None if args.gpu.mnist_images => {
             hpec::mnist::mnist_images(&bundled::mnist_digits()?, network.neurons, wanted(60_000))?
         }
@@ -599,6 +604,16 @@ fn report(
     Ok(())
 }
 
+/// `hpec export --batch`: 1 to [`hpec::tsv_reader::MAX_IMAGES`] images (a batch past every image
+/// file would write a model nothing can run).
+fn parse_export_batch(s: &str) -> Result<usize, String> {
+    let max = hpec::tsv_reader::MAX_IMAGES;
+    match s.trim().parse::<usize>() {
+        Ok(b) if (1..=max).contains(&b) => Ok(b),
+        _ => Err(format!("{s:?}: expected a batch of 1 to {max} images")),
+    }
+}
+
 /// `--fine-tile`: a forced tile, or `None` for the specializer's choice.
 #[derive(Clone, Copy, Debug)]
 pub struct FineTile(pub Option<spartac::codegen::Tile>);
@@ -615,7 +630,10 @@ fn parse_tile4(s: &str) -> Result<spartac::codegen::Tile, String> {
         s.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| format!("{s:?}: {e}"))?;
     match v[..] {
         [rows, group, k_rows, n_tiles] => {
-            Ok(spartac::codegen::Tile { group, k_rows, n_tiles, ..spartac::codegen::Tile::new(rows, 0) })
+            let tile = spartac::codegen::Tile { group, k_rows, n_tiles, ..spartac::codegen::Tile::new(rows, 0) };
+            // Checked here, whatever the model: a forced tile that only some layers would refuse.
+            spartac::kernel_choice::fine_tf32::check_forced_tile(&tile).map_err(|e| format!("{s:?}: {}", e.0))?;
+            Ok(tile)
         }
         _ => Err(format!("{s:?}: expected ROWS,GROUPS,K_ROWS,N_TILES, e.g. 32,8,6,1")),
     }
@@ -666,7 +684,13 @@ fn base_truth(
     no_cache: bool,
 ) -> anyhow::Result<(Option<Vec<u32>>, String)> {
     Ok(match kind {
-        Truth::File(path) => (Some(hpec::load_categories(path)?), path.display().to_string()),
+        Truth::File(path) => (
+            Some(
+                hpec::load_categories(path)
+                    .with_context(|| format!("cannot read the categories {}", path.display()))?,
+            ),
+            path.display().to_string(),
+        ),
         Truth::Bundled => {
             let mut truth = bundled::real_1024_categories()?;
             let count = images.n_images() as u32;

@@ -75,6 +75,12 @@ enum KernelsCommand {
 }
 
 pub fn run(args: KernelsArgs) -> Result<()> {
+    let json = match &args.command {
+        KernelsCommand::Test { json, .. }
+        | KernelsCommand::Attention { json, .. }
+        | KernelsCommand::Bench { json, .. } => json.as_deref(),
+    };
+    crate::outputs::check_outputs([("--json", json)])?;
     let dev = CudaDevice::open(0)?;
     println!("device: {} ({})", dev.name(), dev.arch());
     match args.command {
@@ -147,7 +153,7 @@ fn test(dev: &CudaDevice, seed: Option<u64>, json: Option<PathBuf>, filter: Opti
         reports.push(r);
     }
     if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_string_pretty(&reports)?).with_context(|| path.display().to_string())?;
+        spartac::output::write_atomic(&path, serde_json::to_string_pretty(&reports)?.as_bytes())?;
     }
     println!("{} of {} cases pass, {} modules compiled", reports.len() - failed, reports.len(), dev.cached_modules());
     if failed > 0 {
@@ -180,7 +186,7 @@ fn test_attention(dev: &CudaDevice, seed: u64, json: Option<PathBuf>, filter: Op
         reports.push(r);
     }
     if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_string_pretty(&reports)?).with_context(|| path.display().to_string())?;
+        spartac::output::write_atomic(&path, serde_json::to_string_pretty(&reports)?.as_bytes())?;
     }
     println!("{} of {} attention cases pass", reports.len() - failed, reports.len());
     if failed > 0 {
@@ -261,7 +267,7 @@ fn bench(
         });
     }
     if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_string_pretty(&entries)?).with_context(|| path.display().to_string())?;
+        spartac::output::write_atomic(&path, serde_json::to_string_pretty(&entries)?.as_bytes())?;
     }
     if entries.iter().any(|e| !e.ok) {
         bail!("some benchmark cases do not match the CPU reference");

@@ -15,6 +15,7 @@ mod hpec;
 mod inspect;
 mod kernels;
 mod model_args;
+mod outputs;
 mod plan;
 mod plot;
 mod propagate;

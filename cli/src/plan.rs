@@ -117,6 +117,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 pub fn run_plan(args: PlanArgs) -> Result<ExitCode> {
+    crate::outputs::check_outputs([("--json", args.json.as_deref()), ("--artifact", args.artifact.as_deref())])?;
     let (graph, opts) = load(&args.inputs)?;
     let plan = plan_graph(&graph, &opts)?;
     print!("{}", to_table(&plan));
@@ -130,6 +131,7 @@ pub fn run_plan(args: PlanArgs) -> Result<ExitCode> {
 }
 
 pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
+    crate::outputs::check_outputs([("--json", args.json.as_deref())])?;
     let (graph, opts) = load(&args.inputs)?;
     let plan = plan_graph(&graph, &opts)?;
     print!("{}", explain(&plan));

@@ -39,8 +39,9 @@ pub struct PropagateArgs {
     /// the operator's relative output error under --quant-threshold.
     #[arg(long, value_name = "FILE.npz|random[:SEED]")]
     pub calib: Option<String>,
-    /// Largest relative L2 error of an operator's output the quantization rule accepts.
-    #[arg(long, default_value_t = 1e-2, requires = "calib")]
+    /// Largest relative L2 error of an operator's output the quantization rule accepts (finite,
+    /// 0 or more).
+    #[arg(long, default_value_t = 1e-2, requires = "calib", value_parser = parse_threshold)]
     pub quant_threshold: f64,
     /// Candidate widths for the quantization rule (16 = half, 8 and 4 = symmetric int).
     #[arg(long, value_delimiter = ',', default_value = "16,8,4", requires = "calib")]
@@ -48,8 +49,8 @@ pub struct PropagateArgs {
     /// Narrow the activation operands of MatMul/Gemm/Conv too, not only weights.
     #[arg(long, requires = "calib")]
     pub quant_activations: bool,
-    /// Scrambling samples per node without an algebra rule.
-    #[arg(long, default_value_t = 256)]
+    /// Scrambling samples per node without an algebra rule (1 to 1,000,000).
+    #[arg(long, default_value_t = 256, value_parser = parse_samples)]
     pub samples: usize,
     /// Check the invariant: on random inputs (this seed), the model with its pruned
     /// weights zeroed gives the same outputs when every propagated-pruned element of
@@ -59,6 +60,7 @@ pub struct PropagateArgs {
 }
 
 pub fn run(args: PropagateArgs) -> Result<ExitCode> {
+    crate::outputs::check_outputs([("--report", args.report.as_deref()), ("--plot", args.plot.as_deref())])?;
     let mut graph = args.model.load()?;
     let attrs = match &args.tesa {
         Some(path) => Some(TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))?),
@@ -119,6 +121,26 @@ pub fn run(args: PropagateArgs) -> Result<ExitCode> {
         spartac::output::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--quant-threshold`: a finite relative error, 0 or more (NaN would accept every width, inf
+/// the narrowest whatever its error).
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("{s:?}: expected a finite relative error, 0 or more (e.g. 1e-2)")),
+    }
+}
+
+/// Most scrambling samples per node `--samples` takes.
+const MAX_SAMPLES: usize = 1_000_000;
+
+/// `--samples`: 1 to [`MAX_SAMPLES`] (0 would scramble nothing and prune on no evidence).
+fn parse_samples(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_SAMPLES).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: expected 1 to {MAX_SAMPLES} samples")),
+    }
 }
 
 /// `random` / `random:SEED`, or an .npz with one array per model input.

@@ -69,6 +69,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             bail!("--output {} must end in .npz", out.display());
         }
     }
+    crate::outputs::check_outputs([("--output", args.output.as_deref()), ("--json", args.json.as_deref())])?;
     if crate::run_artifact::is_artifact(&args.model.model) {
         return crate::run_artifact::run(&args);
     }
@@ -106,6 +107,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let median = times[times.len() / 2];
     if let Some(path) = &args.output {
         write_npz(path, &out.outputs)?;
+    }
+    if let Some(path) = &args.json {
+        let summary = serde_json::json!({
+            "model": args.model.model.display().to_string(),
+            "name": graph.name,
+            "backend": engine.name(),
+            "runs": times.len(),
+            "median_ms": median.as_secs_f64() * 1e3,
+            "min_ms": times[0].as_secs_f64() * 1e3,
+        });
+        spartac::output::write_atomic(path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
     }
     if args.profile {
         let mut profile = spartac::reference::Profile::default();

@@ -28,9 +28,23 @@ pub fn is_artifact(path: &Path) -> bool {
 }
 
 /// Reads and checks an artifact (one-line errors for a missing, truncated, corrupted or
-/// other-version file).
+/// other-version file). The header is checked against the file's length before the rest is
+/// read: a file longer than its header says is refused, not read whole.
 pub fn load_artifact(path: &Path) -> Result<Artifact> {
-    let bytes = spartac::contained::read_regular(path).with_context(|| format!("reading {}", path.display()))?;
+    use spartac::program::artifact::{check_header, ARTIFACT_HEADER_BYTES};
+    use std::io::Read;
+    let reading = || format!("reading {}", path.display());
+    spartac::contained::check_regular(path).with_context(reading)?;
+    let mut file = std::fs::File::open(path).with_context(reading)?;
+    let len = file.metadata().with_context(reading)?.len();
+    let mut bytes = vec![];
+    (&mut file).take(ARTIFACT_HEADER_BYTES as u64).read_to_end(&mut bytes).with_context(reading)?;
+    check_header(&bytes, len).with_context(|| format!("{}", path.display()))?;
+    let len = usize::try_from(len).context("the artifact is larger than memory can address")?;
+    bytes
+        .try_reserve_exact(len - bytes.len())
+        .map_err(|_| anyhow!("{}: {len} bytes do not fit in memory", path.display()))?;
+    file.take((len - bytes.len()) as u64).read_to_end(&mut bytes).with_context(reading)?;
     decode(&bytes).with_context(|| format!("{}", path.display()))
 }
 

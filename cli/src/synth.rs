@@ -59,6 +59,7 @@ const MAX_WEIGHT: usize = 1 << 28;
 
 pub fn run(args: SynthArgs) -> Result<()> {
     let SynthCommand::Matmul { m, k, n, pattern, seed, out, tesa_out } = args.command;
+    crate::outputs::check_outputs([("--out", Some(out.as_path())), ("--tesa-out", Some(tesa_out.as_path()))])?;
     let pattern = Pattern::parse(&pattern).map_err(anyhow::Error::msg)?;
     let kept = write_matmul(m, k, n, &pattern, seed, &out, &tesa_out)?;
     println!(

@@ -116,6 +116,7 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 
 pub fn run(args: TuneArgs) -> Result<ExitCode> {
     let started = Instant::now();
+    crate::outputs::check_outputs([("--json", args.json.as_deref()), ("--plot", args.plot.as_deref())])?;
     // The GPU first: without one, say so before any work.
     let dev = CudaDevice::open(0).context("spartac tune times kernels on the GPU")?;
     let dir = args.cache.clone().or_else(default_cache_dir).context("no cache folder: pass --cache DIR")?;

@@ -594,3 +594,40 @@ fn compile_takes_the_measured_winners_and_the_refitted_db_from_a_tune_cache() {
     let (_, tuning, _) = compile(&["--tune-cache", empty.to_str().unwrap()]);
     assert!(tuning.starts_with("no entries"), "{tuning}");
 }
+
+/// An output path that is a directory is refused up front and said to be one (a trailing `/`
+/// used to read "Not a directory"); the directory is left as it was.
+#[test]
+fn an_output_path_that_is_a_directory_is_named_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let m = model.to_str().unwrap();
+    let cache = dir.path().join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let d = dir.path().to_str().unwrap();
+    let err = expect_error(&spartac_env(&["compile", m, "-o", d, "--no-ptx"], &env));
+    assert!(err.contains("the output path is a directory"), "{err}");
+    let slash = format!("{d}/");
+    let err = expect_error(&spartac_env(&["compile", m, "-o", &slash, "--no-ptx"], &env));
+    assert!(err.contains("the output path names a directory"), "{err}");
+    let npz = dir.path().join("out.npz");
+    std::fs::create_dir(&npz).unwrap();
+    let err = expect_error(&spartac(&["run", m, "--random", "1", "--output", npz.to_str().unwrap()]));
+    assert!(err.contains("--output") && err.contains("the output path is a directory"), "{err}");
+    assert!(npz.is_dir() && std::fs::read_dir(&npz).unwrap().next().is_none(), "left as it was");
+}
+
+/// `run --json` on an ONNX model writes the summary it promises (it used to be dropped).
+#[test]
+fn run_on_an_onnx_model_writes_its_json_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let json = dir.path().join("run.json");
+    let o =
+        spartac(&["run", model.to_str().unwrap(), "--random", "3", "--repeat", "2", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["runs"], 2);
+    assert_eq!(v["name"], "cli_model");
+    assert!(v["median_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{v}");
+}

@@ -4,9 +4,15 @@
 //! an output left behind, and all of it inside a 4 GiB address space (an allocation past it
 //! aborts the process, which fails the test). The mutations come from a fixed-seed generator,
 //! so a failure names a case that reproduces.
+//!
+//! Issue 47 added the classes below the mutations: side outputs that cannot be written (the
+//! main output must survive), cache entries and inputs that are FIFOs or devices (no hang, no
+//! endless read), sizes named by a model or a file past memory (refused before allocating),
+//! NaN and Inf inputs (the compiled artifact on the CPU executor gives what the ONNX engine
+//! gives), and absurd numeric arguments (argument errors, exit 2).
 
 use spartac::ir::{DType, Tensor};
-use spartac_runtime::npz::write_npz;
+use spartac_runtime::npz::{read_npz, write_npz};
 use spartac_tests::builder::{fixed, ModelBuilder};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -133,7 +139,13 @@ fn mutate_text(rng: &mut Rng, text: &str) -> String {
 /// two malloc arenas, so the address space a many-core machine reserves up front (an arena of
 /// 64 MiB per thread) does not count against the limit the inputs are tested under.
 fn spartac_limited(args: &[&str]) -> Output {
+    spartac_limited_env(args, &[])
+}
+
+/// [`spartac_limited`] with extra environment variables.
+fn spartac_limited_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new("sh")
+        .envs(env.iter().copied())
         .env("RAYON_NUM_THREADS", "2")
         .env("MALLOC_ARENA_MAX", "2")
         .arg("-c")
@@ -276,4 +288,366 @@ fn mutated_hpec_networks_and_caches_end_cleanly() {
         assert!(o.status.success(), "hpec cache case {case}: a damaged cache entry must be rebuilt, not fail the run");
     }
     tally.finish();
+}
+
+/// A one-line error (exit 1) whose message contains every one of `words`.
+fn expect_error_with(what: &str, o: &Output, words: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: not one line: {err}");
+    assert!(err.starts_with("error: ") && !err.contains("internal error"), "{what}: {err}");
+    for w in words {
+        assert!(err.contains(w), "{what}: no {w:?} in {err}");
+    }
+}
+
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().is_ok_and(|s| s.success());
+    assert!(made, "mkfifo is needed for this test");
+}
+
+/// Every output path is checked before the work: a side output that cannot be written (here
+/// into a folder that does not exist) fails the command before the main output has replaced
+/// the file that was there.
+#[test]
+fn a_side_output_that_cannot_be_written_leaves_the_main_output_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good_model = write(d, "m.onnx", &model_bytes());
+    let m = good_model.to_str().unwrap();
+    let cache = d.join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let artifact = d.join("m.sparta");
+    let o = spartac_limited_env(&["compile", m, "-o", artifact.to_str().unwrap(), "--no-ptx"], &env);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (npz, sparta, json, png, onnx) =
+        (d.join("keep.npz"), d.join("keep.sparta"), d.join("keep.json"), d.join("keep.png"), d.join("keep.onnx"));
+    let side = d.join("nodir/side.json");
+    let a = artifact.to_str().unwrap();
+    let [npz_s, sparta_s, json_s, png_s, onnx_s, side_s] =
+        [&npz, &sparta, &json, &png, &onnx, &side].map(|p| p.to_str().unwrap());
+    let synth = ["synth", "matmul", "--m", "4", "--k", "8", "--n", "8", "--pattern", "unstructured@0.5"];
+    let cases: Vec<(Vec<&str>, &Path, &str)> = vec![
+        (vec!["run", m, "--random", "1", "--output", npz_s, "--json", side_s], &npz, "--json"),
+        (vec!["run", a, "--random", "1", "--backend", "cpu", "--output", npz_s, "--json", side_s], &npz, "--json"),
+        (vec!["compile", m, "-o", sparta_s, "--no-ptx", "--json", side_s], &sparta, "--json"),
+        (vec!["propagate", m, "--plot", png_s, "--report", side_s], &png, "--report"),
+        (vec!["plan", m, "--json", json_s, "--artifact", side_s], &json, "--artifact"),
+        ([&synth[..], &["-o", onnx_s, "--tesa-out", side_s]].concat(), &onnx, "--tesa-out"),
+    ];
+    for (args, main, flag) in &cases {
+        std::fs::write(main, b"keep me").unwrap();
+        let o = spartac_limited_env(args, &env);
+        expect_error_with(&format!("{args:?}"), &o, &[flag, "nodir", "does not exist"]);
+        assert_eq!(std::fs::read(main).unwrap(), b"keep me", "{args:?} replaced {}", main.display());
+    }
+    // Commands whose one output is refused before any work.
+    for args in [vec!["explain", m, "--json", side_s], vec!["hpec", "export", "--layers", "2", "--out", side_s]] {
+        expect_error_with(&format!("{args:?}"), &spartac_limited_env(&args, &env), &["nodir", "does not exist"]);
+    }
+    assert!(!d.join("nodir").exists());
+}
+
+/// Spawns the binary (not under the memory limit) and kills it after `limit`: a hang fails the
+/// test instead of stalling the suite.
+fn spartac_within(args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spartac"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning spartac");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("waiting for spartac").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: still running after {limit:?} (blocked on a FIFO?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collecting spartac's output")
+}
+
+/// A FIFO where a cache entry belongs (the propagation cache, the tune cache) would block a
+/// reader that opens it: it is a miss with a warning, the command runs to its end.
+#[test]
+#[cfg(unix)]
+fn cache_entries_that_are_fifos_are_misses_not_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = write(d, "m.onnx", &model_bytes());
+    let cache = d.join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let out = d.join("m.sparta");
+    let args = ["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-ptx"];
+    let limit = std::time::Duration::from_secs(60);
+    let o = spartac_within(&args, &env, limit);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let entries: Vec<PathBuf> =
+        std::fs::read_dir(cache.join("propagate")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    std::fs::remove_file(&entries[0]).unwrap();
+    mkfifo(&entries[0]);
+    // A tune cache holding a FIFO entry, given explicitly.
+    let tune = d.join("tune");
+    std::fs::create_dir(&tune).unwrap();
+    mkfifo(&tune.join("0123456789abcdef.json"));
+    std::fs::remove_file(&out).unwrap();
+    let o = spartac_within(&[&args[..], &["--tune-cache", tune.to_str().unwrap()]].concat(), &env, limit);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("propagation cache entry") && err.contains("not a regular file"), "{err}");
+    assert!(err.contains("0123456789abcdef.json"), "the tune cache's FIFO is named: {err}");
+    assert!(!err.contains("internal error"), "{err}");
+    assert!(out.is_file(), "the artifact is written");
+}
+
+/// HPEC inputs that are devices or FIFOs are refused by their type, like models and artifacts:
+/// `/dev/zero` as images or truth is one endless line, a FIFO would block.
+#[test]
+#[cfg(unix)]
+fn hpec_inputs_that_are_devices_or_fifos_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("fifo.tsv");
+    mkfifo(&fifo);
+    let net = d.join("net");
+    std::fs::create_dir(&net).unwrap();
+    mkfifo(&net.join("n1024-l1.tsv"));
+    let f = fifo.to_str().unwrap();
+    let base = ["hpec", "run", "--backend", "cpu", "--no-cache", "--image-count", "10"];
+    for (extra, words) in [
+        (vec!["--images", "/dev/zero"], ["images", "/dev/zero", "not a regular file"]),
+        (vec!["--images", f], ["images", "fifo.tsv", "not a regular file"]),
+        (vec!["--categories", "/dev/zero"], ["categories", "/dev/zero", "not a regular file"]),
+        (vec!["--categories", f], ["categories", "fifo.tsv", "not a regular file"]),
+        (vec!["--network", net.to_str().unwrap(), "--no-check"], ["n1024-l1.tsv", "not a regular file", "network"]),
+    ] {
+        let args = [&base[..], &extra].concat();
+        expect_error_with(&format!("{args:?}"), &spartac_limited(&args), &words);
+    }
+}
+
+/// A Constant whose `sparse_value` names a 100000 × 100000 tensor with one nonzero: made dense
+/// it takes 37 GiB, so the memory budget refuses it before anything is allocated (it used to
+/// abort `inspect` on the allocation).
+#[test]
+fn a_constant_past_the_memory_budget_is_refused_before_it_is_made_dense() {
+    use spartac::ir::{Data, SparseTensor};
+    use spartac_tests::builder::A;
+    let dir = tempfile::tempdir().unwrap();
+    let huge = SparseTensor { shape: vec![100_000, 100_000], indices: vec![12_345], values: Data::F32(vec![1.0]) };
+    let bytes = ModelBuilder::new("huge_constant", 17)
+        .node("c", "Constant", &[], &["k"], vec![("sparse_value", A::Sparse(huge))])
+        .output("k", DType::F32, &fixed(&[100_000, 100_000]))
+        .bytes();
+    let m = write(dir.path(), "huge.onnx", &bytes);
+    for cmd in ["inspect", "plan"] {
+        let o = spartac_limited(&[cmd, m.to_str().unwrap(), "--memory-budget-gib", "2"]);
+        expect_error_with(cmd, &o, &["\"c\"", "Constant", "sparse_value", "memory budget"]);
+    }
+    // A dense `value` over the budget too (4 MiB of raw data against a 1 MiB budget).
+    let big = Tensor::from_vec(vec![1024, 1024], vec![0.5f32; 1 << 20]);
+    let bytes = ModelBuilder::new("big_constant", 17)
+        .node("c", "Constant", &[], &["k"], vec![("value", A::T(big))])
+        .output("k", DType::F32, &fixed(&[1024, 1024]))
+        .bytes();
+    let m = write(dir.path(), "big.onnx", &bytes);
+    let o = spartac_limited(&["inspect", m.to_str().unwrap(), "--memory-budget-gib", "0.0009765625"]);
+    expect_error_with("value", &o, &["Constant", "'value'", "memory budget"]);
+    let o = spartac_limited(&["inspect", m.to_str().unwrap()]);
+    assert!(o.status.success(), "within the default budget: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// An artifact whose header names a small body but whose file runs on for 5 GiB (a sparse
+/// file: no disk used) is refused from its length before the body is read.
+#[test]
+fn an_artifact_longer_than_its_header_says_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = write(d, "m.onnx", &model_bytes());
+    let cache = d.join("cache");
+    let art = d.join("m.sparta");
+    let o = spartac_limited_env(
+        &["compile", m.to_str().unwrap(), "-o", art.to_str().unwrap(), "--no-ptx"],
+        &[("SPARTAC_CACHE_DIR", cache.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let len = std::fs::metadata(&art).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&art).unwrap().set_len(len + (5 << 30)).unwrap();
+    let a = art.to_str().unwrap();
+    for args in [vec!["run", a, "--random", "1", "--backend", "cpu"], vec!["inspect", a]] {
+        expect_error_with(&format!("{args:?}"), &spartac_limited(&args), &["m.sparta", "truncated or has extra bytes"]);
+    }
+}
+
+/// Values no run can use are argument errors (exit 2, one line), whatever the model: NaN or
+/// infinite thresholds, zero samples, a batch past any image file, tiles of zeros.
+#[test]
+fn absurd_numeric_arguments_are_argument_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = write(d, "m.onnx", &model_bytes());
+    let m = m.to_str().unwrap();
+    let out = d.join("out");
+    let o = out.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["propagate", m, "--calib", "random", "--quant-threshold=nan"], "--quant-threshold"),
+        (vec!["propagate", m, "--calib", "random", "--quant-threshold=inf"], "--quant-threshold"),
+        (vec!["propagate", m, "--calib", "random", "--quant-threshold=-1"], "--quant-threshold"),
+        (vec!["propagate", m, "--samples", "0"], "--samples"),
+        (vec!["propagate", m, "--samples", "99999999999"], "--samples"),
+        (vec!["hpec", "export", "--batch", "99999999999", "--out", o], "--batch"),
+        (vec!["hpec", "export", "--batch", "0", "--out", o], "--batch"),
+        (vec!["compile", m, "-o", o, "--no-ptx", "--fine-tile", "0,0,0,0"], "--fine-tile"),
+        (vec!["compile", m, "-o", o, "--no-ptx", "--fine-tile", "64,16,0,1"], "--fine-tile"),
+        (vec!["compile", m, "-o", o, "--no-ptx", "--fine-tile", "64,16,6,3"], "--fine-tile"),
+        (vec!["hpec", "run", "--backend", "sim", "--fine-tile", "0,0,0,0"], "--fine-tile"),
+        (vec!["run", m, "--random", "1", "--tolerance=nan"], "--tolerance"),
+    ];
+    for (args, flag) in cases {
+        let r = spartac_limited(&args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(err.starts_with("error: ") && err.contains(flag), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {o}");
+    }
+}
+
+/// NaN/+Inf/-Inf or finite, and for finite values close: the comparison of an artifact's
+/// output with the ONNX engine's (the kernels sum in another order).
+fn same_values(what: &str, got: &Tensor, want: &Tensor) {
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len(), "{what}");
+    let class = |x: f64| {
+        if x.is_nan() {
+            0
+        } else if x == f64::INFINITY {
+            1
+        } else if x == f64::NEG_INFINITY {
+            2
+        } else {
+            3
+        }
+    };
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert_eq!(class(*a), class(*b), "{what}[{i}]: artifact {a}, ONNX engine {b}");
+        if a.is_finite() {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{what}[{i}]: artifact {a}, ONNX engine {b}");
+        }
+    }
+}
+
+/// A model run by the ONNX engine and, compiled, by the CPU executor on the same inputs: each
+/// output must be [`same_values`].
+fn onnx_and_artifact_agree(d: &Path, name: &str, model: &[u8], inputs: Vec<(String, Tensor)>) {
+    let m = write(d, &format!("{name}.onnx"), model);
+    let art = d.join(format!("{name}.sparta"));
+    let cache = d.join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let o = spartac_limited_env(&["compile", m.to_str().unwrap(), "-o", art.to_str().unwrap(), "--no-ptx"], &env);
+    assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+    let inp = d.join(format!("{name}_in.npz"));
+    write_npz(&inp, &inputs).unwrap();
+    let mut outs = vec![];
+    for (path, backend) in [(&m, "cpu"), (&art, "cpu")] {
+        let out = d.join(format!("{name}_{}.npz", outs.len()));
+        let args = ["run", path.to_str().unwrap(), "--inputs", inp.to_str().unwrap(), "--backend", backend, "--output"];
+        let o = spartac_limited_env(&[&args[..], &[out.to_str().unwrap()]].concat(), &env);
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        outs.push(read_npz(&out).unwrap());
+    }
+    assert!(!outs[0].is_empty() && outs[0].len() == outs[1].len(), "{name}");
+    for (key, want) in &outs[0] {
+        same_values(&format!("{name} {key}"), &outs[1][key], want);
+    }
+}
+
+/// NaN and Inf go through a compiled model as through the ONNX engine: ReLU(NaN) is NaN, not 0
+/// (a fused epilogue's `max(x, 0)` used to turn it into 0), Clip keeps it, and +Inf and -Inf
+/// reach the outputs where the engine's do. A dense MLP (Relu, then Clip as ReLU6) takes
+/// single NaN and Inf elements; a block-sparse chain takes whole NaN rows (a pruned weight is
+/// absent from the compiled model, so a lone NaN reaches only the columns of its row's kept
+/// weights, where the engine's dense product would spread it to all).
+#[test]
+fn nan_and_inf_inputs_give_what_the_onnx_engine_gives_on_the_compiled_artifact() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut rng = spartac::rng::SplitMix64::new(47);
+    let mut nonzero = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let v = rng.uniform(-1.0, 1.0) as f32;
+                if v.abs() < 0.05 {
+                    0.5
+                } else {
+                    v
+                }
+            })
+            .collect()
+    };
+    let mlp = ModelBuilder::new("mlp", 17)
+        .input("x", DType::F32, &fixed(&[6, 8]))
+        .init("w1", &Tensor::from_vec(vec![8, 16], nonzero(128)))
+        .init("b1", &Tensor::from_vec(vec![16], nonzero(16)))
+        .init("w2", &Tensor::from_vec(vec![16, 4], nonzero(64)))
+        .init("b2", &Tensor::from_vec(vec![4], nonzero(4)))
+        .init("lo", &Tensor::scalar(0.0f32))
+        .init("hi", &Tensor::scalar(6.0f32))
+        .node("fc1", "MatMul", &["x", "w1"], &["h1"], vec![])
+        .node("add1", "Add", &["h1", "b1"], &["z1"], vec![])
+        .node("relu1", "Relu", &["z1"], &["y1"], vec![])
+        .node("fc2", "MatMul", &["y1", "w2"], &["h2"], vec![])
+        .node("add2", "Add", &["h2", "b2"], &["z2"], vec![])
+        .node("clip", "Clip", &["z2", "lo", "hi"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[6, 4]))
+        .bytes();
+    let mut x: Vec<f32> = (0..48).map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.5).collect();
+    x[8 + 2] = f32::NAN; // row 1: one NaN
+    x[16] = f32::INFINITY; // row 2: +Inf
+    x[24 + 5] = f32::NEG_INFINITY; // row 3: -Inf
+    x[32..40].fill(f32::NAN); // row 4: all NaN
+    onnx_and_artifact_agree(d, "mlp", &mlp, vec![("x".into(), Tensor::from_vec(vec![6, 8], x))]);
+
+    // Two 64 × 64 layers, each weight kept in one 16 × 16 block of four along every column.
+    let block_sparse = |seed: u64| -> Tensor {
+        let mut rng = spartac::rng::SplitMix64::new(seed);
+        let w = (0..64 * 64)
+            .map(|i| {
+                let (k, j) = (i / 64, i % 64);
+                let v = rng.uniform(0.1, 1.0) as f32;
+                if (k / 16 + j / 16) % 4 == 0 {
+                    if i % 2 == 0 {
+                        v
+                    } else {
+                        -v
+                    }
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Tensor::from_vec(vec![64, 64], w)
+    };
+    let chain = ModelBuilder::new("sparse_chain", 17)
+        .input("x", DType::F32, &fixed(&[8, 64]))
+        .init("w1", &block_sparse(1))
+        .init("b1", &Tensor::from_vec(vec![64], vec![0.25f32; 64]))
+        .init("w2", &block_sparse(2))
+        .init("b2", &Tensor::from_vec(vec![64], vec![-0.25f32; 64]))
+        .node("fc1", "MatMul", &["x", "w1"], &["h1"], vec![])
+        .node("add1", "Add", &["h1", "b1"], &["z1"], vec![])
+        .node("relu1", "Relu", &["z1"], &["y1"], vec![])
+        .node("fc2", "MatMul", &["y1", "w2"], &["h2"], vec![])
+        .node("add2", "Add", &["h2", "b2"], &["z2"], vec![])
+        .node("relu2", "Relu", &["z2"], &["y"], vec![])
+        .output("y", DType::F32, &fixed(&[8, 64]))
+        .bytes();
+    let mut x: Vec<f32> = (0..8 * 64).map(|i| ((i * 13) % 17) as f32 / 17.0 - 0.5).collect();
+    x[64..128].fill(f32::NAN);
+    x[5 * 64..6 * 64].fill(f32::NAN);
+    onnx_and_artifact_agree(d, "sparse_chain", &chain, vec![("x".into(), Tensor::from_vec(vec![8, 64], x))]);
 }

@@ -4,6 +4,10 @@
 //! per-process counter, so a user's `plan.tmp` is never touched), are synced, and the file is
 //! renamed over the target; on any failure the temporary file is removed and the target is left
 //! as it was.
+//!
+//! A command that writes several files checks every target with [`check_target`] before it
+//! does its work, so that a side output that cannot be written (a `--json` into a missing
+//! folder) fails the command before the main output has replaced anything.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -20,12 +24,46 @@ fn temporary_for(path: &Path) -> PathBuf {
     dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()))
 }
 
+/// Whether an output file can be written at `path`, checked before any work is done: its folder
+/// exists and is a folder, and `path` is not a directory (nor names one with a trailing `/`) or
+/// another non-regular file (a FIFO, a device: renaming over it would replace the node). The
+/// error says which, naming `path`.
+pub fn check_target(path: &Path) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    let refuse =
+        |kind: ErrorKind, why: String| Err(Error::new(kind, format!("cannot write {}: {why}", path.display())));
+    let text = path.as_os_str().to_string_lossy();
+    if text.is_empty() {
+        return refuse(ErrorKind::InvalidInput, "an empty path".into());
+    }
+    if text.ends_with('/') || path.file_name().is_none() {
+        return refuse(ErrorKind::InvalidInput, "the output path names a directory".into());
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => return refuse(ErrorKind::InvalidInput, "the output path is a directory".into()),
+        Ok(m) if !m.is_file() => {
+            return refuse(ErrorKind::InvalidInput, "the output path exists and is not a regular file".into())
+        }
+        _ => {}
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => refuse(ErrorKind::InvalidInput, format!("{} is not a folder", dir.display())),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            refuse(ErrorKind::NotFound, format!("the folder {} does not exist", dir.display()))
+        }
+        Err(e) => refuse(e.kind(), format!("cannot reach the folder {}: {e}", dir.display())),
+    }
+}
+
 /// Writes `path` by `write` (buffered), atomically: see the module docs. The error is the
 /// first one met, with the path it concerns in its message.
 pub fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    check_target(path)?;
     let tmp = temporary_for(path);
     let result = (|| {
         let file = File::create(&tmp)?;
@@ -78,5 +116,25 @@ mod tests {
         let err = write_atomic(&dir.join("missing/x.json"), b"x").unwrap_err();
         assert!(err.to_string().contains("missing/x.json"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn targets_are_checked_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("file"), b"x").unwrap();
+        assert!(check_target(&d.join("new.json")).is_ok());
+        assert!(check_target(&d.join("file")).is_ok(), "an existing file is replaced");
+        let why = |p: &Path| check_target(p).unwrap_err().to_string();
+        assert!(why(d).contains("the output path is a directory"), "{}", why(d));
+        let slash = PathBuf::from(format!("{}/sub/", d.display()));
+        assert!(why(&slash).contains("names a directory"), "{}", why(&slash));
+        let missing = d.join("nodir/r.json");
+        assert!(why(&missing).contains("does not exist") && why(&missing).contains("nodir/r.json"));
+        assert!(why(&d.join("file/r.json")).contains("is not a folder"));
+        assert!(why(Path::new("/dev/null")).contains("not a regular file"));
+        // The writer refuses a directory too, and leaves it as it was.
+        assert!(write_atomic(d, b"x").unwrap_err().to_string().contains("is a directory"));
+        assert!(d.is_dir());
     }
 }

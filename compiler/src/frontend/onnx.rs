@@ -299,21 +299,35 @@ fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> R
     Ok(order)
 }
 
-/// Converts one attribute.
-fn attr_from_proto(a: &AttributeProto, node: &NodeProto, dir: DataDir) -> Result<Attr, Error> {
+/// Converts one attribute. Tensor and list attributes (a Constant's `value`, `sparse_value`,
+/// `value_floats`, ...) are held to the memory budget as initializers are: a sparse tensor is
+/// checked before it is made dense.
+fn attr_from_proto(a: &AttributeProto, node: &NodeProto, dir: DataDir, budget: usize) -> Result<Attr, Error> {
     let ty = a.type_.enum_value().unwrap_or(AttributeType::UNDEFINED);
     let bad = |what: &str| Error::Op {
         node: node.name.clone(),
         op_type: node.op_type.clone(),
         message: format!("attribute '{}': {what}", a.name),
     };
+    let fits = |dtype: DType, shape: Vec<usize>| ValueFact::new(dtype, shape).fits(budget).map_err(|e| bad(&e));
+    let dense = |t: Tensor| -> Result<Attr, Error> {
+        fits(t.dtype(), t.shape().to_vec())?;
+        Ok(Attr::Tensor(t))
+    };
+    // Lists are in memory already (the file held them), but a node must not hold more than a tensor may.
+    fits(DType::F32, vec![a.floats.len()])?;
+    fits(DType::I64, vec![a.ints.len()])?;
     let text = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| bad("string is not UTF-8"));
     Ok(match ty {
         AttributeType::FLOAT => Attr::Float(a.f),
         AttributeType::INT => Attr::Int(a.i),
         AttributeType::STRING => Attr::String(text(&a.s)?),
-        AttributeType::TENSOR => Attr::Tensor(tensor_from_proto(&a.t, dir)?),
-        AttributeType::SPARSE_TENSOR => Attr::Tensor(sparse_from_proto(&a.sparse_tensor, dir)?.to_dense()),
+        AttributeType::TENSOR => dense(tensor_from_proto(&a.t, dir)?)?,
+        AttributeType::SPARSE_TENSOR => {
+            let s = sparse_from_proto(&a.sparse_tensor, dir)?;
+            fits(s.values.dtype(), s.shape.clone())?;
+            Attr::Tensor(s.to_dense())
+        }
         AttributeType::FLOATS => Attr::Floats(a.floats.clone()),
         AttributeType::INTS => Attr::Ints(a.ints.clone()),
         AttributeType::STRINGS => Attr::Strings(a.strings.iter().map(|s| text(s)).collect::<Result<_, _>>()?),
@@ -327,7 +341,7 @@ fn attr_from_proto(a: &AttributeProto, node: &NodeProto, dir: DataDir) -> Result
             } else if !a.s.is_empty() {
                 Attr::String(text(&a.s)?)
             } else if a.t.is_some() {
-                Attr::Tensor(tensor_from_proto(&a.t, dir)?)
+                dense(tensor_from_proto(&a.t, dir)?)?
             } else if a.f != 0.0 {
                 Attr::Float(a.f)
             } else {
@@ -357,7 +371,7 @@ fn add_node(
     let def = registry().get(&np.op_type).ok_or_else(unknown)?;
     let mut attrs = Attrs::new();
     for a in &np.attribute {
-        attrs.insert(a.name.clone(), attr_from_proto(a, np, opts.data_dir())?);
+        attrs.insert(a.name.clone(), attr_from_proto(a, np, opts.data_dir(), opts.memory_budget)?);
     }
     let inputs: Vec<Option<ValueId>> =
         np.input.iter().map(|i| if i.is_empty() { None } else { Some(by_name[i.as_str()]) }).collect();

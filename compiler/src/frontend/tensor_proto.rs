@@ -1,7 +1,7 @@
 //! `TensorProto` / `SparseTensorProto` <-> IR tensors: `raw_data`, every typed field,
 //! external data files, and COO sparse tensors in both index layouts.
 
-use crate::ir::{numel, DType, Data, SparseTensor, Tensor};
+use crate::ir::{checked_numel, DType, Data, SparseTensor, Tensor};
 use crate::Error;
 use half::{bf16, f16};
 use onnx_protobuf::{SparseTensorProto, TensorProto};
@@ -136,7 +136,8 @@ pub fn sparse_from_proto(proto: &SparseTensorProto, dir: DataDir) -> Result<Spar
     let nnz = values.len();
     let indices =
         if nnz == 0 && proto.indices.is_none() { vec![] } else { tensor_from_proto(&proto.indices, dir)?.to_i64_vec() };
-    let total = numel(&shape);
+    let total = checked_numel(&shape)
+        .ok_or_else(|| Error::tensor(name, format!("shape {shape:?} has more elements than memory can address")))?;
     let rank = shape.len();
     let mut flat: Vec<usize> = Vec::with_capacity(nnz);
     if indices.len() == nnz {

@@ -223,6 +223,26 @@ pub(crate) fn max_steps(runs: &Runs, groups: usize) -> usize {
     runs.chunks(groups).map(|tile| tile.iter().map(Vec::len).sum::<usize>()).max().unwrap_or(0).max(1)
 }
 
+/// Whether `t` is a tile the 3xTF32 fine kernel takes when forced (`--fine-tile`): 32, 64 or
+/// 128 rows, 1 to 31 column groups, k_rows 1 to 8, n_tiles 0 (= 1), 1 or 2. The CLI checks a
+/// forced tile with it up front, whatever the model.
+pub fn check_forced_tile(t: &crate::codegen::Tile) -> Result<(), SpecError> {
+    if ![32, 64, 128].contains(&t.rows) {
+        return Err(SpecError(format!("3xTF32 fine tiles hold 32, 64 or 128 rows, not {}", t.rows)));
+    }
+    if !(1..=31).contains(&t.group) {
+        // One warp per group and a producer warp: at most 1024 threads.
+        return Err(SpecError(format!("3xTF32 fine tiles take 1 to 31 column groups, not {}", t.group)));
+    }
+    if !(1..=8).contains(&t.k_rows) {
+        return Err(SpecError(format!("3xTF32 fine chunks are 32 to 256 deep (k_rows 1-8), not {}", t.k_rows)));
+    }
+    if t.n_tiles > 2 {
+        return Err(SpecError(format!("3xTF32 fine groups take 1 or 2 n8 tiles, not {}", t.n_tiles)));
+    }
+    Ok(())
+}
+
 /// The tiling and the runs it was sized on (`runs_of(groups, chunk)` builds them; a chunk that
 /// does not fit is halved and the runs rebuilt).
 fn tiling(
@@ -233,16 +253,7 @@ fn tiling(
 ) -> Result<(Tiling, Runs), SpecError> {
     let (bm, groups, chunk, stages) = match spec.tile {
         Some(t) => {
-            if ![32, 64, 128].contains(&t.rows) {
-                return Err(SpecError(format!("3xTF32 fine tiles hold 32, 64 or 128 rows, not {}", t.rows)));
-            }
-            if !(1..=31).contains(&t.group) {
-                // One warp per group and a producer warp: at most 1024 threads.
-                return Err(SpecError(format!("3xTF32 fine tiles take 1 to 31 column groups, not {}", t.group)));
-            }
-            if !(1..=8).contains(&t.k_rows) {
-                return Err(SpecError(format!("3xTF32 fine chunks are 32 to 256 deep (k_rows 1-8), not {}", t.k_rows)));
-            }
+            check_forced_tile(&t)?;
             (t.rows, t.group, 32 * t.k_rows, t.stages)
         }
         // 64 × 128 tiles (128 CTAs at 1024³), k in chunks of 192 (1024³ 95%: 0.0218 ms against

@@ -94,13 +94,16 @@ pub struct Epilogue {
 impl Epilogue {
     pub const NONE: Epilogue = Epilogue { bias: false, activation: Activation::None };
 
-    /// The epilogue on one value, in f64: the CPU reference uses this.
+    /// The epilogue on one value, in f64: the CPU reference uses this. ReLU and Clip keep NaN
+    /// as ONNX's Relu and Clip do (`f64::max` would make a NaN the bound).
     pub fn apply(&self, x: f64, bias: f64) -> f64 {
         let x = if self.bias { x + bias } else { x };
+        let at_least = |x: f64, lo: f64| if x < lo { lo } else { x };
+        let at_most = |x: f64, hi: f64| if x > hi { hi } else { x };
         match self.activation {
             Activation::None => x,
-            Activation::Relu => x.max(0.0),
-            Activation::Clip { lo, hi } => x.max(lo as f64).min(hi as f64),
+            Activation::Relu => at_least(x, 0.0),
+            Activation::Clip { lo, hi } => at_most(at_least(x, lo as f64), hi as f64),
             Activation::Gelu => {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())

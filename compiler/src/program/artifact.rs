@@ -559,24 +559,37 @@ fn data_of(elem: Elem, bytes: &[u8], len: usize, name: &str) -> Result<Data, Art
     })
 }
 
-/// Reads artifact bytes back (see the module docs for what is checked).
-pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
-    if bytes.len() < 8 || &bytes[..8] != ARTIFACT_MAGIC {
+/// Bytes of an artifact's header: the magic, the version and the body length.
+pub const ARTIFACT_HEADER_BYTES: usize = 20;
+
+/// Checks an artifact's header (its first [`ARTIFACT_HEADER_BYTES`] bytes, or fewer when the
+/// file is shorter) against `file_len`, the length of the whole file: the magic, the version,
+/// and that the file is exactly header, body and checksum long. A reader calls it before it
+/// reads the body, so a file with a multi-GiB tail is refused without being read.
+pub fn check_header(head: &[u8], file_len: u64) -> Result<(), ArtifactError> {
+    let found = usize::try_from(file_len).unwrap_or(usize::MAX);
+    if head.len() < 8 || &head[..8] != ARTIFACT_MAGIC {
         return Err(ArtifactError::Magic);
     }
-    if bytes.len() < 20 {
-        return Err(ArtifactError::Length { found: bytes.len(), expected: 28 });
+    if head.len() < ARTIFACT_HEADER_BYTES {
+        return Err(ArtifactError::Length { found, expected: ARTIFACT_HEADER_BYTES + 8 });
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4"));
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4"));
     if version != ARTIFACT_VERSION {
         return Err(ArtifactError::Version { found: version });
     }
-    let body_len = u64::from_le_bytes(bytes[12..20].try_into().expect("8"));
-    let expected = (body_len as usize).saturating_add(28);
-    if bytes.len() != expected {
-        return Err(ArtifactError::Length { found: bytes.len(), expected });
+    let body_len = u64::from_le_bytes(head[12..20].try_into().expect("8"));
+    let expected = body_len.saturating_add(ARTIFACT_HEADER_BYTES as u64 + 8);
+    if file_len != expected {
+        return Err(ArtifactError::Length { found, expected: usize::try_from(expected).unwrap_or(usize::MAX) });
     }
-    let body = &bytes[20..20 + body_len as usize];
+    Ok(())
+}
+
+/// Reads artifact bytes back (see the module docs for what is checked).
+pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
+    check_header(&bytes[..bytes.len().min(ARTIFACT_HEADER_BYTES)], bytes.len() as u64)?;
+    let body = &bytes[ARTIFACT_HEADER_BYTES..bytes.len() - 8];
     let sum = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().expect("8"));
     if checksum(body) != sum {
         return Err(ArtifactError::Checksum);

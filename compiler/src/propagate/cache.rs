@@ -204,12 +204,20 @@ impl PropagationCache {
     }
 
     /// Sets every value's TeSA of `graph` from the entry of `key`, when there is one that fits.
+    /// Only a regular file is opened: a FIFO or a device in its place would block the read or
+    /// never end, and is [`Lookup::Damaged`] without being opened.
     pub fn load(&self, key: &str, graph: &mut Graph) -> Lookup {
         let path = self.path_of(key);
+        match std::fs::metadata(&path) {
+            // A folder that is not there or cannot be searched holds nothing, nor does a folder
+            // in the entry's place.
+            Err(_) => return Lookup::Miss,
+            Ok(m) if m.is_dir() => return Lookup::Miss,
+            Ok(m) if !m.is_file() => return Lookup::Damaged("not a regular file".into()),
+            Ok(_) => {}
+        }
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
-            // A folder that is not there or cannot be searched holds nothing.
-            Err(_) if !path.is_file() => return Lookup::Miss,
             Err(e) => return Lookup::Damaged(e.to_string()),
         };
         match decode(&bytes, key, graph) {

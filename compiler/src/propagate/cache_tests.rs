@@ -177,3 +177,18 @@ fn a_failed_write_leaves_no_entry_and_no_temporary() {
     assert_eq!(names.len(), 1, "{names:?}");
     assert_eq!(cache.load(&key, &mut mlp()), Lookup::Miss);
 }
+
+/// A FIFO in an entry's place would block a reader that opened it: it is refused by its type,
+/// unopened, and the graph is left as it was.
+#[test]
+#[cfg(unix)]
+fn a_fifo_in_an_entrys_place_is_not_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = PropagationCache::new(dir.path());
+    let key = key_of(&mlp(), None, true);
+    let made = std::process::Command::new("mkfifo").arg(cache.path_of(&key)).status().is_ok_and(|s| s.success());
+    assert!(made, "mkfifo is needed for this test");
+    let mut g = mlp();
+    assert_eq!(cache.load(&key, &mut g), Lookup::Damaged("not a regular file".into()));
+    assert_eq!(g, mlp());
+}

@@ -143,7 +143,8 @@ impl TuneCache {
     /// The entry of `key`: `Ok(None)` when there is none, `Err(why)` when the file is damaged.
     pub fn read(&self, key: &str) -> Result<Option<Entry>, String> {
         let path = self.path_of(key);
-        let text = match std::fs::read_to_string(&path) {
+        // Only a regular file is opened (a FIFO would block the read).
+        let text = match crate::contained::read_regular_text(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("{}: {e}", path.display())),

@@ -57,7 +57,8 @@ fn cached_ptx(name: &str, source: &str, arch: &str, dir: Option<&PathBuf>) -> Re
     let key = format!("{:016x}-{arch}-{}", spartac::codegen::source_hash(source), env!("CARGO_PKG_VERSION"));
     let path = dir.map(|d| d.join(format!("{key}.ptx")));
     if let Some(p) = &path {
-        if let Ok(text) = std::fs::read_to_string(p) {
+        // Only a regular file is opened: a FIFO in the cache would block the read.
+        if let Ok(text) = spartac::contained::read_regular_text(p) {
             if let Some((sum, ptx)) = text.split_once('\n') {
                 if format!("{:016x}", spartac::program::checksum(ptx.as_bytes())) == sum {
                     return Ok((ptx.to_string(), true));

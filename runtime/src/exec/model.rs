@@ -77,8 +77,9 @@ impl GpuModel {
 }
 
 /// How far `got` is from `want`: the largest absolute difference over the largest magnitude of
-/// `want` (normwise relative error; NaN anywhere in `got` gives infinity). Integer tensors
-/// compare exactly (0 or infinity).
+/// `want`'s finite elements (normwise relative error). A NaN or an infinity must meet the same
+/// in the other tensor (NaN, +inf, -inf), else the error is infinity: a NaN dropped or made up
+/// is a wrong result. Integer tensors compare exactly (0 or infinity).
 pub fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
     if got.shape() != want.shape() || got.dtype() != want.dtype() {
         return f64::INFINITY;
@@ -87,13 +88,33 @@ pub fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
     if !want.dtype().is_float() {
         return if g == w { 0.0 } else { f64::INFINITY };
     }
-    let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+    let scale = w.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
     let mut worst = 0.0f64;
     for (a, b) in g.iter().zip(&w) {
-        if a.is_nan() && !b.is_nan() {
+        if a.is_finite() && b.is_finite() {
+            worst = worst.max((a - b).abs());
+        } else if !(a.is_nan() && b.is_nan() || a == b) {
             return f64::INFINITY;
         }
-        worst = worst.max((a - b).abs());
     }
     worst / scale
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative_error;
+    use spartac::ir::Tensor;
+
+    #[test]
+    fn nan_and_infinities_must_meet_their_own_kind() {
+        let t = |v: &[f32]| Tensor::from_vec(vec![v.len()], v.to_vec());
+        let (nan, inf) = (f32::NAN, f32::INFINITY);
+        assert_eq!(relative_error(&t(&[1.0, nan, inf, -inf]), &t(&[1.0, nan, inf, -inf])), 0.0);
+        assert!((relative_error(&t(&[1.0, 2.5, nan]), &t(&[1.0, 2.0, nan])) - 0.25).abs() < 1e-12);
+        for (got, want) in
+            [([0.0, 1.0], [nan, 1.0]), ([nan, 1.0], [0.0, 1.0]), ([inf, 1.0], [-inf, 1.0]), ([5.0, 1.0], [inf, 1.0])]
+        {
+            assert_eq!(relative_error(&t(&got), &t(&want)), f64::INFINITY, "{got:?} against {want:?}");
+        }
+    }
 }

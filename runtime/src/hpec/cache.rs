@@ -301,7 +301,8 @@ pub fn decode_network(bytes: &[u8], expected_key: u64) -> Result<Network, String
 
 /// Tries the cache file; `Err(reason)` when it is missing or unusable.
 pub fn read_cache_file(path: &Path, key: u64) -> Result<Network, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("no usable cache file ({e})"))?;
+    // Only a regular file is opened: a FIFO in the cache would block the read.
+    let bytes = spartac::contained::read_regular(path).map_err(|e| format!("no usable cache file ({e})"))?;
     decode_network(&bytes, key)
 }
 

@@ -125,9 +125,16 @@ impl Images {
     }
 }
 
-/// Opens a file for buffered reading, decompressing it when its name ends in `.gz`.
+/// Opens a regular file (links followed): a FIFO or a device (`/dev/zero`) is refused by its
+/// type before it is opened, so it can neither block the reader nor feed it without end.
+pub fn open_regular(path: &Path) -> HpecResult<File> {
+    spartac::contained::check_regular(path).map_err(|e| HpecError::io(path, e))?;
+    File::open(path).map_err(|e| HpecError::io(path, e))
+}
+
+/// Opens a regular file for buffered reading, decompressing it when its name ends in `.gz`.
 pub fn open_text(path: &Path) -> HpecResult<Box<dyn BufRead>> {
-    let file = File::open(path).map_err(|e| HpecError::io(path, e))?;
+    let file = open_regular(path)?;
     if path.extension().is_some_and(|ext| ext == "gz") {
         Ok(Box::new(BufReader::with_capacity(1 << 16, flate2::read::GzDecoder::new(file))))
     } else {

@@ -164,7 +164,8 @@ pub fn reference_categories_cached(
     h.add_u32s(&px.indices);
     h.add_f32s(&px.values);
     let path = dir.join(format!("{:016x}.categories", h.finish()));
-    if let Ok(text) = std::fs::read_to_string(&path) {
+    // Only a regular file is opened: a FIFO in the cache would block the read.
+    if let Ok(text) = spartac::contained::read_regular_text(&path) {
         if let Some((sum, ids)) = text.split_once('\n') {
             if format!("{:016x}", spartac::program::checksum(ids.as_bytes())) == sum {
                 if let Ok(ids) = ids.split_whitespace().map(str::parse::<u32>).collect::<Result<Vec<_>, _>>() {

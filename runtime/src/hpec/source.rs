@@ -6,11 +6,11 @@
 //! against it. With `layers = Some(L)` only `n{N}-l1.tsv` .. `n{N}-l{L}.tsv` are parsed.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use super::error::{HpecError, HpecResult};
+use super::images::open_regular;
 use super::network::{bias_for_neurons, Network};
 
 /// Most neurons a layer file may name (its name sizes the layer before any line is read).
@@ -198,7 +198,7 @@ fn read_plain_files(collector: &mut LayerCollector, files: Vec<(usize, usize, Pa
     let parsed: Vec<HpecResult<(usize, LayerMatrix)>> = to_parse
         .par_iter()
         .map(|(neurons, layer, path)| {
-            let file = File::open(path).map_err(|e| HpecError::io(path, e))?;
+            let file = open_regular(path)?;
             let reader = BufReader::with_capacity(1 << 16, file);
             Ok((*layer, read_layer_tsv(&path.display().to_string(), reader, *neurons)?))
         })
@@ -211,7 +211,7 @@ fn read_plain_files(collector: &mut LayerCollector, files: Vec<(usize, usize, Pa
 }
 
 fn read_tar_gz(collector: &mut LayerCollector, path: &Path) -> HpecResult<()> {
-    let file = File::open(path).map_err(|e| HpecError::io(path, e))?;
+    let file = open_regular(path)?;
     let decoder = flate2::read::GzDecoder::new(BufReader::with_capacity(1 << 16, file));
     let mut archive = tar::Archive::new(decoder);
     let archive_name = path.display().to_string();

@@ -91,7 +91,8 @@ fn compiled_layer(
     }
     let path = cache.map(|d| layer_cache_path(d, layer, batch, options));
     if let Some(p) = &path {
-        if let Some(k) = std::fs::read(p).ok().and_then(|b| LayerKernels::from_bytes(&b)) {
+        // Only a regular file is opened: a FIFO in the cache would block the read.
+        if let Some(k) = spartac::contained::read_regular(p).ok().and_then(|b| LayerKernels::from_bytes(&b)) {
             return Ok((k, true));
         }
     }

@@ -3,9 +3,11 @@
 //!
 //! Every reader consumes a `BufRead` line by line without holding the text, validates each
 //! line and reports errors as `file:line: message` (bad number, index 0, index beyond the
-//! neuron count, duplicate entry, truncated line, extra fields).
+//! neuron count, duplicate entry, truncated line, extra fields, a line past [`MAX_LINE`] bytes).
+//! The entries a file names grow by fallible reservations: a file too large for memory is an
+//! error, not an abort.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 
 use super::error::{HpecError, HpecResult};
 use super::images::Images;
@@ -89,7 +91,12 @@ impl ValueParser {
     }
 }
 
-/// Calls `on_line(line_no, bytes)` for each non-blank line (without its line ending).
+/// Most bytes one line of a challenge file may hold (three numbers take a few dozen): a longer
+/// one, such as the endless line of `/dev/zero` or of a binary file, is refused when read.
+pub const MAX_LINE: usize = 4096;
+
+/// Calls `on_line(line_no, bytes)` for each non-blank line (without its line ending); a line
+/// longer than [`MAX_LINE`] is an error.
 fn for_each_line(
     file: &str,
     mut reader: impl BufRead,
@@ -99,11 +106,17 @@ fn for_each_line(
     let mut line_no = 0u64;
     loop {
         buffer.clear();
-        let n_read = reader.read_until(b'\n', &mut buffer).map_err(|e| HpecError::io(file, e))?;
+        let n_read = (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buffer)
+            .map_err(|e| HpecError::io(file, e))?;
         if n_read == 0 {
             return Ok(());
         }
         line_no += 1;
+        if buffer.len() > MAX_LINE && buffer.last() != Some(&b'\n') {
+            return Err(HpecError::parse(file, line_no, format!("line longer than {MAX_LINE} bytes")));
+        }
         let mut line = buffer.as_slice();
         while let Some((&last, rest)) = line.split_last() {
             if last == b'\n' || last == b'\r' {
@@ -119,6 +132,18 @@ fn for_each_line(
     }
 }
 
+/// Appends to `entries`, growing it by a fallible reservation: out of memory is an error of
+/// `file` at `line_no`, not an abort.
+fn push_entry<T>(entries: &mut Vec<T>, entry: T, file: &str, line_no: u64) -> HpecResult<()> {
+    if entries.len() == entries.capacity() {
+        entries
+            .try_reserve(entries.len().max(1 << 10))
+            .map_err(|_| HpecError::parse(file, line_no, format!("{} entries do not fit in memory", entries.len())))?;
+    }
+    entries.push(entry);
+    Ok(())
+}
+
 /// Reads one layer TSV of an `neurons`-neuron network into both compressed forms.
 pub fn read_layer_tsv(file: &str, reader: impl BufRead, neurons: usize) -> HpecResult<LayerMatrix> {
     // (row, col, value, line) so that a duplicate can name both of its lines.
@@ -129,8 +154,7 @@ pub fn read_layer_tsv(file: &str, reader: impl BufRead, neurons: usize) -> HpecR
         let row = one_based_index(file, line_no, row, "row", Some(neurons))?;
         let col = one_based_index(file, line_no, col, "column", Some(neurons))?;
         let value = values.parse(file, line_no, value)?;
-        entries.push((row - 1, col - 1, value, line_no.min(u32::MAX as u64) as u32));
-        Ok(())
+        push_entry(&mut entries, (row - 1, col - 1, value, line_no.min(u32::MAX as u64) as u32), file, line_no)
     })?;
     entries.sort_unstable_by_key(|e| (e.0, e.1));
     if let Some(pair) = entries.windows(2).find(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1) {
@@ -164,8 +188,7 @@ pub fn read_images_tsv(
         let image = one_based_index(file, line_no, image, "image", n_images)?;
         let pixel = one_based_index(file, line_no, pixel, "pixel", Some(neurons))?;
         let value = values.parse(file, line_no, value)?;
-        entries.push((image - 1, pixel - 1, value, line_no.min(u32::MAX as u64) as u32));
-        Ok(())
+        push_entry(&mut entries, (image - 1, pixel - 1, value, line_no.min(u32::MAX as u64) as u32), file, line_no)
     })?;
     entries.sort_unstable_by_key(|e| (e.0, e.1));
     if let Some(pair) = entries.windows(2).find(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1) {
@@ -198,8 +221,8 @@ pub fn read_categories(file: &str, reader: impl BufRead) -> HpecResult<Vec<u32>>
         if fields.next().is_some() {
             return Err(HpecError::parse(file, line_no, "extra fields: expected one image id"));
         }
-        ids.push((one_based_index(file, line_no, field, "image", None)?, line_no));
-        Ok(())
+        let id = one_based_index(file, line_no, field, "image", None)?;
+        push_entry(&mut ids, (id, line_no), file, line_no)
     })?;
     ids.sort_unstable();
     if let Some(pair) = ids.windows(2).find(|w| w[0].0 == w[1].0) {
@@ -249,6 +272,12 @@ mod tests {
         let err = read_images_tsv("img.tsv", "1\t5\t1\n".as_bytes(), 4, None).unwrap_err();
         assert_eq!(err.to_string(), "img.tsv:1: pixel index 5 exceeds the neuron count 4");
         assert_eq!(read_categories("c.tsv", "3\n1\n\n".as_bytes()).unwrap(), vec![1, 3]);
+        // An endless line (a device, a binary file) is refused at the bound, not read whole.
+        let zeros = std::io::BufReader::new(std::io::repeat(0).take(1 << 20));
+        let err = read_categories("zero", zeros).unwrap_err();
+        assert_eq!(err.to_string(), format!("zero:1: line longer than {MAX_LINE} bytes"));
+        let long = format!("1\t1\t{}\n", "0".repeat(MAX_LINE - 4));
+        assert!(read_images_tsv("img.tsv", long.as_bytes(), 4, None).is_ok(), "a line of MAX_LINE bytes");
         let err = read_categories("c.tsv", "3\n3\n".as_bytes()).unwrap_err();
         assert_eq!(err.to_string(), "c.tsv:2: duplicate image id 3");
     }

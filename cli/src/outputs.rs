@@ -1,0 +1,18 @@
+//! Output paths checked before a command does its work: a side output that cannot be written
+//! (`--json` into a missing folder, `-o` naming a directory) fails the command first, so the
+//! main output is never replaced by a run that then fails. The writes themselves stay atomic
+//! (`spartac::output`).
+
+use anyhow::{anyhow, Result};
+use std::path::Path;
+
+/// Checks every given output path (flag name, path) with [`spartac::output::check_target`];
+/// the error names the flag.
+pub fn check_outputs<'a>(targets: impl IntoIterator<Item = (&'a str, Option<&'a Path>)>) -> Result<()> {
+    for (flag, path) in targets {
+        if let Some(path) = path {
+            spartac::output::check_target(path).map_err(|e| anyhow!("{flag}: {e}"))?;
+        }
+    }
+    Ok(())
+}
