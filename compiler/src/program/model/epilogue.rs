@@ -1,0 +1,167 @@
+//! Which nodes after a planned matmul its epilogue absorbs: a bias `Add` of a 1-D constant and
+//! an activation chain, recognized by evaluating the chain with the reference ops on probe
+//! values and comparing it with each epilogue activation (so any spelling of GELU is found).
+
+use super::*;
+
+impl Lowering<'_> {
+    /// The nodes after planned `node` that its epilogue absorbs (the same choice
+    /// [`Lowering::lower_planned`] makes).
+    pub(super) fn epilogue_nodes(&self, node: &Node, op: &OperatorPlan) -> Vec<usize> {
+        let mut out = node.outputs[0];
+        let mut nodes = vec![];
+        let gemm_bias = node.op_type == "Gemm" && node.inputs.get(2).copied().flatten().is_some();
+        if !gemm_bias {
+            if let Some((add_out, _, add_i)) = self.bias_after(out, op.cols) {
+                out = add_out;
+                nodes.push(add_i);
+            }
+        }
+        if let Some((_, _, members)) = self.activation_after(out) {
+            nodes.extend(members);
+        }
+        nodes
+    }
+
+    /// `Add(y, b)` / `Add(b, y)` with `b` a constant of `n` elements (or one), when it is the
+    /// only consumer of `y`: its output, the bias and the node index.
+    pub(super) fn bias_after(&self, y: ValueId, n: usize) -> Option<(ValueId, Vec<f32>, usize)> {
+        let graph = self.graph;
+        let c = self.only_consumer(y)?;
+        let add = &graph.nodes[c];
+        if add.op_type != "Add" || add.inputs.len() != 2 {
+            return None;
+        }
+        let other = add.inputs.iter().flatten().find(|&&v| v != y).copied()?;
+        let t = constant(graph, other)?;
+        if t.dtype() != graph.fact(y).dtype || graph.fact(add.outputs[0]).shape != graph.fact(y).shape {
+            return None;
+        }
+        let vals: Vec<f32> = t.to_f64_vec().into_iter().map(|x| x as f32).collect();
+        let shape = t.shape();
+        let row_vector = shape.iter().rev().skip(1).all(|&d| d == 1);
+        let bias = match vals.len() {
+            1 => vec![vals[0]; n],
+            l if l == n && row_vector && shape.last() == Some(&n) => vals,
+            _ => return None,
+        };
+        Some((add.outputs[0], bias, c))
+    }
+
+    /// The chain of elementwise nodes after `z` that computes one epilogue activation of `z`:
+    /// (activation, the chain's output, its nodes). Found by growing the region of nodes that
+    /// read only `z`, region values and one-element constants, then evaluating it with the
+    /// reference ops on probe values.
+    pub(super) fn activation_after(&self, z: ValueId) -> Option<(Activation, ValueId, Vec<usize>)> {
+        let graph = self.graph;
+        if self.is_output[z.0 as usize] {
+            return None;
+        }
+        let start = graph.nodes.iter().position(|n| n.outputs.contains(&z)).map_or(0, |p| p + 1);
+        let mut region: Vec<usize> = vec![];
+        let mut values = vec![z];
+        for (i, node) in graph.nodes.iter().enumerate().skip(start) {
+            if region.len() >= 8 {
+                break;
+            }
+            if !is_elementwise(&node.op_type) || node.op_type == "Transpose" || node.outputs.len() != 1 {
+                continue;
+            }
+            let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+            let reads_region = ins.iter().any(|v| values.contains(v));
+            let rest_scalar = ins.iter().all(|v| values.contains(v) || scalar_constant(graph, *v).is_some());
+            if reads_region && rest_scalar && graph.fact(node.outputs[0]).shape == graph.fact(z).shape {
+                region.push(i);
+                values.push(node.outputs[0]);
+            }
+        }
+        // Try each prefix ending where exactly one value leaves, longest first.
+        for end in (0..region.len()).rev() {
+            let members = &region[..=end];
+            let outs: Vec<ValueId> = members.iter().map(|&m| graph.nodes[m].outputs[0]).collect();
+            let internal = std::iter::once(z).chain(outs[..outs.len() - 1].iter().copied());
+            let escapes = internal.into_iter().any(|v| {
+                self.is_output[v.0 as usize] || self.consumers[v.0 as usize].iter().any(|c| !members.contains(c))
+            });
+            if escapes {
+                continue;
+            }
+            let end_v = outs[outs.len() - 1];
+            // A Clip with constant bounds (ReLU6) is a candidate of its own.
+            let mut candidates = vec![Activation::GeluErf, Activation::Relu];
+            if let [one] = members {
+                if let Some(clip) = self.clip_bounds(&graph.nodes[*one]) {
+                    candidates.push(clip);
+                }
+            }
+            for act in candidates {
+                if self.chain_computes(z, members, end_v, act) {
+                    return Some((act, end_v, members.to_vec()));
+                }
+            }
+        }
+        None
+    }
+
+    /// The epilogue of a Clip node whose bounds are constants (absent: unbounded).
+    pub(super) fn clip_bounds(&self, node: &Node) -> Option<Activation> {
+        if node.op_type != "Clip" {
+            return None;
+        }
+        let bound = |i: usize, default: f32| -> Option<f32> {
+            match node.inputs.get(i).copied().flatten() {
+                Some(v) => scalar_constant(self.graph, v).map(|(_, x)| x as f32),
+                None => Some(default),
+            }
+        };
+        let (lo, hi) = if node.opset < 11 {
+            (node.attrs.float("min", f32::MIN).ok()?, node.attrs.float("max", f32::MAX).ok()?)
+        } else {
+            (bound(1, f32::MIN)?, bound(2, f32::MAX)?)
+        };
+        Some(Activation::Clip { lo, hi })
+    }
+
+    /// Whether running `members` on probe values of `z` gives `act(z)` (relative 1e-6; 16-bit
+    /// types within their rounding).
+    pub(super) fn chain_computes(&self, z: ValueId, members: &[usize], end: ValueId, act: Activation) -> bool {
+        let graph = self.graph;
+        // Probes in z's own type (a 16-bit model's chain computes in 16 bits).
+        let dtype = graph.fact(z).dtype;
+        let raw: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.173).collect();
+        let probe_t = Tensor::from_vec(vec![raw.len()], raw).cast(dtype);
+        let probes = probe_t.to_f64_vec();
+        let tolerance = match dtype {
+            DType::F16 => 2e-3,
+            DType::BF16 => 1e-2,
+            _ => 1e-6,
+        };
+        let mut vals: HashMap<ValueId, Tensor> = HashMap::new();
+        vals.insert(z, probe_t);
+        for &m in members {
+            let node = &graph.nodes[m];
+            let ins: Vec<Option<Tensor>> = node
+                .inputs
+                .iter()
+                .map(|v| v.and_then(|v| vals.get(&v).cloned().or_else(|| constant(graph, v))))
+                .collect();
+            let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+            let Some(def) = registry().get(&node.op_type) else { return false };
+            let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
+            let Ok(mut outs) = (def.eval)(&ctx, &refs) else { return false };
+            if outs.is_empty() {
+                return false;
+            }
+            vals.insert(node.outputs[0], outs.swap_remove(0));
+        }
+        let Some(got) = vals.get(&end) else { return false };
+        if got.len() != probes.len() {
+            return false;
+        }
+        let e = Epilogue { bias: false, activation: act };
+        got.to_f64_vec().iter().zip(&probes).all(|(g, &x)| {
+            let want = e.apply(x, 0.0);
+            (g - want).abs() <= tolerance * want.abs().max(1.0)
+        })
+    }
+}

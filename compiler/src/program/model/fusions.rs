@@ -1,0 +1,134 @@
+//! Which nodes run inside another node's step: epilogues absorbed by planned matmuls,
+//! Transposes folded into activation MatMuls, NHWC convolutions with their Transposes,
+//! elementwise groups, attentions (with their in-place slices) and LayerNorms with their
+//! input's group. The analysis the lowering loop then follows; it also sets the loop
+//! iteration each node is computed at, from which buffer lifetimes are counted.
+
+use super::*;
+
+impl Lowering<'_> {
+    /// The fusions of the graph: records the attentions, NHWC convolutions, folded Transposes,
+    /// in-place views and LayerNorm fusions in `self`, sets `self.last_use`, and returns the
+    /// nodes already taken (`done`) and the elementwise groups keyed by their last node.
+    pub(super) fn find_fusions(&mut self) -> (Vec<bool>, HashMap<usize, Vec<usize>>) {
+        let graph = self.graph;
+        // Nodes that planned matmuls' epilogues absorb stay out of the elementwise groups.
+        // `emit_at[n]`: the loop iteration whose step computes node n.
+        let mut emit_at: Vec<usize> = (0..graph.nodes.len()).collect();
+        let mut absorbed = vec![false; graph.nodes.len()];
+        if self.options.fuse_epilogues {
+            for (i, node) in graph.nodes.iter().enumerate() {
+                if let Some(op) = self.planned.get(node.name.as_str()) {
+                    for a in self.epilogue_nodes(node, op) {
+                        absorbed[a] = true;
+                        emit_at[a] = i;
+                    }
+                }
+            }
+        }
+        // Transposes read only by an activation×activation MatMul fold into its strides.
+        let mut done = vec![false; graph.nodes.len()];
+        if self.options.fuse_elementwise {
+            for (i, node) in graph.nodes.iter().enumerate() {
+                if node.op_type != "MatMul" || self.planned.contains_key(node.name.as_str()) {
+                    continue;
+                }
+                for (pos, v) in node.inputs.iter().enumerate().take(2) {
+                    let Some(v) = *v else { continue };
+                    let Some(t) = graph.nodes.iter().position(|n| n.outputs.contains(&v)) else { continue };
+                    if graph.nodes[t].op_type == "Transpose"
+                        && self.only_consumer(v) == Some(i)
+                        && graph.fact(v).shape.len() >= 2
+                    {
+                        self.folded.entry(i).or_default().push((pos, t));
+                        absorbed[t] = true;
+                        done[t] = true;
+                        emit_at[t] = i;
+                    }
+                }
+            }
+        }
+        // NHWC convolutions (as `rewrite::channels_last` leaves them): the Transposes around a
+        // Conv, and an activation after it, run inside the one conv kernel.
+        for i in 0..graph.nodes.len() {
+            let Some((t_in, t_out)) = self.nhwc_conv(i) else { continue };
+            let mut members = vec![t_in, t_out];
+            if self.options.fuse_epilogues {
+                if let Some((_, _, act)) = self.activation_after(graph.nodes[t_out].outputs[0]) {
+                    members.extend(act);
+                }
+            }
+            for m in members {
+                absorbed[m] = true;
+                done[m] = true;
+                emit_at[m] = i;
+            }
+            self.convs.insert(i, (t_in, t_out));
+        }
+        let mut groups =
+            if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
+        // Attention (scores MatMul → score group → Softmax → ·V MatMul → Transpose) runs as one
+        // kernel at its ·V MatMul.
+        if self.options.fuse_elementwise {
+            for f in self.find_attention(&groups) {
+                let mut members = vec![f.scores, f.softmax];
+                members.extend(&f.group);
+                members.extend(self.folded.get(&f.scores).into_iter().flatten().map(|&(_, t)| t));
+                members.extend(f.out_transpose);
+                for g in f.group.last().into_iter().chain(&f.out_transpose) {
+                    groups.remove(g);
+                }
+                // Q, K or V sliced out of a wider value: read in place.
+                for v in self.attention_sources(&f) {
+                    if let Some(chain) = strided_views::view_chain(&self, v) {
+                        members.extend(&chain.nodes);
+                        self.views.insert(v, chain);
+                    }
+                }
+                for m in members {
+                    absorbed[m] = true;
+                    done[m] = true;
+                    emit_at[m] = f.pv;
+                }
+                self.attention.insert(f.pv, f);
+            }
+        }
+        // A group read by a LayerNorm alone (or before its other readers) runs in its kernel.
+        if self.options.fuse_elementwise {
+            for f in self.find_norm_fusions(&groups) {
+                groups.remove(f.group.last().expect("a group has a node"));
+                for &m in &f.group {
+                    absorbed[m] = true;
+                    done[m] = true;
+                    emit_at[m] = f.norm;
+                }
+                self.norms.insert(f.norm, f);
+            }
+        }
+        for (&last, members) in &groups {
+            for &m in members {
+                emit_at[m] = last;
+            }
+        }
+        self.last_use = last_uses(graph, &emit_at);
+        (done, groups)
+    }
+}
+
+/// A value is last read in the iteration that emits its last consumer (graph outputs: never;
+/// values nothing reads: right after they are made).
+fn last_uses(graph: &Graph, emit_at: &[usize]) -> Vec<usize> {
+    let mut last_use = vec![0usize; graph.values.len()];
+    for (n, node) in graph.nodes.iter().enumerate() {
+        for v in &node.outputs {
+            last_use[v.0 as usize] = last_use[v.0 as usize].max(emit_at[n]);
+        }
+        for v in node.inputs.iter().flatten() {
+            last_use[v.0 as usize] = last_use[v.0 as usize].max(emit_at[n]);
+        }
+    }
+    for v in &graph.outputs {
+        last_use[v.0 as usize] = usize::MAX;
+    }
+    last_use
+}

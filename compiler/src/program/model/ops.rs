@@ -1,0 +1,248 @@
+//! The ops without a fusion of their own, one step and one generated kernel each (Gather,
+//! LayerNorm, Softmax, reductions, Concat, ...); activation×activation MatMuls with their folded
+//! Transposes; data movement with constant indices as a gather through a traced source map.
+
+use super::*;
+
+impl Lowering<'_> {
+    pub(super) fn lower_other(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let input = |i: usize| node.inputs.get(i).copied().flatten();
+        let need = |i: usize| input(i).ok_or_else(|| self.node_err(node, format!("input {i} is missing")));
+        let out = node.outputs[0];
+        let ofact = graph.fact(out).clone();
+        let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
+        let attrs = &node.attrs;
+        if REMAPS.contains(&node.op_type.as_str())
+            && node.inputs.iter().skip(1).flatten().all(|&v| graph.initializers.contains_key(&v))
+        {
+            return self.lower_remap(node);
+        }
+        let kernel = match node.op_type.as_str() {
+            "Gather" => {
+                let (data, idx) = (need(0)?, need(1)?);
+                let rank = graph.fact(data).shape.len();
+                let axis = norm_axis(attrs.int("axis", 0).unwrap_or(0), rank)
+                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
+                graph_ops::gather(&name, &self.desc(data), &self.desc(idx), axis)
+            }
+            "LayerNormalization" => {
+                let (shape, axis, eps) = norm_fusion::norm_geometry(self, node).map_err(|e| self.node_err(node, e))?;
+                let x = need(0)?;
+                let cols: usize = shape[axis..].iter().product();
+                let rows: usize = shape[..axis].iter().product();
+                graph_ops::layer_norm(
+                    &name,
+                    rows,
+                    cols,
+                    eps,
+                    graph.fact(x).dtype,
+                    input(1).map(|v| graph.fact(v).dtype),
+                    input(2).map(|v| graph.fact(v).dtype),
+                    ofact.dtype,
+                )
+            }
+            "Softmax" | "LogSoftmax" => {
+                let x = need(0)?;
+                let shape = &graph.fact(x).shape;
+                let default = if node.opset >= 13 { -1 } else { 1 };
+                let axis = norm_axis(attrs.int("axis", default).unwrap_or(default), shape.len())
+                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
+                if node.opset >= 13 && axis + 1 != shape.len() {
+                    return Err(self.node_err(node, "softmax over an axis other than the last is not built"));
+                }
+                let cols: usize = shape[axis..].iter().product();
+                let rows = ofact.numel() / cols.max(1);
+                graph_ops::softmax(&name, rows, cols, ofact.dtype, node.op_type == "LogSoftmax")
+            }
+            op @ ("ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare"
+            | "ReduceL2") => {
+                let x = need(0)?;
+                let rank = graph.fact(x).shape.len();
+                let axes: Option<Vec<i64>> = match input(1) {
+                    Some(a) => Some(
+                        constant(graph, a).ok_or_else(|| self.node_err(node, "axes must be constant"))?.to_i64_vec(),
+                    ),
+                    None => attrs.ints_opt("axes").ok().flatten().map(|v| v.to_vec()),
+                };
+                let noop = attrs.int("noop_with_empty_axes", 0).unwrap_or(0) != 0;
+                let mut axes: Vec<usize> = match axes {
+                    Some(a) if !a.is_empty() => a
+                        .iter()
+                        .map(|&x| norm_axis(x, rank).ok_or_else(|| self.node_err(node, "axis out of range")))
+                        .collect::<Result<_, _>>()?,
+                    _ if noop => vec![],
+                    _ => (0..rank).collect(),
+                };
+                axes.sort_unstable();
+                axes.dedup();
+                let kind = match op {
+                    "ReduceSum" => Reduce::Sum,
+                    "ReduceMean" => Reduce::Mean,
+                    "ReduceMax" => Reduce::Max,
+                    "ReduceMin" => Reduce::Min,
+                    "ReduceProd" => Reduce::Prod,
+                    "ReduceSumSquare" => Reduce::SumSquare,
+                    _ => Reduce::L2,
+                };
+                if axes.is_empty() {
+                    // Nothing reduced: an elementwise identity (or square) of the input.
+                    return self.lower_group_single(node);
+                }
+                graph_ops::reduce(&name, &self.desc(x), &axes, kind, ofact.dtype)
+            }
+            "MatMul" if self.folded.contains_key(&self.node_index(node)) => return self.lower_folded_matmul(node),
+            "MatMul" => {
+                let (a, bv) = (need(0)?, need(1)?);
+                let (mut da, mut db) = (self.desc(a), self.desc(bv));
+                // 1-D operands: ONNX promotes them to matrices and drops the dim after.
+                if da.shape.len() == 1 {
+                    da = TensorDesc::contiguous(da.dtype, &[1, da.shape[0]]);
+                }
+                if db.shape.len() == 1 {
+                    db = TensorDesc::contiguous(db.dtype, &[db.shape[0], 1]);
+                }
+                let mut oshape = ofact.shape.clone();
+                if graph.fact(a).shape.len() == 1 {
+                    oshape.insert(oshape.len().saturating_sub(1), 1);
+                }
+                if graph.fact(bv).shape.len() == 1 {
+                    oshape.push(1);
+                }
+                graph_ops::matmul(&name, &da, &db, &TensorDesc::contiguous(ofact.dtype, &oshape))
+            }
+            "Concat" => {
+                let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+                let rank = ofact.shape.len();
+                let axis = norm_axis(attrs.int("axis", 0).unwrap_or(0), rank)
+                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
+                let descs: Vec<TensorDesc> = ins.iter().map(|&v| self.desc(v)).collect();
+                graph_ops::concat(&name, &descs, axis, &self.desc(out))
+            }
+            _ => {
+                let known = registry().get(&node.op_type).is_some();
+                return Err(self.node_err(
+                    node,
+                    if known { "runs on the CPU reference but has no GPU kernel yet" } else { "unknown op" },
+                ));
+            }
+        }
+        .map_err(|e| self.node_err(node, e))?;
+        // Kernel parameters: the present inputs in order, then the output.
+        let mut operands = vec![];
+        let mut args = vec![];
+        for v in &node.inputs {
+            match v {
+                Some(v) => {
+                    operands.push(Some(self.operand(*v)?));
+                    // A reduction's kernel reads the data only (the axes are in its code).
+                    if !(node.op_type.starts_with("Reduce") && args.len() == 1) {
+                        args.push(self.buf(*v)?);
+                    }
+                }
+                None => operands.push(None),
+            }
+        }
+        let mut outs = vec![self.operand(out)?];
+        for v in &node.outputs[1..] {
+            let f = graph.fact(*v);
+            outs.push(Operand::Temp { id: 0, dtype: f.dtype, shape: f.shape.clone() });
+        }
+        args.push(self.buf(out)?);
+        let op = self.node_op(node, operands, outs);
+        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), kernel, args);
+        Ok(())
+    }
+
+    pub(super) fn node_index(&self, node: &Node) -> usize {
+        self.graph.nodes.iter().position(|n| std::ptr::eq(n, node)).expect("a node of the graph")
+    }
+
+    /// An activation×activation MatMul with the Transposes of [`Lowering::folded`] read through
+    /// their permutations: one kernel; the step's nodes are the Transposes (into temporaries)
+    /// and the MatMul, so the CPU executor computes exactly the graph's ops.
+    pub(super) fn lower_folded_matmul(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let folds = self.folded[&self.node_index(node)].clone();
+        let out = node.outputs[0];
+        let mut nodes = vec![];
+        let mut descs = vec![];
+        let mut args = vec![];
+        let mut operands = vec![];
+        for pos in 0..2 {
+            let v = node.inputs[pos].ok_or_else(|| self.node_err(node, format!("input {pos} is missing")))?;
+            if graph.fact(v).shape.len() < 2 {
+                return Err(self.node_err(node, "a folded transpose needs matrices"));
+            }
+            match folds.iter().find(|(p, _)| *p == pos) {
+                Some(&(_, t)) => {
+                    let tnode = &graph.nodes[t];
+                    let src = tnode.inputs[0].ok_or_else(|| self.node_err(tnode, "input 0 is missing"))?;
+                    let perm = transpose_perm(graph, tnode);
+                    descs.push(self.desc(src).permuted(&perm));
+                    args.push(self.buf(src)?);
+                    let f = graph.fact(v);
+                    let temp = Operand::Temp { id: pos as u32, dtype: f.dtype, shape: f.shape.clone() };
+                    let src_op = self.operand(src)?;
+                    let op = self.node_op(tnode, vec![Some(src_op)], vec![temp.clone()]);
+                    nodes.push(op);
+                    operands.push(Some(temp));
+                }
+                None => {
+                    descs.push(self.desc(v));
+                    args.push(self.buf(v)?);
+                    operands.push(Some(self.operand(v)?));
+                }
+            }
+        }
+        let name = format!("matmul_{}", sanitize(&node.name));
+        let k = graph_ops::matmul(&name, &descs[0], &descs[1], &self.desc(out)).map_err(|e| self.node_err(node, e))?;
+        args.push(self.buf(out)?);
+        let outs = vec![self.operand(out)?];
+        let op = self.node_op(node, operands, outs);
+        nodes.push(op);
+        self.stats.fused_nodes += nodes.len();
+        self.kernel_step(&node.name.clone(), Op::Nodes(nodes), k, args);
+        Ok(())
+    }
+
+    /// A data-movement node whose only non-constant input is its data: the flat source index
+    /// of every output element is found at compile time by running the op's reference `eval`
+    /// on the data's element numbers, and one gather kernel reads through that map.
+    pub(super) fn lower_remap(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
+        let out = node.outputs[0];
+        let xf = graph.fact(x).clone();
+        let iota = Tensor::from_vec(xf.shape.clone(), (0..xf.numel() as i64).collect::<Vec<i64>>());
+        let consts: Vec<Option<Tensor>> =
+            node.inputs.iter().skip(1).map(|v| v.and_then(|v| constant(graph, v))).collect();
+        let mut refs: Vec<Option<&Tensor>> = vec![Some(&iota)];
+        refs.extend(consts.iter().map(|t| t.as_ref()));
+        let def = registry().get(&node.op_type).ok_or_else(|| self.node_err(node, "unknown op"))?;
+        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
+        let traced = (def.eval)(&ctx, &refs).map_err(|e| self.node_err(node, format!("tracing its sources: {e}")))?;
+        let map = traced.into_iter().next().ok_or_else(|| self.node_err(node, "no output"))?;
+        let ofact = graph.fact(out).clone();
+        if map.len() != ofact.numel() || xf.numel() > i32::MAX as usize {
+            return Err(self.node_err(node, "its source map does not fit"));
+        }
+        let idx: Vec<i32> = map.to_i64_vec().into_iter().map(|v| v as i32).collect();
+        let name = format!("remap_{}", sanitize(&node.name));
+        let k = graph_ops::gather(
+            &name,
+            &TensorDesc::contiguous(xf.dtype, &[xf.numel()]),
+            &TensorDesc::contiguous(DType::I32, &[ofact.numel()]),
+            0,
+        )
+        .map_err(|e| self.node_err(node, e))?;
+        let map_buf = self.b.constant(&format!("{}.map", node.name), Data::I32(idx), false);
+        let operands =
+            node.inputs.iter().map(|v| v.map(|v| self.operand(v)).transpose()).collect::<Result<Vec<_>, _>>()?;
+        let outs = vec![self.operand(out)?];
+        let op = self.node_op(node, operands, outs);
+        let args = vec![self.buf(x)?, map_buf, self.buf(out)?];
+        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), k, args);
+        Ok(())
+    }
+}
