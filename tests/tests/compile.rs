@@ -103,10 +103,17 @@ fn minilm_l3_compiled_matches_onnxruntime_on_the_cpu_executor() {
 #[test]
 fn pruned_minilm_l3_compiled_equals_the_model_with_pruned_weights_zeroed() {
     let (graph, model) = compile(minilm_l3(), Some(L3_BLOCK90), &ModelOptions::default());
-    assert_eq!(model.stats.sparse_ops, 18, "every pruned weight runs sparse: {:?}", model.stats);
-    // A 90%-pruned model's weights take about a tenth of the dense bytes (plus index tables).
+    // 18 weights, 12 planned matmuls (Q, K and V merged per layer), every one sparse.
+    assert_eq!(model.stats.planned_ops, 12, "{:?}", model.stats);
+    assert_eq!(model.stats.sparse_ops, 12, "every pruned weight runs sparse: {:?}", model.stats);
+    // A 90%-pruned model's weights take a tenth of the dense bytes plus index tables and the
+    // zeros of the blocks the cover picks (wider ones on the merged Q/K/V weights, where the
+    // cost model prices them faster: 16.5% of the dense bytes merged, 14.5% apart).
     let ratio = model.stats.packed_weight_bytes as f64 / model.stats.dense_weight_bytes as f64;
-    assert!(ratio < 0.15, "packed weights are {ratio:.3} of the dense ones");
+    assert!(ratio < 0.2, "packed weights are {ratio:.3} of the dense ones");
+    let apart = compile_with(minilm_l3(), Some(L3_BLOCK90), &ModelOptions::default(), &APART).1;
+    let ratio_apart = apart.stats.packed_weight_bytes as f64 / apart.stats.dense_weight_bytes as f64;
+    assert!(ratio_apart < 0.15, "apart: packed weights are {ratio_apart:.3} of the dense ones");
     // Activations share buffers once their values are dead: far less scratch than one buffer
     // per value.
     let per_value: usize = (0..graph.values.len())

@@ -80,7 +80,7 @@ impl Lowering<'_> {
                 }
                 // Q, K or V sliced out of a wider value: read in place.
                 for v in self.attention_sources(&f) {
-                    if let Some(chain) = strided_views::view_chain(&self, v) {
+                    if let Some(chain) = strided_views::view_chain(self, v) {
                         members.extend(&chain.nodes);
                         self.views.insert(v, chain);
                     }

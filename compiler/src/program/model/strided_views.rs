@@ -42,8 +42,7 @@ pub(super) fn view_chain(l: &Lowering, v: ValueId) -> Option<ViewChain> {
     let producer = |v: ValueId| graph.nodes.iter().position(|n| n.outputs.contains(&v));
     let mut nodes = vec![];
     let mut cur = v;
-    loop {
-        let Some(p) = producer(cur) else { break };
+    while let Some(p) = producer(cur) {
         let node = &graph.nodes[p];
         let moves = node.op_type == "Slice" || VIEWS.contains(&node.op_type.as_str());
         let consts = node.inputs.iter().skip(1).flatten().all(|&c| graph.initializers.contains_key(&c));

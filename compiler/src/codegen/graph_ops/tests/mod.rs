@@ -321,13 +321,15 @@ fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
     assert_eq!(k.smem_bytes as usize, attention_smem(false, 16, 16));
     let ps = params(&k.source, "attn");
     assert_eq!(ps.len(), 5, "q, k, v, the mask, out: {ps:?}");
-    // The mask broadcast over heads and queries: its offset depends on the key (e % 40) and the batch entry.
-    assert!(k.source.contains("in1[(e / 6400) * 40 + (e % 40)]"), "{}", k.source);
+    // The mask broadcast over heads and queries: a batch entry's row (z / 4 heads) once, then
+    // a row pointer that does not move with the query and one step a key.
+    assert!(k.source.contains("in1 + ((z / 4) * 40)"), "{}", k.source);
+    assert!(k.source.contains("xb1 + (unsigned)gi * 0") && k.source.contains("xr1[(unsigned)j * 1]"), "{}", k.source);
     // The output goes through the merged-heads strides.
     assert!(k.source.contains("(long long)gi * 64 + (long long)e * 1"), "{}", k.source);
     // A score expression that does not read the mask loads nothing from it.
     let plain = attention("attn", &q, &kt, &q, F32, &[mask], &Expr::input(0), &out).unwrap();
-    assert!(!plain.source.contains("in1["));
+    assert!(!plain.source.contains("xb1") && !plain.source.contains("in1["));
     // Heads wider than the fragments in registers hold are refused, with the reason.
     let wide = c(F32, &[1, 64, 160]);
     let e = error(attention("attn", &wide, &wide.permuted(&[0, 2, 1]), &wide, F32, &[], &Expr::input(0), &wide));
