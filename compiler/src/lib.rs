@@ -18,6 +18,7 @@ pub mod codegen;
 pub mod contained;
 pub mod error;
 pub mod frontend;
+pub mod hash;
 pub mod ir;
 pub mod kernel_choice;
 pub mod npy;

@@ -79,5 +79,5 @@ pub fn fine_first(dtype: Dtype) -> bool {
 
 /// FNV-1a 64 of a kernel source: the module cache key (with the arch).
 pub fn source_hash(source: &str) -> u64 {
-    crate::program::checksum(source.as_bytes())
+    crate::hash::checksum(source.as_bytes())
 }

@@ -396,7 +396,7 @@ pub fn templates_hash() -> u64 {
 }
 
 fn hash_templates(templates: &[(&str, &str)]) -> u64 {
-    let mut h = crate::program::Fnv64::new();
+    let mut h = crate::hash::Fnv64::new();
     for (name, text) in templates {
         h.add(name.as_bytes());
         h.add(&[0]);

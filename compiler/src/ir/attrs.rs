@@ -2,9 +2,25 @@
 //! turn a wrong or missing attribute into an `OpError` naming the attribute.
 
 use super::Tensor;
-use crate::ops::OpError;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fmt::Write as _;
+
+/// An op-level failure; the caller adds the node name and op type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpError(pub String);
+
+impl OpError {
+    pub fn new(msg: impl Into<String>) -> OpError {
+        OpError(msg.into())
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// One attribute value, as ONNX defines them (graphs and type protos are not held).
 #[derive(Clone, Debug, PartialEq)]

@@ -6,7 +6,7 @@ mod print;
 mod tensor;
 mod verify;
 
-pub use attrs::{format_float, Attr, Attrs};
+pub use attrs::{format_float, Attr, Attrs, OpError};
 pub use graph::{Graph, Initializer, Node, NodeId, SparseTensor, Value, ValueFact, ValueId, ValueKind};
 pub use print::print_graph;
 pub use tensor::{

@@ -12,7 +12,6 @@
 
 use crate::ir::{Attrs, Tensor, ValueFact};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::OnceLock;
 
 mod activation;
@@ -32,21 +31,7 @@ pub(crate) use reduce::reduce_target_of_each_input;
 
 pub use constant::shape_of_fact;
 
-/// An op-level failure; the caller adds the node name and op type.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OpError(pub String);
-
-impl OpError {
-    pub fn new(msg: impl Into<String>) -> OpError {
-        OpError(msg.into())
-    }
-}
-
-impl fmt::Display for OpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+pub use crate::ir::OpError;
 
 pub type OpResult<T> = Result<T, OpError>;
 

@@ -15,10 +15,18 @@
 
 use super::cover::BlockShape;
 use super::hardware::{HardwareProfile, NumberFormat};
-use super::suboperator::Orientation;
 use crate::kernel_choice::{block_tf32, Dtype, FineTf32Work, Orientation as KernelOrientation};
 use crate::Error;
 use serde::{Deserialize, Serialize};
+
+/// Which side the sparse weight is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Orientation {
+    /// `Y = X·W`, `W` is `k × n`.
+    WeightRight,
+    /// `Y = W·X`, `W` is `m × k`.
+    WeightLeft,
+}
 
 /// The cost DB compiled in for sm_90.
 pub const SM_90_COSTDB: &str = include_str!("../../../costdb/sm_90.json");

@@ -19,14 +19,8 @@ use super::hardware::NumberFormat;
 use crate::kernel_choice::{fine_tf32, Dtype, FineTf32Work, SpmmSpec};
 use crate::tesa::Format;
 
-/// Which side the sparse weight is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Orientation {
-    /// `Y = X·W`, `W` is `k × n`.
-    WeightRight,
-    /// `Y = W·X`, `W` is `m × k`.
-    WeightLeft,
-}
+/// Which side the sparse weight is on (defined with the cost model, which prices both).
+pub use super::cost::Orientation;
 
 /// How the kernel gets its block list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

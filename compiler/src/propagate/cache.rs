@@ -17,7 +17,7 @@
 
 use super::PropagateOptions;
 use crate::ir::Graph;
-use crate::program::Fnv64;
+use crate::hash::Fnv64;
 use crate::tesa::attrs::{KeepMask, PruneSpec, TesaAttrs};
 use crate::tesa::codec::{put_varint, take, take_varint};
 use crate::tesa::Tesa;
@@ -119,7 +119,7 @@ pub fn cache_key(
         crate::tune::spartac_version(),
         attrs.map_or("none".to_string(), |a| format!("{:016x}", attrs_fingerprint(a))),
     );
-    format!("{:016x}", crate::program::checksum(text.as_bytes()))
+    format!("{:016x}", crate::hash::checksum(text.as_bytes()))
 }
 
 /// The bytes of the entry of `key` for `graph`'s TeSAs.
@@ -136,7 +136,7 @@ pub fn encode(key: &str, graph: &Graph) -> Vec<u8> {
             }
         }
     }
-    let sum = crate::program::checksum(&out);
+    let sum = crate::hash::checksum(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     out
 }
@@ -145,7 +145,7 @@ pub fn encode(key: &str, graph: &Graph) -> Vec<u8> {
 pub fn decode(bytes: &[u8], key: &str, graph: &Graph) -> Result<Vec<Option<Tesa>>, String> {
     let body_len = bytes.len().checked_sub(8).ok_or("truncated")?;
     let (body, sum) = bytes.split_at(body_len);
-    if crate::program::checksum(body).to_le_bytes() != sum {
+    if crate::hash::checksum(body).to_le_bytes() != sum {
         return Err("checksum does not match its content".into());
     }
     let mut rest = body;

@@ -161,7 +161,7 @@ impl TuneCache {
         let io = |e: std::io::Error| Error::Write { path: self.dir.clone(), source: e };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
         let text = serde_json::to_string_pretty(entry).map_err(|e| Error::Unsupported(format!("tune cache: {e}")))?;
-        let sum = crate::program::checksum(text.as_bytes());
+        let sum = crate::hash::checksum(text.as_bytes());
         let file = format!("{{\"checksum\": \"{sum:016x}\", \"entry\": {text}}}\n");
         let path = self.path_of(&entry.key);
         crate::output::write_atomic(&path, file.as_bytes()).map_err(|e| Error::Write { path, source: e })
@@ -196,7 +196,7 @@ impl TuneCache {
 fn parse_entry(text: &str) -> Result<Entry, String> {
     let stored: Stored = serde_json::from_str(text).map_err(|e| format!("not a tune cache entry: {e}"))?;
     let raw = stored.entry.get();
-    if format!("{:016x}", crate::program::checksum(raw.as_bytes())) != stored.checksum {
+    if format!("{:016x}", crate::hash::checksum(raw.as_bytes())) != stored.checksum {
         return Err("checksum does not match its content".into());
     }
     let entry: Entry = serde_json::from_str(raw).map_err(|e| format!("not a tune cache entry: {e}"))?;

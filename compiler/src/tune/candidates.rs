@@ -115,7 +115,7 @@ type KernelsKey = Vec<(u64, (u32, u32, u32))>;
 /// A kernel's source, its prepass's and its tables, hashed (a kernel that streams its tables
 /// has one source for many patterns), and its grid.
 fn kernel_identity(k: &Kernel) -> (u64, (u32, u32, u32)) {
-    let mut h = crate::program::Fnv64::new();
+    let mut h = crate::hash::Fnv64::new();
     h.add(k.source.as_bytes());
     if let Some(p) = &k.prepass {
         h.add(p.source.as_bytes());

@@ -7,7 +7,7 @@ use crate::ir::Graph;
 use crate::plan::site::Site;
 use crate::plan::suboperator::Orientation;
 use crate::plan::OperatorPlan;
-use crate::program::Fnv64;
+use crate::hash::Fnv64;
 use serde::{Deserialize, Serialize};
 
 /// Bumped when the meaning of an entry changes: old entries then miss.
@@ -74,7 +74,7 @@ pub fn signature(graph: &Graph, site: &Site, op: &OperatorPlan) -> Signature {
 /// The cache key of `signature` measured on `target` by spartac `version`: 16 hex digits.
 pub fn cache_key(signature: &Signature, target: &Target, version: &str) -> String {
     let text = serde_json::to_string(&(KEY_FORMAT, signature, target, version)).expect("plain data serializes");
-    format!("{:016x}", crate::program::checksum(text.as_bytes()))
+    format!("{:016x}", crate::hash::checksum(text.as_bytes()))
 }
 
 /// The version of this build, part of every key: a new spartac re-measures.
