@@ -199,6 +199,14 @@ pub fn lower_model(
     Lowering::new(graph, plan, options)?.run(progress)
 }
 
+/// The nodes of one op type that have no GPU lowering: how many, the first one's name and opset.
+#[derive(Clone, Debug)]
+struct Gap {
+    nodes: usize,
+    first: String,
+    opset: i64,
+}
+
 struct Lowering<'a> {
     graph: &'a Graph,
     options: &'a ModelOptions,
@@ -222,6 +230,8 @@ struct Lowering<'a> {
     /// Attention operands read in place from a wider value (`model/strided_views.rs`), keyed
     /// by the operand (the value a folded Transpose reads, or the MatMul's input).
     views: HashMap<ValueId, ViewChain>,
+    /// Op types with no GPU lowering, keyed by (unknown to the registry, op type).
+    gaps: BTreeMap<(bool, String), Gap>,
     /// Memory reuse: the loop iteration after which each value is no longer read, the last
     /// such iteration of each scratch buffer (over the values it holds), the scratch buffers in
     /// use, and the freed ones.
@@ -261,6 +271,7 @@ impl<'a> Lowering<'a> {
             attention: HashMap::new(),
             norms: HashMap::new(),
             views: HashMap::new(),
+            gaps: BTreeMap::new(),
             last_use: vec![],
             buf_last: HashMap::new(),
             in_use: vec![],
@@ -318,35 +329,16 @@ impl<'a> Lowering<'a> {
                 progress(i + 1, total);
                 continue;
             }
-            let node = &graph.nodes[i];
-            if let Some(f) = self.attention.get(&i).cloned() {
-                self.lower_attention(&f)?;
-            } else if let Some(f) = self.norms.get(&i).cloned() {
-                self.lower_norm_fusion(&f)?;
-            } else if let Some(op) = self.planned.get(node.name.as_str()).copied() {
-                self.lower_planned(i, op, &mut done)?;
-            } else if let Some(&(t_in, t_out)) = self.convs.get(&i) {
-                self.lower_conv(i, t_in, t_out)?;
-            } else if VIEWS.contains(&node.op_type.as_str()) {
-                self.lower_view(node)?;
-            } else if is_elementwise(&node.op_type) {
-                // A group is emitted at its last node; the members before it wait.
-                match groups.get(&i) {
-                    Some(members) => {
-                        self.lower_group(members)?;
-                        if members.len() > 1 {
-                            self.stats.fused_nodes += members.len();
-                        }
-                    }
-                    None if !self.options.fuse_elementwise => self.lower_group(&[i])?,
-                    None => {}
-                }
-            } else {
-                self.lower_other(node)?;
+            if let Err(e) = self.lower_node(i, &groups, &mut done) {
+                // A node lowered after a gap may fail for the gap's sake: the gaps come first.
+                return Err(self.gaps_error().unwrap_or(e));
             }
             done[i] = true;
             self.release(i);
             progress(i + 1, total);
+        }
+        if let Some(e) = self.gaps_error() {
+            return Err(e);
         }
         let mut outputs = vec![];
         for &v in &graph.outputs {
@@ -380,6 +372,84 @@ impl<'a> Lowering<'a> {
         }
         let program = self.b.finish()?;
         Ok(ModelProgram { program, inputs, outputs, stats: self.stats })
+    }
+
+    /// Node `i` (not taken by a fusion) as its step: the attention, LayerNorm fusion, planned
+    /// matmul or NHWC conv it heads, a view, its elementwise group, or its own kernel.
+    fn lower_node(&mut self, i: usize, groups: &HashMap<usize, Vec<usize>>, done: &mut [bool]) -> Result<(), ProgramError> {
+        let node = &self.graph.nodes[i];
+        if let Some(f) = self.attention.get(&i).cloned() {
+            self.lower_attention(&f)
+        } else if let Some(f) = self.norms.get(&i).cloned() {
+            self.lower_norm_fusion(&f)
+        } else if let Some(op) = self.planned.get(node.name.as_str()).copied() {
+            self.lower_planned(i, op, done)
+        } else if let Some(&(t_in, t_out)) = self.convs.get(&i) {
+            self.lower_conv(i, t_in, t_out)
+        } else if VIEWS.contains(&node.op_type.as_str()) {
+            self.lower_view(node)
+        } else if is_elementwise(&node.op_type) {
+            // A group is emitted at its last node; the members before it wait.
+            match groups.get(&i) {
+                Some(members) => {
+                    self.lower_group(members)?;
+                    if members.len() > 1 {
+                        self.stats.fused_nodes += members.len();
+                    }
+                    Ok(())
+                }
+                None if !self.options.fuse_elementwise => self.lower_group(&[i]),
+                None => Ok(()),
+            }
+        } else {
+            self.lower_other(node)
+        }
+    }
+
+    /// Records that `node` has no GPU lowering; the lowering goes on, so that one error can
+    /// name every gap of the model ([`Lowering::gaps_error`]).
+    fn note_gap(&mut self, node: &Node) {
+        let known = registry().get(&node.op_type).is_some();
+        let gap = self.gaps.entry((!known, node.op_type.clone())).or_insert_with(|| Gap {
+            nodes: 0,
+            first: node.name.clone(),
+            opset: node.opset,
+        });
+        gap.nodes += 1;
+    }
+
+    /// One error naming every op type without a GPU kernel (each with its node count, first
+    /// node and opset), then the unknown ones; `None` when there is none.
+    fn gaps_error(&self) -> Option<ProgramError> {
+        if self.gaps.is_empty() {
+            return None;
+        }
+        let list = |unknown: bool| -> Vec<String> {
+            self.gaps
+                .iter()
+                .filter(|((u, _), _)| *u == unknown)
+                .map(|((_, op), g)| {
+                    let nodes = if g.nodes == 1 { "1 node".to_string() } else { format!("{} nodes", g.nodes) };
+                    format!("{op} ({nodes}, first {}, opset {})", g.first, g.opset)
+                })
+                .collect()
+        };
+        let (cpu_only, unknown) = (list(false), list(true));
+        let mut parts = vec![];
+        if !cpu_only.is_empty() {
+            parts.push(format!(
+                "{} op type{} run{} on the CPU reference but {} no GPU kernel yet: {}",
+                cpu_only.len(),
+                if cpu_only.len() == 1 { "" } else { "s" },
+                if cpu_only.len() == 1 { "s" } else { "" },
+                if cpu_only.len() == 1 { "has" } else { "have" },
+                cpu_only.join(", ")
+            ));
+        }
+        if !unknown.is_empty() {
+            parts.push(format!("unknown op type{}: {}", if unknown.len() == 1 { "" } else { "s" }, unknown.join(", ")));
+        }
+        Some(invalid(parts.join("; ")))
     }
 
     fn lower_view(&mut self, node: &Node) -> Result<(), ProgramError> {
