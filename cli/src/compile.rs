@@ -228,7 +228,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     stage("tesa+propagate", &bar, &mut t);
     bar.set_message("shrinking channels, NHWC");
     let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: !args.no_merge_qkv };
-    let RewriteReport { shrink, layout, merge } = rewrite(&mut graph, &rewrites, &args.dtype)?;
+    let RewriteReport { batchnorm, shrink, layout, merge } = rewrite(&mut graph, &rewrites, &args.dtype)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
@@ -291,8 +291,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "convolutions".into(),
             format!(
-                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} layout transposes",
-                layout.pointwise, layout.convs, layout.border_transposes
+                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} layout transposes, {} BatchNorms folded",
+                layout.pointwise, layout.convs, layout.border_transposes, batchnorm.folded
             ),
         ),
         (
@@ -363,6 +363,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "channels_before": shrink.channels_before,
             "channels_after": shrink.channels_after,
             "pointwise_convs": layout.pointwise,
+            "folded_batchnorms": batchnorm.folded,
             "nhwc_convs": layout.convs,
             "predicted_sparse_s": planned_s,
             "predicted_dense_s": dense_s,

@@ -570,6 +570,48 @@ fn qkv_block(bias: bool) -> Graph {
     load_model_bytes(&bytes, "qkv_block", &LoadOptions::default()).unwrap()
 }
 
+/// A BatchNormalization after a Conv folds into the Conv's weight and bias at compile time:
+/// the model compiles (BatchNorm has no GPU kernel of its own) and computes what it did.
+#[test]
+fn a_batchnorm_after_a_conv_folds_into_it() {
+    let (ci, co) = (3, 4);
+    let w = Tensor::from_vec(vec![co, ci, 3, 3], (0..co * ci * 9).map(|i| ((i * 7 % 23) as f32 - 11.0) / 20.0).collect());
+    let per = |f: fn(usize) -> f32| Tensor::from_vec(vec![co], (0..co).map(f).collect());
+    for with_bias in [false, true] {
+        let mut b = ModelBuilder::new("conv_bn", 17)
+            .input("x", DType::F32, &fixed(&[2, ci, 8, 8]))
+            .output("y", DType::F32, &fixed(&[2, co, 8, 8]))
+            .init("w", &w)
+            .init("scale", &per(|i| 0.5 + i as f32 * 0.25))
+            .init("beta", &per(|i| i as f32 * 0.1 - 0.2))
+            .init("mean", &per(|i| 0.3 - i as f32 * 0.05))
+            .init("var", &per(|i| 0.8 + i as f32 * 0.3))
+            .init("cb", &per(|i| 0.05 * i as f32));
+        let conv_in: Vec<&str> = if with_bias { vec!["x", "w", "cb"] } else { vec!["x", "w"] };
+        b = b
+            .node("conv", "Conv", &conv_in, &["c"], vec![("pads", A::Is(vec![1, 1, 1, 1]))])
+            .node("bn", "BatchNormalization", &["c", "scale", "beta", "mean", "var"], &["n"], vec![("epsilon", A::F(1e-3))])
+            .node("relu", "Relu", &["n"], &["y"], vec![]);
+        let original = load_model_bytes(&b.bytes(), "conv_bn", &LoadOptions::default()).unwrap();
+        let mut graph = original.clone();
+        apply_attrs(&mut graph, None).unwrap();
+        let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+        assert_eq!(report.batchnorm.folded, 1, "bias {with_bias}");
+        assert!(graph.nodes.iter().all(|n| n.op_type != "BatchNormalization"), "bias {with_bias}");
+        let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+        for seed in [3, 4] {
+            let inputs = spartac::reference::random_inputs(&original, seed);
+            let want = execute_zeroing_pruned(&original, &inputs).unwrap();
+            let got = run_cpu(&model, &inputs).unwrap();
+            for ((name, g), (_, w)) in got.iter().zip(&want) {
+                let e = relative_error(g, w);
+                assert!(e <= 1e-5, "bias {with_bias}: {name}: relative error {e:.3e}");
+            }
+        }
+        nvrtc_compiles(&model);
+    }
+}
+
 /// A model with several ops the GPU runtime lacks fails with one error that names every such
 /// op type, with its node count, first node and opset, and the unknown ones apart.
 #[test]

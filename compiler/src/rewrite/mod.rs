@@ -1,5 +1,6 @@
 //! Graph rewrites between propagation and the plan, each a pass over the IR that keeps what
 //! the graph computes (with every pruned element zeroed):
+//! - [`fold_batchnorm`]: a BatchNormalization after a Conv folds into its weights and bias;
 //! - [`shrink_channels`]: channels that propagation pruned in every tensor that carries them
 //!   are cut out, so pruned filters become physically smaller dense operators;
 //! - [`channels_last`]: the convolution part of a model moves to NHWC, where a 1×1 convolution
@@ -15,11 +16,13 @@
 pub mod channels;
 pub mod half;
 pub mod layout;
+pub mod fold_batchnorm;
 pub mod merge_matmuls;
 
 pub use channels::{shrink_channels, ShrinkReport};
 pub use half::{to_half, HalfReport};
 pub use layout::{channels_last, LayoutReport};
+pub use fold_batchnorm::{fold_batchnorm, FoldReport};
 pub use merge_matmuls::{merge_matmuls, MergeReport};
 
 use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};
@@ -52,6 +55,7 @@ pub(crate) const ELEMENTWISE: &[&str] = &[
 /// What [`prepare_for_lowering`] did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RewriteReport {
+    pub batchnorm: FoldReport,
     pub shrink: ShrinkReport,
     pub layout: LayoutReport,
     pub merge: MergeReport,
@@ -79,14 +83,15 @@ pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteRe
 
 /// The rewrites `spartac compile` runs between propagation and the plan: pruned weight
 /// elements become zero (the compiled model computes the pruned model), then
-/// [`shrink_channels`], [`channels_last`] and [`merge_matmuls`] (each as `options` say; the
+/// [`fold_batchnorm`], [`shrink_channels`], [`channels_last`] and [`merge_matmuls`] (each as `options` say; the
 /// merge last, so it sees the shrunk weights and the pointwise convolutions' MatMuls).
 pub fn prepare(graph: &mut Graph, options: &RewriteOptions) -> Result<RewriteReport, crate::Error> {
     crate::tesa::attrs::zero_pruned_initializers(graph);
+    let batchnorm = fold_batchnorm(graph)?;
     let shrink = if options.shrink { shrink_channels(graph)? } else { ShrinkReport::default() };
     let layout = channels_last(graph)?;
     let merge = if options.merge_matmuls { merge_matmuls(graph)? } else { MergeReport::default() };
-    Ok(RewriteReport { shrink, layout, merge })
+    Ok(RewriteReport { batchnorm, shrink, layout, merge })
 }
 
 /// The new shape and the flat source positions of `shape` with only the indices `keep` (in
