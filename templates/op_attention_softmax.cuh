@@ -2,11 +2,25 @@
         // last key or query), then the online softmax: the running maximum m and sum l of each
         // row, the accumulators rescaled by exp(m_old - m_new). A row whose scores so far are all
         // -inf keeps m = -inf and takes exponents against 0 (zero probabilities, never NaN).
+        // Bounds are tested only where a tile can be ragged (KEYS_RAGGED: the last key tile;
+        // ROWS_RAGGED: a query tile past SQ), and an extra operand that does not vary along the
+        // rows (a padding mask) is read once for both of a lane's rows.
+{%- for x in extras %}{% if x.used and x.rs == 0 %}
+        {{ x.t.ct }} xk{{ x.index }}[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+                const int j = kt * BK + nt * 8 + 2 * tq + w;
+                xk{{ x.index }}[nt][w] = (!KEYS_RAGGED || j < SK) ? {{ x.t.ld }}(xb{{ x.index }}[{% if x.cs != 0 %}({{ idx_t }})j * {{ x.cs }}{% else %}0{% endif %}]) : ({{ x.t.ct }})0;
+            }
+        }
+{%- endif %}{% endfor %}
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int gi = q0 + r0 + g + 8 * h;
-{%- for x in extras %}{% if x.used %}
-            const {{ x.t.st }}* xr{{ x.index }} = xb{{ x.index }} + ({{ idx_t }})gi * {{ x.rs }};
+{%- for x in extras %}{% if x.used and x.rs != 0 %}
+            const {{ x.t.st }}* xr{{ x.index }} = xb{{ x.index }} + ({{ idx_t }})(ROWS_RAGGED && gi >= SQ ? 0 : gi) * {{ x.rs }};
 {%- endif %}{% endfor %}
             float mx = m[h];
 #pragma unroll
@@ -15,11 +29,13 @@
                 for (int w = 0; w < 2; ++w) {
                     const int j = kt * BK + nt * 8 + 2 * tq + w;
                     float x = neg_inf;
-                    if (gi < SQ && j < SK) {
+                    if ((!ROWS_RAGGED || gi < SQ) && (!KEYS_RAGGED || j < SK)) {
                         const {{ score.ct }} v0 = ({{ score.ct }})s[nt][2 * h + w];
-{%- for x in extras %}{% if x.used %}
+{%- for x in extras %}{% if x.used %}{% if x.rs == 0 %}
+                        const {{ x.t.ct }} v{{ x.index }} = xk{{ x.index }}[nt][w];
+{%- else %}
                         const {{ x.t.ct }} v{{ x.index }} = {{ x.t.ld }}(xr{{ x.index }}[{% if x.cs != 0 %}({{ idx_t }})j * {{ x.cs }}{% else %}0{% endif %}]);
-{%- endif %}{% endfor %}
+{%- endif %}{% endif %}{% endfor %}
                         x = (float)({{ expr }});
                     }
                     s[nt][2 * h + w] = x;
@@ -28,16 +44,17 @@
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            // exp(x - base) as 2^(x·log2 e - base·log2 e): one FMA and one ex2.approx.
+            // exp(x - base) as 2^(x·log2 e - base·log2 e): one FMA and one ex2.approx.ftz (a
+            // probability under 2^-126 of the row's largest is 0).
             const float nb = (mx == neg_inf ? 0.0f : mx) * -1.4426950408889634f;
-            const float alpha = exp2f(fmaf(m[h], 1.4426950408889634f, nb));
+            const float alpha = ex2_ftz(fmaf(m[h], 1.4426950408889634f, nb));
             m[h] = mx;
             float sum = 0.0f;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
                 for (int w = 0; w < 2; ++w) {
-                    const float p = exp2f(fmaf(s[nt][2 * h + w], 1.4426950408889634f, nb));
+                    const float p = ex2_ftz(fmaf(s[nt][2 * h + w], 1.4426950408889634f, nb));
                     s[nt][2 * h + w] = p;
                     sum += p;
                 }

@@ -228,7 +228,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     stage("tesa+propagate", &bar, &mut t);
     bar.set_message("shrinking channels, NHWC");
     let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: !args.no_merge_qkv };
-    let RewriteReport { batchnorm, shrink, layout, merge } = rewrite(&mut graph, &rewrites, &args.dtype)?;
+    let RewriteReport { narrow, batchnorm, shrink, layout, merge } = rewrite(&mut graph, &rewrites, &args.dtype)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
@@ -304,6 +304,20 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             },
         ),
         (
+            "broadcasts".into(),
+            if narrow.dropped == 0 {
+                "none narrowed".to_string()
+            } else {
+                format!(
+                    "{} identity op{} dropped, {} value{} narrowed (their readers broadcast)",
+                    narrow.dropped,
+                    if narrow.dropped == 1 { "" } else { "s" },
+                    narrow.narrowed,
+                    if narrow.narrowed == 1 { "" } else { "s" }
+                )
+            },
+        ),
+        (
             "planned matmuls".into(),
             format!("{} ({} sparse, {} dense parts on cuBLAS)", s.planned_ops, s.sparse_ops, s.library_gemms),
         ),
@@ -364,6 +378,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "channels_after": shrink.channels_after,
             "pointwise_convs": layout.pointwise,
             "folded_batchnorms": batchnorm.folded,
+            "dropped_identity_ops": narrow.dropped,
+            "narrowed_values": narrow.narrowed,
             "nhwc_convs": layout.convs,
             "predicted_sparse_s": planned_s,
             "predicted_dense_s": dense_s,

@@ -5,7 +5,10 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use spartac::codegen::Dtype;
-use spartac_runtime::cuda::attention::{attention_cases, attention_tolerance, run_attention_case};
+use spartac_runtime::cuda::attention::{
+    attention_cases, attention_flops, attention_model_cases, attention_tolerance, run_attention_case,
+    time_attention_case, AttentionReport,
+};
 use spartac_runtime::cuda::cases::{bench_cases, correctness_cases, transformer_cases, Case};
 use spartac_runtime::cuda::spmm::{run_case, CaseReport, Check};
 use spartac_runtime::cuda::CudaDevice;
@@ -45,6 +48,14 @@ enum KernelsCommand {
         /// `$` anchors at the label's end.
         #[arg(long)]
         filter: Option<String>,
+        /// Time the attention layers of real transformers instead (MiniLM-L6, BERT-512,
+        /// BERT-base, BERT-large, 1024 and 4096 keys; fp16 with the padding mask), each checked
+        /// first: milliseconds a launch and TFLOP/s.
+        #[arg(long)]
+        bench: bool,
+        /// Timed samples per bench case (ten launches each).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        reps: u64,
     },
     /// Time the benchmark cases (CUDA events, L2 flushed before each run, median).
     Bench {
@@ -85,7 +96,12 @@ pub fn run(args: KernelsArgs) -> Result<()> {
     println!("device: {} ({})", dev.name(), dev.arch());
     match args.command {
         KernelsCommand::Test { seed, json, filter } => test(&dev, seed, json, filter.as_deref()),
-        KernelsCommand::Attention { seed, json, filter } => test_attention(&dev, seed, json, filter.as_deref()),
+        KernelsCommand::Attention { seed, json, filter, bench: false, .. } => {
+            test_attention(&dev, seed, json, filter.as_deref())
+        }
+        KernelsCommand::Attention { seed, json, filter, bench: true, reps } => {
+            bench_attention(&dev, seed, reps as usize, json, filter.as_deref())
+        }
         KernelsCommand::Bench { sizes, dtypes, reps, filter, dump, json, transformer } => {
             let dtypes: Vec<Dtype> =
                 dtypes.iter().map(|d| d.parse::<Dtype>().map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
@@ -191,6 +207,52 @@ fn test_attention(dev: &CudaDevice, seed: u64, json: Option<PathBuf>, filter: Op
     println!("{} of {} attention cases pass", reports.len() - failed, reports.len());
     if failed > 0 {
         bail!("{failed} attention cases do not match the f64 reference");
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct AttentionBenchEntry {
+    model: &'static str,
+    ms: f64,
+    tflops: f64,
+    passes: bool,
+    #[serde(flatten)]
+    report: AttentionReport,
+}
+
+fn bench_attention(
+    dev: &CudaDevice,
+    seed: u64,
+    reps: usize,
+    json: Option<PathBuf>,
+    filter: Option<&str>,
+) -> Result<()> {
+    let mut entries = vec![];
+    println!("{:<22} {:<44} {:>9} {:>8} {:>9}", "model", "case", "ms", "TFLOP/s", "rel-norm");
+    for (i, (model, case)) in attention_model_cases().into_iter().enumerate() {
+        let label = format!("{model} {}", case.label());
+        if filter.is_some_and(|f| !label_matches(&label, f)) {
+            continue;
+        }
+        let (report, ms) =
+            time_attention_case(dev, &case, seed.wrapping_add(i as u64), reps).with_context(|| label.clone())?;
+        let passes = report.passes(case.dtype);
+        let tflops = attention_flops(&case) / (ms * 1e-3) / 1e12;
+        println!(
+            "{model:<22} {:<44} {ms:>9.4} {tflops:>8.1} {:>9.2e}{}",
+            case.label(),
+            report.rel_norm_err,
+            if passes { "" } else { "  FAIL" }
+        );
+        entries.push(AttentionBenchEntry { model, ms, tflops, passes, report });
+    }
+    if let Some(path) = json {
+        spartac::output::write_atomic(&path, serde_json::to_string_pretty(&entries)?.as_bytes())?;
+    }
+    let failed = entries.iter().filter(|e| !e.passes).count();
+    if failed > 0 {
+        bail!("{failed} timed attention cases do not match the f64 reference");
     }
     Ok(())
 }

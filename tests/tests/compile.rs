@@ -575,7 +575,8 @@ fn qkv_block(bias: bool) -> Graph {
 #[test]
 fn a_batchnorm_after_a_conv_folds_into_it() {
     let (ci, co) = (3, 4);
-    let w = Tensor::from_vec(vec![co, ci, 3, 3], (0..co * ci * 9).map(|i| ((i * 7 % 23) as f32 - 11.0) / 20.0).collect());
+    let w =
+        Tensor::from_vec(vec![co, ci, 3, 3], (0..co * ci * 9).map(|i| ((i * 7 % 23) as f32 - 11.0) / 20.0).collect());
     let per = |f: fn(usize) -> f32| Tensor::from_vec(vec![co], (0..co).map(f).collect());
     for with_bias in [false, true] {
         let mut b = ModelBuilder::new("conv_bn", 17)
@@ -590,7 +591,13 @@ fn a_batchnorm_after_a_conv_folds_into_it() {
         let conv_in: Vec<&str> = if with_bias { vec!["x", "w", "cb"] } else { vec!["x", "w"] };
         b = b
             .node("conv", "Conv", &conv_in, &["c"], vec![("pads", A::Is(vec![1, 1, 1, 1]))])
-            .node("bn", "BatchNormalization", &["c", "scale", "beta", "mean", "var"], &["n"], vec![("epsilon", A::F(1e-3))])
+            .node(
+                "bn",
+                "BatchNormalization",
+                &["c", "scale", "beta", "mean", "var"],
+                &["n"],
+                vec![("epsilon", A::F(1e-3))],
+            )
             .node("relu", "Relu", &["n"], &["y"], vec![]);
         let original = load_model_bytes(&b.bytes(), "conv_bn", &LoadOptions::default()).unwrap();
         let mut graph = original.clone();
@@ -610,6 +617,62 @@ fn a_batchnorm_after_a_conv_folds_into_it() {
         }
         nvrtc_compiles(&model);
     }
+}
+
+/// The mask transformers' exports build, `Where(And(ones[1, 1, S, 1], pad[B, 1, 1, S]), 0, -1e4)`,
+/// is `[B, 1, S, S]` with every query row the same: the all-true operand goes, the mask is
+/// `[B, 1, 1, S]` (the attention reads it once per key tile), and the model computes the same.
+#[test]
+fn an_all_true_mask_operand_is_dropped_and_the_mask_narrowed() {
+    let (b, h, s, d) = (2, 3, 8, 16);
+    let bytes = ModelBuilder::new("hf_mask", 17)
+        .input("q", DType::F32, &fixed(&[b, h, s, d]))
+        .input("k", DType::F32, &fixed(&[b, h, d, s]))
+        .input("v", DType::F32, &fixed(&[b, h, s, d]))
+        .input("pad", DType::Bool, &fixed(&[b, 1, 1, s]))
+        .output("o", DType::F32, &fixed(&[b, h, s, d]))
+        .init("ones", &Tensor::from_vec(vec![1, 1, s, 1], vec![true; s]))
+        .init("zero", &Tensor::from_vec(vec![], vec![0.0f32]))
+        .init("low", &Tensor::from_vec(vec![], vec![-1e4f32]))
+        .init("scale", &Tensor::from_vec(vec![], vec![0.25f32]))
+        .node("and", "And", &["ones", "pad"], &["keep"], vec![])
+        .node("where", "Where", &["keep", "zero", "low"], &["mask"], vec![])
+        .node("qk", "MatMul", &["q", "k"], &["s0"], vec![])
+        .node("mul", "Mul", &["s0", "scale"], &["s1"], vec![])
+        .node("add", "Add", &["s1", "mask"], &["s2"], vec![])
+        .node("sm", "Softmax", &["s2"], &["p"], vec![("axis", A::I(-1))])
+        .node("pv", "MatMul", &["p", "v"], &["o"], vec![])
+        .bytes();
+    let original = load_model_bytes(&bytes, "hf_mask", &LoadOptions::default()).unwrap();
+    let mut graph = original.clone();
+    apply_attrs(&mut graph, None).unwrap();
+    let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+    assert_eq!((report.narrow.dropped, report.narrow.narrowed), (1, 1));
+    assert!(graph.nodes.iter().all(|n| n.op_type != "And"));
+    let mask = graph.find_value("mask").unwrap();
+    assert_eq!(graph.value(mask).fact.shape, [b, 1, 1, s], "the mask keeps one row per batch entry");
+    let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+    let kernels = |prefix: &str| model.program.kernels.iter().filter(|k| k.name.starts_with(prefix)).count();
+    assert_eq!((kernels("attention_"), kernels("softmax_")), (1, 0), "the attention fuses with the narrow mask");
+    for seed in [5, 6] {
+        let inputs = spartac::reference::random_inputs(&original, seed);
+        let want = execute_zeroing_pruned(&original, &inputs).unwrap();
+        let got = run_cpu(&model, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            let e = relative_error(g, w);
+            assert!(e <= 1e-5, "seed {seed}: {name}: relative error {e:.3e}");
+        }
+    }
+    nvrtc_compiles(&model);
+    // An operand that is not the identity everywhere stays.
+    let mut graph = original.clone();
+    if let Some(spartac::ir::Initializer::Dense(t)) = graph.initializers.get_mut(&graph.find_value("ones").unwrap()) {
+        let mut v = vec![true; s];
+        v[3] = false;
+        *t = Tensor::from_vec(vec![1, 1, s, 1], v);
+    }
+    apply_attrs(&mut graph, None).unwrap();
+    assert_eq!(prepare(&mut graph, &RewriteOptions::default()).unwrap().narrow.dropped, 0);
 }
 
 /// A model with several ops the GPU runtime lacks fails with one error that names every such
@@ -646,7 +709,9 @@ fn every_op_without_a_gpu_kernel_is_named_in_one_error() {
 #[test]
 fn projections_read_by_anything_but_an_attention_do_not_merge() {
     let h = 64;
-    let w = |seed: usize| Tensor::from_vec(vec![h, h], (0..h * h).map(|i| ((i * seed % 31) as f32 - 15.0) / 64.0).collect());
+    let w = |seed: usize| {
+        Tensor::from_vec(vec![h, h], (0..h * h).map(|i| ((i * seed % 31) as f32 - 15.0) / 64.0).collect())
+    };
     let bytes = ModelBuilder::new("three_heads", 17)
         .input("x", DType::F32, &fixed(&[4, h]))
         .output("a", DType::F32, &fixed(&[4, h]))

@@ -376,7 +376,12 @@ impl<'a> Lowering<'a> {
 
     /// Node `i` (not taken by a fusion) as its step: the attention, LayerNorm fusion, planned
     /// matmul or NHWC conv it heads, a view, its elementwise group, or its own kernel.
-    fn lower_node(&mut self, i: usize, groups: &HashMap<usize, Vec<usize>>, done: &mut [bool]) -> Result<(), ProgramError> {
+    fn lower_node(
+        &mut self,
+        i: usize,
+        groups: &HashMap<usize, Vec<usize>>,
+        done: &mut [bool],
+    ) -> Result<(), ProgramError> {
         let node = &self.graph.nodes[i];
         if let Some(f) = self.attention.get(&i).cloned() {
             self.lower_attention(&f)
@@ -485,8 +490,6 @@ impl<'a> Lowering<'a> {
             outputs,
         }
     }
-
-
 }
 
 /// Normalizes an ONNX axis (negative counts from the end).

@@ -16,8 +16,8 @@
 //! overwrites it.
 
 use super::PropagateOptions;
-use crate::ir::Graph;
 use crate::hash::Fnv64;
+use crate::ir::Graph;
 use crate::tesa::attrs::{KeepMask, PruneSpec, TesaAttrs};
 use crate::tesa::codec::{put_varint, take, take_varint};
 use crate::tesa::Tesa;

@@ -1,5 +1,7 @@
 //! Graph rewrites between propagation and the plan, each a pass over the IR that keeps what
 //! the graph computes (with every pruned element zeroed):
+//! - [`narrow_broadcasts`]: an elementwise op with a constant identity operand (a mask `And`
+//!   with all true) goes, its readers broadcasting the other operand instead;
 //! - [`fold_batchnorm`]: a BatchNormalization after a Conv folds into its weights and bias;
 //! - [`shrink_channels`]: channels that propagation pruned in every tensor that carries them
 //!   are cut out, so pruned filters become physically smaller dense operators;
@@ -14,16 +16,18 @@
 //! remaining values renumbered in a deterministic order.
 
 pub mod channels;
+pub mod fold_batchnorm;
 pub mod half;
 pub mod layout;
-pub mod fold_batchnorm;
 pub mod merge_matmuls;
+pub mod narrow_broadcasts;
 
 pub use channels::{shrink_channels, ShrinkReport};
+pub use fold_batchnorm::{fold_batchnorm, FoldReport};
 pub use half::{to_half, HalfReport};
 pub use layout::{channels_last, LayoutReport};
-pub use fold_batchnorm::{fold_batchnorm, FoldReport};
 pub use merge_matmuls::{merge_matmuls, MergeReport};
+pub use narrow_broadcasts::{narrow_broadcasts, NarrowReport};
 
 use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};
 use std::collections::BTreeMap;
@@ -55,6 +59,7 @@ pub(crate) const ELEMENTWISE: &[&str] = &[
 /// What [`prepare_for_lowering`] did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RewriteReport {
+    pub narrow: NarrowReport,
     pub batchnorm: FoldReport,
     pub shrink: ShrinkReport,
     pub layout: LayoutReport,
@@ -83,15 +88,16 @@ pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteRe
 
 /// The rewrites `spartac compile` runs between propagation and the plan: pruned weight
 /// elements become zero (the compiled model computes the pruned model), then
-/// [`fold_batchnorm`], [`shrink_channels`], [`channels_last`] and [`merge_matmuls`] (each as `options` say; the
+/// [`narrow_broadcasts`], [`fold_batchnorm`], [`shrink_channels`], [`channels_last`] and [`merge_matmuls`] (each as `options` say; the
 /// merge last, so it sees the shrunk weights and the pointwise convolutions' MatMuls).
 pub fn prepare(graph: &mut Graph, options: &RewriteOptions) -> Result<RewriteReport, crate::Error> {
     crate::tesa::attrs::zero_pruned_initializers(graph);
+    let narrow = narrow_broadcasts(graph)?;
     let batchnorm = fold_batchnorm(graph)?;
     let shrink = if options.shrink { shrink_channels(graph)? } else { ShrinkReport::default() };
     let layout = channels_last(graph)?;
     let merge = if options.merge_matmuls { merge_matmuls(graph)? } else { MergeReport::default() };
-    Ok(RewriteReport { batchnorm, shrink, layout, merge })
+    Ok(RewriteReport { narrow, batchnorm, shrink, layout, merge })
 }
 
 /// The new shape and the flat source positions of `shape` with only the indices `keep` (in

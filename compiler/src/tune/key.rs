@@ -3,11 +3,11 @@
 //! widths, not the values, which do not change a kernel's time), the GPU ([`Target`]) and the
 //! spartac version. [`cache_key`] hashes the three into the name of the cache entry.
 
+use crate::hash::Fnv64;
 use crate::ir::Graph;
 use crate::plan::site::Site;
 use crate::plan::suboperator::Orientation;
 use crate::plan::OperatorPlan;
-use crate::hash::Fnv64;
 use serde::{Deserialize, Serialize};
 
 /// Bumped when the meaning of an entry changes: old entries then miss.

@@ -229,8 +229,59 @@ pub fn compare(label: String, got: &[f64], want: &[f64]) -> AttentionReport {
     AttentionReport { label, rel_norm_err: max_abs_err / scale, max_abs_err, nan_mismatches, nan_rows_elements }
 }
 
+/// The attention layers of the transformers the end-to-end benchmarks run (fp16, the padding
+/// mask their exports carry), then longer sequences: `(model, case)`.
+pub fn attention_model_cases() -> Vec<(&'static str, AttentionCase)> {
+    let c = |batch, heads, s, d| AttentionCase {
+        dtype: DType::F16,
+        batch,
+        heads,
+        sq: s,
+        sk: s,
+        d,
+        dv: d,
+        mask: Mask::Padding,
+    };
+    vec![
+        ("MiniLM-L6 b32x128", c(32, 12, 128, 32)),
+        ("BERT-512 b16x256", c(16, 8, 256, 64)),
+        ("BERT-base b8x384", c(8, 12, 384, 64)),
+        ("BERT-base b8x384 bf16", AttentionCase { dtype: DType::BF16, ..c(8, 12, 384, 64) }),
+        ("BERT-large b8x512", c(8, 16, 512, 64)),
+        ("d128 b4x1024", c(4, 16, 1024, 128)),
+        ("long b1x4096", c(1, 16, 4096, 64)),
+    ]
+}
+
+/// A case's useful floating-point work: the two products, `4 · b · h · sq · sk · d` (d and dv
+/// averaged).
+pub fn attention_flops(case: &AttentionCase) -> f64 {
+    2.0 * (case.batch * case.heads * case.sq * case.sk) as f64 * (case.d + case.dv) as f64
+}
+
 /// Runs one case on the GPU with inputs from `seed` and compares it with the f64 reference.
 pub fn run_attention_case(dev: &CudaDevice, case: &AttentionCase, seed: u64) -> Result<AttentionReport, CudaError> {
+    Ok(run_and_time(dev, case, seed, 0)?.0)
+}
+
+/// As [`run_attention_case`], then times `reps` launches on the same inputs (CUDA events, ten
+/// launches between a pair, no L2 flush: a layer's q, k and v come from the projection just
+/// before it). Returns the report and the median milliseconds of one launch.
+pub fn time_attention_case(
+    dev: &CudaDevice,
+    case: &AttentionCase,
+    seed: u64,
+    reps: usize,
+) -> Result<(AttentionReport, f64), CudaError> {
+    run_and_time(dev, case, seed, reps.max(1))
+}
+
+fn run_and_time(
+    dev: &CudaDevice,
+    case: &AttentionCase,
+    seed: u64,
+    reps: usize,
+) -> Result<(AttentionReport, f64), CudaError> {
     let kernel = case.kernel()?;
     let inputs = case.inputs(seed);
     let want = case.reference(&inputs);
@@ -246,18 +297,28 @@ pub fn run_attention_case(dev: &CudaDevice, case: &AttentionCase, seed: u64) -> 
     let out_bytes = want.len() * if case.dtype == DType::F32 { 4 } else { 2 };
     let mut out = dev.upload(&vec![0xffu8; out_bytes])?;
     let cfg = LaunchConfig { grid_dim: kernel.grid, block_dim: kernel.block, shared_mem_bytes: kernel.smem_bytes };
-    let mut launch = dev.stream().launch_builder(&func);
-    launch.arg(&bufs[0]).arg(&bufs[1]).arg(&bufs[2]);
-    if case.mask != Mask::None {
-        launch.arg(&bufs[3]);
-    }
-    launch.arg(&mut out);
-    // SAFETY: the parameters are the kernel's (q, k, v, mask when it has one, out), each buffer
-    // as large as the tensor the kernel indexes through the strides it was generated for.
-    unsafe { launch.launch(cfg) }.ctx("cuLaunchKernel (attention)")?;
+    let launch_once = |out: &mut cudarc::driver::CudaSlice<u8>| -> Result<(), CudaError> {
+        let mut launch = dev.stream().launch_builder(&func);
+        launch.arg(&bufs[0]).arg(&bufs[1]).arg(&bufs[2]);
+        if case.mask != Mask::None {
+            launch.arg(&bufs[3]);
+        }
+        launch.arg(out);
+        // SAFETY: the parameters are the kernel's (q, k, v, mask when it has one, out), each
+        // buffer as large as the tensor the kernel indexes through the strides it was generated for.
+        unsafe { launch.launch(cfg) }.ctx("cuLaunchKernel (attention)")?;
+        Ok(())
+    };
+    launch_once(&mut out)?;
     dev.synchronize()?;
     let got = from_bytes(case.dtype, &dev.download(&out)?);
-    Ok(compare(case.label(), &got, &want))
+    let report = compare(case.label(), &got, &want);
+    if reps == 0 {
+        return Ok((report, f64::NAN));
+    }
+    const PER_PAIR: usize = 10;
+    let times = dev.time_ms(3, reps, None, |_| (0..PER_PAIR).try_for_each(|_| launch_once(&mut out)))?;
+    Ok((report, super::median(&times) / PER_PAIR as f64))
 }
 
 #[cfg(test)]

@@ -53,7 +53,8 @@ use serde::Serialize;
 /// blocks, H200): 128-row CTAs of 8 warps (1.88 against 1.59 ms: 288 CTAs, two a SM, make
 /// two waves) and `__launch_bounds__(128, 4)` to fit four CTAs an SM instead of three (the
 /// kernel takes 138 registers a thread; capped at 128, attention steps took 0.65 ms against
-/// 0.61).
+/// 0.61). Key tiles of 128 for 16-bit heads up to 64 wide: mixed (`kernels attention --bench`:
+/// MiniLM-L6 and BERT-512 layers 6-7% faster, BERT-base's 4% slower), so 64 stays.
 pub const BQ: usize = 64;
 const THREADS: usize = 32 * BQ / 16;
 /// Widest `d` (q and k) and `dv` (v) the kernels take.
@@ -174,6 +175,15 @@ struct AttentionCtx {
     /// contiguous along d (e), and every other stride and the width are whole 16-byte chunks.
     k_async: bool,
     v_async: bool,
+    /// 16-bit Q (the output) read (written) two columns per 32-bit access: the rows are
+    /// contiguous and every other stride and the width are even (the pointer's alignment is
+    /// checked at run time).
+    q_pair: bool,
+    o_pair: bool,
+    /// The K (V) tile's 16-byte chunks split evenly over the threads with the head unpadded:
+    /// each thread copies one chunk column at fixed rows, its pointers formed once.
+    k_even: bool,
+    v_even: bool,
     q_batch: String,
     k_batch: String,
     v_batch: String,
@@ -189,6 +199,13 @@ fn chunked(width: usize, inner: usize, row_stride: usize, batch: &[usize], chunk
         && width.is_multiple_of(chunk)
         && row_stride.is_multiple_of(chunk)
         && batch.iter().all(|s| s.is_multiple_of(chunk))
+}
+
+/// Whether a `width`-wide head padded to `padded` splits its key tile of `bk` rows into 16-byte
+/// chunks the threads share evenly, each thread one chunk column (16-bit elements).
+fn even_chunks(width: usize, padded: usize, bk: usize) -> bool {
+    let per_row = padded / 8;
+    width == padded && THREADS.is_multiple_of(per_row) && (bk * per_row).is_multiple_of(THREADS)
 }
 
 /// `out = softmax(expr(q·k, extra...), last axis)·v`. `q` is `[batch..., Sq, D]`, `k`
@@ -299,6 +316,8 @@ pub fn attention(
     };
     let k_async = chunk(k).is_some_and(|c| chunked(d, k_rs, k_cs, &kb, c));
     let v_async = chunk(v).is_some_and(|c| chunked(dv, v_cs, v_rs, &vb, c));
+    let q_pair = mma.is_some() && chunked(d, q_cs, q_rs, &qb, 2);
+    let o_pair = mma.is_some() && chunked(dv, o_cs, o_rs, &ob, 2);
     let ctx = AttentionCtx {
         kernel_name: name.to_string(),
         q_shape: shape_text(&q.shape),
@@ -340,6 +359,10 @@ pub fn attention(
         v_e_fast: v_cs == 1 || v_rs != 1,
         k_async,
         v_async,
+        q_pair,
+        o_pair,
+        k_even: even_chunks(d, tl.dp, tl.bk),
+        v_even: even_chunks(dv, tl.dvp, tl.bk),
         q_batch: offset_expr("z", batch_shape, &qb),
         k_batch: offset_expr("z", batch_shape, &kb),
         v_batch: offset_expr("z", batch_shape, &vb),

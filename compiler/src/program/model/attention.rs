@@ -136,14 +136,17 @@ impl Lowering<'_> {
             let v = node.inputs[pos].ok_or_else(|| self.node_err(node, format!("input {pos} is missing")))?;
             let transpose = self.folded.get(&at).and_then(|fs| fs.iter().find(|(p, _)| *p == pos)).map(|&(_, t)| t);
             let src = match transpose {
-                Some(t) => graph.nodes[t].inputs[0].ok_or_else(|| self.node_err(&graph.nodes[t], "input 0 is missing"))?,
+                Some(t) => {
+                    graph.nodes[t].inputs[0].ok_or_else(|| self.node_err(&graph.nodes[t], "input 0 is missing"))?
+                }
                 None => v,
             };
             // The source as the kernel reads it, and as the CPU executor gets it.
             let (desc, arg, src_op) = match self.views.get(&src).cloned() {
                 Some(chain) => {
                     let fact = graph.fact(src);
-                    let desc = TensorDesc { dtype: fact.dtype, shape: fact.shape.clone(), strides: chain.strides.clone() };
+                    let desc =
+                        TensorDesc { dtype: fact.dtype, shape: fact.shape.clone(), strides: chain.strides.clone() };
                     let mut op = self.operand(chain.base)?;
                     for &n in &chain.nodes {
                         let cn = &graph.nodes[n];

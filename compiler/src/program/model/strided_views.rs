@@ -68,7 +68,8 @@ pub(super) fn view_chain(l: &Lowering, v: ValueId) -> Option<ViewChain> {
     let mut map = Tensor::from_vec(base_fact.shape.clone(), (0..n as i64).collect::<Vec<i64>>());
     for &i in &nodes {
         let node = &graph.nodes[i];
-        let consts: Vec<Option<Tensor>> = node.inputs.iter().skip(1).map(|c| c.and_then(|c| constant(graph, c))).collect();
+        let consts: Vec<Option<Tensor>> =
+            node.inputs.iter().skip(1).map(|c| c.and_then(|c| constant(graph, c))).collect();
         let mut refs: Vec<Option<&Tensor>> = vec![Some(&map)];
         refs.extend(consts.iter().map(|t| t.as_ref()));
         let def = registry().get(&node.op_type)?;
@@ -138,9 +139,8 @@ mod tests {
     #[test]
     fn heads_split_out_of_a_slice_fit() {
         // base [2, 4, 12] (batch, seq, 3 × 4 columns); K = columns 4..8 as [2, 4, 2, 2].
-        let map: Vec<i64> = (0..2)
-            .flat_map(|b| (0..4).flat_map(move |s| (4..8).map(move |c| b * 48 + s * 12 + c)))
-            .collect();
+        let map: Vec<i64> =
+            (0..2).flat_map(|b| (0..4).flat_map(move |s| (4..8).map(move |c| b * 48 + s * 12 + c))).collect();
         assert_eq!(fit_strides(&map, &[2, 4, 2, 2]), Some((4, vec![48, 12, 2, 1])));
     }
 }

@@ -321,10 +321,15 @@ fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
     assert_eq!(k.smem_bytes as usize, attention_smem(false, 16, 16));
     let ps = params(&k.source, "attn");
     assert_eq!(ps.len(), 5, "q, k, v, the mask, out: {ps:?}");
-    // The mask broadcast over heads and queries: a batch entry's row (z / 4 heads) once, then
-    // a row pointer that does not move with the query and one step a key.
+    // The mask broadcast over heads and queries: a batch entry's row (z / 4 heads) once, read
+    // once a key tile for all of a lane's rows (no row pointer), one step a key.
     assert!(k.source.contains("in1 + ((z / 4) * 40)"), "{}", k.source);
-    assert!(k.source.contains("xb1 + (unsigned)gi * 0") && k.source.contains("xr1[(unsigned)j * 1]"), "{}", k.source);
+    assert!(k.source.contains("xk1[nt][w] = ") && k.source.contains("xb1[(unsigned)j * 1]"), "{}", k.source);
+    assert!(!k.source.contains("xr1"), "{}", k.source);
+    // A mask that varies along the queries is read through a row pointer a query.
+    let rows = attention("attn", &q, &kt, &q, F32, &[c(F32, &[2, 1, 40, 40])], &add01(), &out).unwrap();
+    assert!(rows.source.contains("xb1 + (unsigned)(ROWS_RAGGED && gi >= SQ ? 0 : gi) * 40"), "{}", rows.source);
+    assert!(rows.source.contains("xr1[(unsigned)j * 1]") && !rows.source.contains("xk1"), "{}", rows.source);
     // The output goes through the merged-heads strides.
     assert!(k.source.contains("(long long)gi * 64 + (long long)e * 1"), "{}", k.source);
     // A score expression that does not read the mask loads nothing from it.

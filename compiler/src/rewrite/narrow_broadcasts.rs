@@ -1,0 +1,223 @@
+//! `narrow_broadcasts`: an elementwise op whose constant operand is its identity everywhere
+//! (`And` with all true, `Or` with all false, `Add` with all zeros, `Mul` with all ones, `Sub`
+//! and `Div` by zeros and ones) only broadcasts its other operand; the node goes, and the
+//! broadcast is left to the readers.
+//!
+//! Exported transformers build their attention mask that way: `And(ones[1, 1, S, 1],
+//! pad[B, 1, 1, S])` then `Where(·, 0, -inf)` makes a `[B, 1, S, S]` mask whose every query row
+//! is the same. Narrowed, the mask is `[B, 1, 1, S]`: the fused attention reads one mask row
+//! per batch entry instead of one per query (a row-independent operand it loads once per key
+//! tile), and the mask kernels write S times less.
+//!
+//! Only a node whose other operand is smaller than its output goes (an identity that does not
+//! broadcast, such as a zero bias, is left as the model wrote it). It is dropped when every
+//! value that would change shape can: starting from the dropped
+//! node's output (now its other operand), each reader must be a broadcasting elementwise op
+//! (`BROADCASTING`) or a shape-keeping unary one (`UNARY`); a reader whose output shape the
+//! narrower input does not change is where the narrowing stops, one whose output shrinks is
+//! narrowed in turn (its value retyped, its TeSA the slice at the first index of each axis it
+//! lost: the values are equal along those axes). A graph output never changes shape, and any
+//! other reader keeps the whole chain as it was.
+
+use super::renumber;
+use crate::ir::{broadcast_all, Graph, Initializer, ValueId};
+use crate::Error;
+use std::collections::BTreeMap;
+
+/// Ops whose output is their inputs broadcast together, element by element.
+const BROADCASTING: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "Where",
+];
+/// Single-input ops whose output has their input's shape.
+const UNARY: &[&str] =
+    &["Identity", "Cast", "Not", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Reciprocal"];
+
+/// What [`narrow_broadcasts`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NarrowReport {
+    /// Identity nodes dropped.
+    pub dropped: usize,
+    /// Values that became smaller (broadcast by their readers instead).
+    pub narrowed: usize,
+}
+
+/// Which operand (0 or 1) of node `n` is a constant identity of its op, leaving the other
+/// operand's values unchanged.
+fn identity_operand(graph: &Graph, n: usize) -> Option<usize> {
+    let node = &graph.nodes[n];
+    if !node.domain.is_empty() || node.inputs.len() != 2 || node.outputs.len() != 1 {
+        return None;
+    }
+    let is_const = |i: usize, want: f64| -> bool {
+        let Some(v) = node.inputs[i] else { return false };
+        match graph.initializers.get(&v) {
+            Some(Initializer::Dense(t)) => t.len() > 0 && t.to_f64_vec().iter().all(|&x| x == want),
+            _ => false,
+        }
+    };
+    let (first, second) = match node.op_type.as_str() {
+        "And" => (Some(1.0), Some(1.0)),
+        "Or" => (Some(0.0), Some(0.0)),
+        "Add" => (Some(0.0), Some(0.0)),
+        "Mul" => (Some(1.0), Some(1.0)),
+        "Sub" => (None, Some(0.0)),
+        "Div" => (None, Some(1.0)),
+        _ => return None,
+    };
+    // The operand passed through must have the output's type (Add of -0.0 and 0.0 aside,
+    // x + 0 and x · 1 are x).
+    let out = graph.value(node.outputs[0]).fact.dtype;
+    let keeps_type = |i: usize| node.inputs[i].is_some_and(|v| graph.value(v).fact.dtype == out);
+    if second.is_some_and(|w| is_const(1, w)) && keeps_type(0) {
+        Some(1)
+    } else if first.is_some_and(|w| is_const(0, w)) && keeps_type(1) {
+        Some(0)
+    } else {
+        None
+    }
+}
+
+/// The output shape of `node` when its inputs have `shapes`, for the ops this pass walks.
+fn output_shape(op: &str, shapes: &[&[usize]]) -> Option<Vec<usize>> {
+    if UNARY.contains(&op) {
+        return shapes.first().map(|s| s.to_vec());
+    }
+    broadcast_all(shapes)
+}
+
+/// Flat positions, in a tensor of `full` shape, of the elements of its slice of `narrow` shape
+/// (same rank, each axis equal or 1) at index 0 along the axes it lost.
+fn slice_positions(full: &[usize], narrow: &[usize]) -> Vec<usize> {
+    let strides = crate::ir::strides(full);
+    let n: usize = narrow.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; narrow.len()];
+    for _ in 0..n {
+        out.push(idx.iter().zip(&strides).map(|(i, s)| i * s).sum());
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < narrow[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// Drops identity nodes whose readers can broadcast (see the module docs); the graph stays
+/// verified.
+pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
+    let mut report = NarrowReport::default();
+    let mut readers: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            readers.entry(*v).or_default().push(i);
+        }
+    }
+    let mut dropped = vec![false; graph.nodes.len()];
+    for n in 0..graph.nodes.len() {
+        let Some(c) = identity_operand(graph, n) else { continue };
+        let node = &graph.nodes[n];
+        let (out, x) = (node.outputs[0], node.inputs[1 - c].expect("checked"));
+        if graph.outputs.contains(&out) {
+            continue;
+        }
+        // New shapes of the values that shrink: the dropped output takes x's (rank kept).
+        let rank = graph.value(out).fact.shape.len();
+        let mut x_shape = graph.value(x).fact.shape.clone();
+        while x_shape.len() < rank {
+            x_shape.insert(0, 1);
+        }
+        if x_shape == graph.value(out).fact.shape {
+            // Nothing to narrow (a zero bias, say): the op stays as the model wrote it.
+            continue;
+        }
+        let mut shapes: BTreeMap<ValueId, Vec<usize>> = BTreeMap::from([(out, x_shape)]);
+        let mut queue = vec![out];
+        let mut ok = true;
+        while let Some(v) = queue.pop() {
+            for &r in readers.get(&v).map(Vec::as_slice).unwrap_or(&[]) {
+                let rn = &graph.nodes[r];
+                let op = rn.op_type.as_str();
+                if !rn.domain.is_empty()
+                    || rn.outputs.len() != 1
+                    || !(BROADCASTING.contains(&op) || UNARY.contains(&op))
+                {
+                    ok = false;
+                    break;
+                }
+                let ins: Vec<Vec<usize>> = rn
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .map(|i| shapes.get(i).cloned().unwrap_or_else(|| graph.value(*i).fact.shape.clone()))
+                    .collect();
+                let refs: Vec<&[usize]> = ins.iter().map(Vec::as_slice).collect();
+                let ro = rn.outputs[0];
+                let old = &graph.value(ro).fact.shape;
+                match output_shape(op, &refs) {
+                    Some(s) if &s == old => {}
+                    Some(s) if s.len() == old.len() && !graph.outputs.contains(&ro) => {
+                        if shapes.insert(ro, s).is_none() {
+                            queue.push(ro);
+                        }
+                    }
+                    _ => ok = false,
+                }
+            }
+            if !ok {
+                break;
+            }
+        }
+        if !ok {
+            continue;
+        }
+        // Apply: readers of `out` read x; every other shrunk value is retyped.
+        for r in readers.remove(&out).unwrap_or_default() {
+            for i in graph.nodes[r].inputs.iter_mut().flatten() {
+                if *i == out {
+                    *i = x;
+                }
+            }
+            readers.entry(x).or_default().push(r);
+        }
+        for (&v, s) in &shapes {
+            if v == out {
+                continue;
+            }
+            let val = &mut graph.values[v.index()];
+            if let Some(t) = &val.tesa {
+                val.tesa = Some(t.gather(s, &slice_positions(&val.fact.shape, s)));
+            }
+            val.fact.shape = s.clone();
+            report.narrowed += 1;
+        }
+        dropped[n] = true;
+        report.dropped += 1;
+    }
+    if report.dropped > 0 {
+        let mut i = 0;
+        graph.nodes.retain(|_| {
+            i += 1;
+            !dropped[i - 1]
+        });
+        renumber(graph)?;
+    }
+    Ok(report)
+}
