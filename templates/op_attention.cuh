@@ -14,7 +14,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15) == 0; }
-__device__ __forceinline__ bool aligned4(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 3) == 0; }
+__device__ __forceinline__ bool aligned_word(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 3) == 0; }
 // 2^x in one MUFU instruction; results under 2^-126 flush to 0, -inf gives 0.
 __device__ __forceinline__ float ex2_ftz(float x) {
     float y;

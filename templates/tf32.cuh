@@ -3,6 +3,9 @@
 // x as big + small: big rounded to TF32 (nearest, ties away from zero; two integer
 // instructions, the host's rounding of W), small = x - big exact in fp32 and left for the
 // tensor core to truncate to TF32 (|small| <= 2^-11 |x|, so that costs at most 2^-21 |x|).
+// Non-finite operands stay non-finite but an Inf's sign is lost: small = Inf - Inf is NaN, and
+// the cross products meet Inf · 0 or Inf - Inf, so a product with an Inf input comes out NaN
+// (`kernels test --filter +nonfinite` accepts NaN for ±Inf on these kernels only).
 __device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
     big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
     small = __float_as_uint(x - __uint_as_float(big));

@@ -136,8 +136,14 @@ fn tolerance(dtype: Dtype) -> f64 {
     }
 }
 
+/// Within tolerance on the finite elements, every one written, and NaN and ±Inf exactly where
+/// the reference has them (a case with non-finite inputs must also have met some).
 fn passes(case: &Case, r: &CaseReport) -> bool {
-    r.all_written && r.rel_norm_err.is_finite() && r.rel_norm_err <= tolerance(case.dtype)
+    r.all_written
+        && r.rel_norm_err.is_finite()
+        && r.rel_norm_err <= tolerance(case.dtype)
+        && r.nonfinite_mismatches == 0
+        && (!case.nonfinite || r.nonfinite_expected > 0)
 }
 
 fn test(dev: &CudaDevice, seed: Option<u64>, json: Option<PathBuf>, filter: Option<&str>) -> Result<()> {
@@ -166,6 +172,14 @@ fn test(dev: &CudaDevice, seed: Option<u64>, json: Option<PathBuf>, filter: Opti
             r.all_written,
             kernels.join(" + ")
         );
+        if r.nonfinite_mismatches > 0 || case.nonfinite {
+            println!(
+                "     non-finite: {} expected, {} mismatched{}",
+                r.nonfinite_expected,
+                r.nonfinite_mismatches,
+                r.first_mismatch.as_deref().map(|m| format!(", first at {m}")).unwrap_or_default()
+            );
+        }
         reports.push(r);
     }
     if let Some(path) = json {

@@ -7,6 +7,7 @@ use super::tma::{encode_matrix, TensorMap};
 use super::{median, CudaDevice, CudaError, DriverContext};
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode, Orientation, Prepass};
+use spartac::kernel_choice::Family;
 use spartac::rng::SplitMix64;
 use std::path::Path;
 
@@ -52,8 +53,16 @@ pub struct CaseReport {
     /// max |out − ref| / max |ref|.
     pub max_err: f64,
     pub rows_checked: usize,
-    /// Every checked element was overwritten (the poison is gone) and finite.
+    /// Every checked element whose reference is finite was overwritten (the poison is gone)
+    /// and finite.
     pub all_written: bool,
+    /// Checked elements whose reference is NaN or ±Inf (cases with non-finite inputs).
+    pub nonfinite_expected: usize,
+    /// Checked elements where output and reference differ in being NaN, +Inf, -Inf or finite.
+    pub nonfinite_mismatches: usize,
+    /// The first such element, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_mismatch: Option<String>,
     /// Median and minimum over the timed runs, milliseconds.
     pub ms: Option<f64>,
     pub ms_min: Option<f64>,
@@ -143,6 +152,9 @@ pub fn run_problem(
             |x| half::bf16::from_bits(x).to_f32(),
             0x7fc0,
         ),
+        Dtype::I8 if case.nonfinite => {
+            Err(CudaError::Kernel(case.label(), "non-finite inputs are not supported for int8 cases".into()))
+        }
         Dtype::I8 => super::spmm_int8::run_problem_int8(dev, case, problem, seed, check, timing, dump),
     }
 }
@@ -167,8 +179,11 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     // The dense operand: A (`M × K`), or B (`K × N`) when the weight is on the left.
     let (a_rows, a_cols) = case.dense_shape();
     let (w_rows, w_cols) = case.weight_shape();
-    let a: Vec<f32> = (0..a_rows * a_cols).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
+    let mut a: Vec<f32> = (0..a_rows * a_cols).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
     let bias: Vec<f32> = (0..n).map(|_| round_to(case.dtype, rng.uniform(-1.0, 1.0) as f32)).collect();
+    for (i, v) in case.nonfinite_inputs(&mask, seed) {
+        a[i] = v;
+    }
     if let Some((dir, a_name, w_name)) = dump {
         dump_npy(&dir.join(a_name), vec![a_rows, a_cols], &a)?;
         dump_npy(&dir.join(w_name), vec![w_rows, w_cols], &w)?;
@@ -238,6 +253,11 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         // geometry covers.
         unsafe { b.launch(cfg) }.ctx("cuLaunchKernel").map(|_| ())
     };
+    // 3xTF32 sums big·big + big·small + small·big: an infinite operand meets a zero or
+    // opposite-signed remainder of its partner (Inf·0, Inf − Inf), so its ±Inf comes out NaN.
+    let tf32 = parts.iter().any(|p| {
+        matches!(p, Stage::Generated(p) if matches!(p.kernel.family, Family::BlockTf32 | Family::FineTf32))
+    });
     let mut launch_all = |c: &mut CudaSlice<T>| -> Result<(), CudaError> {
         for stage in &mut parts {
             match stage {
@@ -261,38 +281,13 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
 
     // Reference on the checked rows: f64 over the weight's nonzeros.
     let rows = check.rows(m);
-    // Nonzeros per weight row: (column, value).
-    let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; w_rows];
-    let mut nnz = 0;
-    for r in 0..w_rows {
-        for c in 0..w_cols {
-            if !mask[r * w_cols + c] {
-                nz[r].push((c, w[r * w_cols + c] as f64));
-                nnz += 1;
-            }
-        }
-    }
-    let mut err = ErrorStats::default();
+    let (nz, nnz) = nonzeros_by_row(&mask, &w, w_rows, w_cols);
+    let mut err = ErrorStats { inf_as_nan: tf32, ..ErrorStats::default() };
     let epilogue = specs.last().map(|s| s.epilogue).unwrap_or(spartac::codegen::Epilogue::NONE);
     for &r in &rows {
-        let mut acc = vec![0.0f64; n];
-        if left {
-            // C[r, :] = Σ_kk W[r, kk] · B[kk, :]
-            for &(kk, v) in &nz[r] {
-                for (c, x) in acc.iter_mut().enumerate() {
-                    *x += v * a[kk * n + c] as f64;
-                }
-            }
-        } else {
-            for kk in 0..k {
-                let av = a[r * k + kk] as f64;
-                for &(c, v) in &nz[kk] {
-                    acc[c] += av * v;
-                }
-            }
-        }
+        let acc = reference_row(left, r, (k, n), &a, &nz);
         for c in 0..n {
-            err.observe(out[r * n + c] as f64, epilogue.apply(acc[c], bias[c] as f64));
+            err.observe(r, c, out[r * n + c] as f64, epilogue.apply(acc[c], bias[c] as f64));
         }
     }
     let (ms, ms_min) = time_launches(dev, timing, || launch_all(&mut c_dev))?;
@@ -335,6 +330,9 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         max_err,
         rows_checked: rows.len(),
         all_written,
+        nonfinite_expected: err.nonfinite_expected,
+        nonfinite_mismatches: err.nonfinite_mismatches,
+        first_mismatch: err.first_mismatch,
         ms,
         ms_min,
         flops,
@@ -371,8 +369,63 @@ impl KernelInfo {
     }
 }
 
-/// Output against reference: relative-norm and max errors, and whether every checked
-/// element was overwritten (poison gone) and finite.
+/// The weight's kept elements per weight row, as (column, value), and how many there are.
+/// Pruned elements are left out: the sparse kernels skip them, so a NaN or Inf of the dense
+/// operand meets only kept weights (`0 · Inf` never happens on either side).
+pub(super) fn nonzeros_by_row(
+    mask: &[bool],
+    w: &[f32],
+    w_rows: usize,
+    w_cols: usize,
+) -> (Vec<Vec<(usize, f64)>>, usize) {
+    let mut nz: Vec<Vec<(usize, f64)>> = vec![vec![]; w_rows];
+    let mut nnz = 0;
+    for r in 0..w_rows {
+        for c in 0..w_cols {
+            if !mask[r * w_cols + c] {
+                nz[r].push((c, w[r * w_cols + c] as f64));
+                nnz += 1;
+            }
+        }
+    }
+    (nz, nnz)
+}
+
+/// Output row `r` of the product before the epilogue, in f64 with IEEE semantics (a NaN or
+/// ±Inf of the dense operand spreads to every output it meets through a kept weight; +Inf
+/// and -Inf in one sum give NaN): `A[r, :]·W` on the right (`a` is A, `M × K`), `W[r, :]·B`
+/// on the left (`a` is B, `K × N`). `nz` as [`nonzeros_by_row`] gives it.
+pub(super) fn reference_row(
+    left: bool,
+    r: usize,
+    (k, n): (usize, usize),
+    a: &[f32],
+    nz: &[Vec<(usize, f64)>],
+) -> Vec<f64> {
+    let mut acc = vec![0.0f64; n];
+    if left {
+        // C[r, :] = Σ_kk W[r, kk] · B[kk, :]
+        for &(kk, v) in &nz[r] {
+            for (c, x) in acc.iter_mut().enumerate() {
+                *x += v * a[kk * n + c] as f64;
+            }
+        }
+    } else {
+        for kk in 0..k {
+            let av = a[r * k + kk] as f64;
+            for &(c, v) in &nz[kk] {
+                acc[c] += av * v;
+            }
+        }
+    }
+    acc
+}
+
+/// Output against reference: relative-norm and max errors over the elements whose reference
+/// is finite, whether each of those was overwritten (poison gone) and finite, and the
+/// elements whose reference is NaN or ±Inf, which must match exactly: NaN for NaN, the same
+/// signed Inf for Inf. (A NaN poison left where the reference is NaN cannot be told from a
+/// NaN written; the finite elements of the same kernels still show unwritten ones.)
 #[derive(Default)]
 pub(super) struct ErrorStats {
     diff2: f64,
@@ -380,12 +433,31 @@ pub(super) struct ErrorStats {
     max_diff: f64,
     max_ref: f64,
     unwritten: bool,
+    /// A NaN where the reference is ±Inf passes (the 3xTF32 kernels: non-finite stays
+    /// non-finite, the Inf's sign is lost).
+    pub(super) inf_as_nan: bool,
+    pub(super) nonfinite_expected: usize,
+    pub(super) nonfinite_mismatches: usize,
+    pub(super) first_mismatch: Option<String>,
 }
 
 impl ErrorStats {
-    pub(super) fn observe(&mut self, got: f64, want: f64) {
-        if !got.is_finite() {
-            self.unwritten = true;
+    /// One output element, at `(row, col)` of C.
+    pub(super) fn observe(&mut self, row: usize, col: usize, got: f64, want: f64) {
+        if !want.is_finite() {
+            self.nonfinite_expected += 1;
+        }
+        if !got.is_finite() || !want.is_finite() {
+            // A finite reference with a non-finite output: poison left, or a NaN or Inf made.
+            self.unwritten |= want.is_finite();
+            let same = (got.is_nan() && want.is_nan())
+                || (got.is_infinite() && got == want)
+                || (self.inf_as_nan && got.is_nan() && want.is_infinite());
+            if !same {
+                self.nonfinite_mismatches += 1;
+                self.first_mismatch
+                    .get_or_insert_with(|| format!("row {row} column {col}: got {got}, reference {want}"));
+            }
             return;
         }
         let d = got - want;
@@ -453,4 +525,111 @@ pub(super) fn dump_npy(path: &Path, shape: Vec<usize>, v: &[f32]) -> Result<(), 
     let t = Tensor::new(shape, Data::F32(v.to_vec())).ok_or_else(|| fail("shape does not match".into()))?;
     let bytes = crate::npz::write_npy(&t).map_err(|e| fail(e.to_string()))?;
     std::fs::write(path, bytes).map_err(|e| fail(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{nonzeros_by_row, reference_row, ErrorStats};
+    use crate::cuda::cases::Case;
+    use spartac::codegen::{Activation, Dtype, Epilogue};
+    use spartac::tesa::patterns::Pattern;
+
+    /// W (`K = 4 × N = 3`): column 0 keeps K indices 0 and 1, column 1 only 2, column 2
+    /// nothing; the pruned elements are zeros the reference never multiplies.
+    fn weight() -> (Vec<bool>, Vec<f32>) {
+        #[rustfmt::skip]
+        let kept = [
+            true, false, false,
+            true, false, false,
+            false, true, false,
+            false, false, false,
+        ];
+        let w = [0.5, 0.0, 0.0, -0.25, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0];
+        (kept.iter().map(|k| !k).collect(), w.to_vec())
+    }
+
+    fn rows_of(a: &[f32]) -> Vec<Vec<f64>> {
+        let (mask, w) = weight();
+        let (nz, nnz) = nonzeros_by_row(&mask, &w, 4, 3);
+        assert_eq!(nnz, 3);
+        (0..a.len() / 4).map(|r| reference_row(false, r, (4, 3), a, &nz)).collect()
+    }
+
+    #[test]
+    fn nan_and_inf_in_a_reach_only_the_columns_with_kept_weights() {
+        let (nan, inf) = (f32::NAN, f32::INFINITY);
+        #[rustfmt::skip]
+        let a = [
+            nan, 1.0, 1.0, 1.0,   // column 0 NaN, column 1 finite
+            1.0, inf, 1.0, 1.0,   // -0.25 · Inf: column 0 -Inf
+            inf, inf, 1.0, 1.0,   // 0.5 · Inf - 0.25 · Inf: NaN
+            1.0, 1.0, -inf, nan,  // K index 3 keeps nothing: the NaN goes nowhere
+        ];
+        let c = rows_of(&a);
+        assert!(c[0][0].is_nan() && c[0][1] == 2.0 && c[0][2] == 0.0);
+        assert!(c[1][0] == f64::NEG_INFINITY && c[1][1] == 2.0);
+        assert!(c[2][0].is_nan());
+        assert!(c[3][0] == 0.25 && c[3][1] == f64::NEG_INFINITY && c[3][2] == 0.0);
+        // ReLU keeps NaN and clamps -Inf; Clip bounds ±Inf and keeps NaN.
+        let relu = Epilogue { bias: true, activation: Activation::Relu };
+        assert!(relu.apply(c[0][0], 1.0).is_nan());
+        assert_eq!(relu.apply(c[1][0], 1.0), 0.0);
+        let clip = Epilogue { bias: false, activation: Activation::Clip { lo: -0.5, hi: 0.5 } };
+        assert_eq!((clip.apply(f64::INFINITY, 0.0), clip.apply(f64::NEG_INFINITY, 0.0)), (0.5, -0.5));
+        assert!(clip.apply(f64::NAN, 0.0).is_nan());
+    }
+
+    #[test]
+    fn nonfinite_elements_must_match_exactly_and_stay_out_of_the_norms() {
+        let mut stats = ErrorStats::default();
+        stats.observe(0, 0, f64::NAN, f64::NAN);
+        stats.observe(0, 1, f64::INFINITY, f64::INFINITY);
+        stats.observe(0, 2, f64::NEG_INFINITY, f64::NEG_INFINITY);
+        stats.observe(0, 3, 1.0, 1.0);
+        let (rel, max, written) = stats.finish();
+        assert_eq!((rel, max, written), (0.0, 0.0, true));
+        assert_eq!((stats.nonfinite_expected, stats.nonfinite_mismatches), (3, 0));
+        // A finite output where the reference is NaN, and the wrong Inf.
+        stats.observe(4, 7, 0.5, f64::NAN);
+        stats.observe(4, 8, f64::INFINITY, f64::NEG_INFINITY);
+        assert_eq!(stats.nonfinite_mismatches, 2);
+        assert_eq!(stats.first_mismatch.as_deref(), Some("row 4 column 7: got 0.5, reference NaN"));
+        // NaN for an Inf: a mismatch, unless the kernel is a 3xTF32 one; a finite value never passes.
+        stats.observe(5, 0, f64::NAN, f64::INFINITY);
+        assert_eq!(stats.nonfinite_mismatches, 3);
+        let mut tf32 = ErrorStats { inf_as_nan: true, ..ErrorStats::default() };
+        tf32.observe(0, 0, f64::NAN, f64::NEG_INFINITY);
+        assert_eq!(tf32.nonfinite_mismatches, 0);
+        tf32.observe(0, 1, 2.0, f64::INFINITY);
+        assert_eq!(tf32.nonfinite_mismatches, 1);
+        assert!(stats.finish().0.is_finite() && stats.finish().2);
+        // A NaN where the reference is finite: poison left or a NaN made; either fails.
+        stats.observe(5, 0, f64::NAN, 2.0);
+        assert_eq!(stats.nonfinite_mismatches, 4);
+        assert!(!stats.finish().2 && stats.finish().0 == 0.0);
+    }
+
+    #[test]
+    fn nonfinite_inputs_land_on_kept_k_indices_of_four_rows() {
+        let pattern = Pattern::Block { bh: 32, bw: 32, sparsity: 0.8 };
+        let case = Case::new((256, 512, 512), Dtype::F32, pattern, crate::cuda::cases::Cover::Block(32, 32));
+        let mask = case.problem(3).mask;
+        assert!(case.nonfinite_inputs(&mask, 3).is_empty());
+        let case = case.with_nonfinite();
+        assert!(case.label().ends_with(" +nonfinite"));
+        let inputs = case.nonfinite_inputs(&mask, 3);
+        let bits = |v: &[(usize, f32)]| v.iter().map(|(i, x)| (*i, x.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&inputs), bits(&case.nonfinite_inputs(&mask, 3)), "deterministic from the seed");
+        let rows: Vec<usize> = inputs.iter().map(|(i, _)| i / 512).collect();
+        assert_eq!(rows, [0, 85, 170, 255, 255]);
+        assert!(inputs[0].1.is_nan());
+        assert_eq!(
+            inputs[1..].iter().map(|(_, v)| *v).collect::<Vec<_>>(),
+            [f32::INFINITY, f32::NEG_INFINITY, f32::INFINITY, f32::NEG_INFINITY]
+        );
+        for (i, _) in &inputs {
+            let kk = i % 512;
+            assert!((0..512).any(|c| !mask[kk * 512 + c]), "K index {kk} keeps no weight");
+        }
+    }
 }

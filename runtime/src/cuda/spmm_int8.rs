@@ -120,7 +120,7 @@ pub fn run_problem_int8(
         }
         for c in 0..n {
             let x = scale_a as f64 * scale_w[c] as f64 * acc[c] as f64;
-            err.observe(out[r * n + c] as f64, epilogue.apply(x, bias[c] as f64));
+            err.observe(r, c, out[r * n + c] as f64, epilogue.apply(x, bias[c] as f64));
         }
     }
     let (rel_norm_err, max_err, all_written) = err.finish();
@@ -134,6 +134,9 @@ pub fn run_problem_int8(
         max_err,
         rows_checked: rows.len(),
         all_written,
+        nonfinite_expected: err.nonfinite_expected,
+        nonfinite_mismatches: err.nonfinite_mismatches,
+        first_mismatch: err.first_mismatch,
         ms,
         ms_min,
         flops: parts.iter().map(|p| p.kernel.flops()).sum(),

@@ -229,4 +229,13 @@ const CORRECTNESS: &[Row] = &[
     ((256, 512, 384), I8, u(0.0), Dense(32, 32), &[Bias]),
     ((200, 512, 512), I8, b(32, 32, 0.8), Split(32, 32), &[Bias, Relu]),
     ((256, 512, 512), I8, b(32, 32, 0.9), Planned, &[]),
+    // NaN, +Inf and -Inf in a few rows of A (issue 47): they reach the output as ONNX gives them
+    // (IEEE over the kept weights; ReLU and Clip keep NaN, Clip bounds ±Inf). Block and fine
+    // covers only: a mixed or dense cover multiplies pruned zeros too, and 0 · Inf is NaN.
+    ((256, 512, 512), F32, b(32, 32, 0.8), Block(32, 32), &[Bias, Relu, Simt, NonFinite]),
+    ((256, 512, 512), F32, b(32, 32, 0.8), Block(32, 32), &[NonFinite]),
+    ((256, 512, 512), F32, u(0.95), Fine, &[Bias, Simt, NonFinite]),
+    ((100, 256, 256), F16, b(16, 16, 0.8), Block(16, 16), &[Bias, Relu, NonFinite]),
+    ((512, 512, 512), F16, b(64, 64, 0.75), Block(64, 64), &[Bias, Gelu, Unrolled, NonFinite]),
+    ((256, 512, 512), Bf16, b(32, 32, 0.9), Block(32, 32), &[Clip(-0.5, 0.5), NonFinite]),
 ];

@@ -83,6 +83,8 @@ pub struct Case {
     pub engine: Engine,
     /// How the right-orientation fine kernel reads A's columns.
     pub dense_copy: DenseCopy,
+    /// NaN, +Inf and -Inf in a few elements of the dense operand ([`Case::nonfinite_inputs`]).
+    pub nonfinite: bool,
 }
 
 impl Case {
@@ -104,7 +106,13 @@ impl Case {
             uniform_half: false,
             engine: Engine::Auto,
             dense_copy: DenseCopy::Auto,
+            nonfinite: false,
         }
+    }
+    /// Puts NaN, +Inf and -Inf into the dense operand (see [`Case::nonfinite_inputs`]).
+    pub fn with_nonfinite(mut self) -> Case {
+        self.nonfinite = true;
+        self
     }
     pub fn with_uniform(mut self, v: f32) -> Case {
         self.uniform = Some(v);
@@ -211,7 +219,7 @@ impl Case {
             Activation::GeluErf => "+gelu_erf",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -254,8 +262,60 @@ impl Case {
                 DenseCopy::Auto => "",
                 DenseCopy::Transposing => " transposing",
                 DenseCopy::Prepass => " prepass",
-            }
+            },
+            if self.nonfinite { " +nonfinite" } else { "" }
         )
+    }
+
+    /// The non-finite elements of a [`Case::with_nonfinite`] case's dense operand, as
+    /// (row-major index into the operand, value), drawn from `seed`; empty for other cases.
+    /// Four lines of the operand take them (rows of A on the right, columns of B on the left:
+    /// the first, one a third in, one two thirds in, the last): a NaN, a +Inf, a -Inf, and a
+    /// +Inf with a -Inf at the neighbouring K index (so that they meet in one sum when the
+    /// weight keeps both K indices for a column, as a block pattern does). The K indices are
+    /// ones where the weight keeps some element (`mask`: true where pruned), so that every
+    /// special value reaches the output.
+    pub fn nonfinite_inputs(&self, mask: &[bool], seed: u64) -> Vec<(usize, f32)> {
+        let (m, k, n) = (self.m, self.k, self.n);
+        if !self.nonfinite {
+            return vec![];
+        }
+        let left = self.orientation == Orientation::Left;
+        let (w_rows, w_cols) = self.weight_shape();
+        let kept = |kk: usize| {
+            if left {
+                (0..w_rows).any(|r| !mask[r * w_cols + kk])
+            } else {
+                (0..w_cols).any(|c| !mask[kk * w_cols + c])
+            }
+        };
+        let live_k: Vec<usize> = (0..k).filter(|kk| kept(*kk)).collect();
+        if live_k.is_empty() {
+            return vec![];
+        }
+        // Rows of A (`M × K`) on the right, columns of B (`K × N`) on the left.
+        let n_lines = if left { n } else { m };
+        let index = |line: usize, kk: usize| if left { kk * n + line } else { line * k + kk };
+        let mut lines = vec![0, n_lines / 3, 2 * n_lines / 3, n_lines - 1];
+        lines.dedup();
+        let mut rng = SplitMix64::new(seed ^ 0x4e41_4e1f);
+        let mut out = vec![];
+        for (i, line) in lines.into_iter().enumerate() {
+            let kk = live_k[rng.below(live_k.len() as u64) as usize];
+            match i {
+                0 => out.push((index(line, kk), f32::NAN)),
+                1 => out.push((index(line, kk), f32::INFINITY)),
+                2 => out.push((index(line, kk), f32::NEG_INFINITY)),
+                _ => {
+                    out.push((index(line, kk), f32::INFINITY));
+                    let partner = kk ^ 1;
+                    if partner < k && kept(partner) {
+                        out.push((index(line, partner), f32::NEG_INFINITY));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The mask (seeded by `seed`), the weight values (fresh from `seed`, rounded to the

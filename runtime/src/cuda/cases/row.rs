@@ -47,6 +47,8 @@ pub(super) enum Opt {
     /// The [`DenseCopy`] forced.
     Transposing,
     Prepass,
+    /// [`Case::with_nonfinite`]: NaN, +Inf and -Inf in the dense operand.
+    NonFinite,
 }
 
 impl Opt {
@@ -75,6 +77,7 @@ impl Opt {
             Simt => return case.with_engine(Engine::Simt),
             Transposing => return case.with_dense_copy(DenseCopy::Transposing),
             Prepass => return case.with_dense_copy(DenseCopy::Prepass),
+            NonFinite => return case.with_nonfinite(),
         }
         case
     }
