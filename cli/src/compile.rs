@@ -2,7 +2,8 @@
 //!
 //! Stages: frontend, TeSA, propagation, rewrites (pruned weights zeroed, channels shrunk,
 //! convolutions to NHWC, MatMuls of one activation merged: `spartac::rewrite`), plan, lowering (every node specialized to its kernel),
-//! PTX (when NVRTC is present here), write. The artifact is written atomically; the summary
+//! PTX (when NVRTC is present here), write; each a pass of `spartac::pipeline` (`--passes` lists
+//! them with their times, `--print-ir-after` prints the IR a graph pass leaves). The artifact is written atomically; the summary
 //! table says what the compiler did and what it predicts. TeSA and propagation go through the
 //! propagation cache ([`sparsify`]; the stage time says `(cached)` when it was used),
 //! which `tune` shares.
@@ -18,7 +19,8 @@ use spartac::program::artifact::{encode, PtxProto};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
 use spartac::propagate::cache::{cache_key, graph_fingerprint, Lookup, PropagationCache};
 use spartac::propagate::PropagateOptions;
-use spartac::rewrite::{prepare, to_half, RewriteOptions, RewriteReport};
+use spartac::pipeline::{Pipeline, PrintIrAfter};
+use spartac::rewrite::{prepare_in, to_half, RewriteOptions, RewriteReport};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -96,6 +98,15 @@ pub struct CompileArgs {
     /// (default: $SPARTAC_CACHE_DIR/tune or ~/.cache/spartac/tune, when it exists).
     #[arg(long, value_name = "DIR")]
     pub tune_cache: Option<PathBuf>,
+    /// Print the IR (its text form) after these graph passes, to stdout: `all`, or names
+    /// separated by commas (frontend, propagate, narrow_broadcasts, fold_batchnorm,
+    /// shrink_channels, channels_last, merge_matmuls, to_half). Without the flag,
+    /// $SPARTAC_PRINT_IR_AFTER is read the same way.
+    #[arg(long, value_name = "PASS|all")]
+    pub print_ir_after: Option<String>,
+    /// Also print every pass with its time and one-line result.
+    #[arg(long)]
+    pub passes: bool,
 }
 
 /// The artifact's PTX architecture (the H100/H200's, with the wgmma features).
@@ -174,16 +185,24 @@ pub fn sparsify(
 /// The rewrites before the plan (`spartac::rewrite`), then the model's element type (`f32`,
 /// `f16` or `bf16`, as `--dtype` takes it).
 pub fn rewrite(graph: &mut Graph, options: &RewriteOptions, dtype: &str) -> Result<RewriteReport> {
-    let report = prepare(graph, options)?;
-    match dtype {
-        "f16" => {
-            to_half(graph, DType::F16)?;
+    rewrite_in(graph, options, dtype, &mut Pipeline::quiet())
+}
+
+/// [`rewrite`], each rewrite and `to_half` a pass of `pipeline`.
+pub fn rewrite_in(graph: &mut Graph, options: &RewriteOptions, dtype: &str, pipeline: &mut Pipeline) -> Result<RewriteReport> {
+    let report = prepare_in(graph, options, pipeline)?;
+    let half = match dtype {
+        "f16" => Some(DType::F16),
+        "bf16" => Some(DType::BF16),
+        _ => None,
+    };
+    pipeline.run("to_half", graph, |g| match half {
+        Some(t) => {
+            let r = to_half(g, t)?;
+            Ok(((), format!("{} values and {} constants to {}", r.values, r.constants, t.name())))
         }
-        "bf16" => {
-            to_half(graph, DType::BF16)?;
-        }
-        _ => {}
-    }
+        None => Ok(((), format!("off ({dtype})"))),
+    })?;
     Ok(report)
 }
 
@@ -210,25 +229,37 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .expect("progress template"),
     );
+    let print_ir = PrintIrAfter::from_flag_or_env(args.print_ir_after.as_deref()).map_err(anyhow::Error::msg)?;
+    let printer = bar.clone();
+    let mut pipeline = Pipeline::new(print_ir, move |pass, ir| {
+        printer.suspend(|| print!("// IR after {pass}\n{ir}\n"));
+    });
     let mut t = Instant::now();
-    let mut stage = |name: &'static str, bar: &indicatif::ProgressBar, t: &mut Instant| {
-        stages.push((name, t.elapsed().as_secs_f64()));
+    let mut stage = |name: &'static str, bar: &indicatif::ProgressBar, t: &mut Instant| -> f64 {
+        let s = t.elapsed().as_secs_f64();
+        stages.push((name, s));
         *t = Instant::now();
         bar.inc(1);
+        s
     };
     bar.set_message("reading the model");
     let mut graph = args.model.load()?;
-    stage("frontend", &bar, &mut t);
+    let secs = stage("frontend", &bar, &mut t);
+    let line = format!("{} nodes, {} values", graph.nodes.len(), graph.values.len());
+    pipeline.record("frontend", secs, line, Some(&graph))?;
     bar.set_message("TeSA and propagation");
     let cache = propagation_cache(args.no_propagation_cache);
     let sparsified = sparsify(&mut graph, &args.model.model, args.tesa.as_deref(), !args.no_propagate, cache.as_ref())?;
     for w in &sparsified.warnings {
         bar.suspend(|| eprintln!("warning: {w}"));
     }
-    stage("tesa+propagate", &bar, &mut t);
+    let secs = stage("tesa+propagate", &bar, &mut t);
+    let pruned = graph.values.iter().filter(|v| v.tesa.as_ref().is_some_and(|t| t.n_pruned() > 0)).count();
+    let line = format!("{pruned} values with pruned elements{}", if sparsified.cached { " (cached)" } else { "" });
+    pipeline.record("propagate", secs, line, Some(&graph))?;
     bar.set_message("shrinking channels, NHWC");
     let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: !args.no_merge_qkv };
-    let RewriteReport { narrow, batchnorm, shrink, layout, merge } = rewrite(&mut graph, &rewrites, &args.dtype)?;
+    let RewriteReport { narrow, batchnorm, shrink, layout, merge } = rewrite_in(&mut graph, &rewrites, &args.dtype, &mut pipeline)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
@@ -239,7 +270,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let tuning = crate::tune::CompileTuning::open(args.tune_cache.as_deref(), args.costdb.is_some(), &mut opts)?;
     let mut plan = crate::plan::plan_graph(&graph, &opts)?;
     let tuned = tuning.apply(&graph, &mut plan, &opts)?;
-    stage("plan", &bar, &mut t);
+    let secs = stage("plan", &bar, &mut t);
+    pipeline.record("plan", secs, format!("{} operators planned", plan.operators.len()), None)?;
     bar.set_message("specializing kernels");
     let options = ModelOptions {
         fuse_epilogues: !args.no_fuse,
@@ -252,13 +284,17 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         bar.set_message(format!("specializing kernels: node {done}/{total}"));
     })
     .with_context(|| format!("compiling {}", args.model.model.display()))?;
-    stage("specialize", &bar, &mut t);
+    let secs = stage("specialize", &bar, &mut t);
+    let line = format!("{} steps, {} distinct kernels", model.program.steps.len(), model.program.kernels.len());
+    pipeline.record("lower", secs, line, None)?;
     let ptx = if args.no_ptx { vec![] } else { ptx_of(&model, &bar)? };
-    stage("ptx", &bar, &mut t);
+    let secs = stage("ptx", &bar, &mut t);
+    pipeline.record("ptx", secs, format!("{} kernels", ptx.len()), None)?;
     bar.set_message("writing");
     let bytes = encode(&model, &ptx)?;
     spartac::output::write_atomic(&out, &bytes).with_context(|| format!("writing {}", out.display()))?;
-    stage("write", &bar, &mut t);
+    let secs = stage("write", &bar, &mut t);
+    pipeline.record("write", secs, format!("{} bytes", bytes.len()), None)?;
     bar.finish_and_clear();
 
     let dense_s: f64 = plan.operators.iter().map(|o| o.dense_s).sum();
@@ -357,6 +393,9 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let times: Vec<String> = stages.iter().map(|(n, s)| format!("{n} {s:.2} s{}", cached(n))).collect();
     let total: f64 = stages.iter().map(|(_, s)| s).sum();
     println!("{:<24} {total:.2} s ({})", "compile time", times.join(", "));
+    if args.passes {
+        print!("\n{}", pipeline.table());
+    }
     if let Some(path) = &args.json {
         let json = serde_json::json!({
             "model": args.model.model.display().to_string(),
@@ -389,6 +428,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "ptx_kernels": ptx.len(),
             "stages_s": stages.iter().map(|(n, s)| (n.to_string(), *s)).collect::<std::collections::BTreeMap<_, _>>(),
             "compile_s": total,
+            "passes": pipeline.records.iter().map(|r| serde_json::json!({"pass": r.name, "s": r.seconds, "result": r.result})).collect::<Vec<_>>(),
             "propagation_cached": sparsified.cached,
             "tuning": tuned,
         });

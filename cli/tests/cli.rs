@@ -631,3 +631,36 @@ fn run_on_an_onnx_model_writes_its_json_summary() {
     assert_eq!(v["name"], "cli_model");
     assert!(v["median_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{v}");
 }
+
+/// `compile --print-ir-after` prints the IR after the graph passes asked for (all of them, or
+/// by name, or through SPARTAC_PRINT_IR_AFTER), `--passes` lists every pass with its result,
+/// and a name that is no graph pass is a one-line error before anything is written.
+#[test]
+fn compile_prints_the_ir_after_the_passes_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let m = model.to_str().unwrap();
+    let cache = dir.path().join("cache");
+    let env = [("SPARTAC_CACHE_DIR", cache.to_str().unwrap())];
+    let out = dir.path().join("m.sparta");
+    let o = out.to_str().unwrap();
+    let run = spartac_env(&["compile", m, "-o", o, "--no-ptx", "--print-ir-after", "all", "--passes"], &env);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let text = String::from_utf8_lossy(&run.stdout).into_owned();
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("// IR after ")).collect();
+    assert_eq!(headers.len(), 8, "one IR per graph pass: {headers:?}");
+    assert_eq!(headers[0], "// IR after frontend");
+    assert_eq!(headers[7], "// IR after to_half");
+    assert!(text.contains("graph \"cli_model\"") && text.contains("Relu("), "{text}");
+    for pass in ["frontend", "propagate", "merge_matmuls", "to_half", "plan", "lower", "write"] {
+        assert!(text.lines().any(|l| l.starts_with(pass) && l.contains("  ")), "--passes lists {pass}: {text}");
+    }
+    let env_run = spartac_env(&["compile", m, "-o", o, "--no-ptx"], &[env[0], ("SPARTAC_PRINT_IR_AFTER", "propagate")]);
+    assert!(env_run.status.success(), "{}", stderr(&env_run));
+    let text = String::from_utf8_lossy(&env_run.stdout).into_owned();
+    assert_eq!(text.lines().filter(|l| l.starts_with("// IR after ")).collect::<Vec<_>>(), ["// IR after propagate"]);
+    std::fs::remove_file(&out).unwrap();
+    let err = expect_error(&spartac_env(&["compile", m, "-o", o, "--print-ir-after", "plan"], &env));
+    assert!(err.contains("no graph pass \"plan\"") && err.contains("to_half"), "{err}");
+    assert!(!out.exists(), "nothing written");
+}

@@ -24,6 +24,7 @@ pub mod kernel_choice;
 pub mod npy;
 pub mod ops;
 pub mod output;
+pub mod pipeline;
 pub mod plan;
 pub mod program;
 pub mod propagate;

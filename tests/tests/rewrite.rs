@@ -88,3 +88,27 @@ fn a_graph_output_keeps_its_channels() {
     channels_last(&mut nhwc).unwrap();
     assert!(worst_gap(&graph, &nhwc) <= 1e-5);
 }
+
+/// The rewrites as pipeline passes (`spartac compile --print-ir-after all`): each pass, in
+/// order, hands the IR it leaves to the printer, and the texts are a snapshot; the records
+/// carry each pass's one-line result.
+#[test]
+fn the_pipeline_prints_the_ir_after_every_rewrite_pass() {
+    use spartac::pipeline::{Pipeline, PrintIrAfter};
+    use spartac::rewrite::{prepare_in, RewriteOptions};
+    let mut graph = pruned();
+    let mut printed: Vec<(String, String)> = vec![];
+    let records = {
+        let mut pipeline =
+            Pipeline::new(PrintIrAfter::All, |pass, ir| printed.push((pass.to_string(), ir.to_string())));
+        prepare_in(&mut graph, &RewriteOptions::default(), &mut pipeline).unwrap();
+        pipeline.records
+    };
+    let names: Vec<&str> = records.iter().map(|r| r.name).collect();
+    assert_eq!(names, ["narrow_broadcasts", "fold_batchnorm", "shrink_channels", "channels_last", "merge_matmuls"]);
+    assert!(records[2].result.contains("channel classes shrunk"), "{:?}", records[2]);
+    assert_eq!(printed.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), names);
+    assert_eq!(printed.last().unwrap().1, print_graph(&graph), "the last text is the graph the rewrites leave");
+    let text: String = printed.iter().map(|(pass, ir)| format!("// IR after {pass}\n{ir}\n")).collect();
+    insta::assert_snapshot!("ir_after_each_rewrite_pass", text);
+}

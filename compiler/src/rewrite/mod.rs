@@ -30,6 +30,7 @@ pub use merge_matmuls::{merge_matmuls, MergeReport};
 pub use narrow_broadcasts::{narrow_broadcasts, NarrowReport};
 
 use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};
+use crate::pipeline::Pipeline;
 use std::collections::BTreeMap;
 
 /// Elementwise ops that map each element alone (so channel `c` to channel `c`, whatever the
@@ -88,15 +89,57 @@ pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteRe
 
 /// The rewrites `spartac compile` runs between propagation and the plan: pruned weight
 /// elements become zero (the compiled model computes the pruned model), then
-/// [`narrow_broadcasts`], [`fold_batchnorm`], [`shrink_channels`], [`channels_last`] and [`merge_matmuls`] (each as `options` say; the
-/// merge last, so it sees the shrunk weights and the pointwise convolutions' MatMuls).
+/// [`narrow_broadcasts`], [`fold_batchnorm`], [`shrink_channels`], [`channels_last`] and
+/// [`merge_matmuls`] (each as `options` say; the merge last, so it sees the shrunk weights and
+/// the pointwise convolutions' MatMuls).
 pub fn prepare(graph: &mut Graph, options: &RewriteOptions) -> Result<RewriteReport, crate::Error> {
+    prepare_in(graph, options, &mut Pipeline::quiet())
+}
+
+/// [`prepare`], each rewrite a pass of `pipeline` (timed, verified, its IR printed where asked).
+pub fn prepare_in(
+    graph: &mut Graph,
+    options: &RewriteOptions,
+    pipeline: &mut Pipeline,
+) -> Result<RewriteReport, crate::Error> {
     crate::tesa::attrs::zero_pruned_initializers(graph);
-    let narrow = narrow_broadcasts(graph)?;
-    let batchnorm = fold_batchnorm(graph)?;
-    let shrink = if options.shrink { shrink_channels(graph)? } else { ShrinkReport::default() };
-    let layout = channels_last(graph)?;
-    let merge = if options.merge_matmuls { merge_matmuls(graph)? } else { MergeReport::default() };
+    let narrow = pipeline.run("narrow_broadcasts", graph, |g| {
+        let r = narrow_broadcasts(g)?;
+        let line = format!("{} identity ops dropped, {} values narrowed", r.dropped, r.narrowed);
+        Ok((r, line))
+    })?;
+    let batchnorm = pipeline.run("fold_batchnorm", graph, |g| {
+        let r = fold_batchnorm(g)?;
+        let line = format!("{} BatchNorms folded", r.folded);
+        Ok((r, line))
+    })?;
+    let shrink = pipeline.run("shrink_channels", graph, |g| {
+        if !options.shrink {
+            return Ok((ShrinkReport::default(), "off (--no-shrink)".to_string()));
+        }
+        let r = shrink_channels(g)?;
+        let line = format!(
+            "{} of {} channel classes shrunk, {} -> {} channels",
+            r.shrunk, r.classes, r.channels_before, r.channels_after
+        );
+        Ok((r, line))
+    })?;
+    let layout = pipeline.run("channels_last", graph, |g| {
+        let r = channels_last(g)?;
+        let line = format!(
+            "{} 1x1 convolutions as MatMuls, {} NHWC convolutions, {} layout transposes",
+            r.pointwise, r.convs, r.border_transposes
+        );
+        Ok((r, line))
+    })?;
+    let merge = pipeline.run("merge_matmuls", graph, |g| {
+        if !options.merge_matmuls {
+            return Ok((MergeReport::default(), "off (--no-merge-qkv)".to_string()));
+        }
+        let r = merge_matmuls(g)?;
+        let line = format!("{} MatMuls into {}", r.matmuls, r.sets);
+        Ok((r, line))
+    })?;
     Ok(RewriteReport { narrow, batchnorm, shrink, layout, merge })
 }
 
