@@ -5,24 +5,19 @@
 //! PTX (when NVRTC is present here), write; each a pass of `spartac::pipeline` (`--passes` lists
 //! them with their times, `--print-ir-after` prints the IR a graph pass leaves). The artifact is written atomically; the summary
 //! table says what the compiler did and what it predicts. TeSA and propagation go through the
-//! propagation cache ([`sparsify`]; the stage time says `(cached)` when it was used),
+//! propagation cache (`stages::sparsify`; the stage time says `(cached)` when it was used),
 //! which `tune` shares.
 
 use crate::model_args::ModelArgs;
+use crate::stages::{cost_model, propagation_cache, rewrite_in, sparsify};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use spartac::ir::{DType, Graph};
-use spartac::plan::cost::{CostDb, CostModel};
-use spartac::plan::hardware::HardwareProfile;
+use spartac::pipeline::{Pipeline, PrintIrAfter};
 use spartac::plan::PlanOptions;
 use spartac::program::artifact::{encode, PtxProto};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
-use spartac::propagate::cache::{cache_key, graph_fingerprint, Lookup, PropagationCache};
-use spartac::propagate::PropagateOptions;
-use spartac::pipeline::{Pipeline, PrintIrAfter};
-use spartac::rewrite::{prepare_in, to_half, RewriteOptions, RewriteReport};
-use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
-use std::path::{Path, PathBuf};
+use spartac::rewrite::{RewriteOptions, RewriteReport};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -112,112 +107,6 @@ pub struct CompileArgs {
 /// The artifact's PTX architecture (the H100/H200's, with the wgmma features).
 const PTX_ARCH: &str = "sm_90a";
 
-fn read_attrs(tesa: Option<&Path>) -> Result<Option<TesaAttrs>> {
-    tesa.map(|path| TesaAttrs::read(path).with_context(|| format!("in {}", path.display()))).transpose()
-}
-
-fn apply_and_propagate(graph: &mut Graph, attrs: Option<&TesaAttrs>, propagate: bool) -> Result<()> {
-    apply_attrs(graph, attrs)?;
-    if propagate {
-        spartac::propagate::propagate(graph, &PropagateOptions::default())?;
-    }
-    Ok(())
-}
-
-/// The propagation cache (`spartac::propagate::cache`): `propagate/` under the cache root
-/// ($SPARTAC_CACHE_DIR, else ~/.cache/spartac); none when `off` or no root can be named.
-pub fn propagation_cache(off: bool) -> Option<PropagationCache> {
-    if off {
-        return None;
-    }
-    spartac_runtime::exec::cache_root().map(|root| PropagationCache::new(root.join("propagate")))
-}
-
-/// What [`sparsify`] did.
-#[derive(Debug, Default)]
-pub struct Sparsified {
-    /// The TeSAs came from the propagation cache.
-    pub cached: bool,
-    /// One line each: a damaged entry recomputed, an entry that could not be written.
-    pub warnings: Vec<String>,
-}
-
-/// The TeSA attrs file applied (every weight pruned where zero without one), then propagation
-/// unless `propagate` is false: the first stages `compile` and `tune` share. With a `cache`, the
-/// result is its entry for the graph loaded from `model` (the file's bytes and the graph), the
-/// attrs and `propagate` when it holds one; else the stages run and their result is stored. A
-/// damaged entry is recomputed and an unwritable cache skipped, each with a warning; neither is
-/// an error.
-pub fn sparsify(
-    graph: &mut Graph,
-    model: &Path,
-    tesa: Option<&Path>,
-    propagate: bool,
-    cache: Option<&PropagationCache>,
-) -> Result<Sparsified> {
-    let attrs = read_attrs(tesa)?;
-    let mut done = Sparsified::default();
-    let Some(cache) = cache else {
-        apply_and_propagate(graph, attrs.as_ref(), propagate)?;
-        return Ok(done);
-    };
-    let bytes = spartac::contained::read_regular(model).with_context(|| format!("reading {}", model.display()))?;
-    let fingerprint = graph_fingerprint(&bytes, graph);
-    drop(bytes);
-    let key = cache_key(fingerprint, attrs.as_ref(), propagate, &PropagateOptions::default());
-    match cache.load(&key, graph) {
-        Lookup::Hit => {
-            done.cached = true;
-            return Ok(done);
-        }
-        Lookup::Miss => {}
-        Lookup::Damaged(why) => done
-            .warnings
-            .push(format!("propagation cache entry {} unusable ({why}), recomputing", cache.path_of(&key).display())),
-    }
-    apply_and_propagate(graph, attrs.as_ref(), propagate)?;
-    if let Err(e) = cache.store(&key, graph) {
-        done.warnings.push(format!("propagation cache skipped: {e}"));
-    }
-    Ok(done)
-}
-
-/// The rewrites before the plan (`spartac::rewrite`), then the model's element type (`f32`,
-/// `f16` or `bf16`, as `--dtype` takes it).
-pub fn rewrite(graph: &mut Graph, options: &RewriteOptions, dtype: &str) -> Result<RewriteReport> {
-    rewrite_in(graph, options, dtype, &mut Pipeline::quiet())
-}
-
-/// [`rewrite`], each rewrite and `to_half` a pass of `pipeline`.
-pub fn rewrite_in(graph: &mut Graph, options: &RewriteOptions, dtype: &str, pipeline: &mut Pipeline) -> Result<RewriteReport> {
-    let report = prepare_in(graph, options, pipeline)?;
-    let half = match dtype {
-        "f16" => Some(DType::F16),
-        "bf16" => Some(DType::BF16),
-        _ => None,
-    };
-    pipeline.run("to_half", graph, |g| match half {
-        Some(t) => {
-            let r = to_half(g, t)?;
-            Ok(((), format!("{} values and {} constants to {}", r.values, r.constants, t.name())))
-        }
-        None => Ok(((), format!("off ({dtype})"))),
-    })?;
-    Ok(report)
-}
-
-/// The cost model: the cost DB at `path`, else the built-in sm_90 one.
-pub fn cost_model(path: Option<&Path>) -> Result<CostModel> {
-    Ok(match path {
-        Some(p) => {
-            let text = spartac::contained::read_regular_text(p).with_context(|| format!("reading {}", p.display()))?;
-            let db = CostDb::parse(&text).with_context(|| format!("in {}", p.display()))?;
-            CostModel::new(HardwareProfile::sm_90(), db)?
-        }
-        None => CostModel::sm_90(),
-    })
-}
-
 pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let out = args.output.clone().unwrap_or_else(|| args.model.model.with_extension("sparta"));
     if out == args.model.model {
@@ -259,7 +148,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     pipeline.record("propagate", secs, line, Some(&graph))?;
     bar.set_message("shrinking channels, NHWC");
     let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: !args.no_merge_qkv };
-    let RewriteReport { narrow, batchnorm, shrink, layout, merge } = rewrite_in(&mut graph, &rewrites, &args.dtype, &mut pipeline)?;
+    let RewriteReport { narrow, batchnorm, shrink, layout, merge } =
+        rewrite_in(&mut graph, &rewrites, &args.dtype, &mut pipeline)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
     let mut opts = PlanOptions::default();
@@ -267,7 +157,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         opts.cost = cost_model(args.costdb.as_deref())?;
     }
     // Tuning (`spartac tune`): the refitted cost DB, then the measured winners.
-    let tuning = crate::tune::CompileTuning::open(args.tune_cache.as_deref(), args.costdb.is_some(), &mut opts)?;
+    let tuning = crate::stages::CompileTuning::open(args.tune_cache.as_deref(), args.costdb.is_some(), &mut opts)?;
     let mut plan = crate::plan::plan_graph(&graph, &opts)?;
     let tuned = tuning.apply(&graph, &mut plan, &opts)?;
     let secs = stage("plan", &bar, &mut t);

@@ -197,7 +197,7 @@ pub fn run(args: CostdbArgs) -> Result<()> {
         }
         CostdbCommand::Refit { samples, base, out } => {
             crate::outputs::check_outputs([("--out", out.as_deref())])?;
-            let base = crate::compile::cost_model(base.as_deref())?;
+            let base = crate::stages::cost_model(base.as_deref())?;
             return crate::costdb_tune::refit_samples(&samples, &base, out.as_ref());
         }
     };

@@ -44,12 +44,12 @@ pub fn samples(args: SamplesArgs) -> Result<()> {
         bail!("{}: no tune cache entries", args.tune_cache.display());
     }
     let mut graph = args.model.load()?;
-    let prop_cache = crate::compile::propagation_cache(false);
-    let sparsified = crate::compile::sparsify(&mut graph, &args.model.model, args.tesa, true, prop_cache.as_ref())?;
+    let prop_cache = crate::stages::propagation_cache(false);
+    let sparsified = crate::stages::sparsify(&mut graph, &args.model.model, args.tesa, true, prop_cache.as_ref())?;
     for w in &sparsified.warnings {
         eprintln!("warning: {w}");
     }
-    crate::compile::rewrite(&mut graph, &Default::default(), args.dtype)?;
+    crate::stages::rewrite(&mut graph, &Default::default(), args.dtype)?;
     let opts = PlanOptions { cost: CostModel::sm_90(), ..PlanOptions::default() };
     let (mut all, mut seen, mut unmatched) = (vec![], vec![], 0);
     let mut devices: Vec<String> = vec![];

@@ -21,6 +21,7 @@ mod plot;
 mod propagate;
 mod run;
 mod run_artifact;
+mod stages;
 mod synth;
 mod tune;
 mod tune_report;

@@ -8,21 +8,21 @@
 //! measurements refit the cost DB; the plan is redone with it and its new alternatives measured,
 //! until a round finds nothing new (at most [`FEEDBACK_ROUNDS`]); the report (`tune_report.rs`)
 //! shows, per operator, the model's choice and the measured winner, predicted before and after
-//! the refit. `compile` reads the cache (`--tune-cache`, [`CompileTuning`]).
+//! the refit. `compile` reads the cache (`--tune-cache`, `stages::CompileTuning`).
 
 use crate::model_args::ModelArgs;
 use crate::tune_report::Report;
 use anyhow::{Context, Result};
 use clap::Args;
 use spartac::plan::cost::CostModel;
-use spartac::plan::{Plan, PlanOptions};
+use spartac::plan::PlanOptions;
 use spartac::tune::{
-    apply_cache, measure_prepared, refit, run_samples, spartac_version, tune_graph_ahead, Entry, Event, OperatorTuning,
-    StopReason, Target, Timer, TuneCache, TuneOptions, TuneRun,
+    measure_prepared, refit, run_samples, tune_graph_ahead, Event, OperatorTuning, StopReason, Timer, TuneCache,
+    TuneOptions, TuneRun,
 };
 use spartac_runtime::cuda::tune::GpuTimer;
 use spartac_runtime::cuda::CudaDevice;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -109,36 +109,32 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|_| format!("{s:?}: too long a duration"))
 }
 
-/// The default cache folder: `tune/` under the runtime's cache root.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    spartac_runtime::exec::cache_root().map(|r| r.join("tune"))
-}
-
 pub fn run(args: TuneArgs) -> Result<ExitCode> {
     let started = Instant::now();
     crate::outputs::check_outputs([("--json", args.json.as_deref()), ("--plot", args.plot.as_deref())])?;
     // The GPU first: without one, say so before any work.
     let dev = CudaDevice::open(0).context("spartac tune times kernels on the GPU")?;
-    let dir = args.cache.clone().or_else(default_cache_dir).context("no cache folder: pass --cache DIR")?;
+    let dir =
+        args.cache.clone().or_else(crate::stages::default_cache_dir).context("no cache folder: pass --cache DIR")?;
     let t = Instant::now();
     let mut graph = args.model.load()?;
     let load_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let cache = crate::compile::propagation_cache(args.no_propagation_cache);
+    let cache = crate::stages::propagation_cache(args.no_propagation_cache);
     let tesa = args.tesa.as_deref();
-    let sparsified = crate::compile::sparsify(&mut graph, &args.model.model, tesa, !args.no_propagate, cache.as_ref())?;
+    let sparsified = crate::stages::sparsify(&mut graph, &args.model.model, tesa, !args.no_propagate, cache.as_ref())?;
     for w in &sparsified.warnings {
         eprintln!("warning: {w}");
     }
     let sparsify_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    crate::compile::rewrite(&mut graph, &Default::default(), &args.dtype)?;
+    crate::stages::rewrite(&mut graph, &Default::default(), &args.dtype)?;
     println!(
         "pipeline: frontend {load_s:.2} s, tesa+propagate {sparsify_s:.2} s{}, rewrite {:.2} s",
         if sparsified.cached { " (cached)" } else { "" },
         t.elapsed().as_secs_f64()
     );
-    let base = crate::compile::cost_model(args.costdb.as_deref())?;
+    let base = crate::stages::cost_model(args.costdb.as_deref())?;
     let mut timer = GpuTimer::new(dev, 5, args.reps);
     let cache = TuneCache::new(&dir);
     // A budget past what the clock can represent is no deadline at all.
@@ -176,7 +172,7 @@ fn tune_model(
     // The DB the previous tune on this cache fitted: when this round measures nothing new, the
     // refit gives it again, so the feedback round's enumeration runs beside this one's.
     let with_cost = |cost: CostModel| TuneOptions { plan: PlanOptions { cost, ..opts.plan.clone() }, ..opts.clone() };
-    let guessed = crate::compile::cost_model(Some(&cache.costdb_path())).ok().map(with_cost);
+    let guessed = crate::stages::cost_model(Some(&cache.costdb_path())).ok().map(with_cost);
     let (first, mut ahead) = tune_with_bar(graph, &opts, Round::Plan(guessed.as_ref()), cache, timer, "")?;
     if first.counts().0 > 0 {
         ahead = None;
@@ -316,78 +312,10 @@ fn tune_with_bar(
     Ok((run, ahead))
 }
 
-/// The tuning cache as `spartac compile` uses it: the refitted cost DB when there is one (and
-/// no `--costdb`), and the measured winners for the GPU it runs on.
-pub struct CompileTuning {
-    cache: Option<TuneCache>,
-    costdb: Option<String>,
-}
-
-impl CompileTuning {
-    /// Opens `dir` (default: the default cache folder, when it exists) and puts its refitted
-    /// cost DB into `opts` unless `costdb_given`.
-    pub fn open(dir: Option<&Path>, costdb_given: bool, opts: &mut PlanOptions) -> Result<CompileTuning> {
-        let dir = match dir {
-            Some(d) => d.to_path_buf(),
-            None => match default_cache_dir().filter(|d| d.is_dir()) {
-                Some(d) => d,
-                None => return Ok(CompileTuning { cache: None, costdb: None }),
-            },
-        };
-        let cache = TuneCache::new(dir);
-        let mut costdb = None;
-        let path = cache.costdb_path();
-        if !costdb_given && path.is_file() {
-            opts.cost = crate::compile::cost_model(Some(&path))?;
-            costdb = Some(format!("cost DB {} ({})", path.display(), opts.cost.db.source));
-        }
-        Ok(CompileTuning { cache: Some(cache), costdb })
-    }
-
-    /// Replans the operators of `plan` that have a usable entry for this GPU (or, without one
-    /// here, for the one GPU the cache holds entries of); returns the summary line.
-    pub fn apply(&self, graph: &spartac::ir::Graph, plan: &mut Plan, opts: &PlanOptions) -> Result<String> {
-        let Some(cache) = &self.cache else { return Ok("no tune cache".into()) };
-        let (entries, damaged) = cache.entries();
-        for d in &damaged {
-            eprintln!("warning: damaged tune cache entry ignored: {d}");
-        }
-        let version = spartac_version();
-        let entries: Vec<Entry> = entries.into_iter().filter(|e| e.version == version).collect();
-        let mut line = if entries.is_empty() {
-            format!("no entries in {}", cache.dir().display())
-        } else {
-            let target = match CudaDevice::open(0) {
-                Ok(dev) => Some(Target { arch: dev.arch().to_string(), device: dev.name().to_string() }),
-                Err(_) => {
-                    let first = &entries[0].target;
-                    entries.iter().all(|e| &e.target == first).then(|| first.clone())
-                }
-            };
-            match target {
-                Some(t) => {
-                    let a = apply_cache(graph, plan, opts, &entries, &t)?;
-                    format!(
-                        "{} of {} operators from {} ({t}; {} differ from the model's choice)",
-                        a.from_cache,
-                        plan.operators.len(),
-                        cache.dir().display(),
-                        a.changed
-                    )
-                }
-                None => format!("not used: no GPU here and {} holds entries of several GPUs", cache.dir().display()),
-            }
-        };
-        if let Some(c) = &self.costdb {
-            line += &format!("; {c}");
-        }
-        Ok(line)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// Two linear layers through `compile`'s pipeline.
     fn two_layers() -> spartac::ir::Graph {
@@ -410,8 +338,8 @@ mod tests {
             .output("y", DType::F32, &fixed(&[128, 256]))
             .bytes();
         let mut g = spartac::frontend::load_model_bytes(&bytes, "two.onnx", &Default::default()).unwrap();
-        crate::compile::sparsify(&mut g, Path::new("two.onnx"), None, true, None).unwrap();
-        crate::compile::rewrite(&mut g, &Default::default(), "f32").unwrap();
+        crate::stages::sparsify(&mut g, Path::new("two.onnx"), None, true, None).unwrap();
+        crate::stages::rewrite(&mut g, &Default::default(), "f32").unwrap();
         g
     }
 

@@ -85,9 +85,7 @@ impl PrintIrAfter {
         match flag {
             Some(f) => PrintIrAfter::parse(f),
             None => match std::env::var(PRINT_IR_ENV) {
-                Ok(v) if !v.trim().is_empty() => {
-                    PrintIrAfter::parse(&v).map_err(|e| format!("{PRINT_IR_ENV}: {e}"))
-                }
+                Ok(v) if !v.trim().is_empty() => PrintIrAfter::parse(&v).map_err(|e| format!("{PRINT_IR_ENV}: {e}")),
                 _ => Ok(PrintIrAfter::None),
             },
         }
@@ -146,7 +144,13 @@ impl<'a> Pipeline<'a> {
 
     /// Records pass `name`, run by the caller in `seconds`; with the graph it left, verifies it
     /// (debug builds) and prints it where asked.
-    pub fn record(&mut self, name: &'static str, seconds: f64, result: String, graph: Option<&Graph>) -> Result<(), Error> {
+    pub fn record(
+        &mut self,
+        name: &'static str,
+        seconds: f64,
+        result: String,
+        graph: Option<&Graph>,
+    ) -> Result<(), Error> {
         if let Some(g) = graph {
             if cfg!(debug_assertions) {
                 verify(g).map_err(|e| Error::Invalid(format!("the IR after pass {name} is invalid: {e}")))?;

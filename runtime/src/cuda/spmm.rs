@@ -255,9 +255,9 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     };
     // 3xTF32 sums big·big + big·small + small·big: an infinite operand meets a zero or
     // opposite-signed remainder of its partner (Inf·0, Inf − Inf), so its ±Inf comes out NaN.
-    let tf32 = parts.iter().any(|p| {
-        matches!(p, Stage::Generated(p) if matches!(p.kernel.family, Family::BlockTf32 | Family::FineTf32))
-    });
+    let tf32 = parts
+        .iter()
+        .any(|p| matches!(p, Stage::Generated(p) if matches!(p.kernel.family, Family::BlockTf32 | Family::FineTf32)));
     let mut launch_all = |c: &mut CudaSlice<T>| -> Result<(), CudaError> {
         for stage in &mut parts {
             match stage {
