@@ -56,8 +56,8 @@ pub struct NarrowReport {
     pub narrowed: usize,
 }
 
-/// Which operand (0 or 1) of node `n` is a constant identity of its op, leaving the other
-/// operand's values unchanged.
+/// Which operand (0 or 1) of node `n` is a constant identity of its op whose other operand
+/// it only broadcasts to the output's shape.
 fn identity_operand(graph: &Graph, n: usize) -> Option<usize> {
     let node = &graph.nodes[n];
     if !node.domain.is_empty() || node.inputs.len() != 2 || node.outputs.len() != 1 {
@@ -80,12 +80,19 @@ fn identity_operand(graph: &Graph, n: usize) -> Option<usize> {
         _ => return None,
     };
     // The operand passed through must have the output's type (Add of -0.0 and 0.0 aside,
-    // x + 0 and x · 1 are x).
-    let out = graph.value(node.outputs[0]).fact.dtype;
-    let keeps_type = |i: usize| node.inputs[i].is_some_and(|v| graph.value(v).fact.dtype == out);
-    if second.is_some_and(|w| is_const(1, w)) && keeps_type(0) {
+    // x + 0 and x · 1 are x) and be smaller than the output: an identity that broadcasts
+    // nothing (a zero bias, say) stays as the model wrote it. Checked before the constant's
+    // values are read.
+    let out = graph.value(node.outputs[0]).fact.clone();
+    let narrower = |i: usize| {
+        node.inputs[i].is_some_and(|v| {
+            let f = &graph.value(v).fact;
+            f.dtype == out.dtype && f.shape.iter().product::<usize>() < out.shape.iter().product::<usize>()
+        })
+    };
+    if second.is_some() && narrower(0) && second.is_some_and(|w| is_const(1, w)) {
         Some(1)
-    } else if first.is_some_and(|w| is_const(0, w)) && keeps_type(1) {
+    } else if first.is_some() && narrower(1) && first.is_some_and(|w| is_const(0, w)) {
         Some(0)
     } else {
         None
@@ -143,10 +150,6 @@ pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
         let mut x_shape = graph.value(x).fact.shape.clone();
         while x_shape.len() < rank {
             x_shape.insert(0, 1);
-        }
-        if x_shape == graph.value(out).fact.shape {
-            // Nothing to narrow (a zero bias, say): the op stays as the model wrote it.
-            continue;
         }
         let mut shapes: BTreeMap<ValueId, Vec<usize>> = BTreeMap::from([(out, x_shape)]);
         let mut queue = vec![out];
