@@ -113,8 +113,11 @@ pub struct PassRecord {
 pub struct Pipeline<'a> {
     pub records: Vec<PassRecord>,
     print_ir: PrintIrAfter,
-    print: Box<dyn FnMut(&str, &str) + 'a>,
+    print: PrintFn<'a>,
 }
+
+/// What prints the IR: gets the pass name and the text form.
+type PrintFn<'a> = Box<dyn FnMut(&str, &str) + 'a>;
 
 impl<'a> Pipeline<'a> {
     pub fn new(print_ir: PrintIrAfter, print: impl FnMut(&str, &str) + 'a) -> Pipeline<'a> {

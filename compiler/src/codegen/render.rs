@@ -375,6 +375,9 @@ pub struct WgmmaWsCtx {
     pub stg_chunks: usize,
     /// Whether the epilogue goes through the staging rows.
     pub staged: bool,
+    /// CTAs each SM holds at once (the launch bound's minimum: registers per thread capped so
+    /// that they fit).
+    pub min_ctas: usize,
     /// One straight-line wgmma path per nonempty set of live slots, each ending in its own
     /// commit (groups of up to `MASK_PATHS_MAX_GROUP` columns); empty for wider groups, which
     /// branch per slot.

@@ -131,8 +131,10 @@ pub enum Mode {
 /// 1, 2 or 4 CTAs, each summing a share of the k-chunks, reduced through distributed shared
 /// memory). The dismantled fine kernel reads `warps` (> 0 selects it: warps per CTA) and
 /// `stages` (output columns per warp / 32: 1 or 2), with `rows` = 32. 0 = the specializer's choice.
-/// The warp-specialized wgmma kernel reads `group`: block columns per work item (1..=8), and
-/// `k_rows`: k-block rows per ring stage (1..=4). Other block kernels ignore `per_sm`,
+/// The warp-specialized wgmma kernel reads `group`: block columns per work item (1..=8),
+/// `k_rows`: k-block rows per ring stage (1..=4), and `per_sm` (1, or 2 where two CTAs' shared
+/// memory fits an SM; its automatic tile takes 2 when at most a fifth of the blocks are live).
+/// Other block kernels ignore `per_sm`,
 /// `split`, `warps`, `group` and `k_rows`. The 3xTF32 fine kernel (`Engine::Tf32x3`) reads
 /// `rows` (32, 64 or 128), `group` (column groups per CTA, 1..=31), `k_rows` (k-chunk
 /// depth / 32, 1..=8), `stages` (0 = as many as fit, up to 8) and `n_tiles` (n8 tiles per

@@ -66,7 +66,7 @@ fn identity_operand(graph: &Graph, n: usize) -> Option<usize> {
     let is_const = |i: usize, want: f64| -> bool {
         let Some(v) = node.inputs[i] else { return false };
         match graph.initializers.get(&v) {
-            Some(Initializer::Dense(t)) => t.len() > 0 && t.to_f64_vec().iter().all(|&x| x == want),
+            Some(Initializer::Dense(t)) => !t.is_empty() && t.to_f64_vec().iter().all(|&x| x == want),
             _ => false,
         }
     };
@@ -138,6 +138,8 @@ pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
         }
     }
     let mut dropped = vec![false; graph.nodes.len()];
+    // By index: the body rewrites graph.nodes while it walks them.
+    #[allow(clippy::needless_range_loop)]
     for n in 0..graph.nodes.len() {
         let Some(c) = identity_operand(graph, n) else { continue };
         let node = &graph.nodes[n];

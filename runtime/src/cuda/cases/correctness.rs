@@ -70,8 +70,10 @@ const CORRECTNESS: &[Row] = &[
     ((256, 1024, 1024), F16, mixed(0.9), Mixed(32, 32), &[Bias, Relu, Wgmma]),
     // The warp-specialized wgmma kernel: ragged M and N (a last group short of block
     // columns), groups 1..8, 64/128/256 rows, short rings, every epilogue, both modes,
-    // bf16, 16..64-wide blocks, dense, empty block columns, the mixed cover's accumulate
+    // bf16, 16..64-wide blocks, dense, empty block columns, the mixed cover's accumulate;
+    // two CTAs per SM where few blocks are live (the 0.9 cases)
     ((777, 1024, 544), F16, b(32, 32, 0.9), Block(32, 32), &[WgmmaWs]),
+    ((1000, 768, 1152), Bf16, b(32, 32, 0.9), Block(32, 32), &[Bias, Gelu, WgmmaWs]),
     ((4099, 512, 256), F16, b(32, 32, 0.8), Block(32, 32), &[Bias, Relu, Stream, WgmmaWs]),
     ((333, 512, 480), Bf16, b(32, 32, 0.7), Block(32, 32), &[Bias, Gelu, WsTile(256, 4, 2, 2), WgmmaWs]),
     ((64, 256, 256), Bf16, b(32, 32, 0.5), Block(32, 32), &[Values, WsTile(64, 3, 8, 2), WgmmaWs]),

@@ -18,7 +18,9 @@
 //! CTA-wide barrier in the loop. A work item is a row tile × a group of block columns whose
 //! merged k-block rows ([`schedule`], built on the host and read after `idx` by the producer
 //! and the consumers alike, see `Kernel::steps`) share each A tile; the epilogue stages its
-//! rows through shared memory.
+//! rows through shared memory. One CTA per SM with as deep a ring as fits, or, where few
+//! blocks are live (an item is then a step or two of latency), two CTAs per SM with short
+//! rings (`Tile::per_sm`).
 
 use crate::codegen::render::{render, MaskPath, WgmmaCtx, WgmmaTileCtx, WgmmaWsCtx};
 use crate::codegen::spmm::kernel::{Family, Kernel, Launch, TmaBox};
@@ -354,6 +356,29 @@ fn mask_paths(group: usize) -> Vec<MaskPath> {
         .collect()
 }
 
+/// Dynamic shared memory of the warp-specialized kernel: `stages` ring stages of `kr` k-block
+/// rows (a `rows`-row A tile and `group` W blocks, each slot 1024-aligned), + 1024 to align the
+/// ring to the swizzle period, + 16 per stage for its two mbarriers, + the epilogue's staging
+/// rows (per consumer warpgroup, its rows × the group's columns padded by 16 bytes; none when
+/// the epilogue works in place: accumulating, or accumulators filling 128 registers).
+fn ws_smem(spec: &SpmmSpec, rows: usize, group: usize, kr: usize, stages: usize) -> usize {
+    let (bh, bw) = spec.block;
+    let esize = spec.dtype.bytes();
+    let (warpgroups, m_tiles) = if rows == 64 { (1, 1) } else { (2, rows / 128) };
+    let stage_bytes = kr * (rows * bh * esize + group * (bh * bw * esize).next_multiple_of(1024));
+    let staged = !spec.accumulate && m_tiles * group * bw / 2 < 128;
+    let staging = if staged { warpgroups * m_tiles * 64 * (group * bw * esize + 16) + 16 } else { 0 };
+    stages * stage_bytes + 1024 + 16 * stages + staging
+}
+
+/// Live block fraction at or below which the automatic tile runs two CTAs per SM.
+const TWO_CTAS_MAX_LIVE: f64 = 0.2;
+
+/// The fraction of `live` that is true.
+fn live_fraction(live: &[bool]) -> f64 {
+    live.iter().filter(|&&l| l).count() as f64 / live.len().max(1) as f64
+}
+
 /// Whether auto takes the warp-specialized kernel: a supported block shape and not the
 /// dense kernel (every block live: the dense kernel, or cuBLAS in the planner, takes it).
 fn ws_pays(spec: &SpmmSpec, dense: bool) -> bool {
@@ -377,6 +402,20 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     // (run 17 call 4, 4096³ 32×32 90%: 0.0953 ms, against 0.0974 at 256 × 4 and 0.113-0.137 at
     // 128 rows), else 128 rows × 1 (call 5, 1024³ 90%: 0.0085 ms, against 0.0103 at 256 × 2).
     let wide = m.div_ceil(256) * nbs.div_ceil(2) >= 2 * TARGET_SMS;
+    // Few live blocks (an item then holds a step or two): two CTAs per SM, each 128 rows × 1
+    // block column with a 3-stage ring, so that one CTA's loads overlap the other's epilogue
+    // (session 4 call 3, in the models, fp16 32×32 90%: MiniLM-L6 0.401 → 0.390 ms, BERT-base
+    // 1.200 → 1.151; at 50% the one deep ring was faster, MiniLM 0.482 against 0.499).
+    let tile = match tile {
+        t if t == Tile::new(0, 0)
+            && m > 128
+            && live_fraction(live) <= TWO_CTAS_MAX_LIVE
+            && 2 * (ws_smem(spec, 128, 1, 2, 3) + SMEM_RESERVED_PER_CTA) <= SMEM_PER_SM =>
+        {
+            Tile { rows: 128, stages: 3, per_sm: 2, group: 1, k_rows: 2, ..t }
+        }
+        t => t,
+    };
     let rows = match tile.rows {
         0 if m > 128 && wide => 256,
         0 if m > 64 => 128,
@@ -431,20 +470,27 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let stg_bytes = m_tiles * 64 * stg_stride;
     let staged = !spec.accumulate && m_tiles * group * acc_regs < 128;
     let staging = if staged { warpgroups * stg_bytes + 16 } else { 0 };
+    let per_sm = match tile.per_sm {
+        0 | 1 => 1,
+        2 => 2,
+        c => return Err(spec_err(format!("warp-specialized wgmma kernels run 1 or 2 CTAs per SM, not {c}"))),
+    };
     // Default: as deep a ring as fits, up to 12 stages.
     let stages = match tile.stages {
         0 => ((SMEM_PER_CTA_MAX - 1024 - staging) / (stage_bytes + 16)).clamp(3, 12),
         s if (3..=16).contains(&s) => s,
         s => return Err(spec_err(format!("warp-specialized wgmma rings have 3 to 16 stages, not {s}"))),
     };
-    // + 1024: the ring aligned to the swizzle period; + 16 per stage: its two mbarriers.
-    let smem = stages * stage_bytes + 1024 + 16 * stages + staging;
+    let smem = ws_smem(spec, rows, group, kr, stages);
+    debug_assert_eq!(smem, stages * stage_bytes + 1024 + 16 * stages + staging);
     if smem > SMEM_PER_CTA_MAX {
         return Err(spec_err(format!("{stages} stages of {stage_bytes} bytes exceed the shared memory of a CTA")));
     }
     let n_groups = nbs.div_ceil(group);
     let items = m.div_ceil(bm) * n_groups;
-    let grid = items.min(TARGET_SMS);
+    // Two CTAs per SM where their shared memory fits (registers: the launch bound caps them).
+    let min_ctas = if per_sm == 2 && 2 * (smem + SMEM_RESERVED_PER_CTA) <= SMEM_PER_SM { 2 } else { 1 };
+    let grid = items.min(TARGET_SMS * min_ctas);
     let launch = Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
     let (mut kernel, values) = wgmma_kernel(
         spec,
@@ -472,6 +518,7 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         stg_bytes,
         stg_chunks: group * bw * esize / 16,
         staged,
+        min_ctas,
         mask_paths: mask_paths(group),
     };
     kernel.source = render("spmm_block_wgmma_ws.cu.tera", &ctx)?;

@@ -100,8 +100,10 @@ fn auto_takes_the_warp_specialized_kernel_for_16_bit_right_blocks() {
     let mut mma = s.clone();
     mma.engine = Engine::MmaSync;
     assert_eq!(specialize(&mma).unwrap().family, Family::BlockMma);
-    // Many items: 256 rows × 2 block columns (4096 rows × 2048 columns: 16 × 32 items).
-    let wide: Vec<(usize, usize)> = (0..64).flat_map(|j| [(j % 16, j), ((j + 3) % 16, j), ((j + 7) % 16, j)]).collect();
+    // Many items: 256 rows × 2 block columns (4096 rows × 2048 columns: 16 × 32 items), a
+    // quarter of the blocks live (a fifth or fewer run two CTAs per SM instead).
+    let wide: Vec<(usize, usize)> =
+        (0..64).flat_map(|j| [(j % 16, j), ((j + 3) % 16, j), ((j + 7) % 16, j), ((j + 11) % 16, j)]).collect();
     let w = SpmmSpec::new(4096, 512, 2048, Dtype::Bf16, (32, 32), wide);
     let k = specialize(&w).unwrap();
     assert!(k.name.starts_with("spmm_block_wgmma_ws_bf16_32x32_g2"), "{}", k.name);
@@ -215,4 +217,34 @@ fn weight_is_packed_transposed_per_block() {
     }
     // The 64-byte swizzle: row 2 of the first block starts with its k = 8..15 chunk.
     assert_eq!(p[64], w[8 * 96 + 2]);
+}
+
+/// A `k_blocks × n_blocks` block grid with every `keep`-th block live (row-major order).
+fn every_nth(k_blocks: usize, n_blocks: usize, keep: usize) -> Vec<(usize, usize)> {
+    (0..k_blocks * n_blocks).filter(|i| i % keep == 0).map(|i| (i / n_blocks, i % n_blocks)).collect()
+}
+
+#[test]
+fn few_live_blocks_run_two_ctas_per_sm_and_many_one() {
+    // MiniLM's output projection shape: 4096 × 384 × 384 in 32×32 blocks (12 × 12).
+    let sparse = SpmmSpec::new(4096, 384, 384, Dtype::F16, (32, 32), every_nth(12, 12, 10));
+    let k = specialize(&sparse).unwrap();
+    assert_eq!(k.family, Family::BlockWgmma);
+    assert!(k.source.contains("__launch_bounds__(THREADS, 2)"), "{}", &k.source[..400]);
+    // 128-row items × 1 column: 32 × 12 items on 2 × 132 CTAs; two CTAs' shared memory fit an SM.
+    assert_eq!(k.launch.grid, (264, 1, 1));
+    assert!(2 * (k.launch.smem_bytes as usize + SMEM_RESERVED_PER_CTA) <= SMEM_PER_SM);
+    // Half the blocks live: one CTA per SM with the deep ring.
+    let half = SpmmSpec::new(4096, 384, 384, Dtype::F16, (32, 32), every_nth(12, 12, 2));
+    let k = specialize(&half).unwrap();
+    assert!(k.source.contains("__launch_bounds__(THREADS, 1)"));
+    assert!(k.launch.grid.0 as usize <= TARGET_SMS && k.launch.smem_bytes > 150_000);
+    // An explicit tile keeps one CTA per SM unless it asks for two.
+    let mut forced = sparse.clone();
+    forced.tile = Some(Tile::new(128, 4));
+    assert!(specialize(&forced).unwrap().source.contains("__launch_bounds__(THREADS, 1)"));
+    forced.tile = Some(Tile { per_sm: 2, ..Tile::new(128, 3) });
+    assert!(specialize(&forced).unwrap().source.contains("__launch_bounds__(THREADS, 2)"));
+    forced.tile = Some(Tile { per_sm: 3, ..Tile::new(128, 3) });
+    assert!(specialize(&forced).unwrap_err().to_string().contains("1 or 2 CTAs per SM"));
 }
