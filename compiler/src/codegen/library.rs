@@ -134,28 +134,12 @@ fn rows_kernel(spec: &SpmmSpec, pass: RowsPass) -> Result<Kernel, CodegenError> 
         fill,
         epilogue: ep,
     };
+    let launch = Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: 0 };
     Ok(Kernel {
-        name,
-        family: Family::Epilogue,
-        mode: Mode::IndexStream,
         source: render("epilogue_rows.cu.tera", &ctx)?,
-        launch: Launch { grid: (grid as u32, 1, 1), block: (threads as u32, 1, 1), smem_bytes: 0 },
-        spec_shape: (m, spec.k, n),
-        dtype: spec.dtype,
-        block: (1, 1),
         // Elementwise over C: the same for either side the weight sat on.
         orientation: spec.orientation,
-        ptr: vec![],
-        idx: vec![],
-        fine: None,
-        live_instances: 0,
-        dead_instances: 0,
-        literal_words: 0,
-        values_embedded: false,
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, Family::Epilogue, Mode::IndexStream, launch, (m, spec.k, n), spec.dtype, (1, 1))
     })
 }
 

@@ -4,7 +4,7 @@
 use super::kernel::*;
 use super::shared::*;
 use crate::codegen::render::{render, BlockCtx};
-use crate::codegen::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
+use crate::codegen::{CodegenError, Dtype, Mode, SpmmSpec};
 
 /// Block and dense kernels of the right orientation; `left`: the same problem is the
 /// transpose of a left-orientation one (see [`specialize_left`]).
@@ -109,31 +109,16 @@ pub(crate) fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> 
     // Partial folding embeds one literal per block even when the tables and W stream from
     // device memory (W too large to embed): the uniform blocks' W tiles are then not read.
     let part_folded = !all_uniform && uniform_blocks > 0 && block_values.len() <= spec.code_budget;
+    let launch =
+        Launch { grid: (nbs as u32, m.div_ceil(bm) as u32, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
     let mut kernel = Kernel {
-        name: String::new(),
-        family,
-        mode,
-        source: String::new(),
-        launch: Launch {
-            grid: (nbs as u32, m.div_ceil(bm) as u32, 1),
-            block: (threads as u32, 1, 1),
-            smem_bytes: smem as u32,
-        },
-        spec_shape: (m, k, n),
-        dtype: spec.dtype,
-        block: (bh, bw),
-        orientation: Orientation::Right,
         ptr,
         idx,
-        fine: None,
         live_instances,
         dead_instances,
         literal_words: if mode == Mode::Unrolled { literal_words } else { 0 },
         values_embedded: mode == Mode::Unrolled && spec.values.is_some(),
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(String::new(), family, mode, launch, (m, k, n), spec.dtype, (bh, bw))
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(_), true) if folded => vec![],

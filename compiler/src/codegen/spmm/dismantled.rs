@@ -28,7 +28,7 @@ use crate::codegen::loopnest::{Level, LoopNest};
 use crate::codegen::render::{render, KernelHead};
 use crate::codegen::spmm::kernel::{Family, Kernel, Launch};
 use crate::codegen::spmm::shared::{kernel_head, spec_err};
-use crate::codegen::{CodegenError, Dtype, Mode, Orientation, SpmmSpec};
+use crate::codegen::{CodegenError, Dtype, Mode, SpmmSpec};
 use crate::kernel_choice::dismantled::{Tiling, BM};
 use crate::sparse::WeightLookup;
 use serde::Serialize;
@@ -212,32 +212,20 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
     let live_n = d.instances.len();
     let embedded = spec.values.is_some();
     let name = format!("spmm_{}_f32{}", Family::FineDismantled.name(), if embedded { "_values" } else { "" });
+    let launch = Launch {
+        grid: (m.div_ceil(BM) as u32, nseg.div_ceil(t.ws) as u32, 1),
+        block: ((32 * t.ws) as u32, 1, 1),
+        smem_bytes: smem as u32,
+    };
     let mut kernel = Kernel {
-        name,
-        family: Family::FineDismantled,
-        mode: Mode::Unrolled,
-        source: String::new(),
-        launch: Launch {
-            grid: (m.div_ceil(BM) as u32, nseg.div_ceil(t.ws) as u32, 1),
-            block: ((32 * t.ws) as u32, 1, 1),
-            smem_bytes: smem as u32,
-        },
-        spec_shape: (m, k, n),
-        dtype: Dtype::F32,
-        block: (1, 1),
-        orientation: Orientation::Right,
         ptr,
         idx,
-        fine: None,
         live_instances: live_n,
         dead_instances: d.dead_instances(),
         // One instruction per nonzero (its k, column and, embedded, value as operands).
         literal_words: live_n * if embedded { 2 } else { 1 },
         values_embedded: embedded,
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, Family::FineDismantled, Mode::Unrolled, launch, (m, k, n), Dtype::F32, (1, 1))
     };
     let ctx = DismantledCtx {
         head: kernel_head(&kernel.name, Dtype::F32, spec),

@@ -80,26 +80,11 @@ pub fn specialize(spec: &SpmmSpec, max_rows: usize) -> Result<Kernel, CodegenErr
     let rows_y = max_rows.clamp(1, 65535) as u32;
     let launch = Launch { grid: (n.div_ceil(THREADS) as u32, rows_y, 1), block: (THREADS as u32, 1, 1), smem_bytes: 0 };
     Ok(Kernel {
-        name,
-        family: Family::FineRows,
-        mode: Mode::IndexStream,
         source,
-        launch,
-        spec_shape: (m, k, n),
-        dtype: Dtype::F32,
-        block: (1, 1),
-        orientation: Orientation::Right,
-        ptr: vec![],
         idx,
-        fine: None,
         live_instances: spec.blocks.len(),
         dead_instances: k * n - spec.blocks.len(),
-        literal_words: 0,
-        values_embedded: false,
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, Family::FineRows, Mode::IndexStream, launch, (m, k, n), Dtype::F32, (1, 1))
     })
 }
 

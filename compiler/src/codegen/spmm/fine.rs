@@ -453,30 +453,23 @@ pub(crate) fn fine_kernel(
         (true, false) => Some(transpose_prepass(spec.dtype, m, k, d_ld)?),
         (true, true) => Some(widen_prepass(spec.dtype, k, n, d_ld)?),
     };
+    let name = format!(
+        "spmm_{}_{}_{}{}",
+        family.name(),
+        spec.dtype.name(),
+        if unrolled { "unrolled" } else { "stream" },
+        match (&prepass, left) {
+            (None, _) => "",
+            (Some(_), false) => "_at",
+            (Some(_), true) => "_wide",
+        }
+    );
+    let launch = Launch {
+        grid: (fc.div_ceil(t.nc) as u32, fr.div_ceil(bm) as u32, t.split as u32),
+        block: (FINE_THREADS as u32, 1, 1),
+        smem_bytes: smem as u32,
+    };
     let mut kernel = Kernel {
-        name: format!(
-            "spmm_{}_{}_{}{}",
-            family.name(),
-            spec.dtype.name(),
-            if unrolled { "unrolled" } else { "stream" },
-            match (&prepass, left) {
-                (None, _) => "",
-                (Some(_), false) => "_at",
-                (Some(_), true) => "_wide",
-            }
-        ),
-        family,
-        mode,
-        source: String::new(),
-        launch: Launch {
-            grid: (fc.div_ceil(t.nc) as u32, fr.div_ceil(bm) as u32, t.split as u32),
-            block: (FINE_THREADS as u32, 1, 1),
-            smem_bytes: smem as u32,
-        },
-        spec_shape: (m, k, n),
-        dtype: spec.dtype,
-        block: (1, 1),
-        orientation: Orientation::Right,
         ptr,
         idx,
         fine: Some(FineTable { chunk, ld: a_ld, cols: t.nc, warps }),
@@ -485,9 +478,7 @@ pub(crate) fn fine_kernel(
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
         prepass,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, family, mode, launch, (m, k, n), spec.dtype, (1, 1))
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),

@@ -51,31 +51,15 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
         bw,
         if unrolled { "unrolled" } else { "stream" }
     );
+    let launch =
+        Launch { grid: (nbs as u32, m.div_ceil(bm) as u32, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
     let kernel = Kernel {
-        name,
-        family: Family::BlockInt8,
-        mode,
-        source: String::new(),
-        launch: Launch {
-            grid: (nbs as u32, m.div_ceil(bm) as u32, 1),
-            block: (threads as u32, 1, 1),
-            smem_bytes: smem as u32,
-        },
-        spec_shape: (m, k, n),
-        dtype: Dtype::I8,
-        block: (bh, bw),
-        orientation: crate::codegen::Orientation::Right,
         ptr,
         idx,
-        fine: None,
         live_instances,
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
-        values_embedded: false,
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, Family::BlockInt8, mode, launch, (m, k, n), Dtype::I8, (bh, bw))
     };
     let ctx = Int8Ctx {
         head: kernel_head(&kernel.name, Dtype::I8.output(), spec),

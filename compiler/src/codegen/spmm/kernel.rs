@@ -1,5 +1,6 @@
 //! What a specialized sparse-matmul kernel is: its family, launch, tables, prepass and
-//! source ([`Kernel`]), and how its weight is packed for the device.
+//! source ([`Kernel`]), and how its weight is packed for the device. Every family starts from
+//! the neutral kernel of `Kernel::new` and sets only the fields it fills.
 
 use crate::codegen::{Dtype, Mode, Orientation};
 use crate::sparse::WeightLookup;
@@ -146,6 +147,49 @@ impl FineTable {
 }
 
 impl Kernel {
+    /// A kernel with its identity and geometry, every other field at its neutral value:
+    /// - `source` empty (most families render it once the kernel's tables are built);
+    /// - `orientation` [`Orientation::Right`], what the families build (a left-orientation
+    ///   block kernel is built on the transposed problem and marked `Left` afterwards);
+    /// - `ptr`, `idx` and `steps` empty, `fine`, `prepass` and `tma_a` `None`;
+    /// - `live_instances`, `dead_instances` and `literal_words` 0;
+    /// - `values_embedded` and `w_smem_image` false.
+    ///
+    /// A family sets the fields that differ by struct update:
+    /// `Kernel { ptr, idx, ..Kernel::new(name, family, mode, launch, (m, k, n), dtype, block) }`.
+    pub(crate) fn new(
+        name: String,
+        family: Family,
+        mode: Mode,
+        launch: Launch,
+        spec_shape: (usize, usize, usize),
+        dtype: Dtype,
+        block: (usize, usize),
+    ) -> Kernel {
+        Kernel {
+            name,
+            family,
+            mode,
+            source: String::new(),
+            launch,
+            spec_shape,
+            dtype,
+            block,
+            orientation: Orientation::Right,
+            ptr: vec![],
+            idx: vec![],
+            fine: None,
+            live_instances: 0,
+            dead_instances: 0,
+            literal_words: 0,
+            values_embedded: false,
+            prepass: None,
+            steps: vec![],
+            tma_a: None,
+            w_smem_image: false,
+        }
+    }
+
     /// Packs a row-major `K × N` weight (left orientation: `M × K`) into the order the
     /// kernel reads it: block kernels store each live block row-major, blocks in `idx`
     /// order; the fine kernel one value per entry in `idx` order; dense: the same as block

@@ -128,26 +128,12 @@ pub fn specialize(spec: &SpmmSpec, sum_bound: f64, sm_count: usize) -> Result<Ke
     let rows_y = (2 * sm_count.max(1)).div_ceil(slabs).clamp(1, m.min(65_535)) as u32;
     let launch = Launch { grid: (slabs as u32, rows_y, 1), block: (THREADS as u32, 1, 1), smem_bytes };
     Ok(Kernel {
-        name,
-        family: Family::RowScatter,
-        mode: Mode::IndexStream,
         source,
-        launch,
-        spec_shape: (m, k, n),
-        dtype: Dtype::F32,
-        block: (1, 1),
-        orientation: Orientation::Right,
         ptr,
         idx,
-        fine: None,
         live_instances: spec.blocks.len(),
         dead_instances: k * n - spec.blocks.len(),
-        literal_words: 0,
-        values_embedded: false,
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, Family::RowScatter, Mode::IndexStream, launch, (m, k, n), Dtype::F32, (1, 1))
     })
 }
 

@@ -6,7 +6,7 @@
 use super::kernel::*;
 use super::shared::*;
 use crate::codegen::render::{render, KernelHead};
-use crate::codegen::{CodegenError, Mode, Orientation, SpmmSpec};
+use crate::codegen::{CodegenError, Mode, SpmmSpec};
 use crate::kernel_choice::stream::{supports, tiling};
 use crate::sparse::WeightLookup;
 use serde::Serialize;
@@ -83,26 +83,9 @@ pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         smem_bytes: t.smem_bytes() as u32,
     };
     Ok(Kernel {
-        name,
-        family: Family::DenseStream,
-        mode: Mode::IndexStream,
         source,
-        launch,
-        spec_shape: (m, k, n),
-        dtype: spec.dtype,
-        block: (k, n),
-        orientation: Orientation::Right,
-        ptr: vec![],
-        idx: vec![],
-        fine: None,
         live_instances: 1,
-        dead_instances: 0,
-        literal_words: 0,
-        values_embedded: false,
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, Family::DenseStream, Mode::IndexStream, launch, (m, k, n), spec.dtype, (k, n))
     })
 }
 
@@ -126,7 +109,7 @@ pub(crate) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kern
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::{Activation, Dtype, Epilogue};
+    use crate::codegen::{Activation, Dtype, Epilogue, Orientation};
 
     fn dense(m: usize, k: usize, n: usize, dtype: Dtype) -> SpmmSpec {
         let blocks = (0..k / 8).flat_map(|r| (0..n / 8).map(move |c| (r, c))).collect();

@@ -24,7 +24,7 @@ use crate::codegen::spmm::shared::{
     block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, uniform_block, value_bits,
     warp_rows, BlockTables,
 };
-use crate::codegen::{CodegenError, Dtype, Engine, Family, Kernel, Launch, Mode, Orientation, SpmmSpec};
+use crate::codegen::{CodegenError, Dtype, Engine, Family, Kernel, Launch, Mode, SpmmSpec};
 use crate::kernel_choice::block_tf32::{auto_takes, supports};
 
 /// Rounds to TF32 as `cvt.rna.tf32.f32` does: to the nearest value with 10 mantissa bits,
@@ -103,35 +103,21 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
     let literal_words = if dense { 0 } else { ptr.len() + idx.len() } + w_words;
     let mode = if dense && spec.values.is_none() { Mode::IndexStream } else { resolve_mode(spec, literal_words) };
     let unrolled = mode == Mode::Unrolled;
+    let name = format!(
+        "spmm_{}_{bh}x{bw}_{}",
+        if dense { "dense_tf32x3" } else { "block_tf32x3" },
+        if unrolled { "unrolled" } else { "stream" }
+    );
+    let launch =
+        Launch { grid: (nbs as u32, m.div_ceil(bm) as u32, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
     let mut kernel = Kernel {
-        name: format!(
-            "spmm_{}_{bh}x{bw}_{}",
-            if dense { "dense_tf32x3" } else { "block_tf32x3" },
-            if unrolled { "unrolled" } else { "stream" }
-        ),
-        family: Family::BlockTf32,
-        mode,
-        source: String::new(),
-        launch: Launch {
-            grid: (nbs as u32, m.div_ceil(bm) as u32, 1),
-            block: (threads as u32, 1, 1),
-            smem_bytes: smem as u32,
-        },
-        spec_shape: (m, k, n),
-        dtype: Dtype::F32,
-        block: (bh, bw),
-        orientation: Orientation::Right,
         ptr,
         idx,
-        fine: None,
         live_instances,
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
-        prepass: None,
-        steps: vec![],
-        tma_a: None,
-        w_smem_image: false,
+        ..Kernel::new(name, Family::BlockTf32, mode, launch, (m, k, n), Dtype::F32, (bh, bw))
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(Dtype::F32, &kernel.pack_weight(v)),

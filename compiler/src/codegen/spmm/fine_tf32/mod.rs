@@ -138,27 +138,20 @@ fn fine_tf32(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let smem = 1024 + 4 * runs_words + t.stages * (16 + stage_bytes);
     // One consumer warp per column group and one producer warp.
     let threads = 32 * (t.groups + 1);
+    let name = format!(
+        "spmm_fine_tf32x{}_{}x{}c{}{}",
+        if spec.w_tf32_exact { 2 } else { 3 },
+        t.bm,
+        8 * t.nt * t.groups,
+        t.chunk,
+        if t.nt == 2 { "n16" } else { "" }
+    );
+    let launch = Launch {
+        grid: ((groups_padded / t.groups) as u32, m.div_ceil(t.bm) as u32, 1),
+        block: (threads as u32, 1, 1),
+        smem_bytes: smem as u32,
+    };
     let mut kernel = Kernel {
-        name: format!(
-            "spmm_fine_tf32x{}_{}x{}c{}{}",
-            if spec.w_tf32_exact { 2 } else { 3 },
-            t.bm,
-            8 * t.nt * t.groups,
-            t.chunk,
-            if t.nt == 2 { "n16" } else { "" }
-        ),
-        family: Family::FineTf32,
-        mode: Mode::IndexStream,
-        source: String::new(),
-        launch: Launch {
-            grid: ((groups_padded / t.groups) as u32, m.div_ceil(t.bm) as u32, 1),
-            block: (threads as u32, 1, 1),
-            smem_bytes: smem as u32,
-        },
-        spec_shape: (m, k, n),
-        dtype: Dtype::F32,
-        block: (1, 1),
-        orientation: Orientation::Right,
         ptr,
         idx,
         // `ld` is the rows of an A box (the offsets' row stride is 128 bytes).
@@ -166,12 +159,8 @@ fn fine_tf32(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         fine: Some(FineTable { chunk: t.chunk, ld: t.bm, cols: 8 * t.nt * t.groups, warps: t.groups }),
         live_instances: nnz,
         dead_instances: k * n - nnz,
-        literal_words: 0,
-        values_embedded: false,
-        prepass: None,
-        steps: vec![],
         tma_a: Some(TmaBox { rows: t.bm as u32, cols: 32, swizzle_bytes: 128 }),
-        w_smem_image: false,
+        ..Kernel::new(name, Family::FineTf32, Mode::IndexStream, launch, (m, k, n), Dtype::F32, (1, 1))
     };
     let ctx = FineTf32Ctx {
         head: kernel_head(&kernel.name, Dtype::F32, spec),

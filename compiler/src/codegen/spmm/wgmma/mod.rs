@@ -268,27 +268,17 @@ fn wgmma_kernel(
     let literal_words = ptr.len() + idx.len() + steps.len() + value_words;
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
+    let name = name(if unrolled { "unrolled" } else { "stream" });
     let kernel = Kernel {
-        name: name(if unrolled { "unrolled" } else { "stream" }),
-        family: Family::BlockWgmma,
-        mode,
-        source: String::new(),
-        launch,
-        spec_shape: (m, k, n),
-        dtype: spec.dtype,
-        block: (bh, bw),
-        orientation: Orientation::Right,
         ptr,
         idx,
-        fine: None,
         live_instances,
         dead_instances,
         literal_words: if unrolled { literal_words } else { 0 },
         values_embedded: unrolled && spec.values.is_some(),
-        prepass: None,
         steps,
-        tma_a: None,
         w_smem_image,
+        ..Kernel::new(name, Family::BlockWgmma, mode, launch, (m, k, n), spec.dtype, (bh, bw))
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
