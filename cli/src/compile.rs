@@ -217,8 +217,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "convolutions".into(),
             format!(
-                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} layout transposes, {} BatchNorms folded",
-                layout.pointwise, layout.convs, layout.border_transposes, batchnorm.folded
+                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} layout transposes, {} BatchNorms folded, {} as channel affines",
+                layout.pointwise, layout.convs, layout.border_transposes, batchnorm.folded, batchnorm.affine
             ),
         ),
         (
@@ -307,6 +307,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "channels_after": shrink.channels_after,
             "pointwise_convs": layout.pointwise,
             "folded_batchnorms": batchnorm.folded,
+            "affine_batchnorms": batchnorm.affine,
             "dropped_identity_ops": narrow.dropped,
             "narrowed_values": narrow.narrowed,
             "nhwc_convs": layout.convs,

@@ -619,6 +619,78 @@ fn a_batchnorm_after_a_conv_folds_into_it() {
     }
 }
 
+/// DenseNet's order (BatchNorm → Relu → Conv, pools between blocks): the BatchNorm that no Conv
+/// precedes becomes a channel affine (Mul, Add), MaxPool (padded, ceil mode) and AveragePool
+/// (with and without the padding counted) get their GPU kernels, and the compiled model
+/// computes what the graph does; every kernel NVRTC-compiles.
+#[test]
+fn a_batchnorm_without_a_conv_before_it_becomes_an_affine_and_pools_compile() {
+    let c = 4;
+    let w = Tensor::from_vec(vec![c, c, 1, 1], (0..c * c).map(|i| ((i * 5 % 13) as f32 - 6.0) / 8.0).collect());
+    let per = |f: fn(usize) -> f32| Tensor::from_vec(vec![c], (0..c).map(f).collect());
+    for include_pad in [0, 1] {
+        let b = ModelBuilder::new("bn_pool", 17)
+            .input("x", DType::F32, &fixed(&[2, c, 11, 10]))
+            .output("y", DType::F32, &fixed(&[2, c, 4, 3]))
+            .init("w", &w)
+            .init("scale", &per(|i| 0.5 + i as f32 * 0.25))
+            .init("beta", &per(|i| i as f32 * 0.1 - 0.2))
+            .init("mean", &per(|i| 0.3 - i as f32 * 0.05))
+            .init("var", &per(|i| 0.8 + i as f32 * 0.3))
+            .node("relu0", "Relu", &["x"], &["r0"], vec![])
+            .node("bn", "BatchNormalization", &["r0", "scale", "beta", "mean", "var"], &["n"], vec![])
+            .node("relu", "Relu", &["n"], &["r"], vec![])
+            .node("conv", "Conv", &["r", "w"], &["cv"], vec![])
+            .node(
+                "max",
+                "MaxPool",
+                &["cv"],
+                &["m"],
+                vec![
+                    ("kernel_shape", A::Is(vec![3, 3])),
+                    ("strides", A::Is(vec![2, 2])),
+                    ("pads", A::Is(vec![1, 1, 1, 1])),
+                    ("ceil_mode", A::I(1)),
+                ],
+            )
+            .node(
+                "avg",
+                "AveragePool",
+                &["m"],
+                &["y"],
+                vec![
+                    ("kernel_shape", A::Is(vec![2, 3])),
+                    ("strides", A::Is(vec![2, 2])),
+                    ("pads", A::Is(vec![1, 0, 1, 1])),
+                    ("count_include_pad", A::I(include_pad)),
+                ],
+            );
+        let original = load_model_bytes(&b.bytes(), "bn_pool", &LoadOptions::default()).unwrap();
+        let mut graph = original.clone();
+        apply_attrs(&mut graph, None).unwrap();
+        let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+        assert_eq!((report.batchnorm.folded, report.batchnorm.affine), (0, 1));
+        assert!(graph.nodes.iter().all(|n| n.op_type != "BatchNormalization"));
+        let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+        let pools = model
+            .program
+            .kernels
+            .iter()
+            .filter(|k| k.name.starts_with("maxpool_") || k.name.starts_with("averagepool_"));
+        assert_eq!(pools.count(), 2);
+        for seed in [5, 6] {
+            let inputs = spartac::reference::random_inputs(&original, seed);
+            let want = execute_zeroing_pruned(&original, &inputs).unwrap();
+            let got = run_cpu(&model, &inputs).unwrap();
+            for ((name, g), (_, w)) in got.iter().zip(&want) {
+                let e = relative_error(g, w);
+                assert!(e <= 1e-5, "count_include_pad {include_pad}: {name}: relative error {e:.3e}");
+            }
+        }
+        nvrtc_compiles(&model);
+    }
+}
+
 /// The mask transformers' exports build, `Where(And(ones[1, 1, S, 1], pad[B, 1, 1, S]), 0, -1e4)`,
 /// is `[B, 1, S, S]` with every query row the same: the all-true operand goes, the mask is
 /// `[B, 1, 1, S]` (the attention reads it once per key tile), and the model computes the same.

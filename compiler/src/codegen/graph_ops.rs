@@ -27,6 +27,7 @@ mod copy;
 mod elementwise;
 mod expr;
 mod matmul;
+mod pool;
 mod reduce;
 mod rows;
 #[cfg(test)]
@@ -38,6 +39,7 @@ pub use copy::{concat, gather};
 pub use elementwise::elementwise;
 pub use expr::{Binary, Expr, Unary};
 pub use matmul::matmul;
+pub use pool::pool;
 pub use reduce::{reduce, Reduce};
 pub use rows::{layer_norm, layer_norm_fused, row_operand, softmax, NormPrologue, RowOperand};
 

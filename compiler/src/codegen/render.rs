@@ -44,6 +44,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_rows.cuh", include_str!("../../../templates/op_rows.cuh")),
     ("op_elementwise.cu.tera", include_str!("../../../templates/op_elementwise.cu.tera")),
     ("op_gather.cu.tera", include_str!("../../../templates/op_gather.cu.tera")),
+    ("op_pool.cu.tera", include_str!("../../../templates/op_pool.cu.tera")),
     ("op_concat.cu.tera", include_str!("../../../templates/op_concat.cu.tera")),
     ("op_layernorm.cu.tera", include_str!("../../../templates/op_layernorm.cu.tera")),
     ("op_softmax.cu.tera", include_str!("../../../templates/op_softmax.cu.tera")),

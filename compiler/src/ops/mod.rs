@@ -26,7 +26,7 @@ mod pool;
 mod reduce;
 mod shape;
 
-pub(crate) use pool::pool_taps;
+pub(crate) use pool::{pool_taps, pool_windows};
 pub(crate) use reduce::reduce_target_of_each_input;
 
 pub use constant::shape_of_fact;

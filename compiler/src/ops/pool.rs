@@ -123,13 +123,35 @@ fn for_each_window(win: &Window, tables: &[Vec<(usize, usize, usize)>], mut visi
 /// the sparsity rules: per output position of one `(n, c)` plane, the flat input
 /// positions inside its window; and the input and output plane sizes.
 pub(crate) fn pool_taps(ctx: &NodeCtx, x_shape: &[usize]) -> OpResult<(Vec<Vec<usize>>, usize, usize)> {
+    let w = pool_windows(ctx, x_shape)?;
+    Ok((w.taps, w.in_px, w.out_px))
+}
+
+/// The windows of a MaxPool or AveragePool node on one `(n, c)` plane of an input of
+/// `x_shape`, as the evaluators walk them (the GPU lowering builds its tables from this).
+pub(crate) struct PoolWindows {
+    /// Per output position, the flat input positions inside its window.
+    pub taps: Vec<Vec<usize>>,
+    /// Per output position, AveragePool's divisor: the window's taps inside the padded extent
+    /// with `count_include_pad`, else its taps inside the input.
+    pub divisors: Vec<usize>,
+    pub in_px: usize,
+    pub out_px: usize,
+}
+
+pub(crate) fn pool_windows(ctx: &NodeCtx, x_shape: &[usize]) -> OpResult<PoolWindows> {
     let fact = ValueFact::new(DType::F32, x_shape.to_vec());
     check_input(&fact, "pool", true)?;
     let win = pool_window(ctx, &fact)?;
+    let include_pad = ctx.attrs.int("count_include_pad", 0)? != 0;
     let tables = axis_tables(&win);
-    let mut out = vec![vec![]; numel(&win.output)];
-    for_each_window(&win, &tables, |o, taps, _| out[o] = taps.to_vec());
-    Ok((out, numel(&win.input), numel(&win.output)))
+    let out_px = numel(&win.output);
+    let (mut taps, mut divisors) = (vec![vec![]; out_px], vec![0; out_px]);
+    for_each_window(&win, &tables, |o, t, padded| {
+        taps[o] = t.to_vec();
+        divisors[o] = if include_pad { padded } else { t.len() };
+    });
+    Ok(PoolWindows { taps, divisors, in_px: numel(&win.input), out_px })
 }
 
 /// Row-major flat spatial index to column-major (MaxPool's storage_order=1).

@@ -10,7 +10,13 @@
 //! parameters of one element per channel in the Conv's type. The folded weight keeps the
 //! weight's TeSA: a pruned element is zero before and after the scaling, so the propagated
 //! sparsity stays sound. The BatchNorm's output becomes the Conv's output (same name, same
-//! readers); nodes that are not folded stay as they were.
+//! readers).
+//!
+//! A BatchNorm that does not fold (DenseNet's BatchNorm → Relu → Conv order, a BatchNorm after
+//! a Concat or a pool) but has constant parameters becomes the channel affine it is:
+//! `Mul(x, a) → Add(·, b)` with `a = scale / sqrt(var + ε)`, `b = bias − mean · a` as constants of
+//! shape `[C, 1, …, 1]`, which the GPU runs as a fused elementwise kernel (with what surrounds
+//! it).
 
 use super::{fresh_name, renumber};
 use crate::ir::{Graph, Initializer, Tensor, ValueFact, ValueId, ValueKind};
@@ -21,6 +27,8 @@ use crate::Error;
 pub struct FoldReport {
     /// BatchNorms folded into the Conv before them.
     pub folded: usize,
+    /// BatchNorms rewritten as a channel affine (Mul, Add).
+    pub affine: usize,
 }
 
 /// A dense initializer's values as f64, when `v` is one with `len` elements.
@@ -111,6 +119,7 @@ pub fn fold_batchnorm(graph: &mut Graph) -> Result<FoldReport, Error> {
         report.folded += 1;
     }
     if report.folded == 0 {
+        report.affine = batchnorm_to_affine(graph)?;
         return Ok(report);
     }
     let mut i = 0;
@@ -127,5 +136,83 @@ pub fn fold_batchnorm(graph: &mut Graph) -> Result<FoldReport, Error> {
     }
     graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
     renumber(graph)?;
+    report.affine = batchnorm_to_affine(graph)?;
     Ok(report)
+}
+
+/// Every inference-mode BatchNorm left (see the module docs) with dense parameters of one
+/// element per channel, a float input of rank ≥ 2 in their type and a finite epsilon, as
+/// `Mul(x, a) → Add(·, b)`; returns how many.
+fn batchnorm_to_affine(graph: &mut Graph) -> Result<usize, Error> {
+    let mut rewritten = 0;
+    let mut bn = 0;
+    while bn < graph.nodes.len() {
+        let node = &graph.nodes[bn];
+        let eps = node.attrs.float("epsilon", 1e-5).unwrap_or(f32::NAN) as f64;
+        let training = node.attrs.int("training_mode", 0).unwrap_or(1) != 0;
+        let (ins, y) = (node.inputs.clone(), node.outputs.first().copied());
+        let is_bn = node.op_type == "BatchNormalization" && node.domain.is_empty() && node.outputs.len() == 1;
+        let (Some(y), [Some(x), Some(scale), Some(beta), Some(mean), Some(var)]) = (y, &ins[..]) else {
+            bn += 1;
+            continue;
+        };
+        let (x, xf) = (*x, graph.fact(*x).clone());
+        let c = xf.shape.get(1).copied().unwrap_or(0);
+        if !is_bn || training || !eps.is_finite() || !xf.dtype.is_float() || xf.shape.len() < 2 || c == 0 {
+            bn += 1;
+            continue;
+        }
+        let params: Option<Vec<Vec<f64>>> = [*scale, *beta, *mean, *var]
+            .iter()
+            .map(|&p| (graph.fact(p).dtype == xf.dtype).then(|| dense(graph, p, c)).flatten())
+            .collect();
+        let Some(params) = params else {
+            bn += 1;
+            continue;
+        };
+        let (s, beta, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
+        let a: Vec<f64> = (0..c).map(|i| s[i] / (var[i] + eps).sqrt()).collect();
+        let b: Vec<f64> = (0..c).map(|i| beta[i] - mean[i] * a[i]).collect();
+        let mut shape = vec![c];
+        shape.resize(xf.shape.len() - 1, 1);
+        let name = graph.nodes[bn].name.clone();
+        let constant = |graph: &mut Graph, what: &str, v: Vec<f64>| {
+            let t = Tensor::new(shape.clone(), crate::ir::Data::from_f64_iter(xf.dtype, v.into_iter()))
+                .expect("one value per channel");
+            let id = graph.add_value(
+                fresh_name(graph, &format!("{name}.{what}")),
+                ValueFact::of(&t),
+                ValueKind::Initializer,
+            );
+            graph.initializers.insert(id, Initializer::Dense(t));
+            id
+        };
+        let (a_id, b_id) = (constant(graph, "affine_scale", a), constant(graph, "affine_shift", b));
+        let scaled = graph.add_value(
+            fresh_name(graph, &format!("{name}.scaled")),
+            ValueFact::new(xf.dtype, xf.shape.clone()),
+            ValueKind::NodeOutput(crate::ir::NodeId(bn as u32)),
+        );
+        let node = &mut graph.nodes[bn];
+        let mut mul = node.clone();
+        (mul.name, mul.op_type, mul.attrs) = (format!("{name}.mul"), "Mul".into(), Default::default());
+        (mul.inputs, mul.outputs) = (vec![Some(x), Some(a_id)], vec![scaled]);
+        (node.name, node.op_type, node.attrs) = (format!("{name}.add"), "Add".into(), Default::default());
+        node.inputs = vec![Some(scaled), Some(b_id)];
+        node.outputs = vec![y];
+        graph.nodes.insert(bn, mul);
+        rewritten += 1;
+        bn += 2;
+    }
+    if rewritten > 0 {
+        let mut used = vec![false; graph.values.len()];
+        for n in &graph.nodes {
+            for v in n.inputs.iter().flatten() {
+                used[v.index()] = true;
+            }
+        }
+        graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
+        renumber(graph)?;
+    }
+    Ok(rewritten)
 }

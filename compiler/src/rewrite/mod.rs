@@ -110,7 +110,7 @@ pub fn prepare_in(
     })?;
     let batchnorm = pipeline.run("fold_batchnorm", graph, |g| {
         let r = fold_batchnorm(g)?;
-        let line = format!("{} BatchNorms folded", r.folded);
+        let line = format!("{} BatchNorms folded, {} as channel affines", r.folded, r.affine);
         Ok((r, line))
     })?;
     let shrink = pipeline.run("shrink_channels", graph, |g| {

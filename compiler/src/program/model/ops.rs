@@ -13,6 +13,9 @@ impl Lowering<'_> {
         let ofact = graph.fact(out).clone();
         let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
         let attrs = &node.attrs;
+        if matches!(node.op_type.as_str(), "MaxPool" | "AveragePool") {
+            return self.lower_pool(node);
+        }
         if REMAPS.contains(&node.op_type.as_str())
             && node.inputs.iter().skip(1).flatten().all(|&v| graph.initializers.contains_key(&v))
         {
@@ -206,6 +209,45 @@ impl Lowering<'_> {
     /// A data-movement node whose only non-constant input is its data: the flat source index
     /// of every output element is found at compile time by running the op's reference `eval`
     /// on the data's element numbers, and one gather kernel reads through that map.
+    /// MaxPool / AveragePool: the reference's window geometry as tables (per output position
+    /// of a plane, its input taps, and AveragePool's divisor) and a kernel that reduces them
+    /// ([`graph_ops::pool`]). MaxPool's optional Indices output is not built.
+    pub(super) fn lower_pool(&mut self, node: &Node) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let x = node.inputs.first().copied().flatten().ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
+        let out = node.outputs[0];
+        if node.outputs.len() > 1 {
+            return Err(self.node_err(node, "MaxPool's Indices output is not built on the GPU"));
+        }
+        let xf = graph.fact(x).clone();
+        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
+        let w = crate::ops::pool_windows(&ctx, &xf.shape).map_err(|e| self.node_err(node, e.to_string()))?;
+        let planes: usize = xf.shape[..2].iter().product();
+        let max = node.op_type == "MaxPool";
+        let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
+        let k = graph_ops::pool(&name, xf.dtype, planes, w.in_px, w.out_px, max).map_err(|e| self.node_err(node, e))?;
+        let mut starts = Vec::with_capacity(w.out_px + 1);
+        let mut taps = Vec::new();
+        starts.push(0i32);
+        for t in &w.taps {
+            taps.extend(t.iter().map(|&p| p as i32));
+            starts.push(taps.len() as i32);
+        }
+        let mut args = vec![self.buf(x)?];
+        args.push(self.b.constant(&format!("{}.starts", node.name), Data::I32(starts), false));
+        args.push(self.b.constant(&format!("{}.taps", node.name), Data::I32(taps), false));
+        if !max {
+            let divisors = w.divisors.iter().map(|&d| d as f32).collect();
+            args.push(self.b.constant(&format!("{}.divisors", node.name), Data::F32(divisors), false));
+        }
+        args.push(self.buf(out)?);
+        let operands = vec![Some(self.operand(x)?)];
+        let outs = vec![self.operand(out)?];
+        let op = self.node_op(node, operands, outs);
+        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), k, args);
+        Ok(())
+    }
+
     pub(super) fn lower_remap(&mut self, node: &Node) -> Result<(), ProgramError> {
         let graph = self.graph;
         let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;

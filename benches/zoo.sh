@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The model zoo through spartac: per model (models/zoo.py exports) and dtype, `spartac compile`
+# (dense, no TeSA) and, with RUN=1 on the GPU machine, `spartac run --check` timed; then one
+# markdown table (benches/zoo_table.py) of ops, compile time, and the result or the gaps.
+# usage: BIN=./target/release/spartac ZOO=.cache/zoo OUT=/tmp/zoo [MODELS="resnet50 gpt2"]
+#        [DTYPES="f32 f16"] [RUN=0|1] [REPEAT=100] benches/zoo.sh
+# A model that does not compile records its one-line error (each op type without a GPU kernel,
+# with its node count); the table lists those gaps.
+set -uo pipefail
+: "${BIN:?}" "${ZOO:?}" "${OUT:?}"
+mkdir -p "$OUT"
+MODELS="${MODELS:-$(ls "$ZOO"/*.onnx 2>/dev/null | xargs -n1 basename | sed 's/\.onnx$//')}"
+for m in $MODELS; do
+  for d in ${DTYPES:-f32 f16}; do
+    f="$OUT/$m-$d"
+    start=$(date +%s.%N)
+    if "$BIN" compile "$ZOO/$m.onnx" --dtype "$d" -o "$f.sparta" --json "$f.compile.json" > "$f.compile.log" 2>&1; then
+      status=compiled
+    else
+      status=failed
+    fi
+    secs=$(echo "$(date +%s.%N) - $start" | bc)
+    echo "{\"model\": \"$m\", \"dtype\": \"$d\", \"status\": \"$status\", \"compile_s\": $secs}" > "$f.status.json"
+    echo "== $m $d: $status in ${secs}s"
+    [ "$status" = failed ] && tail -1 "$f.compile.log"
+    if [ "$status" = compiled ] && [ "${RUN:-0}" = 1 ]; then
+      "$BIN" run "$f.sparta" --random 7 --backend cuda --check --repeat "${REPEAT:-100}" \
+        --json "$f.run.json" > "$f.run.log" 2>&1
+      grep -iE "relative error|median|error" "$f.run.log" | head -3
+    fi
+    rm -f "$f.sparta"
+  done
+done
+python3 "$(dirname "$0")/zoo_table.py" "$ZOO" "$OUT" | tee "$OUT/zoo_table.md"
