@@ -13,13 +13,13 @@ MODELS="${MODELS:-$(ls "$ZOO"/*.onnx 2>/dev/null | xargs -n1 basename | sed 's/\
 for m in $MODELS; do
   for d in ${DTYPES:-f32 f16}; do
     f="$OUT/$m-$d"
-    start=$(date +%s.%N)
+    start=$(date +%s%N)
     if "$BIN" compile "$ZOO/$m.onnx" --dtype "$d" -o "$f.sparta" --json "$f.compile.json" > "$f.compile.log" 2>&1; then
       status=compiled
     else
       status=failed
     fi
-    secs=$(echo "$(date +%s.%N) - $start" | bc)
+    secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
     echo "{\"model\": \"$m\", \"dtype\": \"$d\", \"status\": \"$status\", \"compile_s\": $secs}" > "$f.status.json"
     echo "== $m $d: $status in ${secs}s"
     [ "$status" = failed ] && tail -1 "$f.compile.log"

@@ -619,6 +619,40 @@ fn a_batchnorm_after_a_conv_folds_into_it() {
     }
 }
 
+/// MobileNetV3's and EfficientNet's activations: a Sigmoid after a planned MatMul (the plan notes
+/// it, no kernel fuses it: it runs as its own step instead of failing the kernel choice), then
+/// HardSwish, HardSigmoid (non-default α, β) and LeakyRelu as generated elementwise code; the
+/// compiled model computes what the graph does and NVRTC compiles it.
+#[test]
+fn sigmoid_after_a_matmul_and_the_hard_activations_compile() {
+    let (m, k, n) = (16, 32, 24);
+    let w = Tensor::from_vec(vec![k, n], (0..k * n).map(|i| ((i * 11 % 29) as f32 - 14.0) / 9.0).collect());
+    let b = ModelBuilder::new("acts", 17)
+        .input("x", DType::F32, &fixed(&[m, k]))
+        .input("x2", DType::F32, &fixed(&[m, n]))
+        .output("y", DType::F32, &fixed(&[m, n]))
+        .init("w", &w)
+        .node("mm", "MatMul", &["x", "w"], &["h"], vec![])
+        .node("sig", "Sigmoid", &["h"], &["s"], vec![])
+        .node("sub", "Sub", &["x2", "s"], &["d"], vec![])
+        .node("hsw", "HardSwish", &["d"], &["e"], vec![])
+        .node("hsg", "HardSigmoid", &["e"], &["f"], vec![("alpha", A::F(0.3)), ("beta", A::F(0.4))])
+        .node("sub2", "Sub", &["f", "s"], &["g"], vec![])
+        .node("lrelu", "LeakyRelu", &["g"], &["y"], vec![("alpha", A::F(0.2))]);
+    let original = load_model_bytes(&b.bytes(), "acts", &LoadOptions::default()).unwrap();
+    let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(&original, seed);
+        let want = execute_zeroing_pruned(&original, &inputs).unwrap();
+        let got = run_cpu(&model, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            let e = relative_error(g, w);
+            assert!(e <= 1e-5, "{name}: relative error {e:.3e}");
+        }
+    }
+    nvrtc_compiles(&model);
+}
+
 /// DenseNet's order (BatchNorm → Relu → Conv, pools between blocks): the BatchNorm that no Conv
 /// precedes becomes a channel affine (Mul, Add), MaxPool (padded, ceil mode) and AveragePool
 /// (with and without the padding counted) get their GPU kernels, and the compiled model

@@ -38,6 +38,9 @@ pub(super) const ELEMENTWISE: &[&str] = &[
     "Clip",
     "Expand",
     "Gelu",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
     "Transpose",
 ];
 
@@ -141,6 +144,43 @@ pub(super) fn node_expr(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Re
                 return Err("Gelu with approximate=tanh is not built".into());
             }
             gelu_erf_expr(x, t)
+        }
+        // The reference's formulas, op for op: clamp(α·x + β, 0, 1), x · clamp(x / 6 + 1/2, 0, 1),
+        // x < 0 ? α·x : x (Max / Min propagate NaN as the reference's clamp does).
+        "HardSigmoid" | "HardSwish" => {
+            let t = dtype(0).ok_or("input 0 is missing")?;
+            let c = |v: f64| Box::new(Expr::Const(v, t));
+            let x = arg(0)?;
+            let (lin, scale) = if node.op_type == "HardSigmoid" {
+                let alpha = node.attrs.float("alpha", 0.2).map_err(|e| e.to_string())? as f64;
+                let beta = node.attrs.float("beta", 0.5).map_err(|e| e.to_string())? as f64;
+                (
+                    Expr::Binary(
+                        Binary::Add,
+                        Box::new(Expr::Binary(Binary::Mul, c(alpha), Box::new(x.clone()))),
+                        c(beta),
+                    ),
+                    None,
+                )
+            } else {
+                (
+                    Expr::Binary(Binary::Add, Box::new(Expr::Binary(Binary::Div, Box::new(x.clone()), c(6.0))), c(0.5)),
+                    Some(x),
+                )
+            };
+            let clamped = Expr::Binary(Binary::Min, Box::new(Expr::Binary(Binary::Max, Box::new(lin), c(0.0))), c(1.0));
+            match scale {
+                Some(x) => Expr::Binary(Binary::Mul, Box::new(x), Box::new(clamped)),
+                None => clamped,
+            }
+        }
+        "LeakyRelu" => {
+            let t = dtype(0).ok_or("input 0 is missing")?;
+            let alpha = node.attrs.float("alpha", 0.01).map_err(|e| e.to_string())? as f64;
+            let x = arg(0)?;
+            let neg = Expr::Binary(Binary::Less, Box::new(x.clone()), Box::new(Expr::Const(0.0, t)));
+            let scaled = Expr::Binary(Binary::Mul, Box::new(Expr::Const(alpha, t)), Box::new(x.clone()));
+            Expr::Where(Box::new(neg), Box::new(scaled), Box::new(x))
         }
         other => return Err(format!("{other} is not an elementwise op")),
     })

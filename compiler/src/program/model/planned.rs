@@ -102,6 +102,10 @@ impl Lowering<'_> {
         let epilogue = Epilogue { bias: bias.is_some(), activation };
         let mut planned_op = op.clone();
         planned_op.m = m;
+        // The kernels' epilogue is the lowering's own (set on the last part below); the plan's
+        // note of an activation after the site (Sigmoid, Tanh, ... that no kernel fuses) must
+        // not reach the kernel choice: such an activation runs as its own elementwise step.
+        planned_op.epilogue.activation = None;
         let planned =
             crate::codegen::from_plan::kernels_for_operator(&planned_op, &w).map_err(|e| self.node_err(node, e))?;
         if planned.is_empty() {
