@@ -619,6 +619,36 @@ fn a_batchnorm_after_a_conv_folds_into_it() {
     }
 }
 
+/// GPT-2's Split (Q, K, V out of one MatMul) and Swin's zero Pad run as gathers through
+/// traced source maps, a Split's outputs in one step; the compiled model computes what the
+/// graph does and NVRTC compiles it.
+#[test]
+fn split_and_zero_pad_run_as_gathers() {
+    let bytes = ModelBuilder::new("split_pad", 18)
+        .input("x", DType::F32, &fixed(&[2, 8, 5]))
+        .output("p", DType::F32, &fixed(&[3, 4, 8]))
+        .output("b", DType::F32, &fixed(&[2, 3, 5]))
+        .output("c", DType::F32, &fixed(&[2, 3, 5]))
+        .init("split", &Tensor::from_vec(vec![3], vec![2i64, 3, 3]))
+        .init("pads", &Tensor::from_vec(vec![6], vec![0i64, 1, 2, 1, 1, 1]))
+        .init("zero", &Tensor::from_vec(vec![], vec![0.0f32]))
+        .node("split", "Split", &["x", "split"], &["a", "b", "c"], vec![("axis", A::I(1))])
+        .node("pad", "Pad", &["a", "pads", "zero"], &["p"], vec![])
+        .bytes();
+    let original = load_model_bytes(&bytes, "split_pad", &LoadOptions::default()).unwrap();
+    let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+    assert_eq!(model.program.kernels.iter().filter(|k| k.name.starts_with("remap_")).count(), 4);
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(&original, seed);
+        let want = execute_zeroing_pruned(&original, &inputs).unwrap();
+        let got = run_cpu(&model, &inputs).unwrap();
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            assert_eq!(relative_error(g, w), 0.0, "{name}");
+        }
+    }
+    nvrtc_compiles(&model);
+}
+
 /// MobileNetV3's and EfficientNet's activations: a Sigmoid after a planned MatMul (the plan notes
 /// it, no kernel fuses it: it runs as its own step instead of failing the kernel choice), then
 /// HardSwish, HardSigmoid (non-default α, β) and LeakyRelu as generated elementwise code; the

@@ -171,7 +171,8 @@ const VIEWS: &[&str] = &["Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity
 
 /// Data-movement ops lowered to a gather through a compile-time source map when only their
 /// data input is not constant.
-const REMAPS: &[&str] = &["GatherND", "GatherElements", "Slice", "Tile", "DepthToSpace", "SpaceToDepth"];
+const REMAPS: &[&str] =
+    &["GatherND", "GatherElements", "Slice", "Split", "Pad", "Tile", "DepthToSpace", "SpaceToDepth"];
 
 /// The constant tensor of a value, when it is an initializer.
 fn constant(graph: &Graph, v: ValueId) -> Option<Tensor> {

@@ -248,40 +248,66 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// Data movement with constant parameters (Slice, Split, Pad with zeros, Tile, ...): the op
+    /// evaluated on the element indices of its input gives, per output, where each element
+    /// comes from; each output is a gather through that map, all in one step. Pad's padding
+    /// traces to an index past the input, which the gather writes as zero (so only zero
+    /// constant padding is built).
     pub(super) fn lower_remap(&mut self, node: &Node) -> Result<(), ProgramError> {
         let graph = self.graph;
         let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
-        let out = node.outputs[0];
         let xf = graph.fact(x).clone();
+        if xf.numel() >= i32::MAX as usize {
+            return Err(self.node_err(node, "its source map does not fit 32-bit indices"));
+        }
         let iota = Tensor::from_vec(xf.shape.clone(), (0..xf.numel() as i64).collect::<Vec<i64>>());
-        let consts: Vec<Option<Tensor>> =
+        let mut consts: Vec<Option<Tensor>> =
             node.inputs.iter().skip(1).map(|v| v.and_then(|v| constant(graph, v))).collect();
+        if node.op_type == "Pad" {
+            let mode = node.attrs.string("mode", "constant").unwrap_or("?");
+            let zero = consts.get(1).cloned().flatten().is_none_or(|t| t.to_f64_vec().iter().all(|&v| v == 0.0));
+            if mode != "constant" || !zero {
+                return Err(self.node_err(node, "only Pad with mode constant and value 0 is built"));
+            }
+            // Padding traces to index numel(x): out of range, a zero in the gather.
+            consts.resize(consts.len().max(2), None);
+            consts[1] = Some(Tensor::from_vec(vec![], vec![xf.numel() as i64]));
+        }
         let mut refs: Vec<Option<&Tensor>> = vec![Some(&iota)];
         refs.extend(consts.iter().map(|t| t.as_ref()));
         let def = registry().get(&node.op_type).ok_or_else(|| self.node_err(node, "unknown op"))?;
-        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
+        let n_outputs = node.outputs.len();
+        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs };
         let traced = (def.eval)(&ctx, &refs).map_err(|e| self.node_err(node, format!("tracing its sources: {e}")))?;
-        let map = traced.into_iter().next().ok_or_else(|| self.node_err(node, "no output"))?;
-        let ofact = graph.fact(out).clone();
-        if map.len() != ofact.numel() || xf.numel() > i32::MAX as usize {
-            return Err(self.node_err(node, "its source map does not fit"));
+        if traced.len() != n_outputs {
+            return Err(self.node_err(node, "tracing gave another number of outputs"));
         }
-        let idx: Vec<i32> = map.to_i64_vec().into_iter().map(|v| v as i32).collect();
-        let name = format!("remap_{}", sanitize(&node.name));
-        let k = graph_ops::gather(
-            &name,
-            &TensorDesc::contiguous(xf.dtype, &[xf.numel()]),
-            &TensorDesc::contiguous(DType::I32, &[ofact.numel()]),
-            0,
-        )
-        .map_err(|e| self.node_err(node, e))?;
-        let map_buf = self.b.constant(&format!("{}.map", node.name), Data::I32(idx), false);
+        let mut launches = vec![];
+        for (j, (map, &out)) in traced.iter().zip(&node.outputs).enumerate() {
+            let ofact = graph.fact(out).clone();
+            if map.len() != ofact.numel() {
+                return Err(self.node_err(node, "its source map does not fit"));
+            }
+            let idx: Vec<i32> = map.to_i64_vec().into_iter().map(|v| v as i32).collect();
+            let suffix = if n_outputs == 1 { String::new() } else { format!("_{j}") };
+            let name = format!("remap_{}{suffix}", sanitize(&node.name));
+            let k = graph_ops::gather(
+                &name,
+                &TensorDesc::contiguous(xf.dtype, &[xf.numel()]),
+                &TensorDesc::contiguous(DType::I32, &[ofact.numel()]),
+                0,
+            )
+            .map_err(|e| self.node_err(node, e))?;
+            let map_buf = self.b.constant(&format!("{}.map{suffix}", node.name), Data::I32(idx), false);
+            let args = vec![Arg::Buf(self.buf(x)?, 0), Arg::Buf(map_buf, 0), Arg::Buf(self.buf(out)?, 0)];
+            let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
+            launches.push(Launch::Kernel { kernel: kid, grid: k.grid, block: k.block, args });
+        }
         let operands =
             node.inputs.iter().map(|v| v.map(|v| self.operand(v)).transpose()).collect::<Result<Vec<_>, _>>()?;
-        let outs = vec![self.operand(out)?];
+        let outs = node.outputs.iter().map(|&o| self.operand(o)).collect::<Result<Vec<_>, _>>()?;
         let op = self.node_op(node, operands, outs);
-        let args = vec![self.buf(x)?, map_buf, self.buf(out)?];
-        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), k, args);
+        self.b.step(&node.name.clone(), Op::Nodes(vec![op]), launches);
         Ok(())
     }
 }
