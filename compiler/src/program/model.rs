@@ -29,15 +29,31 @@
 //!   output strides; a Q, K or V sliced out of a wider value (the merged projection of
 //!   `rewrite::merge_matmuls`) is read in place through an offset and strides
 //!   (`model/strided_views.rs`), the Slice and its views joining the step;
-//! - **data movement with constant indices** (GatherND, GatherElements, Slice, Tile,
-//!   DepthToSpace, SpaceToDepth whose only non-constant input is the data): one gather through
-//!   a source map traced at compile time with the op's own `eval` on the data's element numbers;
+//! - **data movement with constant indices** (GatherND, GatherElements, Slice, Split, Pad with
+//!   zeros, Tile, DepthToSpace, SpaceToDepth whose only non-constant input is the data): one
+//!   gather per output, in one step, through a source map traced at compile time with the op's
+//!   own `eval` on the data's element numbers (Pad's padding traces past the input: a zero);
 //! - **LayerNorm with its input's group** (`model/norm_fusion.rs`): an elementwise group whose
 //!   output a LayerNormalization reads (the residual `Add` before it) runs inside the LayerNorm's
 //!   kernel as a prologue, the sum never stored, or stored in the same pass when read elsewhere
 //!   too (pre-LN transformers);
 //! - **other ops** (Gather, LayerNormalization, Softmax, reductions, activation×activation
-//!   MatMul, Concat): one step and one generated kernel each.
+//!   MatMul, Concat, MaxPool and AveragePool through the reference's window tables): one step
+//!   and one generated kernel each.
+//!
+//! Adding a GPU op, in the order the pool kernels took:
+//! 1. its CPU reference (`ops/`, with `infer` and `eval`) exists: it is the oracle;
+//! 2. if it is elementwise, an arm in `model/elementwise.rs`'s `node_expr` (a composite of the
+//!    existing `Expr` operators where the reference's formula allows) and its name in
+//!    `ELEMENTWISE`: nothing else; if it only moves data with constant parameters, its name in
+//!    `REMAPS`: nothing else;
+//! 3. otherwise a template `templates/op_*.cu.tera` (registered in `codegen/render.rs`), its
+//!    builder in `codegen/graph_ops/` returning an `OpKernel`, and an arm in
+//!    `model/ops.rs`'s `lower_other` that emits one step whose `Op::Nodes` holds the node, so the
+//!    CPU executor computes the graph's op;
+//! 4. a test in `tests/tests/compile.rs` that compiles a small model using it, compares the
+//!    compiled model with the graph on the CPU executor and NVRTC-compiles its kernels; then a
+//!    GPU `--check` of a model that uses it (`benches/zoo.sh RUN=1`).
 //!
 //! Unknown ops, and ops without a kernel (e.g. a GatherElements with run-time indices), are an
 //! error naming the node, op type and opset. Constants that reach a kernel are device buffers;
