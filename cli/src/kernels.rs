@@ -4,10 +4,11 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use spartac::codegen::graph_ops::AttentionEngine;
 use spartac::codegen::Dtype;
 use spartac_runtime::cuda::attention::{
     attention_cases, attention_flops, attention_model_cases, attention_tolerance, run_attention_case,
-    time_attention_case, AttentionReport,
+    time_attention_case, AttentionCase, AttentionReport,
 };
 use spartac_runtime::cuda::cases::{bench_cases, correctness_cases, transformer_cases, Case};
 use spartac_runtime::cuda::spmm::{run_case, CaseReport, Check};
@@ -244,7 +245,19 @@ fn bench_attention(
 ) -> Result<()> {
     let mut entries = vec![];
     println!("{:<22} {:<44} {:>9} {:>8} {:>9}", "model", "case", "ms", "TFLOP/s", "rel-norm");
-    for (i, (model, case)) in attention_model_cases().into_iter().enumerate() {
+    // Each layer on the kernel a compiled model runs (`Auto`), then on each 16-bit kernel.
+    let engines = [
+        AttentionEngine::Auto,
+        AttentionEngine::MmaSync,
+        AttentionEngine::Wgmma { bk: 64, ctas: 1 },
+        AttentionEngine::Wgmma { bk: 64, ctas: 4 },
+        AttentionEngine::Wgmma { bk: 128, ctas: 1 },
+        AttentionEngine::Wgmma { bk: 128, ctas: 3 },
+    ];
+    let runs = attention_model_cases()
+        .into_iter()
+        .flat_map(|(model, case)| engines.map(|engine| (model, AttentionCase { engine, ..case.clone() })));
+    for (i, (model, case)) in runs.enumerate() {
         let label = format!("{model} {}", case.label());
         if filter.is_some_and(|f| !label_matches(&label, f)) {
             continue;

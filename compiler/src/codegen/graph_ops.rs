@@ -33,7 +33,9 @@ mod rows;
 #[cfg(test)]
 mod tests;
 
-pub use attention::{attention, attention_fits, attention_smem, MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM};
+pub use attention::{
+    attention, attention_fits, attention_smem, attention_with, AttentionEngine, MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM,
+};
 pub use conv::{conv_nhwc, pack_conv_weight, ConvShape};
 pub use copy::{concat, gather};
 pub use elementwise::elementwise;

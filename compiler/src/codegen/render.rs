@@ -54,6 +54,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_attention_softmax.cuh", include_str!("../../../templates/op_attention_softmax.cuh")),
     ("op_attention_flash.cu.tera", include_str!("../../../templates/op_attention_flash.cu.tera")),
     ("op_attention_flash_tf32.cu.tera", include_str!("../../../templates/op_attention_flash_tf32.cu.tera")),
+    ("op_attention_wgmma.cu.tera", include_str!("../../../templates/op_attention_wgmma.cu.tera")),
     ("op_conv.cuh", include_str!("../../../templates/op_conv.cuh")),
     ("op_conv_depthwise.cu.tera", include_str!("../../../templates/op_conv_depthwise.cu.tera")),
     ("op_conv_direct.cu.tera", include_str!("../../../templates/op_conv_direct.cu.tera")),

@@ -9,7 +9,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use half::{bf16, f16};
-use spartac::codegen::graph_ops::{attention, Binary, Expr, OpKernel, TensorDesc};
+use spartac::codegen::graph_ops::{attention_with, AttentionEngine, Binary, Expr, OpKernel, TensorDesc};
 use spartac::ir::DType;
 use spartac::rng::SplitMix64;
 
@@ -39,6 +39,8 @@ pub struct AttentionCase {
     pub d: usize,
     pub dv: usize,
     pub mask: Mask,
+    /// The 16-bit kernel (`Auto`: what a compiled model runs).
+    pub engine: AttentionEngine,
 }
 
 /// Normwise relative error a case may have: f32 in 3xTF32, 16-bit with the probabilities
@@ -57,7 +59,17 @@ pub fn attention_tolerance(dtype: DType) -> f64 {
 pub fn attention_cases() -> Vec<AttentionCase> {
     let mut cases = vec![];
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        let base = AttentionCase { dtype, batch: 2, heads: 3, sq: 64, sk: 64, d: 64, dv: 64, mask: Mask::Padding };
+        let base = AttentionCase {
+            dtype,
+            batch: 2,
+            heads: 3,
+            sq: 64,
+            sk: 64,
+            d: 64,
+            dv: 64,
+            mask: Mask::Padding,
+            engine: AttentionEngine::Auto,
+        };
         for s in [64, 197, 256, 384, 512] {
             for d in [32, 64, 128] {
                 for mask in [Mask::None, Mask::Padding] {
@@ -68,7 +80,19 @@ pub fn attention_cases() -> Vec<AttentionCase> {
         cases.push(AttentionCase { sq: 100, sk: 197, mask: Mask::EntryMasked, ..base.clone() });
         cases.push(AttentionCase { sq: 70, sk: 1, ..base.clone() });
         cases.push(AttentionCase { batch: 1, heads: 2, sq: 130, sk: 4096, mask: Mask::Padding, ..base.clone() });
-        cases.push(AttentionCase { sq: 77, sk: 300, d: 40, dv: 24, ..base });
+        cases.push(AttentionCase { sq: 77, sk: 300, d: 40, dv: 24, ..base.clone() });
+        if dtype != DType::F32 {
+            // The other 16-bit kernels at a ragged key count with a mask, each head width.
+            for engine in [
+                AttentionEngine::MmaSync,
+                AttentionEngine::Wgmma { bk: 64, ctas: 1 },
+                AttentionEngine::Wgmma { bk: 128, ctas: 1 },
+            ] {
+                for d in [32, 64, 128] {
+                    cases.push(AttentionCase { sq: 197, sk: 197, d, dv: d, engine, ..base.clone() });
+                }
+            }
+        }
     }
     cases
 }
@@ -80,8 +104,12 @@ impl AttentionCase {
             Mask::Padding => " mask",
             Mask::EntryMasked => " mask+masked-entry",
         };
+        let engine = match self.engine.label() {
+            e if e.is_empty() => e,
+            e => format!(" {e}"),
+        };
         format!(
-            "attention {} {}x{} q{} k{} d{} dv{}{mask}",
+            "attention {} {}x{} q{} k{} d{} dv{}{mask}{engine}",
             self.dtype, self.batch, self.heads, self.sq, self.sk, self.d, self.dv
         )
     }
@@ -117,8 +145,9 @@ impl AttentionCase {
                 Expr::binary(Binary::Add, scaled, Expr::input(1)),
             ),
         };
-        let name = format!("attn_{}_{}x{}_d{}", t, self.sq, self.sk, self.d);
-        attention(&name, &q, &kt, &v, t, &extra, &expr, &out).map_err(|e| CudaError::Kernel(name, e.to_string()))
+        let name = format!("attn_{}_{}x{}_d{}{}", t, self.sq, self.sk, self.d, self.engine.label());
+        attention_with(&name, &q, &kt, &v, t, &extra, &expr, &out, self.engine)
+            .map_err(|e| CudaError::Kernel(name, e.to_string()))
     }
 
     /// Random q, k, v (uniform in ±1.5, rounded to the element type) and the mask (0 or -inf),
@@ -241,6 +270,7 @@ pub fn attention_model_cases() -> Vec<(&'static str, AttentionCase)> {
         d,
         dv: d,
         mask: Mask::Padding,
+        engine: AttentionEngine::Auto,
     };
     vec![
         ("MiniLM-L6 b32x128", c(32, 12, 128, 32)),
@@ -332,7 +362,17 @@ mod tests {
             for s in [64, 197, 256, 384, 512] {
                 for d in [32, 64, 128] {
                     for mask in [Mask::None, Mask::Padding] {
-                        let c = AttentionCase { dtype, batch: 2, heads: 3, sq: s, sk: s, d, dv: d, mask };
+                        let c = AttentionCase {
+                            dtype,
+                            batch: 2,
+                            heads: 3,
+                            sq: s,
+                            sk: s,
+                            d,
+                            dv: d,
+                            mask,
+                            engine: AttentionEngine::Auto,
+                        };
                         assert!(cases.contains(&c), "missing {}", c.label());
                     }
                 }
@@ -352,7 +392,17 @@ mod tests {
     #[test]
     fn the_reference_is_a_softmax_weighted_mean_of_v() {
         // One key: every query returns that key's v row.
-        let one = AttentionCase { dtype: DType::F32, batch: 1, heads: 2, sq: 3, sk: 1, d: 4, dv: 2, mask: Mask::None };
+        let one = AttentionCase {
+            dtype: DType::F32,
+            batch: 1,
+            heads: 2,
+            sq: 3,
+            sk: 1,
+            d: 4,
+            dv: 2,
+            mask: Mask::None,
+            engine: AttentionEngine::Auto,
+        };
         let inputs = one.inputs(5);
         let out = one.reference(&inputs);
         for i in 0..3 {

@@ -34,6 +34,8 @@ pub fn ptxas(name: &str, ptx: &str, dir: &Path) -> (u32, u32, u32) {
         .expect("running ptxas");
     let log = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "ptxas failed on {name}: {log}");
+    // ptxas serializes wgmmas it cannot prove safe to overlap (C7510, C7520): a silent slowdown.
+    assert!(!log.contains("Performance Loss: wgmma"), "ptxas serialized the wgmmas of {name}: {log}");
     let num_before = |needle: &str| -> u32 {
         log.lines()
             .find_map(|l| {

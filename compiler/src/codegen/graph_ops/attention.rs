@@ -23,11 +23,23 @@
 //! rows are zero. A row whose scores are all `-inf` (every key masked) gives NaN, as the
 //! reference softmax does (`exp(-inf - -inf)`); partial rows never do.
 //!
-//! Two templates:
-//! - `op_attention_flash.cu.tera` when every operand and the raw scores are f16, or every one
-//!   bf16: `mma.sync m16n8k16`, key tiles of 64, the probabilities rounded to the 16-bit type
-//!   as the A fragments of `P·V` (as the unfused ops round them), K's B fragments by
-//!   `ldmatrix` and V's by `ldmatrix.trans`.
+//! Three templates:
+//! - `op_attention_wgmma.cu.tera` when every operand and the raw scores are f16, or every one
+//!   bf16 ([`AttentionEngine::Auto`]): Hopper `wgmma.mma_async`, a CTA one warpgroup (the same
+//!   64 query rows, 16 a warp). `S = Q·Kᵀ` is one m64n{BK}k16 wgmma per 16 of d with Q's
+//!   fragments as the register A operand and the K tile as B; `P·V` takes the rounded
+//!   probabilities as the register A operand and reads the V tile (`[key][e]`, e contiguous)
+//!   as an N-major B, transposed by the tensor core. K and V tiles sit in shared memory in the
+//!   32/64/128-byte swizzled layouts of the matrix descriptors (a head over 64 wide as two
+//!   128-byte regions, P·V then two wgmmas of 64 columns); the score accumulators have the
+//!   mma.sync C layout per warp, so the score expression and online softmax are the same code.
+//!   Key tiles of 128 where heads are at most 64 wide, 64 otherwise ([`wgmma_key_tile`]; H200,
+//!   `kernels attention --bench`, session 5 call 1: BERT-base's layer 21.5 µs against 27.4 on
+//!   mma.sync and 24.7 with tiles of 64; d 128 at 1024 keys 150 µs against 183, and 195 with
+//!   tiles of 128).
+//! - `op_attention_flash.cu.tera` on [`AttentionEngine::MmaSync`]: `mma.sync m16n8k16`, key
+//!   tiles of 64, the probabilities rounded to the 16-bit type as the A fragments of `P·V` (as
+//!   the unfused ops round them), K's B fragments by `ldmatrix` and V's by `ldmatrix.trans`.
 //! - `op_attention_flash_tf32.cu.tera` otherwise (f32, and mixed element types, each operand
 //!   widened to f32 as it is staged): 3xTF32 `mma.sync m16n8k8` (each operand split as
 //!   `big + small`, `big·big + big·small + small·big`, `templates/tf32.cuh`), about 1e-6
@@ -110,6 +122,56 @@ fn tiling(sixteen_bit: bool, d: usize, dv: usize) -> Tiling {
     }
 }
 
+/// Which 16-bit kernel runs a fused attention. `Auto` takes the `wgmma` kernel where it applies
+/// (every operand f16, or every one bf16, on Hopper) with key tiles of [`wgmma_key_tile`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AttentionEngine {
+    #[default]
+    Auto,
+    /// `mma.sync m16n8k16` (any Ampere-or-later GPU), key tiles of 64.
+    MmaSync,
+    /// `wgmma.mma_async` (Hopper, sm_90a) with key tiles of `bk` (64 or 128), registers capped
+    /// so that `ctas` CTAs fit an SM (`__launch_bounds__(128, ctas)`; 1: no cap).
+    Wgmma { bk: usize, ctas: usize },
+}
+
+impl AttentionEngine {
+    /// The label `kernels attention` prints: `mma`, `wgmma64`, `wgmma128` (empty for `Auto`).
+    pub fn label(self) -> String {
+        match self {
+            AttentionEngine::Auto => String::new(),
+            AttentionEngine::MmaSync => "mma".into(),
+            AttentionEngine::Wgmma { bk, ctas: 1 } => format!("wgmma{bk}"),
+            AttentionEngine::Wgmma { bk, ctas } => format!("wgmma{bk}x{ctas}"),
+        }
+    }
+}
+
+/// The wgmma kernel's key tile for heads `dp` (q, k) and `dvp` (v) wide once padded: 128 keys
+/// where both are at most 64 (the scores and the output then take 64 + 32 accumulators a
+/// thread), 64 otherwise (64 + 64).
+pub fn wgmma_key_tile(dp: usize, dvp: usize) -> usize {
+    if dp.max(dvp) <= 64 {
+        128
+    } else {
+        64
+    }
+}
+
+/// A head width padded for the wgmma kernel's swizzled tiles: 16, 32, 64 or 128.
+fn wgmma_width(d: usize) -> usize {
+    d.max(16).next_power_of_two()
+}
+
+/// The wgmma kernel's tiling for a key tile of `bk`: padded widths, the swizzled row bytes
+/// (a tile wider than 64 elements is two 128-byte regions) and shared memory: two K and two
+/// V tiles, plus 1024 bytes to align them to the swizzle period.
+fn wgmma_tiling(d: usize, dv: usize, bk: usize) -> (usize, usize, usize, usize, usize) {
+    let (dp, dvp) = (wgmma_width(d), wgmma_width(dv));
+    let (k_row, v_row) = ((2 * dp).min(128), (2 * dvp).min(128));
+    (dp, dvp, k_row, v_row, 2 * 2 * bk * (dp + dvp) + 1024)
+}
+
 /// Shared memory of the kernel (bytes) for `d`- and `dv`-wide heads: two K and two V tiles
 /// (and the Q tile of f32 heads wider than 64), whatever the number of keys.
 pub fn attention_smem(sixteen_bit: bool, d: usize, dv: usize) -> usize {
@@ -188,6 +250,15 @@ struct AttentionCtx {
     k_batch: String,
     v_batch: String,
     o_batch: String,
+    /// The wgmma kernel: swizzled row bytes of the K and V tiles, the columns of one P·V wgmma,
+    /// the accumulators of S and of one P·V wgmma a thread.
+    k_row: usize,
+    v_row: usize,
+    vn: usize,
+    s_regs: usize,
+    o_regs: usize,
+    /// CTAs an SM the wgmma kernel's registers must allow.
+    min_ctas: usize,
     /// Type of the row and key offsets into the extra operands: 32-bit when every offset fits.
     idx_t: &'static str,
 }
@@ -224,6 +295,24 @@ pub fn attention(
     extra: &[TensorDesc],
     expr: &Expr,
     out: &TensorDesc,
+) -> Result<OpKernel, CodegenError> {
+    attention_with(name, q, k, v, score, extra, expr, out, AttentionEngine::Auto)
+}
+
+/// [`attention`] on a chosen 16-bit kernel (`kernels attention` compares them). The f32 and
+/// mixed-type path ignores `engine`; asking for `wgmma` key tiles other than 64 or 128 is an
+/// error.
+#[allow(clippy::too_many_arguments)] // attention's operands, and the engine
+pub fn attention_with(
+    name: &str,
+    q: &TensorDesc,
+    k: &TensorDesc,
+    v: &TensorDesc,
+    score: DType,
+    extra: &[TensorDesc],
+    expr: &Expr,
+    out: &TensorDesc,
+    engine: AttentionEngine,
 ) -> Result<OpKernel, CodegenError> {
     let fail = |m: String| spec_error("attention", name, m);
     check_name(name).map_err(fail)?;
@@ -302,7 +391,23 @@ pub fn attention(
         });
     }
     let mma = mma16_type([q.dtype, k.dtype, v.dtype, out.dtype, score]);
-    let tl = tiling(mma.is_some(), d, dv);
+    let (wgmma_bk, min_ctas) = match (mma, engine) {
+        (None, _) | (Some(_), AttentionEngine::MmaSync) => (None, 1),
+        (Some(_), AttentionEngine::Auto) => (Some(wgmma_key_tile(wgmma_width(d), wgmma_width(dv))), 1),
+        (Some(_), AttentionEngine::Wgmma { bk: bk @ (64 | 128), ctas: ctas @ 1..=4 }) => (Some(bk), ctas),
+        (Some(_), AttentionEngine::Wgmma { bk, ctas }) => {
+            return Err(fail(format!(
+                "wgmma attention takes key tiles of 64 or 128 and 1 to 4 CTAs an SM, not {bk} and {ctas}"
+            )))
+        }
+    };
+    let mut tl = tiling(mma.is_some(), d, dv);
+    let (mut k_row, mut v_row) = (0, 0);
+    if let Some(bk) = wgmma_bk {
+        let (dp, dvp, kr, vr, smem) = wgmma_tiling(d, dv, bk);
+        tl = Tiling { bk, dp, dvp, ks: dp, vs: dvp, q_smem: false, smem };
+        (k_row, v_row) = (kr, vr);
+    }
     let rs = |t: &TensorDesc| (t.strides[t.shape.len() - 2], t.strides[t.shape.len() - 1]);
     let (q_rs, q_cs) = rs(q);
     let (k_rs, k_cs) = rs(k);
@@ -367,8 +472,18 @@ pub fn attention(
         k_batch: offset_expr("z", batch_shape, &kb),
         v_batch: offset_expr("z", batch_shape, &vb),
         o_batch: offset_expr("z", batch_shape, &ob),
+        k_row,
+        v_row,
+        vn: v_row / 2,
+        s_regs: tl.bk / 2,
+        o_regs: v_row / 4,
+        min_ctas,
     };
-    let template = if mma.is_some() { "op_attention_flash.cu.tera" } else { "op_attention_flash_tf32.cu.tera" };
+    let template = match (mma, wgmma_bk) {
+        (Some(_), Some(_)) => "op_attention_wgmma.cu.tera",
+        (Some(_), None) => "op_attention_flash.cu.tera",
+        (None, _) => "op_attention_flash_tf32.cu.tera",
+    };
     let source = render_template(template, &ctx)?;
     Ok(OpKernel {
         name: name.to_string(),

@@ -367,12 +367,19 @@ fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
             assert!(smem.iter().all(|&b| b == smem[0]), "{dtype} d={d}: shared memory depends on the keys: {smem:?}");
             assert!(smem[0] as usize <= 100 * 1024, "{dtype} d={d}: {} bytes", smem[0]);
         }
+        // Key tiles: 64 on the f32 kernel, 128 on the 16-bit wgmma kernel at d 64.
+        let (bk, tiles_4096, tiles_197) = if dtype == F32 { (64, 64, 4) } else { (128, 32, 2) };
         let k = bert_attention(dtype, 2, 3, 4096, 64, false);
         assert_eq!(k.grid, (2 * 3 * 64, 1, 1), "64 query tiles of 64 rows for each of the 6 heads");
-        assert!(k.source.contains("#define SK 4096") && k.source.contains("#define NKT 64"), "{}", k.source);
-        // 197 keys (ViT): four tiles of 64, the last ragged.
+        assert!(k.source.contains(&format!("#define BK {bk}\n")), "{}", k.source);
+        assert!(
+            k.source.contains("#define SK 4096") && k.source.contains(&format!("#define NKT {tiles_4096}\n")),
+            "{}",
+            k.source
+        );
+        // 197 keys (ViT): the last tile ragged.
         let k = bert_attention(dtype, 1, 1, 197, 64, true);
-        assert!(k.source.contains("#define NKT 4"), "{}", k.source);
+        assert!(k.source.contains(&format!("#define NKT {tiles_197}\n")), "{}", k.source);
     }
     // f32 heads wider than 64 take key tiles of 32 (two tiles of K and V in f32 stay under 70 KB).
     assert!(bert_attention(F32, 1, 1, 256, 128, false).source.contains("#define BK 32"));
@@ -386,14 +393,27 @@ fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
 
 #[test]
 fn attention_picks_the_tensor_core_kernel_by_element_types() {
-    for (dtype, mma) in [(F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), (BF16, ".f32.bf16.bf16.f32")] {
+    for (dtype, t) in [(F16, "f16"), (BF16, "bf16")] {
         let q = c(dtype, &[2, 4, 100, 32]);
         let kt = c(dtype, &[2, 4, 100, 32]).permuted(&[0, 1, 3, 2]);
-        let k = attention("attn", &q, &kt, &q, dtype, &[], &Expr::input(0), &q).unwrap();
-        assert!(k.source.contains(mma) && k.source.contains("ldmatrix.sync.aligned.m8n8.x4.trans"), "{}", k.source);
-        assert_eq!(k.block, (128, 1, 1), "a warp per 16 of the 64 query rows");
+        let run = |engine| attention_with("attn", &q, &kt, &q, dtype, &[], &Expr::input(0), &q, engine);
+        let mma = run(AttentionEngine::MmaSync).unwrap();
+        assert!(mma.source.contains(&format!("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32")), "{}", mma.source);
+        assert!(mma.source.contains("ldmatrix.sync.aligned.m8n8.x4.trans"), "{}", mma.source);
+        assert_eq!(mma.block, (128, 1, 1), "a warp per 16 of the 64 query rows");
         // d 32, dv 32 (padded to 16), rows padded by 8 halves, two tiles of 64 keys each.
-        assert_eq!(k.smem_bytes, 2 * 2 * 64 * (40 + 40));
+        assert_eq!(mma.smem_bytes, 2 * 2 * 64 * (40 + 40));
+        // Auto takes wgmma: S with 128 keys a tile, P·V with V read transposed (imm-trans-b 1),
+        // 64-byte swizzled rows at d 32; two K and two V tiles plus the alignment slack.
+        let wg = run(AttentionEngine::Auto).unwrap();
+        assert_eq!(wg, run(AttentionEngine::Wgmma { bk: 128, ctas: 1 }).unwrap());
+        assert!(wg.source.contains(&format!("wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}")), "{}", wg.source);
+        assert!(wg.source.contains(&format!("wgmma.mma_async.sync.aligned.m64n32k16.f32.{t}.{t}")), "{}", wg.source);
+        assert!(wg.source.contains("#define K_ROW 64") && !wg.source.contains("mma.sync.aligned"), "{}", wg.source);
+        assert_eq!(wg.block, (128, 1, 1), "one warpgroup");
+        assert_eq!(wg.smem_bytes, 2 * 2 * 128 * (32 + 32) + 1024);
+        let e = run(AttentionEngine::Wgmma { bk: 96, ctas: 1 }).unwrap_err().to_string();
+        assert!(e.contains("64 or 128"), "{e}");
     }
     // f32, and mixed element types, take 3xTF32.
     let q = c(F16, &[1, 200, 32]);
