@@ -1,7 +1,8 @@
 //! `rewrite::channels_last` through model lowering, without a GPU: small models built in the
-//! test (Whisper's Conv1d stem) compile, their channels-last kernels replace the layout
-//! Transposes, and the compiled program run on the CPU executor matches the reference
-//! executor; every kernel NVRTC-compiles.
+//! test (Whisper's Conv1d stem, conv → pool → conv, a DenseNet block's Concats) compile, their
+//! channels-last kernels replace the layout Transposes (counted in the program's steps), and
+//! the compiled program run on the CPU executor matches the reference executor; every kernel
+//! NVRTC-compiles.
 
 use spartac::frontend::{load_model_bytes, LoadOptions};
 use spartac::ir::{DType, Graph, Tensor};
@@ -171,5 +172,115 @@ fn grouped_dilated_and_pointwise_conv1d_match_the_reference() {
     let (report, _, model) = compile(original.clone());
     assert_eq!((report.layout.convs, report.layout.pointwise), (1, 1));
     matches_the_reference(&original, &model, &[3, 4], 1e-5);
+    nvrtc_compiles(&model);
+}
+
+/// A 3×3 convolution with `c_in` input and `c_out` output channels, padding 1, `x` → `y`.
+fn conv3x3(b: ModelBuilder, name: &str, x: &str, w: &str, y: &str) -> ModelBuilder {
+    b.node(name, "Conv", &[x, w], &[y], vec![("kernel_shape", A::Is(vec![3, 3])), ("pads", A::Is(vec![1, 1, 1, 1]))])
+}
+
+/// Conv → Relu → MaxPool (3×3, stride 2, padded, ceil mode) → Conv → AveragePool (2×3,
+/// padded, the padding not counted) → Conv: both pools run channels last inside the NHWC region
+/// (one kernel each, no Transpose computed between the convolutions: the only layout steps are
+/// the input's into NHWC and the output's back), and the model computes what the graph does.
+#[test]
+fn pools_between_convolutions_stay_nhwc_and_match_the_reference() {
+    let b = ModelBuilder::new("conv_pool_conv", 18)
+        .input("x", DType::F32, &fixed(&[2, 4, 13, 12]))
+        .output("y", DType::F32, &fixed(&[2, 5, 4, 3]))
+        .init("w1", &weights(&[8, 4, 3, 3], 1))
+        .init("w2", &weights(&[6, 8, 3, 3], 2))
+        .init("w3", &weights(&[5, 6, 3, 3], 3));
+    let b = conv3x3(b, "conv1", "x", "w1", "c1").node("relu", "Relu", &["c1"], &["r1"], vec![]).node(
+        "max",
+        "MaxPool",
+        &["r1"],
+        &["m"],
+        vec![
+            ("kernel_shape", A::Is(vec![3, 3])),
+            ("strides", A::Is(vec![2, 2])),
+            ("pads", A::Is(vec![1, 1, 1, 1])),
+            ("ceil_mode", A::I(1)),
+        ],
+    );
+    let b = conv3x3(b, "conv2", "m", "w2", "c2").node(
+        "avg",
+        "AveragePool",
+        &["c2"],
+        &["a"],
+        vec![("kernel_shape", A::Is(vec![2, 3])), ("strides", A::Is(vec![2, 2])), ("pads", A::Is(vec![1, 0, 0, 1]))],
+    );
+    let b = conv3x3(b, "conv3", "a", "w3", "y");
+    let original = load_model_bytes(&b.bytes(), "conv_pool_conv", &LoadOptions::default()).unwrap();
+    let (report, _, model) = compile(original.clone());
+    assert_eq!((report.layout.convs, report.layout.pools), (3, 2));
+    assert_eq!(report.layout.border_transposes, 2, "into NHWC at the input, back at the output");
+    let pools = model.program.kernels.iter().filter(|k| k.name.contains("pool_nhwc_")).count();
+    assert_eq!(pools, 2);
+    assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
+    matches_the_reference(&original, &model, &[1, 2], 1e-5);
+    nvrtc_compiles(&model);
+}
+
+/// A DenseNet block in miniature: each layer (Relu → 1×1 conv → Relu → 3×3 conv) reads the
+/// Concat of everything before it along the channels, then a transition (1×1 conv, 2×2
+/// AveragePool) and a last 3×3 conv. The Concats stay NHWC (along the last axis), no
+/// Transpose is computed between the convolutions, and the model computes what the graph does.
+#[test]
+fn a_densenet_block_concats_in_nhwc_and_matches_the_reference() {
+    let (n, c0, growth, hw) = (2, 8, 4, 8);
+    let mut b = ModelBuilder::new("dense_block", 18)
+        .input("x", DType::F32, &fixed(&[n, 3, hw, hw]))
+        .output("y", DType::F32, &fixed(&[n, 6, hw / 2, hw / 2]))
+        .init("w0", &weights(&[c0, 3, 3, 3], 1));
+    b = conv3x3(b, "conv0", "x", "w0", "f0");
+    let mut features = "f0".to_string();
+    let mut channels = c0;
+    for layer in 0..3 {
+        let (r, bott, rb, new, cat) = (
+            format!("r{layer}"),
+            format!("b{layer}"),
+            format!("rb{layer}"),
+            format!("n{layer}"),
+            format!("cat{layer}"),
+        );
+        let (wb, wn) = (format!("wb{layer}"), format!("wn{layer}"));
+        b = b
+            .init(&wb, &weights(&[2 * growth, channels, 1, 1], 2 + layer))
+            .init(&wn, &weights(&[growth, 2 * growth, 3, 3], 5 + layer))
+            .node(&format!("relu{layer}"), "Relu", &[&features], &[&r], vec![])
+            .node(&format!("bottleneck{layer}"), "Conv", &[&r, &wb], &[&bott], vec![])
+            .node(&format!("relu_b{layer}"), "Relu", &[&bott], &[&rb], vec![]);
+        b = conv3x3(b, &format!("conv{layer}"), &rb, &wn, &new).node(
+            &format!("concat{layer}"),
+            "Concat",
+            &[&features, &new],
+            &[&cat],
+            vec![("axis", A::I(1))],
+        );
+        features = cat;
+        channels += growth;
+    }
+    b = b
+        .init("wt", &weights(&[8, channels, 1, 1], 9))
+        .init("wl", &weights(&[6, 8, 3, 3], 10))
+        .node("transition", "Conv", &[&features, "wt"], &["t"], vec![])
+        .node(
+            "avg",
+            "AveragePool",
+            &["t"],
+            &["p"],
+            vec![("kernel_shape", A::Is(vec![2, 2])), ("strides", A::Is(vec![2, 2]))],
+        );
+    b = conv3x3(b, "last", "p", "wl", "y");
+    let original = load_model_bytes(&b.bytes(), "dense_block", &LoadOptions::default()).unwrap();
+    let (report, graph, model) = compile(original.clone());
+    assert_eq!((report.layout.concats, report.layout.pools, report.layout.pointwise), (3, 1, 4));
+    assert_eq!(report.layout.border_transposes, 2, "into NHWC at the input, back at the output");
+    let last_axis = graph.nodes.iter().filter(|n| n.op_type == "Concat").all(|n| n.attrs.int("axis", 0).unwrap() == 3);
+    assert!(last_axis, "the Concats run along the channels-last axis");
+    assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
+    matches_the_reference(&original, &model, &[1, 2], 1e-5);
     nvrtc_compiles(&model);
 }

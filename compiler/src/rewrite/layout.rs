@@ -10,8 +10,11 @@
 //! lowering runs as one NHWC convolution kernel (a 1-D convolution as a 2-D one of height 1).
 //!
 //! Between convolutions values stay channels last: a channel-wise elementwise op (its
-//! constants permuted to match), and a pooling or reduction over the spatial axes, take
-//! channels-last inputs and give channels-last outputs; a Transpose of a converted value
+//! constants permuted to match), a global pooling or reduction over the spatial axes (as a
+//! Reduce over the channels-last axes) and a Concat (along the axis the concatenated one
+//! became, the last for channels) take channels-last inputs and give channels-last outputs;
+//! MaxPool and AveragePool go between Transposes like a convolution, which model lowering
+//! runs as one channels-last pool kernel; a Transpose of a converted value
 //! composes its permutation with the layout's, and becomes an Identity where they cancel
 //! (Whisper's `permute(0, 2, 1)` after its convolutions). Any other reader of a converted
 //! value gets its channels-first form back through one Transpose, made once and only where
@@ -51,6 +54,10 @@ pub struct LayoutReport {
     pub pointwise: usize,
     /// Other convolutions, now between transposes.
     pub convs: usize,
+    /// MaxPools and AveragePools, now between transposes.
+    pub pools: usize,
+    /// Concats of channels-last values.
+    pub concats: usize,
     /// Transposes of converted values that the layout's permutation cancels (now Identity).
     pub transposes_cancelled: usize,
     /// Transposes at the borders of the NHWC region (into it and out of it).
@@ -303,6 +310,48 @@ impl Rewriter<'_> {
         true
     }
 
+    /// MaxPool (without its Indices output) and AveragePool of a converted value: between
+    /// Transposes, which model lowering runs as one channels-last pool kernel.
+    fn window_pool(&mut self, node: &Node) -> bool {
+        let Some(x) = node.inputs.first().copied().flatten() else { return false };
+        if !self.nhwc.contains_key(&x) || node.outputs.len() != 1 {
+            return false;
+        }
+        self.between_transposes(node, x);
+        self.report.pools += 1;
+        true
+    }
+
+    /// A Concat whose inputs can all be read channels-last: the same Concat of the channels-last
+    /// forms, along the axis the concatenated one became (channels: the last).
+    fn concat(&mut self, node: &Node) -> bool {
+        let y = node.outputs[0];
+        let rank = self.graph.fact(y).shape.len();
+        if node.outputs.len() != 1 || !convertible_rank(rank) || !self.inputs_convertible(node, rank, false) {
+            return false;
+        }
+        let Some(axis) = node.attrs.int("axis", 0).ok().and_then(|a| crate::ir::normalize_axis(a, rank)) else {
+            return false;
+        };
+        let new_axis = to_last(rank).iter().position(|&p| p == axis).expect("a permutation") as i64;
+        let mut inputs = vec![];
+        for v in &node.inputs {
+            inputs.push(match *v {
+                None => None,
+                Some(v) if self.nhwc.contains_key(&v) || !self.graph.initializers.contains_key(&v) => {
+                    Some(self.nhwc_of(v))
+                }
+                Some(v) => Some(self.permuted_constant(v, rank)),
+            });
+        }
+        let mut attrs = node.attrs.clone();
+        attrs.insert("axis", Attr::Int(new_axis));
+        let yh = self.nhwc_value(y);
+        self.nodes.push(Node { inputs, outputs: vec![yh], attrs, ..node.clone() });
+        self.report.concats += 1;
+        true
+    }
+
     /// A Transpose of a converted value: one Transpose of its channels-last form, its
     /// permutation composed with the layout's; an Identity when they cancel (Whisper's
     /// `permute(0, 2, 1)` after its convolutions).
@@ -417,6 +466,8 @@ pub fn channels_last(graph: &mut Graph) -> Result<LayoutReport, Error> {
             && match node.op_type.as_str() {
                 "Conv" => rw.conv(node),
                 op if ELEMENTWISE.contains(&op) => rw.elementwise(node),
+                "MaxPool" | "AveragePool" => rw.window_pool(node),
+                "Concat" => rw.concat(node),
                 "Transpose" => rw.transpose_of_converted(node),
                 "GlobalAveragePool" | "GlobalMaxPool" | "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
                     rw.pool(node)

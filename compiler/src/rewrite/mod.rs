@@ -127,8 +127,8 @@ pub fn prepare_in(
     let layout = pipeline.run("channels_last", graph, |g| {
         let r = channels_last(g)?;
         let line = format!(
-            "{} 1x1 convolutions as MatMuls, {} NHWC convolutions, {} layout transposes",
-            r.pointwise, r.convs, r.border_transposes
+            "{} 1x1 convolutions as MatMuls, {} NHWC convolutions, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled)",
+            r.pointwise, r.convs, r.pools, r.concats, r.border_transposes, r.transposes_cancelled
         );
         Ok((r, line))
     })?;

@@ -149,11 +149,26 @@ impl Lowering<'_> {
             ),
             None => wb,
         };
-        // The step's nodes, inner values as temporaries.
         let members: Vec<usize> = [t_in, i, t_out].into_iter().chain(chain).collect();
+        let nodes = self.fused_nodes(&members, 3, out)?;
+        let args = vec![self.buf(xh)?, wb, bb, self.buf(out)?];
+        self.kernel_step(&node.name.clone(), Op::Nodes(nodes), k, args);
+        Ok(())
+    }
+
+    /// The node ops of a step computing the graph nodes `members` (in order) into `out`: each
+    /// value made inside the step a temporary, `out` its buffer; one-element constants read by
+    /// the members past the first `n_core` (an activation chain) are literals.
+    pub(super) fn fused_nodes(
+        &mut self,
+        members: &[usize],
+        n_core: usize,
+        out: ValueId,
+    ) -> Result<Vec<NodeOp>, ProgramError> {
+        let graph = self.graph;
         let inside: Vec<ValueId> = members.iter().map(|&m| graph.nodes[m].outputs[0]).collect();
         let mut nodes = vec![];
-        for &m in &members {
+        for (k, &m) in members.iter().enumerate() {
             let mnode = &graph.nodes[m];
             let mut operands = vec![];
             for v in &mnode.inputs {
@@ -164,8 +179,7 @@ impl Lowering<'_> {
                             let f = graph.fact(v);
                             Operand::Temp { id: id as u32, dtype: f.dtype, shape: f.shape.clone() }
                         }
-                        // One-element constants of the activation chain are literals.
-                        None => match scalar_constant(graph, v).filter(|_| ![t_in, i, t_out].contains(&m)) {
+                        None => match scalar_constant(graph, v).filter(|_| k >= n_core) {
                             Some((dtype, value)) => Operand::Scalar { dtype, value },
                             None => self.operand(v)?,
                         },
@@ -183,8 +197,6 @@ impl Lowering<'_> {
             let op = self.node_op(mnode, operands, vec![result]);
             nodes.push(op);
         }
-        let args = vec![self.buf(xh)?, wb, bb, self.buf(out)?];
-        self.kernel_step(&node.name.clone(), Op::Nodes(nodes), k, args);
-        Ok(())
+        Ok(nodes)
     }
 }
