@@ -217,8 +217,15 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "convolutions".into(),
             format!(
-                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} layout transposes, {} BatchNorms folded, {} as channel affines",
-                layout.pointwise, layout.convs, layout.border_transposes, batchnorm.folded, batchnorm.affine
+                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled), {} BatchNorms folded, {} as channel affines",
+                layout.pointwise,
+                layout.convs,
+                layout.pools,
+                layout.concats,
+                layout.border_transposes,
+                layout.transposes_cancelled,
+                batchnorm.folded,
+                batchnorm.affine
             ),
         ),
         (
@@ -311,6 +318,10 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "dropped_identity_ops": narrow.dropped,
             "narrowed_values": narrow.narrowed,
             "nhwc_convs": layout.convs,
+            "nhwc_pools": layout.pools,
+            "nhwc_concats": layout.concats,
+            "layout_transposes": layout.border_transposes,
+            "cancelled_transposes": layout.transposes_cancelled,
             "predicted_sparse_s": planned_s,
             "predicted_dense_s": dense_s,
             "dense_weight_bytes": s.dense_weight_bytes,

@@ -37,9 +37,13 @@
 //!   output a LayerNormalization reads (the residual `Add` before it) runs inside the LayerNorm's
 //!   kernel as a prologue, the sum never stored, or stored in the same pass when read elsewhere
 //!   too (pre-LN transformers);
+//! - **NHWC convolutions and pools** (`model/conv.rs`, `model/pool.rs`): a Conv, MaxPool or
+//!   AveragePool between the Transposes `rewrite::channels_last` puts around it is one step and
+//!   one channels-last kernel (a Conv with the activation after it in its epilogue), the
+//!   Transposes never computed on the GPU;
 //! - **other ops** (Gather, LayerNormalization, Softmax, reductions, activation×activation
-//!   MatMul, Concat, MaxPool and AveragePool through the reference's window tables): one step
-//!   and one generated kernel each.
+//!   MatMul, Concat, channels-first MaxPool and AveragePool through the reference's window
+//!   tables): one step and one generated kernel each.
 //!
 //! Adding a GPU op, in the order the pool kernels took:
 //! 1. its CPU reference (`ops/`, with `infer` and `eval`) exists: it is the oracle;
@@ -72,7 +76,7 @@
 //! analysis the loop follows), `buffers.rs` the buffers and their reuse, `planned.rs` and
 //! `epilogue.rs` the planned matmuls and the epilogue recognition, `attention.rs` and
 //! `strided_views.rs` the fused attention and its in-place operands, `norm_fusion.rs`,
-//! `conv.rs`, `elementwise.rs` (groups, `node_expr`) and `ops.rs` (the other ops).
+//! `conv.rs`, `pool.rs`, `elementwise.rs` (groups, `node_expr`) and `ops.rs` (the other ops).
 //!
 //! Invariants: the program's CPU execution (`runtime::exec::cpu`) computes what the graph's
 //! reference execution computes with every pruned weight element zeroed (the planned kernels'
@@ -98,6 +102,7 @@ mod fusions;
 mod norm_fusion;
 mod ops;
 mod planned;
+mod pool;
 mod strided_views;
 use attention::AttentionFusion;
 use elementwise::is_elementwise;
@@ -240,6 +245,9 @@ struct Lowering<'a> {
     /// NHWC convolutions: Conv node → (the Transpose into NCHW before it, the Transpose back
     /// to NHWC after it).
     convs: HashMap<usize, (usize, usize)>,
+    /// Channels-last pools: MaxPool/AveragePool node → (the Transpose before it, the one
+    /// after it).
+    pools: HashMap<usize, (usize, usize)>,
     /// Fused attentions, keyed by their probabilities·V MatMul.
     attention: HashMap<usize, AttentionFusion>,
     /// LayerNorms with their input's elementwise group, keyed by the LayerNorm.
@@ -285,6 +293,7 @@ impl<'a> Lowering<'a> {
             stats: LoweringStats { graph_nodes: graph.nodes.len(), ..Default::default() },
             folded: HashMap::new(),
             convs: HashMap::new(),
+            pools: HashMap::new(),
             attention: HashMap::new(),
             norms: HashMap::new(),
             views: HashMap::new(),
@@ -408,6 +417,8 @@ impl<'a> Lowering<'a> {
             self.lower_planned(i, op, done)
         } else if let Some(&(t_in, t_out)) = self.convs.get(&i) {
             self.lower_conv(i, t_in, t_out)
+        } else if let Some(&around) = self.pools.get(&i) {
+            self.lower_pool(node, Some(around))
         } else if VIEWS.contains(&node.op_type.as_str()) {
             self.lower_view(node)
         } else if is_elementwise(&node.op_type) {

@@ -1,27 +1,51 @@
-//! `channels_last`: the convolution part of a model moves from NCHW to NHWC.
+//! `channels_last`: the convolution part of a model moves from channels first (NCHW, and NCL
+//! for 1-D convolutions) to channels last (NHWC, NLC).
 //!
-//! In NHWC a 1×1 convolution with stride 1 and no padding is a MatMul of the activation rows
-//! `[N·H·W, C_in]` by the weight `[C_in, C_out]`: the pass rewrites it into exactly that
-//! (`MatMul` with the transposed weight, then `Add` of the bias), so the planner, the sparse
-//! kernels and their fused bias + activation epilogues take pointwise convolutions as they
-//! take any MatMul. Every other Conv becomes `Transpose(NHWC→NCHW) → Conv → Transpose
-//! (NCHW→NHWC)`, the form model lowering runs as one NHWC convolution kernel.
+//! Channels last, a 1×1 convolution (or a 1-D one of width 1) with stride 1 and no padding is a
+//! MatMul of the activation rows `[N·H·W, C_in]` by the weight `[C_in, C_out]`: the pass
+//! rewrites it into exactly that (`MatMul` with the transposed weight, then `Add` of the bias),
+//! so the planner, the sparse kernels and their fused bias + activation epilogues take
+//! pointwise convolutions as they take any MatMul. Every other Conv becomes `Transpose(NHWC→
+//! NCHW) → Conv → Transpose(NCHW→NHWC)` (for 1-D: `perm [0, 2, 1]` both ways), the form model
+//! lowering runs as one NHWC convolution kernel (a 1-D convolution as a 2-D one of height 1).
 //!
-//! Between convolutions values stay NHWC: a channel-wise elementwise op (its constants
-//! permuted to match), and a pooling or reduction over the spatial axes, take NHWC inputs
-//! and give NHWC outputs. Any other reader of a converted value gets its NCHW form back
-//! through one Transpose, made once and only where read; graph inputs and outputs keep their
-//! NCHW types. The graph computes exactly what it computed before (the reference executor
-//! checks that), and TeSAs move with their elements.
+//! Between convolutions values stay channels last: a channel-wise elementwise op (its
+//! constants permuted to match), a global pooling or reduction over the spatial axes (as a
+//! Reduce over the channels-last axes) and a Concat (along the axis the concatenated one
+//! became, the last for channels) take channels-last inputs and give channels-last outputs;
+//! MaxPool and AveragePool go between Transposes like a convolution, which model lowering
+//! runs as one channels-last pool kernel; a Transpose of a converted value
+//! composes its permutation with the layout's, and becomes an Identity where they cancel
+//! (Whisper's `permute(0, 2, 1)` after its convolutions). Any other reader of a converted
+//! value gets its channels-first form back through one Transpose, made once and only where
+//! read; graph inputs and outputs keep their types. The graph computes exactly what it
+//! computed before (the reference executor checks that), and TeSAs move with their elements.
 
 use super::{fresh_name, gather_tensor, renumber, transpose_positions, ELEMENTWISE};
 use crate::ir::{Attr, Attrs, Graph, Initializer, Node, NodeId, Tensor, ValueFact, ValueId, ValueKind};
 use crate::Error;
 use std::collections::HashMap;
 
-/// NCHW → NHWC and back.
-const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
-const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+/// Channels first → channels last for a value of `rank` (`[0, 2, 3, 1]` for NCHW, `[0, 2, 1]`
+/// for NCL): axis `j` of the channels-last form is axis `to_last(rank)[j]` of the original.
+fn to_last(rank: usize) -> Vec<usize> {
+    let mut perm = vec![0];
+    perm.extend(2..rank);
+    perm.push(1);
+    perm
+}
+
+/// Channels last → channels first, the inverse of [`to_last`].
+fn to_first(rank: usize) -> Vec<usize> {
+    let mut perm = vec![0, rank - 1];
+    perm.extend(1..rank - 1);
+    perm
+}
+
+/// The ranks the pass converts: 1-D (NCL) and 2-D (NCHW) convolutions and what lies between.
+fn convertible_rank(rank: usize) -> bool {
+    rank == 3 || rank == 4
+}
 
 /// What [`channels_last`] did.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -30,6 +54,12 @@ pub struct LayoutReport {
     pub pointwise: usize,
     /// Other convolutions, now between transposes.
     pub convs: usize,
+    /// MaxPools and AveragePools, now between transposes.
+    pub pools: usize,
+    /// Concats of channels-last values.
+    pub concats: usize,
+    /// Transposes of converted values that the layout's permutation cancels (now Identity).
+    pub transposes_cancelled: usize,
     /// Transposes at the borders of the NHWC region (into it and out of it).
     pub border_transposes: usize,
 }
@@ -97,40 +127,40 @@ impl Rewriter<'_> {
         value.tesa.as_ref().map(|t| t.gather(&shape, &positions))
     }
 
-    /// `v` in NHWC, made with a Transpose the first time it is asked for.
+    /// `v` channels-last, made with a Transpose the first time it is asked for.
     fn nhwc_of(&mut self, v: ValueId) -> ValueId {
         if let Some(&h) = self.nhwc.get(&v) {
             return h;
         }
-        let f = self.graph.fact(v).clone();
-        let shape = TO_NHWC.iter().map(|&p| f.shape[p]).collect();
-        let base = format!("{}.nhwc", self.graph.value(v).name);
-        let h = self.new_value(&base, ValueFact::new(f.dtype, shape));
-        self.graph.values[h.index()].tesa = self.permuted_tesa(v, &TO_NHWC);
-        self.transpose(v, &TO_NHWC, h);
+        let h = self.nhwc_value(v);
+        let perm = to_last(self.graph.fact(v).shape.len());
+        self.transpose(v, &perm, h);
         self.report.border_transposes += 1;
-        self.nhwc.insert(v, h);
         h
     }
 
-    /// `v` in NCHW: itself when it exists, else a Transpose of its NHWC form into it.
+    /// `v` channels-first: itself when it exists, else a Transpose of its channels-last form
+    /// into it.
     fn nchw_of(&mut self, v: ValueId) -> ValueId {
         if !self.nchw[v.index()] {
             let h = self.nhwc[&v];
-            self.transpose(h, &TO_NCHW, v);
+            let perm = to_first(self.graph.fact(v).shape.len());
+            self.transpose(h, &perm, v);
             self.report.border_transposes += 1;
             self.nchw[v.index()] = true;
         }
         v
     }
 
-    /// The NHWC value standing for `y` (NCHW), with `y`'s TeSA permuted.
-    fn nhwc_output(&mut self, y: ValueId) -> ValueId {
+    /// A new value standing for `y` (channels first) in channels-last order, with `y`'s TeSA
+    /// permuted; recorded as `y`'s form, to be computed by the caller.
+    fn nhwc_value(&mut self, y: ValueId) -> ValueId {
         let f = self.graph.fact(y).clone();
-        let shape = TO_NHWC.iter().map(|&p| f.shape[p]).collect();
+        let perm = to_last(f.shape.len());
+        let shape = perm.iter().map(|&p| f.shape[p]).collect();
         let base = format!("{}.nhwc", self.graph.value(y).name);
         let h = self.new_value(&base, ValueFact::new(f.dtype, shape));
-        self.graph.values[h.index()].tesa = self.permuted_tesa(y, &TO_NHWC);
+        self.graph.values[h.index()].tesa = self.permuted_tesa(y, &perm);
         self.nhwc.insert(y, h);
         h
     }
@@ -143,82 +173,120 @@ impl Rewriter<'_> {
         self.nodes.push(Node { inputs, ..node.clone() });
     }
 
-    fn conv(&mut self, node: &Node) -> bool {
-        let (Some(x), Some(w)) = (node.inputs[0], node.inputs.get(1).copied().flatten()) else { return false };
-        let bias = node.inputs.get(2).copied().flatten();
-        let wf = self.graph.fact(w).clone();
-        if self.graph.fact(x).shape.len() != 4 || wf.shape.len() != 4 || !self.graph.initializers.contains_key(&w) {
-            return false;
-        }
-        let y = node.outputs[0];
-        let ints = |name: &str, default: i64| -> Vec<i64> {
-            node.attrs.ints_opt(name).ok().flatten().map(|v| v.to_vec()).unwrap_or_else(|| vec![default; 4])
-        };
-        let auto_pad = node.attrs.string("auto_pad", "NOTSET").unwrap_or("NOTSET");
-        let pointwise = wf.shape[2] == 1
-            && wf.shape[3] == 1
-            && node.attrs.int("group", 1).unwrap_or(1) == 1
-            && ints("strides", 1).iter().all(|&s| s == 1)
-            && ints("pads", 0).iter().all(|&p| p == 0)
-            && (auto_pad == "NOTSET" || auto_pad == "VALID")
-            && bias.is_none_or(|b| self.graph.initializers.contains_key(&b));
+    /// A constant of rank at most `rank` broadcast against a channels-first value: padded to
+    /// `rank` and permuted channels-last.
+    fn permuted_constant(&mut self, v: ValueId, rank: usize) -> ValueId {
+        let f = self.graph.fact(v).clone();
+        let mut padded = vec![1; rank - f.shape.len()];
+        padded.extend(&f.shape);
+        let t = self.graph.initializers[&v].to_dense();
+        let (shape, positions) = transpose_positions(&padded, &to_last(rank));
+        let base = format!("{}.nhwc", self.graph.value(v).name);
+        let tesa = self.graph.value(v).tesa.as_ref().map(|t| {
+            let flat = t.gather(&padded, &(0..f.numel()).collect::<Vec<_>>());
+            flat.gather(&shape, &positions)
+        });
+        let t = gather_tensor(&t, shape, &positions);
+        self.constant(&base, t, tesa)
+    }
+
+    /// `node` (one input `x`, one output) between Transposes: the channels-last `x` back to
+    /// channels first, the node as it was, its output to channels last. Model lowering runs the
+    /// three as one channels-last kernel (convolutions, pools).
+    fn between_transposes(&mut self, node: &Node, x: ValueId) {
         let xh = self.nhwc_of(x);
-        if pointwise {
-            // y = x·Wᵀ (+ b) over the rows of NHWC.
-            let (c_out, c_in) = (wf.shape[0], wf.shape[1]);
-            let t = self.graph.initializers[&w].to_dense();
-            let (shape, positions) = transpose_positions(&[c_out, c_in], &[1, 0]);
-            let wt = gather_tensor(&t, shape.clone(), &positions);
-            let tesa = self.graph.value(w).tesa.as_ref().map(|t| {
-                let flat = t.gather(&[c_out, c_in], &(0..c_out * c_in).collect::<Vec<_>>());
-                flat.gather(&shape, &positions)
-            });
-            let base = format!("{}.kc", self.graph.value(w).name);
-            let wt = self.constant(&base, wt, tesa);
-            let yh = self.nhwc_output(y);
-            let name = node.name.clone();
-            match bias {
-                Some(b) => {
-                    let f = self.graph.fact(yh).clone();
-                    let base = format!("{}.matmul", self.graph.value(y).name);
-                    let mm = self.new_value(&base, f);
-                    self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(xh), Some(wt)], vec![mm]);
-                    self.push(format!("{name}.bias"), "Add", Attrs::new(), vec![Some(mm), Some(b)], vec![yh]);
-                }
-                None => self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(xh), Some(wt)], vec![yh]),
-            }
-            self.report.pointwise += 1;
-            return true;
-        }
+        let rank = self.graph.fact(x).shape.len();
         let xf = self.graph.fact(x).clone();
         let xt = self.new_value(&format!("{}.nchw", self.graph.value(x).name), xf);
         self.graph.values[xt.index()].tesa = self.graph.value(x).tesa.clone();
-        self.transpose(xh, &TO_NCHW, xt);
+        self.transpose(xh, &to_first(rank), xt);
+        let y = node.outputs[0];
         let yf = self.graph.fact(y).clone();
         let yt = self.new_value(&format!("{}.nchw", self.graph.value(y).name), yf);
         self.graph.values[yt.index()].tesa = self.graph.value(y).tesa.clone();
         let mut inputs = node.inputs.clone();
         inputs[0] = Some(xt);
         self.nodes.push(Node { inputs, outputs: vec![yt], ..node.clone() });
-        let yh = self.nhwc_output(y);
-        self.transpose(yt, &TO_NHWC, yh);
-        self.report.convs += 1;
+        let yh = self.nhwc_value(y);
+        self.transpose(yt, &to_last(rank), yh);
+    }
+
+    fn conv(&mut self, node: &Node) -> bool {
+        let (Some(x), Some(w)) = (node.inputs[0], node.inputs.get(1).copied().flatten()) else { return false };
+        let bias = node.inputs.get(2).copied().flatten();
+        let wf = self.graph.fact(w).clone();
+        let rank = self.graph.fact(x).shape.len();
+        if !convertible_rank(rank)
+            || wf.shape.len() != rank
+            || node.outputs.len() != 1
+            || !self.graph.initializers.contains_key(&w)
+        {
+            return false;
+        }
+        let y = node.outputs[0];
+        let ones = |name: &str, unit: i64| -> bool {
+            node.attrs.ints_opt(name).ok().flatten().is_none_or(|v| v.iter().all(|&x| x == unit))
+        };
+        let auto_pad = node.attrs.string("auto_pad", "NOTSET").unwrap_or("NOTSET");
+        let pointwise = wf.shape[2..].iter().all(|&k| k == 1)
+            && node.attrs.int("group", 1).unwrap_or(1) == 1
+            && ones("strides", 1)
+            && ones("pads", 0)
+            && (auto_pad == "NOTSET" || auto_pad == "VALID")
+            && bias.is_none_or(|b| self.graph.initializers.contains_key(&b));
+        if !pointwise {
+            self.between_transposes(node, x);
+            self.report.convs += 1;
+            return true;
+        }
+        // y = x·Wᵀ (+ b) over the rows of the channels-last x.
+        let xh = self.nhwc_of(x);
+        let (c_out, c_in) = (wf.shape[0], wf.shape[1]);
+        let t = self.graph.initializers[&w].to_dense();
+        let (shape, positions) = transpose_positions(&[c_out, c_in], &[1, 0]);
+        let wt = gather_tensor(&t, shape.clone(), &positions);
+        let tesa = self.graph.value(w).tesa.as_ref().map(|t| {
+            let flat = t.gather(&[c_out, c_in], &(0..c_out * c_in).collect::<Vec<_>>());
+            flat.gather(&shape, &positions)
+        });
+        let base = format!("{}.kc", self.graph.value(w).name);
+        let wt = self.constant(&base, wt, tesa);
+        let yh = self.nhwc_value(y);
+        let name = node.name.clone();
+        match bias {
+            Some(b) => {
+                let f = self.graph.fact(yh).clone();
+                let base = format!("{}.matmul", self.graph.value(y).name);
+                let mm = self.new_value(&base, f);
+                self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(xh), Some(wt)], vec![mm]);
+                self.push(format!("{name}.bias"), "Add", Attrs::new(), vec![Some(mm), Some(b)], vec![yh]);
+            }
+            None => self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(xh), Some(wt)], vec![yh]),
+        }
+        self.report.pointwise += 1;
         true
     }
 
-    fn elementwise(&mut self, node: &Node) -> bool {
-        let y = node.outputs[0];
+    /// Whether every input of `node` can be read channels-last at `rank`: converted (at that
+    /// rank), an activation of that rank, or (when `constants_of_lower_rank`) a constant of at
+    /// most that rank; and at least one is converted.
+    fn inputs_convertible(&self, node: &Node, rank: usize, constants_of_lower_rank: bool) -> bool {
         let reads_nhwc = node.inputs.iter().flatten().any(|v| self.nhwc.contains_key(v));
-        if !reads_nhwc || node.outputs.len() != 1 || self.graph.fact(y).shape.len() != 4 {
+        reads_nhwc
+            && node.inputs.iter().flatten().all(|v| {
+                let r = self.graph.fact(*v).shape.len();
+                let constant = self.graph.initializers.contains_key(v);
+                r == rank || (constants_of_lower_rank && constant && r < rank)
+            })
+    }
+
+    fn elementwise(&mut self, node: &Node) -> bool {
+        if node.outputs.len() != 1 {
             return false;
         }
-        // Every input must be NHWC-able: converted, 4-D, or a constant of rank <= 4.
-        let ok = node.inputs.iter().flatten().all(|v| {
-            self.nhwc.contains_key(v)
-                || self.graph.fact(*v).shape.len() == 4
-                || (self.graph.initializers.contains_key(v) && self.graph.fact(*v).shape.len() <= 4)
-        });
-        if !ok {
+        let y = node.outputs[0];
+        let rank = self.graph.fact(y).shape.len();
+        if !convertible_rank(rank) || !self.inputs_convertible(node, rank, true) {
             return false;
         }
         let mut inputs = vec![];
@@ -228,29 +296,90 @@ impl Rewriter<'_> {
                 continue;
             };
             let f = self.graph.fact(v).clone();
-            let conv =
-                if self.nhwc.contains_key(&v) || (f.shape.len() == 4 && !self.graph.initializers.contains_key(&v)) {
-                    self.nhwc_of(v)
-                } else if f.numel() <= 1 || node.op_type == "Clip" {
-                    v
-                } else {
-                    // A constant broadcast against NCHW: padded to rank 4 and permuted.
-                    let mut shape4 = vec![1; 4 - f.shape.len()];
-                    shape4.extend(&f.shape);
-                    let t = self.graph.initializers[&v].to_dense();
-                    let (shape, positions) = transpose_positions(&shape4, &TO_NHWC);
-                    let base = format!("{}.nhwc", self.graph.value(v).name);
-                    let tesa = self.graph.value(v).tesa.as_ref().map(|t| {
-                        let flat = t.gather(&shape4, &(0..f.numel()).collect::<Vec<_>>());
-                        flat.gather(&shape, &positions)
-                    });
-                    let t = gather_tensor(&t, shape, &positions);
-                    self.constant(&base, t, tesa)
-                };
+            let conv = if self.nhwc.contains_key(&v) || !self.graph.initializers.contains_key(&v) {
+                self.nhwc_of(v)
+            } else if f.numel() <= 1 || node.op_type == "Clip" {
+                v
+            } else {
+                self.permuted_constant(v, rank)
+            };
             inputs.push(Some(conv));
         }
-        let yh = self.nhwc_output(y);
+        let yh = self.nhwc_value(y);
         self.nodes.push(Node { inputs, outputs: vec![yh], ..node.clone() });
+        true
+    }
+
+    /// MaxPool (without its Indices output) and AveragePool of a converted value: between
+    /// Transposes, which model lowering runs as one channels-last pool kernel.
+    fn window_pool(&mut self, node: &Node) -> bool {
+        let Some(x) = node.inputs.first().copied().flatten() else { return false };
+        if !self.nhwc.contains_key(&x) || node.outputs.len() != 1 {
+            return false;
+        }
+        self.between_transposes(node, x);
+        self.report.pools += 1;
+        true
+    }
+
+    /// A Concat whose inputs can all be read channels-last: the same Concat of the channels-last
+    /// forms, along the axis the concatenated one became (channels: the last).
+    fn concat(&mut self, node: &Node) -> bool {
+        let y = node.outputs[0];
+        let rank = self.graph.fact(y).shape.len();
+        if node.outputs.len() != 1 || !convertible_rank(rank) || !self.inputs_convertible(node, rank, false) {
+            return false;
+        }
+        let Some(axis) = node.attrs.int("axis", 0).ok().and_then(|a| crate::ir::normalize_axis(a, rank)) else {
+            return false;
+        };
+        let new_axis = to_last(rank).iter().position(|&p| p == axis).expect("a permutation") as i64;
+        let mut inputs = vec![];
+        for v in &node.inputs {
+            inputs.push(match *v {
+                None => None,
+                Some(v) if self.nhwc.contains_key(&v) || !self.graph.initializers.contains_key(&v) => {
+                    Some(self.nhwc_of(v))
+                }
+                Some(v) => Some(self.permuted_constant(v, rank)),
+            });
+        }
+        let mut attrs = node.attrs.clone();
+        attrs.insert("axis", Attr::Int(new_axis));
+        let yh = self.nhwc_value(y);
+        self.nodes.push(Node { inputs, outputs: vec![yh], attrs, ..node.clone() });
+        self.report.concats += 1;
+        true
+    }
+
+    /// A Transpose of a converted value: one Transpose of its channels-last form, its
+    /// permutation composed with the layout's; an Identity when they cancel (Whisper's
+    /// `permute(0, 2, 1)` after its convolutions).
+    fn transpose_of_converted(&mut self, node: &Node) -> bool {
+        let Some(x) = node.inputs.first().copied().flatten() else { return false };
+        let Some(&xh) = self.nhwc.get(&x) else { return false };
+        let rank = self.graph.fact(x).shape.len();
+        let perm: Vec<usize> = match node.attrs.ints_opt("perm").ok().flatten() {
+            Some(p) => match p.iter().map(|&a| usize::try_from(a).ok().filter(|&a| a < rank)).collect() {
+                Some(p) => p,
+                None => return false,
+            },
+            None => (0..rank).rev().collect(),
+        };
+        if perm.len() != rank {
+            return false;
+        }
+        let last = to_last(rank);
+        let composed: Vec<usize> =
+            perm.iter().map(|&a| last.iter().position(|&p| p == a).expect("a permutation")).collect();
+        let y = node.outputs[0];
+        if composed.iter().enumerate().all(|(i, &p)| i == p) {
+            self.push(node.name.clone(), "Identity", Attrs::new(), vec![Some(xh)], vec![y]);
+            self.report.transposes_cancelled += 1;
+        } else {
+            self.transpose(xh, &composed, y);
+        }
+        self.nchw[y.index()] = true;
         true
     }
 
@@ -262,8 +391,8 @@ impl Rewriter<'_> {
         let y = node.outputs[0];
         let rank = self.graph.fact(x).shape.len();
         let (axes, keepdims, op) = match node.op_type.as_str() {
-            "GlobalAveragePool" => (vec![2, 3], true, "ReduceMean"),
-            "GlobalMaxPool" => (vec![2, 3], true, "ReduceMax"),
+            "GlobalAveragePool" => ((2..rank).collect(), true, "ReduceMean"),
+            "GlobalMaxPool" => ((2..rank).collect(), true, "ReduceMax"),
             op @ ("ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin") => {
                 let raw: Vec<i64> = match node.inputs.get(1).copied().flatten() {
                     Some(a) => match self.graph.initializers.get(&a) {
@@ -283,17 +412,19 @@ impl Rewriter<'_> {
             }
             _ => return false,
         };
-        let mut sorted = axes.clone();
+        let mut sorted: Vec<usize> = axes.clone();
         sorted.sort_unstable();
-        // Without keepdims only a reduction over H and W leaves the same [N, C] in both layouts.
-        if !keepdims && sorted != [2, 3] {
+        // Without keepdims only a reduction over every spatial axis leaves the same [N, C] in
+        // both layouts.
+        if !keepdims && sorted != (2..rank).collect::<Vec<_>>() {
             return false;
         }
         let xh = self.nhwc[&x];
+        let last = to_last(rank);
         let mut nhwc_axes: Vec<i64> =
-            axes.iter().map(|&a| TO_NHWC.iter().position(|&p| p == a).unwrap() as i64).collect();
+            axes.iter().map(|&a| last.iter().position(|&p| p == a).expect("a permutation") as i64).collect();
         nhwc_axes.sort_unstable();
-        let out = if keepdims { self.nhwc_output(y) } else { y };
+        let out = if keepdims { self.nhwc_value(y) } else { y };
         let mut attrs = Attrs::new();
         attrs.insert("keepdims", Attr::Int(keepdims as i64));
         let mut inputs = vec![Some(xh)];
@@ -312,11 +443,13 @@ impl Rewriter<'_> {
     }
 }
 
-/// Moves the convolutions of `graph` and what lies between them to NHWC (see the module
-/// docs). A graph without a 4-D Conv is left as it is.
+/// Moves the convolutions of `graph` and what lies between them to channels-last (see the
+/// module docs). A graph without a 1-D or 2-D Conv is left as it is.
 pub fn channels_last(graph: &mut Graph) -> Result<LayoutReport, Error> {
-    let has_conv =
-        graph.nodes.iter().any(|n| n.op_type == "Conv" && n.inputs[0].is_some_and(|x| graph.fact(x).shape.len() == 4));
+    let has_conv = graph
+        .nodes
+        .iter()
+        .any(|n| n.op_type == "Conv" && n.inputs[0].is_some_and(|x| convertible_rank(graph.fact(x).shape.len())));
     if !has_conv {
         return Ok(LayoutReport::default());
     }
@@ -333,6 +466,9 @@ pub fn channels_last(graph: &mut Graph) -> Result<LayoutReport, Error> {
             && match node.op_type.as_str() {
                 "Conv" => rw.conv(node),
                 op if ELEMENTWISE.contains(&op) => rw.elementwise(node),
+                "MaxPool" | "AveragePool" => rw.window_pool(node),
+                "Concat" => rw.concat(node),
+                "Transpose" => rw.transpose_of_converted(node),
                 "GlobalAveragePool" | "GlobalMaxPool" | "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
                     rw.pool(node)
                 }

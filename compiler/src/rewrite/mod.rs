@@ -5,9 +5,9 @@
 //! - [`fold_batchnorm`]: a BatchNormalization after a Conv folds into its weights and bias;
 //! - [`shrink_channels`]: channels that propagation pruned in every tensor that carries them
 //!   are cut out, so pruned filters become physically smaller dense operators;
-//! - [`channels_last`]: the convolution part of a model moves to NHWC, where a 1×1 convolution
-//!   is the MatMul the planner and the sparse kernels already handle, and the other
-//!   convolutions run as one NHWC kernel each;
+//! - [`channels_last`]: the convolution part of a model (2-D and 1-D) moves to channels last,
+//!   where a 1×1 convolution is the MatMul the planner and the sparse kernels already handle,
+//!   and the other convolutions run as one NHWC kernel each;
 //! - [`merge_matmuls`]: MatMuls that read one activation with constant weights (Q, K and V)
 //!   become one MatMul over the concatenated weights (and biases), each original output a
 //!   Slice of it.
@@ -127,8 +127,8 @@ pub fn prepare_in(
     let layout = pipeline.run("channels_last", graph, |g| {
         let r = channels_last(g)?;
         let line = format!(
-            "{} 1x1 convolutions as MatMuls, {} NHWC convolutions, {} layout transposes",
-            r.pointwise, r.convs, r.border_transposes
+            "{} 1x1 convolutions as MatMuls, {} NHWC convolutions, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled)",
+            r.pointwise, r.convs, r.pools, r.concats, r.border_transposes, r.transposes_cancelled
         );
         Ok((r, line))
     })?;

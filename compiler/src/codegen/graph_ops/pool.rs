@@ -1,7 +1,10 @@
 //! MaxPool and AveragePool (`templates/op_pool.cu.tera`) over any window geometry: the host
-//! lists, per output position of one `(n, c)` plane, the flat input positions inside its window
-//! (the CPU reference's own geometry: pads, auto_pad, strides, dilations, ceil mode, any number
-//! of spatial axes), and the kernel reduces them, one output element per thread.
+//! lists, per output position of one plane, the flat input positions inside its window (the
+//! CPU reference's own geometry: pads, auto_pad, strides, dilations, ceil mode, any number of
+//! spatial axes), and the kernel reduces them, one output element per thread. Channels first a
+//! plane is one `(n, c)` of one channel; channels last a plane is one `n`, its channels
+//! interleaved (position `p`, channel `c` at `p · C + c`), so that neighbouring threads read
+//! neighbouring channels.
 
 use super::{check_name, spec_error, stride_grid, type_ctx, OpKernel, TypeCtx, THREADS};
 use crate::codegen::render::render;
@@ -15,6 +18,7 @@ struct PoolCtx {
     t: TypeCtx,
     max: bool,
     planes: usize,
+    channels: usize,
     in_px: usize,
     out_px: usize,
     n: usize,
@@ -30,6 +34,7 @@ pub fn pool(
     name: &str,
     dtype: DType,
     planes: usize,
+    channels: usize,
     in_px: usize,
     out_px: usize,
     max: bool,
@@ -39,12 +44,24 @@ pub fn pool(
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(fail(format!("pools take f32, f16 or bf16, not {dtype}")));
     }
-    let n = planes * out_px;
-    if planes * in_px.max(out_px) > i32::MAX as usize {
-        return Err(fail(format!("{planes} planes of {in_px} positions exceed 32-bit offsets")));
+    if channels == 0 {
+        return Err(fail("a pool needs at least one channel".to_string()));
     }
-    let ctx =
-        PoolCtx { kernel_name: name.to_string(), t: type_ctx(dtype), max, planes, in_px, out_px, n, threads: THREADS };
+    let n = planes * out_px * channels;
+    if in_px.max(out_px) * channels > i32::MAX as usize {
+        return Err(fail(format!("planes of {in_px} positions × {channels} channels exceed 32-bit offsets")));
+    }
+    let ctx = PoolCtx {
+        kernel_name: name.to_string(),
+        t: type_ctx(dtype),
+        max,
+        planes,
+        channels,
+        in_px,
+        out_px,
+        n,
+        threads: THREADS,
+    };
     let source = render("op_pool.cu.tera", &ctx)?;
     Ok(OpKernel {
         name: name.to_string(),

@@ -1,19 +1,34 @@
 //! NHWC convolutions as `rewrite::channels_last` leaves them: the Transposes around a Conv and
-//! an activation after it run inside one conv kernel (`codegen::graph_ops::conv`).
+//! an activation after it run inside one conv kernel (`codegen::graph_ops::conv`). A 1-D
+//! convolution (NLC between `perm [0, 2, 1]` Transposes) runs as a 2-D one of height 1: the
+//! NLC input is the NHWC input with H = 1, its `[O, C/g, k]` weight the `[O, C/g, 1, k]` one.
 
 use super::*;
 
 impl Lowering<'_> {
     /// Whether node `i` is a Conv read through `Transpose(perm 0,3,1,2)` and written through
-    /// `Transpose(perm 0,2,3,1)`, each its only neighbour: (the first, the second).
+    /// `Transpose(perm 0,2,3,1)` (1-D: `perm 0,2,1` both), each its only neighbour: (the first,
+    /// the second).
     pub(super) fn nhwc_conv(&self, i: usize) -> Option<(usize, usize)> {
+        let node = &self.graph.nodes[i];
+        if node.op_type != "Conv" || self.planned.contains_key(node.name.as_str()) {
+            return None;
+        }
+        self.between_layout_transposes(i)
+    }
+
+    /// Whether node `i` (one input read, one output) reads a channels-first value made by a
+    /// `Transpose` from channels last and writes one that a `Transpose` turns channels last,
+    /// each its only neighbour, at rank 3 or 4: (the first Transpose, the second).
+    pub(super) fn between_layout_transposes(&self, i: usize) -> Option<(usize, usize)> {
         let graph = self.graph;
         let node = &graph.nodes[i];
-        if node.op_type != "Conv" || self.planned.contains_key(node.name.as_str()) || node.outputs.len() != 1 {
+        if node.outputs.len() != 1 {
             return None;
         }
         let x = node.inputs.first().copied().flatten()?;
-        if graph.fact(x).shape.len() != 4 || self.only_consumer(x) != Some(i) {
+        let rank = graph.fact(x).shape.len();
+        if !(rank == 3 || rank == 4) || self.only_consumer(x) != Some(i) {
             return None;
         }
         let t_in = graph.nodes.iter().position(|n| n.outputs.contains(&x))?;
@@ -21,7 +36,9 @@ impl Lowering<'_> {
         let is_transpose = |t: usize, perm: &[usize]| {
             graph.nodes[t].op_type == "Transpose" && transpose_perm(graph, &graph.nodes[t]) == perm
         };
-        (is_transpose(t_in, &[0, 3, 1, 2]) && is_transpose(t_out, &[0, 2, 3, 1])).then_some((t_in, t_out))
+        let (to_first, to_last): (&[usize], &[usize]) =
+            if rank == 4 { (&[0, 3, 1, 2], &[0, 2, 3, 1]) } else { (&[0, 2, 1], &[0, 2, 1]) };
+        (is_transpose(t_in, to_first) && is_transpose(t_out, to_last)).then_some((t_in, t_out))
     }
 
     /// An NHWC convolution ([`Lowering::nhwc_conv`]): one kernel reading the NHWC input and
@@ -35,9 +52,16 @@ impl Lowering<'_> {
         let w = node.inputs.get(1).copied().flatten().ok_or_else(|| self.node_err(node, "input 1 is missing"))?;
         let bias = node.inputs.get(2).copied().flatten();
         let yh = graph.nodes[t_out].outputs[0];
-        let (xs, ws) = (graph.fact(node.inputs[0].expect("checked")).shape.clone(), graph.fact(w).shape.clone());
-        if !matches!(graph.fact(xh).dtype, DType::F32 | DType::F16 | DType::BF16) || ws.len() != 4 {
-            return Err(self.node_err(node, "only 2-D f32, f16 and bf16 convolutions are built"));
+        let (mut xs, mut ws) =
+            (graph.fact(node.inputs[0].expect("checked")).shape.clone(), graph.fact(w).shape.clone());
+        let one_d = xs.len() == 3;
+        if !matches!(graph.fact(xh).dtype, DType::F32 | DType::F16 | DType::BF16) || ws.len() != xs.len() {
+            return Err(self.node_err(node, "only 1-D and 2-D f32, f16 and bf16 convolutions are built"));
+        }
+        if one_d {
+            // [N, C, L] as [N, C, 1, L], the weight [O, C/g, k] as [O, C/g, 1, k].
+            xs.insert(2, 1);
+            ws.insert(2, 1);
         }
         let wt = constant(graph, w).ok_or_else(|| self.node_err(node, "a non-constant weight is not built"))?;
         let bt = match bias {
@@ -47,8 +71,9 @@ impl Lowering<'_> {
         let attrs = &node.attrs;
         let pair = |name: &str| -> Result<(usize, usize), ProgramError> {
             match attrs.ints_opt(name).ok().flatten() {
-                Some([a, b]) if *a > 0 && *b > 0 => Ok((*a as usize, *b as usize)),
-                Some(v) => Err(self.node_err(node, format!("{name} {v:?} is not two positive integers"))),
+                Some([a, b]) if !one_d && *a > 0 && *b > 0 => Ok((*a as usize, *b as usize)),
+                Some([b]) if one_d && *b > 0 => Ok((1, *b as usize)),
+                Some(v) => Err(self.node_err(node, format!("{name} {v:?} are not one positive integer per axis"))),
                 None => Ok((1, 1)),
             }
         };
@@ -56,10 +81,13 @@ impl Lowering<'_> {
         let (kh, kw) = (ws[2], ws[3]);
         let pads: [usize; 4] = match attrs.string("auto_pad", "NOTSET").unwrap_or("NOTSET") {
             "NOTSET" => match attrs.ints_opt("pads").ok().flatten() {
-                Some(p) if p.len() == 4 && p.iter().all(|&x| x >= 0) => {
+                Some(p) if !one_d && p.len() == 4 && p.iter().all(|&x| x >= 0) => {
                     [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
                 }
-                Some(p) => return Err(self.node_err(node, format!("pads {p:?} are not four non-negative integers"))),
+                Some(p) if one_d && p.len() == 2 && p.iter().all(|&x| x >= 0) => [0, p[0] as usize, 0, p[1] as usize],
+                Some(p) => {
+                    return Err(self.node_err(node, format!("pads {p:?} are not two non-negative integers per axis")))
+                }
                 None => [0; 4],
             },
             "VALID" => [0; 4],
@@ -91,7 +119,10 @@ impl Lowering<'_> {
             dilation,
             pads,
         };
-        let ys = &graph.fact(yh).shape;
+        let mut ys = graph.fact(yh).shape.clone();
+        if one_d {
+            ys.insert(1, 1);
+        }
         if ys[..] != [shape.n, shape.oh(), shape.ow(), shape.c_out] {
             return Err(self.node_err(node, format!("output {ys:?} does not match the convolution's shape")));
         }
@@ -118,11 +149,26 @@ impl Lowering<'_> {
             ),
             None => wb,
         };
-        // The step's nodes, inner values as temporaries.
         let members: Vec<usize> = [t_in, i, t_out].into_iter().chain(chain).collect();
+        let nodes = self.fused_nodes(&members, 3, out)?;
+        let args = vec![self.buf(xh)?, wb, bb, self.buf(out)?];
+        self.kernel_step(&node.name.clone(), Op::Nodes(nodes), k, args);
+        Ok(())
+    }
+
+    /// The node ops of a step computing the graph nodes `members` (in order) into `out`: each
+    /// value made inside the step a temporary, `out` its buffer; one-element constants read by
+    /// the members past the first `n_core` (an activation chain) are literals.
+    pub(super) fn fused_nodes(
+        &mut self,
+        members: &[usize],
+        n_core: usize,
+        out: ValueId,
+    ) -> Result<Vec<NodeOp>, ProgramError> {
+        let graph = self.graph;
         let inside: Vec<ValueId> = members.iter().map(|&m| graph.nodes[m].outputs[0]).collect();
         let mut nodes = vec![];
-        for &m in &members {
+        for (k, &m) in members.iter().enumerate() {
             let mnode = &graph.nodes[m];
             let mut operands = vec![];
             for v in &mnode.inputs {
@@ -133,8 +179,7 @@ impl Lowering<'_> {
                             let f = graph.fact(v);
                             Operand::Temp { id: id as u32, dtype: f.dtype, shape: f.shape.clone() }
                         }
-                        // One-element constants of the activation chain are literals.
-                        None => match scalar_constant(graph, v).filter(|_| ![t_in, i, t_out].contains(&m)) {
+                        None => match scalar_constant(graph, v).filter(|_| k >= n_core) {
                             Some((dtype, value)) => Operand::Scalar { dtype, value },
                             None => self.operand(v)?,
                         },
@@ -152,8 +197,6 @@ impl Lowering<'_> {
             let op = self.node_op(mnode, operands, vec![result]);
             nodes.push(op);
         }
-        let args = vec![self.buf(xh)?, wb, bb, self.buf(out)?];
-        self.kernel_step(&node.name.clone(), Op::Nodes(nodes), k, args);
-        Ok(())
+        Ok(nodes)
     }
 }

@@ -1,5 +1,5 @@
 //! Which nodes run inside another node's step: epilogues absorbed by planned matmuls,
-//! Transposes folded into activation MatMuls, NHWC convolutions with their Transposes,
+//! Transposes folded into activation MatMuls, NHWC convolutions and pools with their Transposes,
 //! elementwise groups, attentions (with their in-place slices) and LayerNorms with their
 //! input's group. The analysis the lowering loop then follows; it also sets the loop
 //! iteration each node is computed at, from which buffer lifetimes are counted.
@@ -64,6 +64,16 @@ impl Lowering<'_> {
                 emit_at[m] = i;
             }
             self.convs.insert(i, (t_in, t_out));
+        }
+        // Channels-last pools, the same way (no epilogue).
+        for i in 0..graph.nodes.len() {
+            let Some((t_in, t_out)) = self.channels_last_pool(i) else { continue };
+            for m in [t_in, t_out] {
+                absorbed[m] = true;
+                done[m] = true;
+                emit_at[m] = i;
+            }
+            self.pools.insert(i, (t_in, t_out));
         }
         let mut groups =
             if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };

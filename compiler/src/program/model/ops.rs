@@ -1,6 +1,7 @@
 //! The ops without a fusion of their own, one step and one generated kernel each (Gather,
-//! LayerNorm, Softmax, reductions, Concat, ...); activation×activation MatMuls with their folded
-//! Transposes; data movement with constant indices as a gather through a traced source map.
+//! LayerNorm, Softmax, reductions, Concat, ...; pools in `pool.rs`); activation×activation
+//! MatMuls with their folded Transposes; data movement with constant indices as a gather
+//! through a traced source map.
 
 use super::*;
 
@@ -14,7 +15,7 @@ impl Lowering<'_> {
         let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
         let attrs = &node.attrs;
         if matches!(node.op_type.as_str(), "MaxPool" | "AveragePool") {
-            return self.lower_pool(node);
+            return self.lower_pool(node, None);
         }
         if REMAPS.contains(&node.op_type.as_str())
             && node.inputs.iter().skip(1).flatten().all(|&v| graph.initializers.contains_key(&v))
@@ -209,45 +210,6 @@ impl Lowering<'_> {
     /// A data-movement node whose only non-constant input is its data: the flat source index
     /// of every output element is found at compile time by running the op's reference `eval`
     /// on the data's element numbers, and one gather kernel reads through that map.
-    /// MaxPool / AveragePool: the reference's window geometry as tables (per output position
-    /// of a plane, its input taps, and AveragePool's divisor) and a kernel that reduces them
-    /// ([`graph_ops::pool`]). MaxPool's optional Indices output is not built.
-    pub(super) fn lower_pool(&mut self, node: &Node) -> Result<(), ProgramError> {
-        let graph = self.graph;
-        let x = node.inputs.first().copied().flatten().ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
-        let out = node.outputs[0];
-        if node.outputs.len() > 1 {
-            return Err(self.node_err(node, "MaxPool's Indices output is not built on the GPU"));
-        }
-        let xf = graph.fact(x).clone();
-        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
-        let w = crate::ops::pool_windows(&ctx, &xf.shape).map_err(|e| self.node_err(node, e.to_string()))?;
-        let planes: usize = xf.shape[..2].iter().product();
-        let max = node.op_type == "MaxPool";
-        let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
-        let k = graph_ops::pool(&name, xf.dtype, planes, w.in_px, w.out_px, max).map_err(|e| self.node_err(node, e))?;
-        let mut starts = Vec::with_capacity(w.out_px + 1);
-        let mut taps = Vec::new();
-        starts.push(0i32);
-        for t in &w.taps {
-            taps.extend(t.iter().map(|&p| p as i32));
-            starts.push(taps.len() as i32);
-        }
-        let mut args = vec![self.buf(x)?];
-        args.push(self.b.constant(&format!("{}.starts", node.name), Data::I32(starts), false));
-        args.push(self.b.constant(&format!("{}.taps", node.name), Data::I32(taps), false));
-        if !max {
-            let divisors = w.divisors.iter().map(|&d| d as f32).collect();
-            args.push(self.b.constant(&format!("{}.divisors", node.name), Data::F32(divisors), false));
-        }
-        args.push(self.buf(out)?);
-        let operands = vec![Some(self.operand(x)?)];
-        let outs = vec![self.operand(out)?];
-        let op = self.node_op(node, operands, outs);
-        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), k, args);
-        Ok(())
-    }
-
     /// Data movement with constant parameters (Slice, Split, Pad with zeros, Tile, ...): the op
     /// evaluated on the element indices of its input gives, per output, where each element
     /// comes from; each output is a gather through that map, all in one step. Pad's padding

@@ -1,0 +1,286 @@
+//! `rewrite::channels_last` through model lowering, without a GPU: small models built in the
+//! test (Whisper's Conv1d stem, conv → pool → conv, a DenseNet block's Concats) compile, their
+//! channels-last kernels replace the layout Transposes (counted in the program's steps), and
+//! the compiled program run on the CPU executor matches the reference executor; every kernel
+//! NVRTC-compiles.
+
+use spartac::frontend::{load_model_bytes, LoadOptions};
+use spartac::ir::{DType, Graph, Tensor};
+use spartac::plan::{plan, PlanOptions};
+use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
+use spartac::program::Op;
+use spartac::propagate::{execute_zeroing_pruned, propagate, PropagateOptions};
+use spartac::rewrite::{prepare, RewriteOptions, RewriteReport};
+use spartac::tesa::attrs::apply_attrs;
+use spartac_runtime::exec::model::{relative_error, run_cpu};
+use spartac_tests::builder::{fixed, ModelBuilder, A};
+
+/// `graph` through the rewrites, the plan and model lowering (dense, default options).
+fn compile(mut graph: Graph) -> (RewriteReport, Graph, ModelProgram) {
+    apply_attrs(&mut graph, None).unwrap();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+    (report, graph, model)
+}
+
+/// The compiled `model` on the CPU executor against the reference executor of `original`.
+fn matches_the_reference(original: &Graph, model: &ModelProgram, seeds: &[u64], tolerance: f64) {
+    for &seed in seeds {
+        let inputs = spartac::reference::random_inputs(original, seed);
+        let want = execute_zeroing_pruned(original, &inputs).unwrap();
+        let got = run_cpu(model, &inputs).unwrap();
+        assert_eq!(got.len(), want.len());
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            let e = relative_error(g, w);
+            assert!(e <= tolerance, "seed {seed}: {name}: relative error {e:.3e}");
+        }
+    }
+}
+
+/// Every kernel of `model` through NVRTC for sm_90a.
+fn nvrtc_compiles(model: &ModelProgram) {
+    let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
+    if lib.is_dir() {
+        spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
+    }
+    spartac_runtime::cuda::nvrtc_version().expect("NVRTC is required (tests/run-all.sh installs it under .cuda/)");
+    for k in &model.program.kernels {
+        spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
+    }
+}
+
+/// The op types of every node the program's steps compute, one list per step.
+fn step_ops(model: &ModelProgram) -> Vec<Vec<String>> {
+    model
+        .program
+        .steps
+        .iter()
+        .map(|s| match &s.op {
+            Op::Nodes(nodes) => nodes.iter().map(|n| n.op_type.clone()).collect(),
+            _ => vec![],
+        })
+        .collect()
+}
+
+/// Steps that move a layout and compute nothing else: only Transposes (and elementwise ops
+/// fused with them do not count as such; a step that holds a Conv or a pool does not either).
+fn transpose_steps(model: &ModelProgram) -> usize {
+    step_ops(model)
+        .iter()
+        .filter(|ops| {
+            ops.iter().any(|o| o == "Transpose")
+                && !ops.iter().any(|o| o == "Conv" || o == "MaxPool" || o == "AveragePool")
+        })
+        .count()
+}
+
+fn weights(shape: &[usize], seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec(shape.to_vec(), (0..n).map(|i| (((i * 7 + seed * 13) % 23) as f32 - 11.0) / 20.0).collect())
+}
+
+/// Appends GELU in the erf form torch exports (`x · 0.5 · (1 + erf(x / √2))`), `x` → `y`.
+fn gelu(b: ModelBuilder, x: &str, y: &str) -> ModelBuilder {
+    let (d, e, a, m) = (format!("{y}.div"), format!("{y}.erf"), format!("{y}.add"), format!("{y}.half"));
+    b.node(&format!("{y}_div"), "Div", &[x, "sqrt2"], &[&d], vec![])
+        .node(&format!("{y}_erf"), "Erf", &[&d], &[&e], vec![])
+        .node(&format!("{y}_add"), "Add", &[&e, "one"], &[&a], vec![])
+        .node(&format!("{y}_half"), "Mul", &["half", &a], &[&m], vec![])
+        .node(&format!("{y}_mul"), "Mul", &[x, &m], &[y], vec![])
+}
+
+fn gelu_constants(b: ModelBuilder) -> ModelBuilder {
+    let scalar = |v: f32| Tensor::from_vec(vec![], vec![v]);
+    b.init("sqrt2", &scalar(std::f32::consts::SQRT_2)).init("one", &scalar(1.0)).init("half", &scalar(0.5))
+}
+
+/// Whisper's stem: Conv1d (k 3, pad 1) → GELU → Conv1d (k 3, stride 2, pad 1) → GELU →
+/// `permute(0, 2, 1)`. Both convolutions run as NHWC conv kernels (height 1) with the GELU
+/// in separate steps, the permute cancels against the layout (an Identity, no copy), and the
+/// compiled model computes what the graph does. With a bias on the first conv and without.
+#[test]
+fn whisper_conv1d_stem_compiles_to_nhwc_conv_kernels_and_matches_the_reference() {
+    let (n, c_in, c, l) = (2, 6, 8, 20);
+    for with_bias in [false, true] {
+        let mut b = ModelBuilder::new("conv1d_stem", 18)
+            .input("x", DType::F32, &fixed(&[n, c_in, l]))
+            .output("y", DType::F32, &fixed(&[n, l / 2, c]))
+            .init("w1", &weights(&[c, c_in, 3], 1))
+            .init("w2", &weights(&[c, c, 3], 2))
+            .init("b1", &weights(&[c], 3));
+        b = gelu_constants(b);
+        let conv1_in: Vec<&str> = if with_bias { vec!["x", "w1", "b1"] } else { vec!["x", "w1"] };
+        b = b.node(
+            "conv1",
+            "Conv",
+            &conv1_in,
+            &["c1"],
+            vec![("kernel_shape", A::Is(vec![3])), ("pads", A::Is(vec![1, 1]))],
+        );
+        b = gelu(b, "c1", "g1");
+        b = b.node(
+            "conv2",
+            "Conv",
+            &["g1", "w2"],
+            &["c2"],
+            vec![("kernel_shape", A::Is(vec![3])), ("pads", A::Is(vec![1, 1])), ("strides", A::Is(vec![2]))],
+        );
+        b = gelu(b, "c2", "g2");
+        b = b.node("permute", "Transpose", &["g2"], &["y"], vec![("perm", A::Is(vec![0, 2, 1]))]);
+        let original = load_model_bytes(&b.bytes(), "conv1d_stem", &LoadOptions::default()).unwrap();
+        let (report, graph, model) = compile(original.clone());
+        assert_eq!((report.layout.convs, report.layout.transposes_cancelled), (2, 1), "bias {with_bias}");
+        // One Transpose into NLC at the input; none back out.
+        assert_eq!(report.layout.border_transposes, 1, "bias {with_bias}");
+        assert!(graph.nodes.iter().any(|n| n.op_type == "Identity"), "bias {with_bias}");
+        let convs = model.program.kernels.iter().filter(|k| k.name.starts_with("conv_")).count();
+        assert_eq!(convs, 2, "bias {with_bias}");
+        assert_eq!(transpose_steps(&model), 1, "bias {with_bias}: {:?}", step_ops(&model));
+        matches_the_reference(&original, &model, &[1, 2], 1e-5);
+        nvrtc_compiles(&model);
+    }
+}
+
+/// A grouped, dilated Conv1d with `SAME_UPPER` padding and a width-1 Conv1d (a MatMul
+/// channels last), the output read back channels first: the model matches the reference.
+#[test]
+fn grouped_dilated_and_pointwise_conv1d_match_the_reference() {
+    let (n, c, l) = (2, 8, 17);
+    let b = ModelBuilder::new("conv1d_mixed", 18)
+        .input("x", DType::F32, &fixed(&[n, c, l]))
+        .output("y", DType::F32, &fixed(&[n, 6, l]))
+        .init("wg", &weights(&[c, c / 2, 3], 4))
+        .init("bg", &weights(&[c], 5))
+        .init("wp", &weights(&[6, c, 1], 6))
+        .node(
+            "grouped",
+            "Conv",
+            &["x", "wg", "bg"],
+            &["g"],
+            vec![
+                ("kernel_shape", A::Is(vec![3])),
+                ("group", A::I(2)),
+                ("dilations", A::Is(vec![2])),
+                ("auto_pad", A::S("SAME_UPPER")),
+            ],
+        )
+        .node("relu", "Relu", &["g"], &["r"], vec![])
+        .node("pointwise", "Conv", &["r", "wp"], &["y"], vec![]);
+    let original = load_model_bytes(&b.bytes(), "conv1d_mixed", &LoadOptions::default()).unwrap();
+    let (report, _, model) = compile(original.clone());
+    assert_eq!((report.layout.convs, report.layout.pointwise), (1, 1));
+    matches_the_reference(&original, &model, &[3, 4], 1e-5);
+    nvrtc_compiles(&model);
+}
+
+/// A 3×3 convolution with `c_in` input and `c_out` output channels, padding 1, `x` → `y`.
+fn conv3x3(b: ModelBuilder, name: &str, x: &str, w: &str, y: &str) -> ModelBuilder {
+    b.node(name, "Conv", &[x, w], &[y], vec![("kernel_shape", A::Is(vec![3, 3])), ("pads", A::Is(vec![1, 1, 1, 1]))])
+}
+
+/// Conv → Relu → MaxPool (3×3, stride 2, padded, ceil mode) → Conv → AveragePool (2×3,
+/// padded, the padding not counted) → Conv: both pools run channels last inside the NHWC region
+/// (one kernel each, no Transpose computed between the convolutions: the only layout steps are
+/// the input's into NHWC and the output's back), and the model computes what the graph does.
+#[test]
+fn pools_between_convolutions_stay_nhwc_and_match_the_reference() {
+    let b = ModelBuilder::new("conv_pool_conv", 18)
+        .input("x", DType::F32, &fixed(&[2, 4, 13, 12]))
+        .output("y", DType::F32, &fixed(&[2, 5, 4, 3]))
+        .init("w1", &weights(&[8, 4, 3, 3], 1))
+        .init("w2", &weights(&[6, 8, 3, 3], 2))
+        .init("w3", &weights(&[5, 6, 3, 3], 3));
+    let b = conv3x3(b, "conv1", "x", "w1", "c1").node("relu", "Relu", &["c1"], &["r1"], vec![]).node(
+        "max",
+        "MaxPool",
+        &["r1"],
+        &["m"],
+        vec![
+            ("kernel_shape", A::Is(vec![3, 3])),
+            ("strides", A::Is(vec![2, 2])),
+            ("pads", A::Is(vec![1, 1, 1, 1])),
+            ("ceil_mode", A::I(1)),
+        ],
+    );
+    let b = conv3x3(b, "conv2", "m", "w2", "c2").node(
+        "avg",
+        "AveragePool",
+        &["c2"],
+        &["a"],
+        vec![("kernel_shape", A::Is(vec![2, 3])), ("strides", A::Is(vec![2, 2])), ("pads", A::Is(vec![1, 0, 0, 1]))],
+    );
+    let b = conv3x3(b, "conv3", "a", "w3", "y");
+    let original = load_model_bytes(&b.bytes(), "conv_pool_conv", &LoadOptions::default()).unwrap();
+    let (report, _, model) = compile(original.clone());
+    assert_eq!((report.layout.convs, report.layout.pools), (3, 2));
+    assert_eq!(report.layout.border_transposes, 2, "into NHWC at the input, back at the output");
+    let pools = model.program.kernels.iter().filter(|k| k.name.contains("pool_nhwc_")).count();
+    assert_eq!(pools, 2);
+    assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
+    matches_the_reference(&original, &model, &[1, 2], 1e-5);
+    nvrtc_compiles(&model);
+}
+
+/// A DenseNet block in miniature: each layer (Relu → 1×1 conv → Relu → 3×3 conv) reads the
+/// Concat of everything before it along the channels, then a transition (1×1 conv, 2×2
+/// AveragePool) and a last 3×3 conv. The Concats stay NHWC (along the last axis), no
+/// Transpose is computed between the convolutions, and the model computes what the graph does.
+#[test]
+fn a_densenet_block_concats_in_nhwc_and_matches_the_reference() {
+    let (n, c0, growth, hw) = (2, 8, 4, 8);
+    let mut b = ModelBuilder::new("dense_block", 18)
+        .input("x", DType::F32, &fixed(&[n, 3, hw, hw]))
+        .output("y", DType::F32, &fixed(&[n, 6, hw / 2, hw / 2]))
+        .init("w0", &weights(&[c0, 3, 3, 3], 1));
+    b = conv3x3(b, "conv0", "x", "w0", "f0");
+    let mut features = "f0".to_string();
+    let mut channels = c0;
+    for layer in 0..3 {
+        let (r, bott, rb, new, cat) = (
+            format!("r{layer}"),
+            format!("b{layer}"),
+            format!("rb{layer}"),
+            format!("n{layer}"),
+            format!("cat{layer}"),
+        );
+        let (wb, wn) = (format!("wb{layer}"), format!("wn{layer}"));
+        b = b
+            .init(&wb, &weights(&[2 * growth, channels, 1, 1], 2 + layer))
+            .init(&wn, &weights(&[growth, 2 * growth, 3, 3], 5 + layer))
+            .node(&format!("relu{layer}"), "Relu", &[&features], &[&r], vec![])
+            .node(&format!("bottleneck{layer}"), "Conv", &[&r, &wb], &[&bott], vec![])
+            .node(&format!("relu_b{layer}"), "Relu", &[&bott], &[&rb], vec![]);
+        b = conv3x3(b, &format!("conv{layer}"), &rb, &wn, &new).node(
+            &format!("concat{layer}"),
+            "Concat",
+            &[&features, &new],
+            &[&cat],
+            vec![("axis", A::I(1))],
+        );
+        features = cat;
+        channels += growth;
+    }
+    b = b
+        .init("wt", &weights(&[8, channels, 1, 1], 9))
+        .init("wl", &weights(&[6, 8, 3, 3], 10))
+        .node("transition", "Conv", &[&features, "wt"], &["t"], vec![])
+        .node(
+            "avg",
+            "AveragePool",
+            &["t"],
+            &["p"],
+            vec![("kernel_shape", A::Is(vec![2, 2])), ("strides", A::Is(vec![2, 2]))],
+        );
+    b = conv3x3(b, "last", "p", "wl", "y");
+    let original = load_model_bytes(&b.bytes(), "dense_block", &LoadOptions::default()).unwrap();
+    let (report, graph, model) = compile(original.clone());
+    assert_eq!((report.layout.concats, report.layout.pools, report.layout.pointwise), (3, 1, 4));
+    assert_eq!(report.layout.border_transposes, 2, "into NHWC at the input, back at the output");
+    let last_axis = graph.nodes.iter().filter(|n| n.op_type == "Concat").all(|n| n.attrs.int("axis", 0).unwrap() == 3);
+    assert!(last_axis, "the Concats run along the channels-last axis");
+    assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
+    matches_the_reference(&original, &model, &[1, 2], 1e-5);
+    nvrtc_compiles(&model);
+}
