@@ -11,8 +11,12 @@
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int w = 0; w < 2; ++w) {
+{%- if xk_smem %}
+                xk{{ x.index }}[nt][w] = xsm{{ x.index }}[b][nt * 8 + 2 * tq + w];
+{%- else %}
                 const int j = kt * BK + nt * 8 + 2 * tq + w;
                 xk{{ x.index }}[nt][w] = (!KEYS_RAGGED || j < SK) ? {{ x.t.ld }}(xb{{ x.index }}[{% if x.cs != 0 %}({{ idx_t }})j * {{ x.cs }}{% else %}0{% endif %}]) : ({{ x.t.ct }})0;
+{%- endif %}
             }
         }
 {%- endif %}{% endfor %}

@@ -33,6 +33,11 @@
 //!   32/64/128-byte swizzled layouts of the matrix descriptors (a head over 64 wide as two
 //!   128-byte regions, P·V then two wgmmas of 64 columns); the score accumulators have the
 //!   mma.sync C layout per warp, so the score expression and online softmax are the same code.
+//!   Each thread stages fixed chunk columns of the K and V tiles (its pointers and swizzled
+//!   offsets formed once), and an extra operand that does not vary along the queries (the
+//!   padding mask) is loaded with the tile and read from shared memory by the scores
+//!   (Nsight Compute, call 2: its per-score global loads were the kernel's top stall, and
+//!   staging index arithmetic 37% of its instructions).
 //!   Key tiles of 128 where heads are at most 64 wide, 64 otherwise ([`wgmma_key_tile`]; H200,
 //!   `kernels attention --bench`, session 5 call 1: BERT-base's layer 21.5 µs against 27.4 on
 //!   mma.sync and 24.7 with tiles of 64; d 128 at 1024 keys 150 µs against 183, and 195 with
@@ -259,6 +264,9 @@ struct AttentionCtx {
     o_regs: usize,
     /// CTAs an SM the wgmma kernel's registers must allow.
     min_ctas: usize,
+    /// Extra operands that do not vary along the queries are read from shared memory (staged
+    /// with the key tile: the wgmma kernel) rather than from global memory a score tile.
+    xk_smem: bool,
     /// Type of the row and key offsets into the extra operands: 32-bit when every offset fits.
     idx_t: &'static str,
 }
@@ -478,6 +486,7 @@ pub fn attention_with(
         s_regs: tl.bk / 2,
         o_regs: v_row / 4,
         min_ctas,
+        xk_smem: wgmma_bk.is_some(),
     };
     let template = match (mma, wgmma_bk) {
         (Some(_), Some(_)) => "op_attention_wgmma.cu.tera",
