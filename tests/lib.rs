@@ -1,7 +1,9 @@
 //! Shared helpers for the integration tests: repository paths, ONNX conformance runner, model
-//! builder, and a GPU-free timer for the tuner (`fake_timer`).
+//! builder, checks of compiled programs without a GPU (`compiled`), and a GPU-free timer for the
+//! tuner (`fake_timer`).
 
 pub mod builder;
+pub mod compiled;
 pub mod conformance;
 pub mod fake_timer;
 pub mod models;

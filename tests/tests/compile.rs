@@ -15,6 +15,7 @@ use spartac::rewrite::{prepare, prepare_for_lowering, RewriteOptions};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
 use spartac_runtime::exec::model::{relative_error, run_cpu};
 use spartac_tests::builder::{fixed, ModelBuilder, A};
+use spartac_tests::compiled::{assert_compiled_matches, nvrtc_compiles};
 use spartac_tests::models::models_dir;
 use std::collections::BTreeMap;
 
@@ -522,18 +523,6 @@ fn compile_half(mut graph: Graph, dtype: DType) -> (Graph, ModelProgram) {
     (graph, model)
 }
 
-/// Every kernel of `model` through NVRTC for sm_90a.
-fn nvrtc_compiles(model: &ModelProgram) {
-    let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
-    if lib.is_dir() {
-        spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
-    }
-    spartac_runtime::cuda::nvrtc_version().expect("NVRTC is required (tests/run-all.sh installs it under .cuda/)");
-    for k in &model.program.kernels {
-        spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
-    }
-}
-
 /// Q, K and V projections of one activation (hidden 128, with or without bias Adds) feeding
 /// an attention: `softmax(q·kᵀ)·v`.
 fn qkv_block(bias: bool) -> Graph {
@@ -606,15 +595,7 @@ fn a_batchnorm_after_a_conv_folds_into_it() {
         assert_eq!(report.batchnorm.folded, 1, "bias {with_bias}");
         assert!(graph.nodes.iter().all(|n| n.op_type != "BatchNormalization"), "bias {with_bias}");
         let (_, model) = compile(original.clone(), None, &ModelOptions::default());
-        for seed in [3, 4] {
-            let inputs = spartac::reference::random_inputs(&original, seed);
-            let want = execute_zeroing_pruned(&original, &inputs).unwrap();
-            let got = run_cpu(&model, &inputs).unwrap();
-            for ((name, g), (_, w)) in got.iter().zip(&want) {
-                let e = relative_error(g, w);
-                assert!(e <= 1e-5, "bias {with_bias}: {name}: relative error {e:.3e}");
-            }
-        }
+        assert_compiled_matches(&original, &model, &[3, 4], 1e-5, &format!("bias {with_bias}"));
         nvrtc_compiles(&model);
     }
 }
@@ -638,14 +619,7 @@ fn split_and_zero_pad_run_as_gathers() {
     let original = load_model_bytes(&bytes, "split_pad", &LoadOptions::default()).unwrap();
     let (_, model) = compile(original.clone(), None, &ModelOptions::default());
     assert_eq!(model.program.kernels.iter().filter(|k| k.name.starts_with("remap_")).count(), 4);
-    for seed in [1, 2] {
-        let inputs = spartac::reference::random_inputs(&original, seed);
-        let want = execute_zeroing_pruned(&original, &inputs).unwrap();
-        let got = run_cpu(&model, &inputs).unwrap();
-        for ((name, g), (_, w)) in got.iter().zip(&want) {
-            assert_eq!(relative_error(g, w), 0.0, "{name}");
-        }
-    }
+    assert_compiled_matches(&original, &model, &[1, 2], 0.0, "a gather copies exactly");
     nvrtc_compiles(&model);
 }
 
@@ -671,15 +645,7 @@ fn sigmoid_after_a_matmul_and_the_hard_activations_compile() {
         .node("lrelu", "LeakyRelu", &["g"], &["y"], vec![("alpha", A::F(0.2))]);
     let original = load_model_bytes(&b.bytes(), "acts", &LoadOptions::default()).unwrap();
     let (_, model) = compile(original.clone(), None, &ModelOptions::default());
-    for seed in [1, 2] {
-        let inputs = spartac::reference::random_inputs(&original, seed);
-        let want = execute_zeroing_pruned(&original, &inputs).unwrap();
-        let got = run_cpu(&model, &inputs).unwrap();
-        for ((name, g), (_, w)) in got.iter().zip(&want) {
-            let e = relative_error(g, w);
-            assert!(e <= 1e-5, "{name}: relative error {e:.3e}");
-        }
-    }
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
     nvrtc_compiles(&model);
 }
 
@@ -742,15 +708,7 @@ fn a_batchnorm_without_a_conv_before_it_becomes_an_affine_and_pools_compile() {
             .iter()
             .filter(|k| k.name.starts_with("maxpool_") || k.name.starts_with("averagepool_"));
         assert_eq!(pools.count(), 2);
-        for seed in [5, 6] {
-            let inputs = spartac::reference::random_inputs(&original, seed);
-            let want = execute_zeroing_pruned(&original, &inputs).unwrap();
-            let got = run_cpu(&model, &inputs).unwrap();
-            for ((name, g), (_, w)) in got.iter().zip(&want) {
-                let e = relative_error(g, w);
-                assert!(e <= 1e-5, "count_include_pad {include_pad}: {name}: relative error {e:.3e}");
-            }
-        }
+        assert_compiled_matches(&original, &model, &[5, 6], 1e-5, &format!("count_include_pad {include_pad}"));
         nvrtc_compiles(&model);
     }
 }
@@ -790,15 +748,7 @@ fn an_all_true_mask_operand_is_dropped_and_the_mask_narrowed() {
     let (_, model) = compile(original.clone(), None, &ModelOptions::default());
     let kernels = |prefix: &str| model.program.kernels.iter().filter(|k| k.name.starts_with(prefix)).count();
     assert_eq!((kernels("attention_"), kernels("softmax_")), (1, 0), "the attention fuses with the narrow mask");
-    for seed in [5, 6] {
-        let inputs = spartac::reference::random_inputs(&original, seed);
-        let want = execute_zeroing_pruned(&original, &inputs).unwrap();
-        let got = run_cpu(&model, &inputs).unwrap();
-        for ((name, g), (_, w)) in got.iter().zip(&want) {
-            let e = relative_error(g, w);
-            assert!(e <= 1e-5, "seed {seed}: {name}: relative error {e:.3e}");
-        }
-    }
+    assert_compiled_matches(&original, &model, &[5, 6], 1e-5, "");
     nvrtc_compiles(&model);
     // An operand that is not the identity everywhere stays.
     let mut graph = original.clone();
@@ -895,15 +845,7 @@ fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() 
             }
             let mut pruned = qkv_block(bias);
             apply_attrs(&mut pruned, tesa.map(|t| TesaAttrs::parse(t).unwrap()).as_ref()).unwrap();
-            for seed in [1, 2] {
-                let inputs = spartac::reference::random_inputs(&pruned, seed);
-                let want = execute_zeroing_pruned(&pruned, &inputs).unwrap();
-                let got = run_cpu(&model, &inputs).unwrap();
-                for ((name, g), (_, w)) in got.iter().zip(&want) {
-                    let e = relative_error(g, w);
-                    assert!(e <= 1e-5, "{what}: {name}: relative error {e:.3e}");
-                }
-            }
+            assert_compiled_matches(&pruned, &model, &[1, 2], 1e-5, &what);
             nvrtc_compiles(&model);
         }
         // The switch: three planned matmuls, the same results.

@@ -14,6 +14,7 @@ use spartac::rewrite::{prepare, RewriteOptions, RewriteReport};
 use spartac::tesa::attrs::apply_attrs;
 use spartac_runtime::exec::model::{relative_error, run_cpu};
 use spartac_tests::builder::{fixed, ModelBuilder, A};
+use spartac_tests::compiled::{assert_compiled_matches, nvrtc_compiles};
 
 /// `graph` through the rewrites, the plan and model lowering (dense, default options).
 fn compile(mut graph: Graph) -> (RewriteReport, Graph, ModelProgram) {
@@ -23,32 +24,6 @@ fn compile(mut graph: Graph) -> (RewriteReport, Graph, ModelProgram) {
     let p = plan(&graph, &PlanOptions::default()).unwrap();
     let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
     (report, graph, model)
-}
-
-/// The compiled `model` on the CPU executor against the reference executor of `original`.
-fn matches_the_reference(original: &Graph, model: &ModelProgram, seeds: &[u64], tolerance: f64) {
-    for &seed in seeds {
-        let inputs = spartac::reference::random_inputs(original, seed);
-        let want = execute_zeroing_pruned(original, &inputs).unwrap();
-        let got = run_cpu(model, &inputs).unwrap();
-        assert_eq!(got.len(), want.len());
-        for ((name, g), (_, w)) in got.iter().zip(&want) {
-            let e = relative_error(g, w);
-            assert!(e <= tolerance, "seed {seed}: {name}: relative error {e:.3e}");
-        }
-    }
-}
-
-/// Every kernel of `model` through NVRTC for sm_90a.
-fn nvrtc_compiles(model: &ModelProgram) {
-    let lib = spartac_tests::repo_root().join(".cuda/nvidia/cu13/lib");
-    if lib.is_dir() {
-        spartac_runtime::cuda::preload_nvrtc(&lib).unwrap();
-    }
-    spartac_runtime::cuda::nvrtc_version().expect("NVRTC is required (tests/run-all.sh installs it under .cuda/)");
-    for k in &model.program.kernels {
-        spartac_runtime::cuda::compile_ptx(&k.name, &k.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", k.name));
-    }
 }
 
 /// The op types of every node the program's steps compute, one list per step.
@@ -138,7 +113,7 @@ fn whisper_conv1d_stem_compiles_to_nhwc_conv_kernels_and_matches_the_reference()
         let convs = model.program.kernels.iter().filter(|k| k.name.starts_with("conv_")).count();
         assert_eq!(convs, 2, "bias {with_bias}");
         assert_eq!(transpose_steps(&model), 1, "bias {with_bias}: {:?}", step_ops(&model));
-        matches_the_reference(&original, &model, &[1, 2], 1e-5);
+        assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
         nvrtc_compiles(&model);
     }
 }
@@ -171,7 +146,7 @@ fn grouped_dilated_and_pointwise_conv1d_match_the_reference() {
     let original = load_model_bytes(&b.bytes(), "conv1d_mixed", &LoadOptions::default()).unwrap();
     let (report, _, model) = compile(original.clone());
     assert_eq!((report.layout.convs, report.layout.pointwise), (1, 1));
-    matches_the_reference(&original, &model, &[3, 4], 1e-5);
+    assert_compiled_matches(&original, &model, &[3, 4], 1e-5, "");
     nvrtc_compiles(&model);
 }
 
@@ -219,7 +194,7 @@ fn pools_between_convolutions_stay_nhwc_and_match_the_reference() {
     let pools = model.program.kernels.iter().filter(|k| k.name.contains("pool_nhwc_")).count();
     assert_eq!(pools, 2);
     assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
-    matches_the_reference(&original, &model, &[1, 2], 1e-5);
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
     nvrtc_compiles(&model);
 }
 
@@ -281,6 +256,6 @@ fn a_densenet_block_concats_in_nhwc_and_matches_the_reference() {
     let last_axis = graph.nodes.iter().filter(|n| n.op_type == "Concat").all(|n| n.attrs.int("axis", 0).unwrap() == 3);
     assert!(last_axis, "the Concats run along the channels-last axis");
     assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
-    matches_the_reference(&original, &model, &[1, 2], 1e-5);
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
     nvrtc_compiles(&model);
 }
