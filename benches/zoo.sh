@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The model zoo through spartac: per model (models/zoo.py exports) and dtype, `spartac compile`
 # (dense, no TeSA) and, with RUN=1 on the GPU machine, `spartac run --check` timed; then one
-# markdown table (benches/zoo_table.py) of ops, compile time, and the result or the gaps.
+# markdown table (benches/zoo_table.py) of ops, compile time, and the result or the gaps. With
+# TORCH=1 (GPU machine), per model after spartac, benches/zoo_torch.py times the same model in
+# PyTorch (eager, torch.compile + CUDA graph) in the same dtypes into $OUT/$m-torch.jsonl, and
+# the table adds torch's time and spartac's speed against it per dtype, with a geometric mean.
 # usage: BIN=./target/release/spartac ZOO=.cache/zoo OUT=/tmp/zoo [MODELS="resnet50 gpt2"]
-#        [DTYPES="f32 f16"] [RUN=0|1] [REPEAT=100] benches/zoo.sh
+#        [DTYPES="f32 f16"] [RUN=0|1] [TORCH=0|1] [REPEAT=100] [PYTHON=python3] benches/zoo.sh
+# (here PYTHON="env PYTHONPATH=.cache/py-torch python3"; the GPU machine's python3 has torch)
 # A model that does not compile records its one-line error (each op type without a GPU kernel,
 # with its node count); the table lists those gaps.
 set -uo pipefail
@@ -30,5 +34,11 @@ for m in $MODELS; do
     fi
     rm -f "$f.sparta"
   done
+  if [ "${TORCH:-0}" = 1 ]; then
+    # One process per model: torch.compile's caches and the CUDA graph pools end with it.
+    ${PYTHON:-python3} "$(dirname "$0")/zoo_torch.py" "$m" --dtypes "$(echo ${DTYPES:-f32 f16} | tr ' ' ,)" \
+      --repeat "${REPEAT:-100}" > "$OUT/$m-torch.jsonl" 2> "$OUT/$m-torch.log" || tail -1 "$OUT/$m-torch.log"
+    grep -h '"engine"' "$OUT/$m-torch.jsonl" | cut -c1-160
+  fi
 done
-python3 "$(dirname "$0")/zoo_table.py" "$ZOO" "$OUT" | tee "$OUT/zoo_table.md"
+${PYTHON:-python3} "$(dirname "$0")/zoo_table.py" "$ZOO" "$OUT" | tee "$OUT/zoo_table.md"

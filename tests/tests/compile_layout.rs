@@ -204,6 +204,20 @@ fn pools_between_convolutions_stay_nhwc_and_match_the_reference() {
 /// Transpose is computed between the convolutions, and the model computes what the graph does.
 #[test]
 fn a_densenet_block_concats_in_nhwc_and_matches_the_reference() {
+    let original = load_model_bytes(&dense_block(), "dense_block", &LoadOptions::default()).unwrap();
+    let (report, graph, model) = compile(original.clone());
+    assert_eq!((report.layout.concats, report.layout.pools, report.layout.pointwise), (3, 1, 4));
+    assert_eq!(report.layout.border_transposes, 2, "into NHWC at the input, back at the output");
+    let last_axis = graph.nodes.iter().filter(|n| n.op_type == "Concat").all(|n| n.attrs.int("axis", 0).unwrap() == 3);
+    assert!(last_axis, "the Concats run along the channels-last axis");
+    assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
+    nvrtc_compiles(&model);
+}
+
+/// The DenseNet block of the test above: conv0, three layers each reading the Concat of
+/// everything before it, a transition and a last 3×3 conv.
+fn dense_block() -> Vec<u8> {
     let (n, c0, growth, hw) = (2, 8, 4, 8);
     let mut b = ModelBuilder::new("dense_block", 18)
         .input("x", DType::F32, &fixed(&[n, 3, hw, hw]))
@@ -249,13 +263,88 @@ fn a_densenet_block_concats_in_nhwc_and_matches_the_reference() {
             vec![("kernel_shape", A::Is(vec![2, 2])), ("strides", A::Is(vec![2, 2]))],
         );
     b = conv3x3(b, "last", "p", "wl", "y");
-    let original = load_model_bytes(&b.bytes(), "dense_block", &LoadOptions::default()).unwrap();
-    let (report, graph, model) = compile(original.clone());
-    assert_eq!((report.layout.concats, report.layout.pools, report.layout.pointwise), (3, 1, 4));
-    assert_eq!(report.layout.border_transposes, 2, "into NHWC at the input, back at the output");
-    let last_axis = graph.nodes.iter().filter(|n| n.op_type == "Concat").all(|n| n.attrs.int("axis", 0).unwrap() == 3);
-    assert!(last_axis, "the Concats run along the channels-last axis");
-    assert_eq!(transpose_steps(&model), 2, "{:?}", step_ops(&model));
-    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
+    b.bytes()
+}
+
+/// Half the filters of every conv pruned (`@conv_weights`, by L1 norm), then the rewrites, the
+/// plan and lowering.
+fn compile_pruned(mut graph: Graph) -> (RewriteReport, Graph, ModelProgram) {
+    let tesa = r#"{"tensors": {"@conv_weights": {"channel_magnitude": {"sparsity": 0.5}}}}"#;
+    let attrs = spartac::tesa::attrs::TesaAttrs::parse(tesa).unwrap();
+    apply_attrs(&mut graph, Some(&attrs)).unwrap();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+    (report, graph, model)
+}
+
+/// The channels (NHWC: the last axis) of the Concats' outputs, in graph order.
+fn concat_widths(graph: &Graph) -> Vec<usize> {
+    let concats = graph.nodes.iter().filter(|n| n.op_type == "Concat");
+    concats.map(|n| *graph.fact(n.outputs[0]).shape.last().unwrap()).collect()
+}
+
+/// The DenseNet block with half of every conv's filters pruned: the pruned channels of each
+/// layer's output are cut through every Concat that carries them (a Concat's output channel is
+/// its input's channel, cut with it), so the Concats narrow and the convs reading them lose
+/// those input channels; the program equals the reference with the pruned weights zeroed.
+#[test]
+fn pruned_channels_are_cut_through_the_concats_of_a_densenet_block() {
+    let original = load_model_bytes(&dense_block(), "dense_block", &LoadOptions::default()).unwrap();
+    let (_, dense, _) = compile(original.clone());
+    assert_eq!(concat_widths(&dense), [12, 16, 20]);
+    let (report, graph, model) = compile_pruned(original.clone());
+    // conv0 keeps 4 of 8, each layer 2 of 4: the Concats carry 4 + 2, 4 + 2 + 2, 4 + 2 + 2 + 2.
+    assert_eq!(concat_widths(&graph), [6, 8, 10], "{:?}", report.shrink);
+    assert!(report.shrink.channels_after < report.shrink.channels_before, "{:?}", report.shrink);
+    let mut pruned = original;
+    let tesa = r#"{"tensors": {"@conv_weights": {"channel_magnitude": {"sparsity": 0.5}}}}"#;
+    apply_attrs(&mut pruned, Some(&spartac::tesa::attrs::TesaAttrs::parse(tesa).unwrap())).unwrap();
+    assert_compiled_matches(&pruned, &model, &[1, 2], 1e-5, "");
+    nvrtc_compiles(&model);
+}
+
+/// SqueezeNet's fire module twice: squeeze 1×1 → Relu → (expand 1×1, expand 3×3) → Relu →
+/// Concat, the second fire reading the first's Concat, and one of the Concats also a residual
+/// (an Add of two Concats: one class on the Add's side, tied channel by channel to both
+/// Concats' inputs). Pruned channels are cut on both sides of every Concat; the program equals
+/// the reference of the pruned model.
+#[test]
+fn pruned_fire_modules_cut_channels_through_their_concats_and_a_residual_join() {
+    let (n, hw) = (2, 6);
+    let mut b = ModelBuilder::new("fire", 18)
+        .input("x", DType::F32, &fixed(&[n, 3, hw, hw]))
+        .output("y", DType::F32, &fixed(&[n, 5, hw, hw]))
+        .init("w0", &weights(&[16, 3, 3, 3], 1));
+    b = conv3x3(b, "conv0", "x", "w0", "c0");
+    b = b.node("relu0", "Relu", &["c0"], &["f0"], vec![]);
+    let mut input = "f0".to_string();
+    for fire in 0..2 {
+        let name = |s: &str| format!("{s}{fire}");
+        b = b
+            .init(&name("ws"), &weights(&[4, 16, 1, 1], 2 + 3 * fire))
+            .init(&name("we1_"), &weights(&[8, 4, 1, 1], 3 + 3 * fire))
+            .init(&name("we3_"), &weights(&[8, 4, 3, 3], 4 + 3 * fire))
+            .node(&name("squeeze"), "Conv", &[&input, &name("ws")], &[&name("s")], vec![])
+            .node(&name("relu_s"), "Relu", &[&name("s")], &[&name("rs")], vec![])
+            .node(&name("expand1_"), "Conv", &[&name("rs"), &name("we1_")], &[&name("e1_")], vec![])
+            .node(&name("relu_e1_"), "Relu", &[&name("e1_")], &[&name("r1_")], vec![]);
+        b = conv3x3(b, &name("expand3_"), &name("rs"), &name("we3_"), &name("e3_"))
+            .node(&name("relu_e3_"), "Relu", &[&name("e3_")], &[&name("r3_")], vec![])
+            .node(&name("concat"), "Concat", &[&name("r1_"), &name("r3_")], &[&name("cat")], vec![("axis", A::I(1))]);
+        input = name("cat");
+    }
+    b = b.node("residual", "Add", &["cat0", "cat1"], &["sum"], vec![]).init("wl", &weights(&[5, 16, 3, 3], 9));
+    b = conv3x3(b, "last", "sum", "wl", "y");
+    let original = load_model_bytes(&b.bytes(), "fire", &LoadOptions::default()).unwrap();
+    let (report, graph, model) = compile_pruned(original.clone());
+    let widths = concat_widths(&graph);
+    assert!(widths.iter().all(|&w| w < 16), "the Concats narrow: {widths:?} ({:?})", report.shrink);
+    assert_eq!(widths[0], widths[1], "the residual join ties both Concats");
+    let mut pruned = original;
+    let tesa = r#"{"tensors": {"@conv_weights": {"channel_magnitude": {"sparsity": 0.5}}}}"#;
+    apply_attrs(&mut pruned, Some(&spartac::tesa::attrs::TesaAttrs::parse(tesa).unwrap())).unwrap();
+    assert_compiled_matches(&pruned, &model, &[1, 2], 1e-5, "");
     nvrtc_compiles(&model);
 }

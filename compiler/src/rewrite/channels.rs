@@ -14,6 +14,14 @@
 //! bias, a depthwise Conv its filters (and its `group` follows), a Gemm or MatMul reading the
 //! flattened `[N, C]` loses those rows of its weight.
 //!
+//! A residual join (an Add of two classes) makes them one class, so a channel is cut from a
+//! residual stream only where every block writing it pruned that channel. A Concat along the
+//! channels does not join its inputs' classes: output channel `offset_i + c` *is* channel `c`
+//! of input `i`, so the two are cut together or kept together, across the classes (a
+//! fixpoint: a channel live on either side is kept on both; SqueezeNet's fire modules, a
+//! DenseNet block's growing Concats). A Concat along another axis is channel-wise. Grouped convolutions other than depthwise ones are not cut (their classes
+//! stay whole).
+//!
 //! A class is left whole (frozen) when one of its values is a graph input or output, is read
 //! or written by an op this pass does not know, or when a weight to cut is shared or not
 //! constant. A class keeps at least one channel (an all-pruned class keeps channel 0, which
@@ -98,6 +106,8 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
     let mut cuts: Vec<Cut> = vec![];
     let mut groups: Vec<(usize, ValueId)> = vec![];
     let mut reshapes: Vec<(usize, ValueId)> = vec![];
+    // Concats along the channels: (inputs, output); their classes are tied channel by channel.
+    let mut concats: Vec<(Vec<ValueId>, ValueId)> = vec![];
     for &v in graph.inputs.iter().chain(&graph.outputs) {
         frozen[v.index()] = true;
     }
@@ -207,6 +217,21 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
                 chan[y.index()] = true;
                 classes.union(x.index(), y.index());
             }
+            "Concat" => {
+                let xs: Vec<ValueId> = ins.iter().flatten().copied().collect();
+                let rank = graph.fact(y).shape.len();
+                let axis = node.attrs.int("axis", 0).ok().and_then(|a| crate::ir::normalize_axis(a, rank));
+                let all_chan = chan[y.index()] && xs.len() == ins.len() && xs.iter().all(|x| chan[x.index()]);
+                match axis {
+                    Some(1) if all_chan => concats.push((xs, y)),
+                    Some(_) if all_chan => {
+                        for x in &xs {
+                            classes.union(x.index(), y.index());
+                        }
+                    }
+                    _ => freeze_all(&mut frozen),
+                }
+            }
             "Reshape" | "Flatten" | "Squeeze" => {
                 let x = input(0).expect("a view reads its input");
                 let (xs, ys) = (&graph.fact(x).shape, &graph.fact(y).shape);
@@ -260,8 +285,7 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
             members.entry(r).or_default().push(ValueId(i as u32));
         }
     }
-    let mut keep: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut report = ShrinkReport { classes: members.len(), ..Default::default() };
+    let mut lives: HashMap<usize, Vec<bool>> = HashMap::new();
     for (&root, vals) in &members {
         let c = graph.fact(vals[0]).shape[1];
         let same = vals.iter().all(|v| graph.fact(*v).shape[1] == c);
@@ -286,10 +310,15 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
                 }
             }
         }
-        let mut kept: Vec<usize> = (0..c).filter(|&ch| live[ch]).collect();
-        if kept.is_empty() {
-            kept.push(0);
-        }
+        lives.insert(root, live);
+    }
+    tie_concats(&concats, &mut classes, &mut lives);
+    let mut keep: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut report = ShrinkReport { classes: members.len(), ..Default::default() };
+    for &root in members.keys() {
+        let live = &lives[&root];
+        let c = live.len();
+        let kept: Vec<usize> = (0..c).filter(|&ch| live[ch]).collect();
         report.channels_before += c;
         report.channels_after += kept.len();
         if kept.len() < c {
@@ -342,6 +371,55 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
     }
     renumber(graph)?;
     Ok(report)
+}
+
+/// Ties the classes a Concat along the channels joins: channel `c` of input `i` and channel
+/// `offset_i + c` of the output are live together (either one live keeps both), and a class
+/// with no live channel keeps channel 0 (tied too). A fixpoint over the Concats: liveness only
+/// grows, so it ends. A Concat whose output class is one of its inputs' (a cycle through
+/// channel-wise ops) or whose widths do not add up keeps every channel of them all.
+fn tie_concats(concats: &[(Vec<ValueId>, ValueId)], classes: &mut Classes, lives: &mut HashMap<usize, Vec<bool>>) {
+    let tied: Vec<(Vec<usize>, usize)> = concats
+        .iter()
+        .map(|(xs, y)| (xs.iter().map(|x| classes.find(x.index())).collect(), classes.find(y.index())))
+        .collect();
+    for (xs, y) in &tied {
+        let width: usize = xs.iter().map(|x| lives[x].len()).sum();
+        if xs.contains(y) || width != lives[y].len() {
+            for r in xs.iter().chain([y]) {
+                lives.get_mut(r).expect("a class").iter_mut().for_each(|l| *l = true);
+            }
+        }
+    }
+    loop {
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (xs, y) in &tied {
+                let mut offset = 0;
+                for x in xs {
+                    let n = lives[x].len();
+                    for c in 0..n {
+                        let (a, b) = (lives[x][c], lives[y][offset + c]);
+                        if a != b {
+                            lives.get_mut(x).expect("a class")[c] = true;
+                            lives.get_mut(y).expect("a class")[offset + c] = true;
+                            changed = true;
+                        }
+                    }
+                    offset += n;
+                }
+            }
+        }
+        let empty: Vec<usize> =
+            lives.iter().filter(|(_, l)| !l.is_empty() && !l.contains(&true)).map(|(r, _)| *r).collect();
+        if empty.is_empty() {
+            return;
+        }
+        for r in empty {
+            lives.get_mut(&r).expect("a class")[0] = true;
+        }
+    }
 }
 
 /// The axes a Reduce* node reduces (attribute or, from opset 18, the constant second input);

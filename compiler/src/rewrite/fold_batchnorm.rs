@@ -127,15 +127,8 @@ pub fn fold_batchnorm(graph: &mut Graph) -> Result<FoldReport, Error> {
         i += 1;
         !removed.contains(&(i - 1))
     });
-    // Initializers no node reads any longer (the old weights and the BatchNorms' parameters).
-    let mut used = vec![false; graph.values.len()];
-    for n in &graph.nodes {
-        for v in n.inputs.iter().flatten() {
-            used[v.index()] = true;
-        }
-    }
-    graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
-    renumber(graph)?;
+    // The old weights and the BatchNorms' parameters.
+    drop_unread_initializers(graph)?;
     report.affine = batchnorm_to_affine(graph)?;
     Ok(report)
 }
@@ -205,14 +198,18 @@ fn batchnorm_to_affine(graph: &mut Graph) -> Result<usize, Error> {
         bn += 2;
     }
     if rewritten > 0 {
-        let mut used = vec![false; graph.values.len()];
-        for n in &graph.nodes {
-            for v in n.inputs.iter().flatten() {
-                used[v.index()] = true;
-            }
-        }
-        graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
-        renumber(graph)?;
+        drop_unread_initializers(graph)?;
     }
     Ok(rewritten)
+}
+
+/// Removes the initializers no node reads and that are not graph outputs, then renumbers the
+/// values densely.
+fn drop_unread_initializers(graph: &mut Graph) -> Result<(), Error> {
+    let mut used = vec![false; graph.values.len()];
+    for v in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
+        used[v.index()] = true;
+    }
+    graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
+    renumber(graph)
 }
