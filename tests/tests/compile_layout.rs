@@ -9,10 +9,9 @@ use spartac::ir::{DType, Graph, Tensor};
 use spartac::plan::{plan, PlanOptions};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
 use spartac::program::Op;
-use spartac::propagate::{execute_zeroing_pruned, propagate, PropagateOptions};
+use spartac::propagate::{propagate, PropagateOptions};
 use spartac::rewrite::{prepare, RewriteOptions, RewriteReport};
 use spartac::tesa::attrs::apply_attrs;
-use spartac_runtime::exec::model::{relative_error, run_cpu};
 use spartac_tests::builder::{fixed, ModelBuilder, A};
 use spartac_tests::compiled::{assert_compiled_matches, nvrtc_compiles};
 
