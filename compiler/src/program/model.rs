@@ -1,5 +1,5 @@
-//! Lowering of a whole model: a planned graph becomes a [`Program`] (what `spartac compile`
-//! writes and `spartac run` executes).
+//! Lowering of a whole model: a planned graph becomes a [`Program`](super::Program) (what
+//! `spartac compile` writes and `spartac run` executes).
 //!
 //! Every node lands in one of these places, in graph order:
 //! - **planned MatMul/Gemm** (constant 2-D weight on the right): one [`Op::Spmm`] step whose
@@ -76,16 +76,15 @@
 //! analysis the loop follows), `buffers.rs` the buffers and their reuse, `planned.rs` and
 //! `epilogue.rs` the planned matmuls and the epilogue recognition, `attention.rs` and
 //! `strided_views.rs` the fused attention and its in-place operands, `norm_fusion.rs`,
-//! `conv.rs`, `pool.rs`, `elementwise.rs` (groups, `node_expr`) and `ops.rs` (the other ops).
+//! `conv.rs`, `pool.rs`, `elementwise.rs` (groups, `node_expr`), `ops.rs` (the other ops) and
+//! `types.rs` (the options, the lowered model and its signatures).
 //!
 //! Invariants: the program's CPU execution (`runtime::exec::cpu`) computes what the graph's
 //! reference execution computes with every pruned weight element zeroed (the planned kernels'
 //! weights sum to the pruned weight, and the CSR the CPU multiplies is that sum); every graph
 //! output has a buffer of storage `Output` of its own.
 
-use super::{
-    Arg, BufferId, Csr, Data, Elem, Launch, NodeOp, Op, Operand, Program, ProgramBuilder, ProgramError, Rows, Storage,
-};
+use super::{Arg, BufferId, Csr, Data, Elem, Launch, NodeOp, Op, Operand, ProgramBuilder, ProgramError, Rows, Storage};
 use crate::codegen::graph_ops::{self, Binary, Expr, OpKernel, Reduce, TensorDesc, Unary};
 use crate::codegen::{Activation, Epilogue, Family};
 use crate::ir::{DType, Graph, Initializer, Node, Tensor, ValueId};
@@ -104,84 +103,12 @@ mod ops;
 mod planned;
 mod pool;
 mod strided_views;
+mod types;
 use attention::AttentionFusion;
 use elementwise::is_elementwise;
 use norm_fusion::NormFusion;
 use strided_views::ViewChain;
-
-/// What the lowering may choose.
-#[derive(Clone, Debug)]
-pub struct ModelOptions {
-    /// Fuse bias and activation chains into planned matmul epilogues.
-    pub fuse_epilogues: bool,
-    /// Fuse chains of elementwise nodes into one kernel.
-    pub fuse_elementwise: bool,
-    /// The tile of every 3xTF32 fine kernel (`None`: the specializer's choice).
-    pub fine_tile: Option<crate::codegen::Tile>,
-    /// Run dense 16-bit sub-operators on the vendor library ([`Launch::Gemm`], see
-    /// `codegen::library_takes`) instead of our dense kernel.
-    pub library_dense: bool,
-    /// Keep skinny dense 16-bit sub-operators on the streaming kernel
-    /// (`kernel_choice::stream::auto_takes`); off, the library takes them too when
-    /// `library_dense` is on (`codegen::library_takes_dense`; for ablations).
-    pub stream_dense: bool,
-}
-
-impl Default for ModelOptions {
-    fn default() -> ModelOptions {
-        ModelOptions {
-            fuse_epilogues: true,
-            fuse_elementwise: true,
-            fine_tile: None,
-            library_dense: true,
-            stream_dense: true,
-        }
-    }
-}
-
-/// One model input or output: its name, type and buffer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Signature {
-    pub name: String,
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-    pub buf: BufferId,
-    /// Integer inputs: the exclusive bound of valid values (the rows of the table they index;
-    /// 2 for masks), what random inputs are drawn below. 0 for floats and outputs.
-    pub bound: u64,
-}
-
-/// Counts of what the lowering did, for the compile summary.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LoweringStats {
-    pub graph_nodes: usize,
-    pub planned_ops: usize,
-    /// Planned operators with a pruned weight element.
-    pub sparse_ops: usize,
-    pub fused_epilogues: usize,
-    /// Nodes that run inside a fused step of two or more (elementwise groups, attentions,
-    /// folded transposes, LayerNorms with their input's group).
-    pub fused_nodes: usize,
-    /// LayerNormalizations whose input (an elementwise group, e.g. a residual Add) is computed
-    /// in their kernel.
-    pub fused_norms: usize,
-    pub views: usize,
-    /// Bytes of the planned weights as dense f32, and as packed for the kernels (values and
-    /// index tables).
-    pub dense_weight_bytes: usize,
-    pub packed_weight_bytes: usize,
-    /// Sub-operators that run on the vendor library ([`Launch::Gemm`]).
-    pub library_gemms: usize,
-}
-
-/// A lowered model.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ModelProgram {
-    pub program: Program,
-    pub inputs: Vec<Signature>,
-    pub outputs: Vec<Signature>,
-    pub stats: LoweringStats,
-}
+pub use types::{check_model_inputs, LoweringStats, ModelOptions, ModelProgram, Signature};
 
 fn invalid(message: String) -> ProgramError {
     ProgramError::Invalid { program: "model".into(), message }
@@ -545,28 +472,4 @@ fn transpose_perm(graph: &Graph, node: &Node) -> Vec<usize> {
             (0..rank).rev().collect()
         }
     }
-}
-
-/// Inputs of a lowered model by name, checked against its signature.
-pub fn check_model_inputs(inputs: &[Signature], given: &BTreeMap<String, Tensor>) -> Result<(), String> {
-    for name in given.keys() {
-        if !inputs.iter().any(|s| &s.name == name) {
-            let names: Vec<&str> = inputs.iter().map(|s| s.name.as_str()).collect();
-            return Err(format!("{name} is not an input of the model (inputs: {})", names.join(", ")));
-        }
-    }
-    for s in inputs {
-        let t = given.get(&s.name).ok_or_else(|| format!("input {} is missing", s.name))?;
-        if t.dtype() != s.dtype || t.shape() != s.shape.as_slice() {
-            return Err(format!(
-                "input {} expects {}{:?} but got {}{:?}",
-                s.name,
-                s.dtype.name(),
-                s.shape,
-                t.dtype().name(),
-                t.shape()
-            ));
-        }
-    }
-    Ok(())
 }

@@ -128,7 +128,7 @@ fn tiling(sixteen_bit: bool, d: usize, dv: usize) -> Tiling {
 }
 
 /// Which 16-bit kernel runs a fused attention. `Auto` takes the `wgmma` kernel where it applies
-/// (every operand f16, or every one bf16, on Hopper) with key tiles of [`wgmma_key_tile`].
+/// (every operand f16, or every one bf16, on Hopper) with key tiles of `wgmma_key_tile`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AttentionEngine {
     #[default]
