@@ -52,9 +52,9 @@
 //!    `ELEMENTWISE`: nothing else; if it only moves data with constant parameters, its name in
 //!    `REMAPS`: nothing else;
 //! 3. otherwise a template `templates/op_*.cu.tera` (registered in `codegen/render.rs`), its
-//!    builder in `codegen/graph_ops/` returning an `OpKernel`, and an arm in
-//!    `model/ops.rs`'s `lower_other` that emits one step whose `Op::Nodes` holds the node, so the
-//!    CPU executor computes the graph's op;
+//!    kernel in `codegen/graph_ops/` returning an `OpKernel`, and a builder function with its
+//!    row in `model/ops.rs`'s `KERNELS` registry: `lower_other` emits the one step, whose
+//!    `Op::Nodes` holds the node, so the CPU executor computes the graph's op;
 //! 4. a test in `tests/tests/compile.rs` that compiles a small model using it, compares the
 //!    compiled model with the graph on the CPU executor and NVRTC-compiles its kernels; then a
 //!    GPU `--check` of a model that uses it (`benches/zoo.sh RUN=1`).

@@ -1,19 +1,174 @@
-//! The ops without a fusion of their own, one step and one generated kernel each (Gather,
-//! LayerNorm, Softmax, reductions, Concat, ...; pools in `pool.rs`); activation×activation
+//! The ops without a fusion of their own, one step and one generated kernel each, through a
+//! registry ([`KERNELS`]: op types and their kernel builder; Gather, LayerNorm, Softmax,
+//! reductions, activation×activation MatMul, Concat; pools in `pool.rs`); activation×activation
 //! MatMuls with their folded Transposes; data movement with constant indices as a gather
 //! through a traced source map.
 
 use super::*;
+use crate::codegen::CodegenError;
+
+/// What a registered builder makes of its node: the kernel of the node's own step, or
+/// nothing more to do (the builder emitted the step itself: a folded MatMul, a reduction over
+/// no axes).
+pub(super) enum Built {
+    Kernel(OpKernel),
+    Done,
+}
+
+/// A kernel builder: the node and its kernel's name (op type and node name, sanitized).
+type Builder = fn(&mut Lowering<'_>, &Node, &str) -> Result<Built, ProgramError>;
+
+/// The registry of ops lowered as one step and one generated kernel each: op types and their
+/// builder. A new op of this kind is a builder and a row here (the step, its operands and
+/// arguments are [`Lowering::lower_other`]'s).
+const KERNELS: &[(&[&str], Builder)] = &[
+    (&["Gather"], gather),
+    (&["LayerNormalization"], layer_norm),
+    (&["Softmax", "LogSoftmax"], softmax),
+    (&["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL2"], reduce),
+    (&["MatMul"], matmul),
+    (&["Concat"], concat),
+];
+
+/// The registered builder of `op_type`, if any.
+pub(super) fn builder(op_type: &str) -> Option<Builder> {
+    KERNELS.iter().find(|(ops, _)| ops.contains(&op_type)).map(|&(_, b)| b)
+}
+
+fn input(node: &Node, i: usize) -> Option<ValueId> {
+    node.inputs.get(i).copied().flatten()
+}
+
+fn need(l: &Lowering<'_>, node: &Node, i: usize) -> Result<ValueId, ProgramError> {
+    input(node, i).ok_or_else(|| l.node_err(node, format!("input {i} is missing")))
+}
+
+fn kernel(l: &Lowering<'_>, node: &Node, k: Result<OpKernel, CodegenError>) -> Result<Built, ProgramError> {
+    k.map(Built::Kernel).map_err(|e| l.node_err(node, e))
+}
+
+fn gather(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, ProgramError> {
+    let (data, idx) = (need(l, node, 0)?, need(l, node, 1)?);
+    let rank = l.graph.fact(data).shape.len();
+    let axis =
+        norm_axis(node.attrs.int("axis", 0).unwrap_or(0), rank).ok_or_else(|| l.node_err(node, "axis out of range"))?;
+    kernel(l, node, graph_ops::gather(name, &l.desc(data), &l.desc(idx), axis))
+}
+
+fn layer_norm(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, ProgramError> {
+    let graph = l.graph;
+    let (shape, axis, eps) = norm_fusion::norm_geometry(l, node).map_err(|e| l.node_err(node, e))?;
+    let x = need(l, node, 0)?;
+    let cols: usize = shape[axis..].iter().product();
+    let rows: usize = shape[..axis].iter().product();
+    let k = graph_ops::layer_norm(
+        name,
+        rows,
+        cols,
+        eps,
+        graph.fact(x).dtype,
+        input(node, 1).map(|v| graph.fact(v).dtype),
+        input(node, 2).map(|v| graph.fact(v).dtype),
+        graph.fact(node.outputs[0]).dtype,
+    );
+    kernel(l, node, k)
+}
+
+fn softmax(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, ProgramError> {
+    let x = need(l, node, 0)?;
+    let shape = &l.graph.fact(x).shape;
+    let default = if node.opset >= 13 { -1 } else { 1 };
+    let axis = norm_axis(node.attrs.int("axis", default).unwrap_or(default), shape.len())
+        .ok_or_else(|| l.node_err(node, "axis out of range"))?;
+    if node.opset >= 13 && axis + 1 != shape.len() {
+        return Err(l.node_err(node, "softmax over an axis other than the last is not built"));
+    }
+    let cols: usize = shape[axis..].iter().product();
+    let ofact = l.graph.fact(node.outputs[0]);
+    let rows = ofact.numel() / cols.max(1);
+    kernel(l, node, graph_ops::softmax(name, rows, cols, ofact.dtype, node.op_type == "LogSoftmax"))
+}
+
+fn reduce(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, ProgramError> {
+    let graph = l.graph;
+    let attrs = &node.attrs;
+    let x = need(l, node, 0)?;
+    let rank = graph.fact(x).shape.len();
+    let axes: Option<Vec<i64>> = match input(node, 1) {
+        Some(a) => Some(constant(graph, a).ok_or_else(|| l.node_err(node, "axes must be constant"))?.to_i64_vec()),
+        None => attrs.ints_opt("axes").ok().flatten().map(|v| v.to_vec()),
+    };
+    let noop = attrs.int("noop_with_empty_axes", 0).unwrap_or(0) != 0;
+    let mut axes: Vec<usize> = match axes {
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .map(|&x| norm_axis(x, rank).ok_or_else(|| l.node_err(node, "axis out of range")))
+            .collect::<Result<_, _>>()?,
+        _ if noop => vec![],
+        _ => (0..rank).collect(),
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    let kind = match node.op_type.as_str() {
+        "ReduceSum" => Reduce::Sum,
+        "ReduceMean" => Reduce::Mean,
+        "ReduceMax" => Reduce::Max,
+        "ReduceMin" => Reduce::Min,
+        "ReduceProd" => Reduce::Prod,
+        "ReduceSumSquare" => Reduce::SumSquare,
+        _ => Reduce::L2,
+    };
+    if axes.is_empty() {
+        // Nothing reduced: an elementwise identity (or square) of the input.
+        l.lower_group_single(node)?;
+        return Ok(Built::Done);
+    }
+    kernel(l, node, graph_ops::reduce(name, &l.desc(x), &axes, kind, graph.fact(node.outputs[0]).dtype))
+}
+
+fn matmul(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, ProgramError> {
+    if l.folded.contains_key(&l.node_index(node)) {
+        l.lower_folded_matmul(node)?;
+        return Ok(Built::Done);
+    }
+    let graph = l.graph;
+    let (a, bv) = (need(l, node, 0)?, need(l, node, 1)?);
+    let (mut da, mut db) = (l.desc(a), l.desc(bv));
+    // 1-D operands: ONNX promotes them to matrices and drops the dim after.
+    if da.shape.len() == 1 {
+        da = TensorDesc::contiguous(da.dtype, &[1, da.shape[0]]);
+    }
+    if db.shape.len() == 1 {
+        db = TensorDesc::contiguous(db.dtype, &[db.shape[0], 1]);
+    }
+    let ofact = graph.fact(node.outputs[0]);
+    let mut oshape = ofact.shape.clone();
+    if graph.fact(a).shape.len() == 1 {
+        oshape.insert(oshape.len().saturating_sub(1), 1);
+    }
+    if graph.fact(bv).shape.len() == 1 {
+        oshape.push(1);
+    }
+    kernel(l, node, graph_ops::matmul(name, &da, &db, &TensorDesc::contiguous(ofact.dtype, &oshape)))
+}
+
+fn concat(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, ProgramError> {
+    let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+    let out = node.outputs[0];
+    let rank = l.graph.fact(out).shape.len();
+    let axis =
+        norm_axis(node.attrs.int("axis", 0).unwrap_or(0), rank).ok_or_else(|| l.node_err(node, "axis out of range"))?;
+    let descs: Vec<TensorDesc> = ins.iter().map(|&v| l.desc(v)).collect();
+    kernel(l, node, graph_ops::concat(name, &descs, axis, &l.desc(out)))
+}
 
 impl Lowering<'_> {
+    /// A node no fusion took and no other family claims: channels-first pools, a data movement
+    /// with constant parameters (a gather through its traced source map), or a registered
+    /// kernel builder ([`KERNELS`]) whose kernel becomes the node's step (its present inputs in
+    /// order, then the output, as parameters); anything else is a gap.
     pub(super) fn lower_other(&mut self, node: &Node) -> Result<(), ProgramError> {
         let graph = self.graph;
-        let input = |i: usize| node.inputs.get(i).copied().flatten();
-        let need = |i: usize| input(i).ok_or_else(|| self.node_err(node, format!("input {i} is missing")));
-        let out = node.outputs[0];
-        let ofact = graph.fact(out).clone();
-        let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
-        let attrs = &node.attrs;
         if matches!(node.op_type.as_str(), "MaxPool" | "AveragePool") {
             return self.lower_pool(node, None);
         }
@@ -22,113 +177,16 @@ impl Lowering<'_> {
         {
             return self.lower_remap(node);
         }
-        let kernel = match node.op_type.as_str() {
-            "Gather" => {
-                let (data, idx) = (need(0)?, need(1)?);
-                let rank = graph.fact(data).shape.len();
-                let axis = norm_axis(attrs.int("axis", 0).unwrap_or(0), rank)
-                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
-                graph_ops::gather(&name, &self.desc(data), &self.desc(idx), axis)
-            }
-            "LayerNormalization" => {
-                let (shape, axis, eps) = norm_fusion::norm_geometry(self, node).map_err(|e| self.node_err(node, e))?;
-                let x = need(0)?;
-                let cols: usize = shape[axis..].iter().product();
-                let rows: usize = shape[..axis].iter().product();
-                graph_ops::layer_norm(
-                    &name,
-                    rows,
-                    cols,
-                    eps,
-                    graph.fact(x).dtype,
-                    input(1).map(|v| graph.fact(v).dtype),
-                    input(2).map(|v| graph.fact(v).dtype),
-                    ofact.dtype,
-                )
-            }
-            "Softmax" | "LogSoftmax" => {
-                let x = need(0)?;
-                let shape = &graph.fact(x).shape;
-                let default = if node.opset >= 13 { -1 } else { 1 };
-                let axis = norm_axis(attrs.int("axis", default).unwrap_or(default), shape.len())
-                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
-                if node.opset >= 13 && axis + 1 != shape.len() {
-                    return Err(self.node_err(node, "softmax over an axis other than the last is not built"));
-                }
-                let cols: usize = shape[axis..].iter().product();
-                let rows = ofact.numel() / cols.max(1);
-                graph_ops::softmax(&name, rows, cols, ofact.dtype, node.op_type == "LogSoftmax")
-            }
-            op @ ("ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare"
-            | "ReduceL2") => {
-                let x = need(0)?;
-                let rank = graph.fact(x).shape.len();
-                let axes: Option<Vec<i64>> = match input(1) {
-                    Some(a) => Some(
-                        constant(graph, a).ok_or_else(|| self.node_err(node, "axes must be constant"))?.to_i64_vec(),
-                    ),
-                    None => attrs.ints_opt("axes").ok().flatten().map(|v| v.to_vec()),
-                };
-                let noop = attrs.int("noop_with_empty_axes", 0).unwrap_or(0) != 0;
-                let mut axes: Vec<usize> = match axes {
-                    Some(a) if !a.is_empty() => a
-                        .iter()
-                        .map(|&x| norm_axis(x, rank).ok_or_else(|| self.node_err(node, "axis out of range")))
-                        .collect::<Result<_, _>>()?,
-                    _ if noop => vec![],
-                    _ => (0..rank).collect(),
-                };
-                axes.sort_unstable();
-                axes.dedup();
-                let kind = match op {
-                    "ReduceSum" => Reduce::Sum,
-                    "ReduceMean" => Reduce::Mean,
-                    "ReduceMax" => Reduce::Max,
-                    "ReduceMin" => Reduce::Min,
-                    "ReduceProd" => Reduce::Prod,
-                    "ReduceSumSquare" => Reduce::SumSquare,
-                    _ => Reduce::L2,
-                };
-                if axes.is_empty() {
-                    // Nothing reduced: an elementwise identity (or square) of the input.
-                    return self.lower_group_single(node);
-                }
-                graph_ops::reduce(&name, &self.desc(x), &axes, kind, ofact.dtype)
-            }
-            "MatMul" if self.folded.contains_key(&self.node_index(node)) => return self.lower_folded_matmul(node),
-            "MatMul" => {
-                let (a, bv) = (need(0)?, need(1)?);
-                let (mut da, mut db) = (self.desc(a), self.desc(bv));
-                // 1-D operands: ONNX promotes them to matrices and drops the dim after.
-                if da.shape.len() == 1 {
-                    da = TensorDesc::contiguous(da.dtype, &[1, da.shape[0]]);
-                }
-                if db.shape.len() == 1 {
-                    db = TensorDesc::contiguous(db.dtype, &[db.shape[0], 1]);
-                }
-                let mut oshape = ofact.shape.clone();
-                if graph.fact(a).shape.len() == 1 {
-                    oshape.insert(oshape.len().saturating_sub(1), 1);
-                }
-                if graph.fact(bv).shape.len() == 1 {
-                    oshape.push(1);
-                }
-                graph_ops::matmul(&name, &da, &db, &TensorDesc::contiguous(ofact.dtype, &oshape))
-            }
-            "Concat" => {
-                let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
-                let rank = ofact.shape.len();
-                let axis = norm_axis(attrs.int("axis", 0).unwrap_or(0), rank)
-                    .ok_or_else(|| self.node_err(node, "axis out of range"))?;
-                let descs: Vec<TensorDesc> = ins.iter().map(|&v| self.desc(v)).collect();
-                graph_ops::concat(&name, &descs, axis, &self.desc(out))
-            }
-            _ => {
-                self.note_gap(node);
-                return Ok(());
-            }
-        }
-        .map_err(|e| self.node_err(node, e))?;
+        let Some(build) = builder(&node.op_type) else {
+            self.note_gap(node);
+            return Ok(());
+        };
+        let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
+        let kernel = match build(self, node, &name)? {
+            Built::Kernel(k) => k,
+            Built::Done => return Ok(()),
+        };
+        let out = node.outputs[0];
         // Kernel parameters: the present inputs in order, then the output.
         let mut operands = vec![];
         let mut args = vec![];
