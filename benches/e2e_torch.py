@@ -24,7 +24,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def timed(fn, repeat, dev=torch.device("cuda")):
+def timed(fn, repeat, dev=torch.device("cuda"), warmup=10):
+    """(median, min) milliseconds of fn over `repeat` runs after `warmup` untimed ones: CUDA
+    events around each run on a GPU, wall clock on the CPU. benches/zoo_torch.py uses it too."""
     if dev.type != "cuda":
         fn()
         ms = []
@@ -33,7 +35,7 @@ def timed(fn, repeat, dev=torch.device("cuda")):
             fn()
             ms.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(ms), min(ms)
-    for _ in range(10):
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]

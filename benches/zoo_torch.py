@@ -21,7 +21,7 @@ here); build() uses only API that 0.26 has, and EfficientNet-Lite0, whose pinned
 not installed there, falls back to benches/e2e_torch.py's replica of its exported structure
 ("source" says which ran).
 """
-import argparse, json, os, statistics, sys, time
+import argparse, json, os, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPES = ("f32", "f16", "bf16")
@@ -99,21 +99,11 @@ def versions():
 
 
 def timed(fn, repeat, warmup):
-    """(median, min) milliseconds of fn over `repeat` runs, CUDA events around each."""
-    import torch
+    """(median, min) milliseconds of fn over `repeat` runs on the GPU: e2e_torch.py's timer."""
+    sys.path.insert(0, HERE)
+    from e2e_torch import timed as e2e_timed
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return statistics.median(ms), min(ms)
+    return e2e_timed(fn, repeat, warmup=warmup)
 
 
 def one_line(e):
