@@ -359,6 +359,21 @@ fn cases() -> Vec<(String, OpKernel)> {
         "conv dense big c_in",
         conv_nhwc("dense512", &conv_shape(32, 14, 512, 512, 1, 3, 1), F32, true, Activation::Gelu),
     );
+    // Implicit GEMMs (ResNet-50's dense convolutions at batch 32), every tile shape, f32 (3xTF32)
+    // and 16-bit; the f32 "dense big c_in" above is one too.
+    for (d, t) in [(F32, "f32"), (F16, "f16"), (BF16, "bf16")] {
+        let s2 = |s: ConvShape| ConvShape { stride: (2, 2), ..s };
+        for (label, name, shape) in [
+            ("3x3 56x56x64 (128x64 tiles)", "ig64", conv_shape(32, 56, 64, 64, 1, 3, 1)),
+            ("3x3 28x28x128 (128x128 tiles)", "ig128", conv_shape(32, 28, 128, 128, 1, 3, 1)),
+            ("3x3 7x7x512 (64x128 tiles)", "ig512", conv_shape(32, 7, 512, 512, 1, 3, 1)),
+            ("3x3 s2 28x28x256", "ig256s2", s2(conv_shape(32, 28, 256, 256, 1, 3, 1))),
+            ("1x1 s2 56x56 256->512", "ig1x1s2", ConvShape { pads: [0; 4], ..s2(conv_shape(32, 56, 256, 512, 1, 1, 1)) }),
+            ("3x3 c_in 8, K padded, c_out 37", "igodd", conv_shape(4, 20, 8, 37, 1, 3, 1)),
+        ] {
+            add(&format!("conv igemm {t} {label}"), conv_nhwc(&format!("{name}_{t}"), &shape, d, true, Activation::Relu));
+        }
+    }
     // 16-bit x and y, f32 weights, bias and math.
     for (d, t) in [(F16, "f16"), (BF16, "bf16")] {
         let mut add16 = |label: &str, name: &str, shape: &ConvShape| {

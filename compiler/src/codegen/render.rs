@@ -58,6 +58,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_conv.cuh", include_str!("../../../templates/op_conv.cuh")),
     ("op_conv_depthwise.cu.tera", include_str!("../../../templates/op_conv_depthwise.cu.tera")),
     ("op_conv_direct.cu.tera", include_str!("../../../templates/op_conv_direct.cu.tera")),
+    ("op_conv_igemm.cu.tera", include_str!("../../../templates/op_conv_igemm.cu.tera")),
 ];
 
 /// The fused epilogue, shared by every family.

@@ -1,10 +1,10 @@
 //! 2-D convolution in channels-last layout: `y[n, oh, ow, c_out] = act(conv(x[n, h, w, c_in], w) +
 //! bias)`, with the fused epilogue of `templates/epilogue.cuh`. x and y are f32, f16 or bf16 (the
-//! activation type); the packed weight and the bias are f32 in every case and the math is f32: a
-//! 16-bit element is widened on load and rounded on store with the conversions of
+//! activation type); the bias is f32 in every case, and in the depthwise and direct kernels the
+//! packed weight and the math are f32 too: a 16-bit element is widened on load and rounded on store with the conversions of
 //! `templates/ops.cuh` (`ld_f16`/`st_f16`, `ld_bf16`/`st_bf16`), as in the other graph-op kernels.
 //! Where the fp32 kernels move 4 channels as one 16-byte access, the 16-bit ones move them as one
-//! 8-byte `uint2` (two elements per 32-bit word, the first in the low half). Two templates, three
+//! 8-byte `uint2` (two elements per 32-bit word, the first in the low half). Three templates, four
 //! paths chosen by the shape:
 //!
 //! 1. **Depthwise** (`groups == c_in == c_out`, `templates/op_conv_depthwise.cu.tera`),
@@ -23,7 +23,11 @@
 //!    `pw` ([`depthwise_columns`]): at most 8 at stride 1 and 4 at larger strides (registers:
 //!    `pw · 4` accumulators and `kw · 4` weights), lowered until the grid has at least
 //!    [`MIN_THREADS`] threads, then evened out over the row (`ow = 14` takes two blocks of 7).
-//! 2. **Dense, `groups == 1`** (`templates/op_conv_direct.cu.tera`): the stem (c_in = 3,
+//! 2. **Dense, `groups == 1`, input channels in 16-byte runs**: the implicit GEMM on tensor
+//!    cores ([`conv_igemm`], `templates/op_conv_igemm.cu.tera`), its weight packed in the
+//!    activation type ([`conv_weight`]); [`ConvEngine::Direct`] keeps such a convolution on the
+//!    direct kernel below.
+//! 3. **Dense, other** (`templates/op_conv_direct.cu.tera`): the stem (c_in = 3,
 //!    3×3, stride 2). A thread computes `cot` consecutive output channels (8 when they divide
 //!    the channels per group) of one output pixel; the lanes of a warp take the channel groups
 //!    of a few adjacent pixels, so the weight reads are a handful of distinct shared-memory
@@ -33,7 +37,7 @@
 //!    only for small weights. A grid-stride loop over `(pixel, channel group)` with at most 8
 //!    CTAs per SM amortizes the staging. The stem moves 5.5 bytes per output element in fp32
 //!    (0.375 input elements, read once, and the output), 2.75 in 16 bits.
-//! 3. **Other grouped** (`1 < groups`, not depthwise, or a depth multiplier): the same direct
+//! 4. **Other grouped** (`1 < groups`, not depthwise, or a depth multiplier): the same direct
 //!    kernel; `cot` divides the channels per group, so each thread stays in one group and reads
 //!    that group's input channels.
 //!
@@ -47,6 +51,7 @@
 //! activation type (`float`, `half_t` or `bf16_t`); `bias` is never read when the kernel has no
 //! bias.
 
+use super::conv_igemm;
 use super::{
     check_name, index_type, shape_text, spec_error, stride_grid, type_ctx, OpKernel, TypeCtx, MAX_STRIDE_CTAS,
 };
@@ -287,10 +292,66 @@ struct DirectCtx {
     ci_unroll: &'static str,
 }
 
-/// `y = act(conv(x, w) + bias)` over the channels-last `shape`, x and y of type `dtype` (F32,
-/// F16 or BF16), `w` packed by [`pack_conv_weight`]. Parameters `(const T* x, const float* w,
-/// const float* bias, T* y)` with `T` the storage type of `dtype`; `bias` (`c_out` floats) is
-/// never read when `bias == false`. Refuses other types.
+/// Which kernel computes a convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ConvEngine {
+    /// Depthwise where the shape is depthwise, else the implicit GEMM where it applies
+    /// ([`conv_igemm::eligible`]), else the direct kernel.
+    #[default]
+    Auto,
+    /// The depthwise or direct kernel, never the implicit GEMM.
+    Direct,
+    /// The implicit GEMM; refused where it does not apply.
+    ImplicitGemm,
+}
+
+/// The path a convolution takes.
+enum ConvPath {
+    Depthwise,
+    Direct,
+    Igemm(conv_igemm::IgemmTiles),
+}
+
+fn conv_path(shape: &ConvShape, dtype: DType, engine: ConvEngine) -> ConvPath {
+    match engine {
+        ConvEngine::ImplicitGemm => ConvPath::Igemm(conv_igemm::tiles(shape)),
+        _ if shape.is_depthwise() => ConvPath::Depthwise,
+        ConvEngine::Auto if conv_igemm::eligible(shape, dtype) => ConvPath::Igemm(conv_igemm::tiles(shape)),
+        _ => ConvPath::Direct,
+    }
+}
+
+/// A packed convolution weight: f32 for the depthwise and direct kernels, the activation type
+/// for the implicit GEMM (16-bit values as their bits).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConvWeight {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+    BF16(Vec<u16>),
+}
+
+/// The weight, from ONNX's OIHW layout, as the kernel [`conv_nhwc_with`] builds for the same
+/// `shape`, `dtype` and `engine` reads it. Refuses what that kernel refuses and a weight of the
+/// wrong length.
+pub fn conv_weight(shape: &ConvShape, dtype: DType, engine: ConvEngine, oihw: &[f32]) -> Result<ConvWeight, CodegenError> {
+    let direct = pack_conv_weight(shape, oihw)?;
+    Ok(match conv_path(shape, dtype, engine) {
+        ConvPath::Igemm(_) if !conv_igemm::eligible(shape, dtype) => {
+            return Err(CodegenError::Spec(format!("conv weight: the implicit GEMM does not apply to {shape:?} in {dtype}")))
+        }
+        ConvPath::Igemm(t) => {
+            let packed = conv_igemm::pack_weight(shape, &t, dtype, oihw);
+            match dtype {
+                DType::F16 => ConvWeight::F16(packed.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect()),
+                DType::BF16 => ConvWeight::BF16(packed.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()),
+                _ => ConvWeight::F32(packed),
+            }
+        }
+        _ => ConvWeight::F32(direct),
+    })
+}
+
+/// [`conv_nhwc_with`] on the automatic choice of kernel.
 pub fn conv_nhwc(
     name: &str,
     shape: &ConvShape,
@@ -298,12 +359,31 @@ pub fn conv_nhwc(
     bias: bool,
     activation: Activation,
 ) -> Result<OpKernel, CodegenError> {
+    conv_nhwc_with(name, shape, dtype, bias, activation, ConvEngine::Auto)
+}
+
+/// `y = act(conv(x, w) + bias)` over the channels-last `shape`, x and y of type `dtype` (F32,
+/// F16 or BF16), `w` packed by [`conv_weight`] for the same engine. Parameters `(const T* x,
+/// const W* w, const float* bias, T* y)` with `T` the storage type of `dtype` and `W` f32 (the
+/// depthwise and direct kernels) or `T` (the implicit GEMM); `bias` (`c_out` floats) is never
+/// read when `bias == false`. Refuses other types.
+pub fn conv_nhwc_with(
+    name: &str,
+    shape: &ConvShape,
+    dtype: DType,
+    bias: bool,
+    activation: Activation,
+    engine: ConvEngine,
+) -> Result<OpKernel, CodegenError> {
     let fail = |m: String| spec_error("conv", name, m);
     check_name(name).map_err(fail)?;
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(fail(format!("x and y of type {dtype} are not supported (f32, f16 or bf16)")));
     }
     shape.check().map_err(fail)?;
+    if let ConvPath::Igemm(t) = conv_path(shape, dtype, engine) {
+        return conv_igemm::kernel(name, shape, dtype, bias, activation, &t);
+    }
     let (oh, ow) = (shape.oh(), shape.ow());
     let x_len = shape.n * shape.h * shape.w * shape.c_in;
     let y_len = shape.n * oh * ow * shape.c_out;

@@ -136,11 +136,17 @@ impl Lowering<'_> {
             }
         }
         let w32: Vec<f32> = wt.to_f64_vec().into_iter().map(|x| x as f32).collect();
-        let packed = graph_ops::pack_conv_weight(&shape, &w32).map_err(|e| self.node_err(node, e))?;
+        let (dtype, engine) = (graph.fact(xh).dtype, graph_ops::ConvEngine::Auto);
+        let packed = graph_ops::conv_weight(&shape, dtype, engine, &w32).map_err(|e| self.node_err(node, e))?;
         let name = format!("conv_{}", sanitize(&node.name));
-        let k = graph_ops::conv_nhwc(&name, &shape, graph.fact(xh).dtype, bt.is_some(), activation)
+        let k = graph_ops::conv_nhwc_with(&name, &shape, dtype, bt.is_some(), activation, engine)
             .map_err(|e| self.node_err(node, e))?;
-        let wb = self.b.constant(&format!("{}.packed", node.name), Data::F32(packed), false);
+        let data = match packed {
+            graph_ops::ConvWeight::F32(v) => Data::F32(v),
+            graph_ops::ConvWeight::F16(v) => Data::F16(v),
+            graph_ops::ConvWeight::BF16(v) => Data::BF16(v),
+        };
+        let wb = self.b.constant(&format!("{}.packed", node.name), data, false);
         let bb = match bt {
             Some(b) => self.b.constant(
                 &format!("{}.bias", node.name),

@@ -97,10 +97,16 @@ fn conv_picks_the_path_by_shape() {
     assert!(grouped.source.contains("#define CIG 16") && grouped.source.contains("#define COT 8"));
     let mult = conv_nhwc("mult", &conv(2, (9, 9), 8, 24, 8, (3, 3), (1, 1), (1, 1), [1; 4]), F32, true, clip).unwrap();
     assert!(mult.source.contains("#define COT 3") && mult.source.contains("st_act(yp + j, epilogue("), "multiplier 3");
-    let big =
-        conv_nhwc("big", &conv(1, (14, 14), 512, 512, 1, (3, 3), (1, 1), (1, 1), [1; 4]), F32, true, clip).unwrap();
+    let big_shape = conv(1, (14, 14), 512, 512, 1, (3, 3), (1, 1), (1, 1), [1; 4]);
+    let big = conv_nhwc_with("big", &big_shape, F32, true, clip, ConvEngine::Direct).unwrap();
     assert!(!big.source.contains("__shared__") && big.source.contains("__ldg(wp + ci * C_OUT + j)"), "9 MB weight");
     assert!(big.source.contains("#pragma unroll 4"));
+    // Automatically, a dense convolution whose channels come in 16-byte runs is an implicit GEMM:
+    // 196 pixels in 64-row tiles (4 tiles of 128 would be under one wave) × 4 channel tiles.
+    let auto = conv_nhwc("big", &big_shape, F32, true, clip).unwrap();
+    assert!(auto.source.contains("implicit-GEMM") && auto.source.contains("products 3xTF32"), "{}", auto.source);
+    assert_eq!((auto.grid, auto.block, auto.smem_bytes), ((4 * 4, 1, 1), (256, 1, 1), 4 * (64 + 128) * 80));
+    assert!(auto.source.contains("#define K_PAD 4608") && auto.source.contains("#define BK 16"));
     let huge = conv_nhwc("huge", &effnet_dw(1024, 1024, 3, 1), F32, false, Activation::None).unwrap();
     assert!(huge.source.contains("typedef unsigned long long idx_t;"), "2^35 elements take 64-bit indices");
 }
@@ -361,4 +367,94 @@ fn packed_layout_matches_the_reference_conv() {
             }
         }
     }
+}
+
+/// The implicit GEMM's math on the CPU, from its packed weight: output pixel `m` and channel
+/// `co` sum over `k < k_pad` the gathered `X̃[m, k]` (the template's index math: tap `k / c_in`,
+/// zero outside the image and past `K`) times `packed[co · k_pad + k]`.
+fn igemm_conv(s: &ConvShape, dtype: DType, x: &[f32], packed: &[f32], bias: &[f32], epi: Epilogue) -> Vec<f64> {
+    let (oh, ow) = (s.oh(), s.ow());
+    let m_rows = s.n * oh * ow;
+    let k = s.kh * s.kw * s.c_in;
+    let bk = 64 / dtype.size_bytes();
+    let k_pad = k.div_ceil(bk) * bk;
+    assert_eq!(packed.len() % k_pad, 0, "whole padded rows");
+    assert!(packed.len() / k_pad >= s.c_out);
+    let mut out = vec![0.0; m_rows * s.c_out];
+    for m in 0..m_rows {
+        let (ox, oy, n) = (m % ow, m / ow % oh, m / (ow * oh));
+        for co in 0..s.c_out {
+            let mut acc = 0.0f64;
+            for kc in 0..k_pad {
+                let (tap, ci) = (kc / s.c_in, kc % s.c_in);
+                let (ky, kx) = (tap / s.kw, tap % s.kw);
+                let iy = (oy * s.stride.0 + ky * s.dilation.0) as isize - s.pads[0] as isize;
+                let ix = (ox * s.stride.1 + kx * s.dilation.1) as isize - s.pads[1] as isize;
+                let inside = kc < k && iy >= 0 && iy < s.h as isize && ix >= 0 && ix < s.w as isize;
+                let xv = if inside { x[((n * s.h + iy as usize) * s.w + ix as usize) * s.c_in + ci] as f64 } else { 0.0 };
+                acc += xv * packed[co * k_pad + kc] as f64;
+            }
+            out[m * s.c_out + co] = epi.apply(acc, bias[co] as f64);
+        }
+    }
+    out
+}
+
+#[test]
+fn implicit_gemm_gather_and_packed_weight_match_the_reference_conv() {
+    let relu = Epilogue { bias: true, activation: Activation::Relu };
+    let plain = Epilogue { bias: true, activation: Activation::None };
+    let cases = [
+        ("3x3 s1, K padded (f16)", conv(2, (7, 6), 8, 12, 1, (3, 3), (1, 1), (1, 1), [1; 4]), F16, relu),
+        ("3x3 s2 asymmetric pads (f32)", conv(1, (9, 8), 8, 6, 1, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1]), F32, plain),
+        ("1x1 s2 (ResNet downsample)", conv(2, (8, 8), 16, 8, 1, (1, 1), (2, 2), (1, 1), [0; 4]), F16, plain),
+        ("dilated 2x3 (bf16)", conv(1, (9, 10), 16, 5, 1, (2, 3), (1, 2), (2, 2), [2, 1, 2, 1]), BF16, relu),
+        ("7x1 conv1d-like", conv(2, (1, 12), 4, 7, 1, (1, 7), (1, 1), (1, 1), [0, 3, 0, 3]), F32, relu),
+    ];
+    let mut rng = crate::rng::SplitMix64::new(11);
+    for (label, s, dtype, epi) in cases {
+        assert!(conv_igemm_eligible(&s, dtype), "{label}");
+        let x = random_values(s.n * s.h * s.w * s.c_in, &mut rng);
+        let oihw = random_values(s.weight_len(), &mut rng);
+        let bias = random_values(s.c_out, &mut rng);
+        let packed = match conv_weight(&s, dtype, ConvEngine::Auto, &oihw).unwrap() {
+            ConvWeight::F32(v) => v,
+            ConvWeight::F16(v) => v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect(),
+            ConvWeight::BF16(v) => v.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect(),
+        };
+        // The reference on the weight as stored (rounded to the activation type).
+        let stored: Vec<f32> = oihw
+            .iter()
+            .map(|&v| match dtype {
+                F16 => half::f16::from_f32(v).to_f32(),
+                BF16 => half::bf16::from_f32(v).to_f32(),
+                _ => v,
+            })
+            .collect();
+        let want = reference_conv(&s, &x, &stored, &bias, epi);
+        let got = igemm_conv(&s, dtype, &x, &packed, &bias, epi);
+        assert_eq!(got.len(), want.len(), "{label}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() < 1e-5, "{label} [{i}]: {g} vs {w}");
+        }
+        let k = conv_nhwc("cv", &s, dtype, true, epi.activation).unwrap();
+        assert!(k.source.contains("implicit-GEMM"), "{label}: the automatic choice");
+    }
+}
+
+#[test]
+fn implicit_gemm_is_refused_where_it_does_not_apply() {
+    let grouped = conv(1, (8, 8), 16, 16, 2, (3, 3), (1, 1), (1, 1), [1; 4]);
+    let odd = conv(1, (8, 8), 12, 16, 1, (3, 3), (1, 1), (1, 1), [1; 4]);
+    for (label, s, dtype) in [("grouped", &grouped, F16), ("c_in 12 in f16", &odd, F16), ("stem", &stem(), F32)] {
+        assert!(!conv_igemm_eligible(s, dtype), "{label}");
+        let e = error(conv_nhwc_with("cv", s, dtype, false, Activation::None, ConvEngine::ImplicitGemm));
+        assert!(e.contains("implicit GEMM needs one group"), "{label}: {e}");
+        let w = vec![0.0; s.weight_len()];
+        assert!(conv_weight(s, dtype, ConvEngine::ImplicitGemm, &w).is_err(), "{label}");
+        // Automatically they stay on the direct kernel, with its f32 weight.
+        assert!(matches!(conv_weight(s, dtype, ConvEngine::Auto, &w).unwrap(), ConvWeight::F32(_)), "{label}");
+    }
+    // c_in 12 is a run of 4 floats: f32 takes the implicit GEMM.
+    assert!(conv_igemm_eligible(&odd, F32));
 }
