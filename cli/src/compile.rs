@@ -67,6 +67,10 @@ pub struct CompileArgs {
     /// Do not fuse epilogues or elementwise chains (one kernel per node; for ablations).
     #[arg(long)]
     pub no_fuse: bool,
+    /// Run every convolution on the direct (FFMA) kernel, not as an implicit GEMM on tensor
+    /// cores (for ablations).
+    #[arg(long)]
+    pub direct_conv: bool,
     /// Run dense fp16/bf16 matmuls on our own dense kernel instead of cuBLAS (for ablations;
     /// fp32 always runs on our 3xTF32 kernel).
     #[arg(long)]
@@ -169,6 +173,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         fine_tile: args.fine_tile.0,
         library_dense: !args.no_library,
         stream_dense: !args.no_stream,
+        implicit_gemm_conv: !args.direct_conv,
     };
     let model = lower_model(&graph, &plan, &options, &mut |done, total| {
         bar.set_message(format!("specializing kernels: node {done}/{total}"));

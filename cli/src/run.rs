@@ -61,6 +61,9 @@ pub struct RunArgs {
     /// kind on the GPU, from events between the steps run one by one).
     #[arg(long)]
     pub profile: bool,
+    /// How many of the slowest steps `--profile` lists.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub profile_top: usize,
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {

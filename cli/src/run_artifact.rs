@@ -71,6 +71,7 @@ pub(crate) fn step_kind(op: &Op) -> String {
             "attention (fused)".into()
         }
         Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "MatMul") => "MatMul (activations)".into(),
+        Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "Conv") => "Conv (NHWC kernel)".into(),
         Op::Nodes(nodes) if nodes.len() > 1 && nodes.iter().any(|n| n.op_type == "LayerNormalization") => {
             "LayerNorm + elementwise (fused)".into()
         }
@@ -175,7 +176,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             if args.profile {
                 let steps = gm.program.profile_steps(&[])?;
                 gm.program.synchronize()?;
-                print_step_profile(&model, &steps);
+                print_step_profile(&model, &steps, args.profile_top);
             }
             (outputs, format!("cuda ({})", dev.name()), times)
         }
@@ -207,7 +208,7 @@ fn write_summary(args: &RunArgs, summary: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
-fn print_step_profile(model: &ModelProgram, steps: &[f64]) {
+fn print_step_profile(model: &ModelProgram, steps: &[f64], top: usize) {
     let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
     for (s, ms) in model.program.steps.iter().zip(steps) {
         let e = by_kind.entry(step_kind(&s.op)).or_default();
@@ -225,7 +226,7 @@ fn print_step_profile(model: &ModelProgram, steps: &[f64]) {
     let mut slowest: Vec<(usize, f64)> = steps.iter().copied().enumerate().collect();
     slowest.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     println!("slowest steps:");
-    for (i, ms) in slowest.into_iter().take(8) {
+    for (i, ms) in slowest.into_iter().take(top) {
         let s = &model.program.steps[i];
         println!("  {ms:>8.3} ms  #{i:<4} {:<20} {}", step_kind(&s.op), s.label);
     }

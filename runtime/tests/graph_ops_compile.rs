@@ -4,8 +4,8 @@
 //! `.cuda/` (tests/run-all.sh installs them); a missing NVRTC fails the test.
 
 use spartac::codegen::graph_ops::{
-    attention, concat, conv_nhwc, elementwise, gather, layer_norm, layer_norm_fused, matmul, reduce, softmax, Binary,
-    ConvShape, Expr, NormPrologue, OpKernel, Reduce, TensorDesc, Unary,
+    attention, concat, conv_nhwc, conv_nhwc_with, elementwise, gather, layer_norm, layer_norm_fused, matmul, reduce,
+    softmax, Binary, ConvEngine, ConvShape, Expr, NormPrologue, OpKernel, Reduce, TensorDesc, Unary,
 };
 use spartac::codegen::Activation;
 use spartac::ir::DType;
@@ -351,8 +351,10 @@ fn cases() -> Vec<(String, OpKernel)> {
     let dilated = ConvShape { dilation: (2, 3), pads: [2, 3, 2, 3], ..dw(2, 17, 8, 3, 1) };
     add("conv dw dilated gelu", conv_nhwc("dw_dil", &dilated, F32, true, Activation::GeluErf));
     let stem = stem_shape();
-    add("conv stem 3x3 s2 relu6", conv_nhwc("stem", &stem, F32, true, relu6));
-    add("conv stem no bias", conv_nhwc("stem_plain", &stem, F32, false, Activation::None));
+    // The direct kernel (automatically, the stem is an implicit GEMM gathered element by element).
+    let direct = ConvEngine::Direct;
+    add("conv stem 3x3 s2 relu6", conv_nhwc_with("stem", &stem, F32, true, relu6, direct));
+    add("conv stem no bias", conv_nhwc_with("stem_plain", &stem, F32, false, Activation::None, direct));
     add("conv grouped 4", conv_nhwc("grp4", &conv_shape(32, 28, 64, 96, 4, 3, 1), F32, true, relu6));
     add("conv depth multiplier 3", conv_nhwc("mult3", &conv_shape(8, 28, 16, 48, 16, 3, 2), F32, false, relu6));
     add(
@@ -368,16 +370,25 @@ fn cases() -> Vec<(String, OpKernel)> {
             ("3x3 28x28x128 (128x128 tiles)", "ig128", conv_shape(32, 28, 128, 128, 1, 3, 1)),
             ("3x3 7x7x512 (64x128 tiles)", "ig512", conv_shape(32, 7, 512, 512, 1, 3, 1)),
             ("3x3 s2 28x28x256", "ig256s2", s2(conv_shape(32, 28, 256, 256, 1, 3, 1))),
-            ("1x1 s2 56x56 256->512", "ig1x1s2", ConvShape { pads: [0; 4], ..s2(conv_shape(32, 56, 256, 512, 1, 1, 1)) }),
+            (
+                "1x1 s2 56x56 256->512",
+                "ig1x1s2",
+                ConvShape { pads: [0; 4], ..s2(conv_shape(32, 56, 256, 512, 1, 1, 1)) },
+            ),
             ("3x3 c_in 8, K padded, c_out 37", "igodd", conv_shape(4, 20, 8, 37, 1, 3, 1)),
+            ("7x7 s2 stem, 3 channels gathered", "igstem", s2(conv_shape(32, 224, 3, 64, 1, 7, 1))),
         ] {
-            add(&format!("conv igemm {t} {label}"), conv_nhwc(&format!("{name}_{t}"), &shape, d, true, Activation::Relu));
+            add(
+                &format!("conv igemm {t} {label}"),
+                conv_nhwc(&format!("{name}_{t}"), &shape, d, true, Activation::Relu),
+            );
         }
     }
     // 16-bit x and y, f32 weights, bias and math.
     for (d, t) in [(F16, "f16"), (BF16, "bf16")] {
         let mut add16 = |label: &str, name: &str, shape: &ConvShape| {
-            add(&format!("conv {t} {label} relu6"), conv_nhwc(&format!("{name}_{t}"), shape, d, true, relu6));
+            let k = conv_nhwc_with(&format!("{name}_{t}"), shape, d, true, relu6, ConvEngine::Direct);
+            add(&format!("conv {t} {label} relu6"), k);
         };
         add16("dw 3x3 s1 112x112x32", "dw3s1", &dw(32, 112, 32, 3, 1));
         add16("dw 3x3 s2 112x112x96", "dw3s2", &dw(32, 112, 96, 3, 2));
@@ -466,7 +477,7 @@ fn generated_ptx_has_the_expected_instructions() {
     let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), DType::F32, true, relu6).unwrap());
     assert!(text.contains("ld.global.nc.v4.f32"), "the depthwise conv does not load 4 channels at once");
     assert!(text.contains("st.global.v4.f32"), "the depthwise conv does not store 4 channels at once");
-    let text = ptx(&conv_nhwc("stem", &stem_shape(), DType::F32, true, relu6).unwrap());
+    let text = ptx(&conv_nhwc_with("stem", &stem_shape(), DType::F32, true, relu6, ConvEngine::Direct).unwrap());
     assert!(text.contains("ld.shared.v4.f32"), "the stem does not read its weights 4 channels at a time");
     assert!(text.contains("st.global.v4.f32"), "the stem does not store 4 channels at once");
     for d in [DType::F16, DType::BF16] {
@@ -475,9 +486,23 @@ fn generated_ptx_has_the_expected_instructions() {
         assert!(text.contains("ld.global.nc.v4.f32"), "the {d} depthwise conv does not load 4 f32 weights at once");
         assert!(text.contains("st.global.v2.u32"), "the {d} depthwise conv does not store 4 channels at once");
         assert!(text.contains(&format!("cvt.rn.{d}.f32")), "the {d} depthwise conv does not round its output");
-        let text = ptx(&conv_nhwc("stem", &stem_shape(), d, true, relu6).unwrap());
+        let text = ptx(&conv_nhwc_with("stem", &stem_shape(), d, true, relu6, ConvEngine::Direct).unwrap());
         assert!(text.contains("ld.shared.v4.f32"), "the {d} stem does not read its weights 4 channels at a time");
         assert!(text.contains("st.global.v2.u32"), "the {d} stem does not store 4 channels at once");
+    }
+    // Implicit GEMMs: tensor-core math on ldmatrix fragments; 16-byte cp.async gathers, or
+    // element loads for the stem's 3 channels.
+    let conv3 = conv_shape(32, 28, 128, 128, 1, 3, 1);
+    for (d, mma) in
+        [(DType::F32, "m16n8k8.row.col.f32.tf32.tf32.f32"), (DType::F16, "m16n8k16.row.col.f32.f16.f16.f32")]
+    {
+        let text = ptx(&conv_nhwc("ig", &conv3, d, true, relu6).unwrap());
+        assert!(text.contains(&format!("mma.sync.aligned.{mma}")), "the {d} implicit GEMM without {mma}");
+        assert!(text.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), "the {d} implicit GEMM without ldmatrix");
+        assert!(text.contains("cp.async.cg.shared.global"), "the {d} implicit GEMM does not gather by cp.async");
+        let stem = ptx(&conv_nhwc("igs", &stem_shape(), d, true, relu6).unwrap());
+        assert!(stem.contains(&format!("mma.sync.aligned.{mma}")), "the {d} stem is not an implicit GEMM");
+        assert!(stem.contains("ld.global.nc"), "the {d} stem does not gather through registers");
     }
 }
 

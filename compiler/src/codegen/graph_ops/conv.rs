@@ -333,11 +333,18 @@ pub enum ConvWeight {
 /// The weight, from ONNX's OIHW layout, as the kernel [`conv_nhwc_with`] builds for the same
 /// `shape`, `dtype` and `engine` reads it. Refuses what that kernel refuses and a weight of the
 /// wrong length.
-pub fn conv_weight(shape: &ConvShape, dtype: DType, engine: ConvEngine, oihw: &[f32]) -> Result<ConvWeight, CodegenError> {
+pub fn conv_weight(
+    shape: &ConvShape,
+    dtype: DType,
+    engine: ConvEngine,
+    oihw: &[f32],
+) -> Result<ConvWeight, CodegenError> {
     let direct = pack_conv_weight(shape, oihw)?;
     Ok(match conv_path(shape, dtype, engine) {
         ConvPath::Igemm(_) if !conv_igemm::eligible(shape, dtype) => {
-            return Err(CodegenError::Spec(format!("conv weight: the implicit GEMM does not apply to {shape:?} in {dtype}")))
+            return Err(CodegenError::Spec(format!(
+                "conv weight: the implicit GEMM does not apply to {shape:?} in {dtype}"
+            )))
         }
         ConvPath::Igemm(t) => {
             let packed = conv_igemm::pack_weight(shape, &t, dtype, oihw);

@@ -4,8 +4,11 @@
 //! receptive field in `(ky, kx, ci)` order; it is never formed in memory: each 16-byte run of
 //! channels is gathered straight from the NHWC input into the shared-memory tile by `cp.async`,
 //! zero-filled where the window leaves the image (padding) or `k` passes `K`. Channel runs
-//! never straddle two taps because `c_in` is a multiple of the run ([`eligible`]); the stem
-//! (`c_in = 3`) stays on the direct kernel.
+//! never straddle two taps because `c_in` is a multiple of the run. Where it is not (the stem,
+//! `c_in = 3`: [`narrow`]), the A tile is gathered element by element instead: each thread
+//! loads one k column of several rows into registers while the tensor cores work on the
+//! previous slice, then stores them into the stage; the rows' receptive fields are a table in
+//! shared memory. Grouped convolutions stay on the direct kernel ([`eligible`]).
 //!
 //! - 16-bit activations: `mma.sync m16n8k16` with f32 accumulation, both operands in the
 //!   activation type (the weight is packed in it: a 16-bit model's weights are 16-bit already).
@@ -58,12 +61,16 @@ fn chunk(dtype: DType) -> usize {
     16 / dtype.size_bytes()
 }
 
-/// Whether the implicit GEMM computes `shape` in `dtype`: a dense convolution (one group) whose
-/// input channels come in whole 16-byte runs, f32 or 16-bit.
+/// Whether the implicit GEMM computes `shape` in `dtype`: a dense convolution (one group), f32
+/// or 16-bit.
 pub fn eligible(shape: &ConvShape, dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-        && shape.groups == 1
-        && shape.c_in.is_multiple_of(chunk(dtype))
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && shape.groups == 1
+}
+
+/// Whether the input channels are too few for whole 16-byte runs, so that the A tile is
+/// gathered element by element (the stem, `c_in = 3`).
+fn narrow(shape: &ConvShape, dtype: DType) -> bool {
+    !shape.c_in.is_multiple_of(chunk(dtype))
 }
 
 /// `K = kh·kw·c_in` and its padding to whole k-slices.
@@ -135,6 +142,7 @@ struct IgemmCtx {
     co_pad: usize,
     bk: usize,
     ch: usize,
+    narrow: bool,
     bm: usize,
     bn: usize,
     warps_m: usize,
@@ -157,10 +165,7 @@ pub fn kernel(
 ) -> Result<OpKernel, CodegenError> {
     let fail = |m: String| spec_error("conv", name, m);
     if !eligible(shape, dtype) {
-        return Err(fail(format!(
-            "the implicit GEMM needs one group and input channels in runs of {} ({dtype}): {shape:?}",
-            16 / dtype.size_bytes().max(1)
-        )));
+        return Err(fail(format!("the implicit GEMM needs one group and f32, f16 or bf16 ({dtype}): {shape:?}")));
     }
     let (oh, ow) = (shape.oh(), shape.ow());
     let m = shape.n * oh * ow;
@@ -202,6 +207,7 @@ pub fn kernel(
         co_pad,
         bk: SLICE_BYTES / dtype.size_bytes(),
         ch: chunk(dtype),
+        narrow: narrow(shape, dtype),
         bm: t.bm,
         bn: t.bn,
         warps_m: 2,

@@ -136,7 +136,9 @@ impl Lowering<'_> {
             }
         }
         let w32: Vec<f32> = wt.to_f64_vec().into_iter().map(|x| x as f32).collect();
-        let (dtype, engine) = (graph.fact(xh).dtype, graph_ops::ConvEngine::Auto);
+        let dtype = graph.fact(xh).dtype;
+        let engine =
+            if self.options.implicit_gemm_conv { graph_ops::ConvEngine::Auto } else { graph_ops::ConvEngine::Direct };
         let packed = graph_ops::conv_weight(&shape, dtype, engine, &w32).map_err(|e| self.node_err(node, e))?;
         let name = format!("conv_{}", sanitize(&node.name));
         let k = graph_ops::conv_nhwc_with(&name, &shape, dtype, bt.is_some(), activation, engine)

@@ -23,6 +23,9 @@ pub struct ModelOptions {
     /// (`kernel_choice::stream::auto_takes`); off, the library takes them too when
     /// `library_dense` is on (`codegen::library_takes_dense`; for ablations).
     pub stream_dense: bool,
+    /// Run dense convolutions whose channels allow it as implicit GEMMs on tensor cores
+    /// (`codegen::graph_ops::ConvEngine::Auto`); off, on the direct kernel (for ablations).
+    pub implicit_gemm_conv: bool,
 }
 
 impl Default for ModelOptions {
@@ -33,6 +36,7 @@ impl Default for ModelOptions {
             fine_tile: None,
             library_dense: true,
             stream_dense: true,
+            implicit_gemm_conv: true,
         }
     }
 }

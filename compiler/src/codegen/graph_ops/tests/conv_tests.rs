@@ -87,7 +87,7 @@ fn conv_picks_the_path_by_shape() {
     let odd = conv_nhwc("dw_odd", &conv(1, (9, 9), 6, 6, 6, (3, 3), (1, 1), (1, 1), [1; 4]), F32, true, clip).unwrap();
     assert!(odd.source.contains("#define V 1") && !odd.source.contains("dw_item<true>"), "6 channels: scalar path");
 
-    let st = conv_nhwc("stem", &stem(), F32, true, clip).unwrap();
+    let st = conv_nhwc_with("stem", &stem(), F32, true, clip, ConvEngine::Direct).unwrap();
     assert!(st.source.contains("direct convolution") && st.source.contains("__shared__ __align__(16) float ws[864];"));
     assert!(st.source.contains("#define COT 8") && st.source.contains("reinterpret_cast<const float4*>(wp"));
     assert_eq!(st.grid, (132 * 8, 1, 1), "grid-stride");
@@ -112,15 +112,15 @@ fn conv_picks_the_path_by_shape() {
 }
 
 #[test]
-fn conv_16_bit_activations_keep_f32_weights_and_math() {
+fn conv_16_bit_activations_keep_f32_weights_and_math_on_the_direct_kernels() {
     let clip = Activation::Clip { lo: 0.0, hi: 6.0 };
     let grouped = conv(32, (28, 28), 64, 96, 4, (3, 3), (1, 1), (1, 1), [1; 4]);
     let odd = conv(1, (9, 9), 6, 6, 6, (3, 3), (1, 1), (1, 1), [1; 4]);
     for (d, st, ld, store) in [(F16, "half_t", "ld_f16", "st_f16"), (BF16, "bf16_t", "ld_bf16", "st_bf16")] {
         let fp32 = [effnet_dw(112, 32, 3, 1), stem(), grouped.clone(), odd.clone()]
-            .map(|s| conv_nhwc("cv", &s, F32, true, clip).unwrap());
+            .map(|s| conv_nhwc_with("cv", &s, F32, true, clip, ConvEngine::Direct).unwrap());
         let half = [effnet_dw(112, 32, 3, 1), stem(), grouped.clone(), odd.clone()]
-            .map(|s| conv_nhwc("cv", &s, d, true, clip).unwrap());
+            .map(|s| conv_nhwc_with("cv", &s, d, true, clip, ConvEngine::Direct).unwrap());
         for (f, h) in fp32.iter().zip(&half) {
             assert_eq!((f.grid, f.block, f.smem_bytes), (h.grid, h.block, h.smem_bytes), "{d}: the same geometry");
             assert_eq!(
@@ -391,7 +391,8 @@ fn igemm_conv(s: &ConvShape, dtype: DType, x: &[f32], packed: &[f32], bias: &[f3
                 let iy = (oy * s.stride.0 + ky * s.dilation.0) as isize - s.pads[0] as isize;
                 let ix = (ox * s.stride.1 + kx * s.dilation.1) as isize - s.pads[1] as isize;
                 let inside = kc < k && iy >= 0 && iy < s.h as isize && ix >= 0 && ix < s.w as isize;
-                let xv = if inside { x[((n * s.h + iy as usize) * s.w + ix as usize) * s.c_in + ci] as f64 } else { 0.0 };
+                let xv =
+                    if inside { x[((n * s.h + iy as usize) * s.w + ix as usize) * s.c_in + ci] as f64 } else { 0.0 };
                 acc += xv * packed[co * k_pad + kc] as f64;
             }
             out[m * s.c_out + co] = epi.apply(acc, bias[co] as f64);
@@ -410,6 +411,8 @@ fn implicit_gemm_gather_and_packed_weight_match_the_reference_conv() {
         ("1x1 s2 (ResNet downsample)", conv(2, (8, 8), 16, 8, 1, (1, 1), (2, 2), (1, 1), [0; 4]), F16, plain),
         ("dilated 2x3 (bf16)", conv(1, (9, 10), 16, 5, 1, (2, 3), (1, 2), (2, 2), [2, 1, 2, 1]), BF16, relu),
         ("7x1 conv1d-like", conv(2, (1, 12), 4, 7, 1, (1, 7), (1, 1), (1, 1), [0, 3, 0, 3]), F32, relu),
+        ("stem 7x7 s2, 3 channels (f16)", conv(2, (13, 11), 3, 8, 1, (7, 7), (2, 2), (1, 1), [3; 4]), F16, relu),
+        ("3 channels (f32)", conv(1, (9, 9), 3, 5, 1, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1]), F32, plain),
     ];
     let mut rng = crate::rng::SplitMix64::new(11);
     for (label, s, dtype, epi) in cases {
@@ -445,16 +448,28 @@ fn implicit_gemm_gather_and_packed_weight_match_the_reference_conv() {
 #[test]
 fn implicit_gemm_is_refused_where_it_does_not_apply() {
     let grouped = conv(1, (8, 8), 16, 16, 2, (3, 3), (1, 1), (1, 1), [1; 4]);
-    let odd = conv(1, (8, 8), 12, 16, 1, (3, 3), (1, 1), (1, 1), [1; 4]);
-    for (label, s, dtype) in [("grouped", &grouped, F16), ("c_in 12 in f16", &odd, F16), ("stem", &stem(), F32)] {
+    for (label, s, dtype) in [("grouped", &grouped, F16), ("depthwise", &effnet_dw(14, 32, 3, 1), F32)] {
         assert!(!conv_igemm_eligible(s, dtype), "{label}");
         let e = error(conv_nhwc_with("cv", s, dtype, false, Activation::None, ConvEngine::ImplicitGemm));
         assert!(e.contains("implicit GEMM needs one group"), "{label}: {e}");
         let w = vec![0.0; s.weight_len()];
         assert!(conv_weight(s, dtype, ConvEngine::ImplicitGemm, &w).is_err(), "{label}");
-        // Automatically they stay on the direct kernel, with its f32 weight.
+        // Automatically they stay on the direct or depthwise kernel, with its f32 weight.
         assert!(matches!(conv_weight(s, dtype, ConvEngine::Auto, &w).unwrap(), ConvWeight::F32(_)), "{label}");
     }
-    // c_in 12 is a run of 4 floats: f32 takes the implicit GEMM.
-    assert!(conv_igemm_eligible(&odd, F32));
+}
+
+#[test]
+fn narrow_input_channels_gather_element_by_element() {
+    // The stem's 3 channels (and 12 in 16 bits) are no whole 16-byte run: the register gather.
+    let odd = conv(1, (8, 8), 12, 16, 1, (3, 3), (1, 1), (1, 1), [1; 4]);
+    for (s, dtype, narrow) in [(stem(), F16, true), (stem(), F32, true), (odd.clone(), F16, true), (odd, F32, false)] {
+        let k = conv_nhwc("cv", &s, dtype, true, Activation::Relu).unwrap();
+        assert!(k.source.contains("implicit-GEMM"), "{s:?} {dtype}");
+        assert_eq!(k.source.contains("fetch_a(next)"), narrow, "{s:?} {dtype}");
+        assert_eq!(k.source.contains("cp_async16(as + "), !narrow, "{s:?} {dtype}");
+    }
+    // Forced onto the direct kernel, the stem keeps its FFMA kernel and f32 weight.
+    let direct = conv_nhwc_with("cv", &stem(), F16, true, Activation::Relu, ConvEngine::Direct).unwrap();
+    assert!(direct.source.contains("direct convolution"));
 }
