@@ -13,8 +13,8 @@
 //!   ([`Family`]);
 //! - the rules `Engine::Auto` applies where the cost model needs the answer too:
 //!   [`block_tf32::auto_takes`] (fp32 blocks on the 3xTF32 block kernel),
-//!   [`fine_tf32::auto_prefers`] (element-sparse fp32 on the 3xTF32 fine kernel) and
-//!   [`dismantled::applies`] (the fine weight dismantled to the element) and
+//!   [`fine_tf32::auto_prefers`] (element-sparse fp32 on the 3xTF32 fine kernel),
+//!   [`dismantled::applies`] (the fine weight dismantled to the element),
 //!   [`stream::auto_takes`] (skinny dense 16-bit products on the streaming kernel) and
 //!   [`two_four::supports`] (2:4 parts on the sparse tensor cores, with its tiling);
 //! - the work the 3xTF32 fine kernel does on a pattern, counted as the kernel counts it
