@@ -137,6 +137,18 @@ pub fn to_json(graph: &Graph) -> serde_json::Value {
 
 /// `spartac inspect MODEL.sparta`: the signature, what the compiler did, the steps by kind, the
 /// kernels and memory; `--ir` prints the whole program in its text form.
+/// The sparse-matmul kernel families among kernel names (`spmm_<family>_<dtype>_...`, as
+/// `codegen` names them), with how many distinct kernels each has.
+fn matmul_families<'a>(names: impl Iterator<Item = &'a str>) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for name in names {
+        let Some(rest) = name.strip_prefix("spmm_") else { continue };
+        let family: Vec<&str> = rest.split('_').take_while(|t| !matches!(*t, "f32" | "f16" | "bf16" | "i8")).collect();
+        *out.entry(family.join("_")).or_default() += 1;
+    }
+    out
+}
+
 fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
     let art = crate::run_artifact::load_artifact(&args.model.model)?;
     let m = &art.model;
@@ -152,6 +164,7 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
         .filter(|b| matches!(b.storage, spartac::program::Storage::Constant(_)))
         .map(|b| b.bytes())
         .sum();
+    let families = matmul_families(p.kernels.iter().map(|k| k.name.as_str()));
     let s = &m.stats;
     if args.json {
         let sig = |v: &[spartac::program::model::Signature]| {
@@ -166,6 +179,7 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
             "steps": p.steps.len(),
             "step_kinds": kinds,
             "kernels": p.kernels.len(),
+            "matmul_families": families,
             "ptx": art.ptx.iter().map(|x| x.arch.clone()).collect::<std::collections::BTreeSet<_>>(),
             "device_bytes": p.device_bytes(),
             "constant_bytes": constants,
@@ -202,6 +216,10 @@ fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
         mib(s.dense_weight_bytes),
         mib(s.packed_weight_bytes)
     );
+    if !families.is_empty() {
+        let list: Vec<String> = families.iter().map(|(f, n)| format!("{f} {n}")).collect();
+        println!("matmul kernel families (distinct kernels): {}", list.join(", "));
+    }
     println!(
         "fused: {} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group",
         s.fused_epilogues, s.fused_nodes, s.fused_norms

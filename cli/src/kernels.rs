@@ -10,7 +10,7 @@ use spartac_runtime::cuda::attention::{
     attention_cases, attention_flops, attention_model_cases, attention_tolerance, run_attention_case,
     time_attention_case, AttentionCase, AttentionReport,
 };
-use spartac_runtime::cuda::cases::{bench_cases, correctness_cases, transformer_cases, Case};
+use spartac_runtime::cuda::cases::{bench_cases, correctness_cases, transformer_cases, two_four_cases, Case, Cover};
 use spartac_runtime::cuda::spmm::{run_case, CaseReport, Check};
 use spartac_runtime::cuda::CudaDevice;
 use std::path::PathBuf;
@@ -83,6 +83,11 @@ enum KernelsCommand {
         /// 16-bit engine and the planner's choice, against cuBLAS dense with the bias.
         #[arg(long)]
         transformer: bool,
+        /// Instead of the square sizes: 2:4 weights (along K) on the sparse tensor-core kernel,
+        /// its automatic tile and five forced ones, against cuBLAS dense in the same call, at
+        /// 4096³ and on MiniLM-L6 / BERT-base linear shapes (4096 rows); prints × cuBLAS.
+        #[arg(long, conflicts_with = "transformer")]
+        two_four: bool,
     },
 }
 
@@ -103,12 +108,16 @@ pub fn run(args: KernelsArgs) -> Result<()> {
         KernelsCommand::Attention { seed, json, filter, bench: true, reps } => {
             bench_attention(&dev, seed, reps as usize, json, filter.as_deref())
         }
-        KernelsCommand::Bench { sizes, dtypes, reps, filter, dump, json, transformer } => {
+        KernelsCommand::Bench { sizes, dtypes, reps, filter, dump, json, transformer, two_four } => {
             let dtypes: Vec<Dtype> =
                 dtypes.iter().map(|d| d.parse::<Dtype>().map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
             let mut cases: Vec<(usize, String, Case)> = vec![];
             for &dtype in &dtypes {
-                if transformer {
+                if two_four {
+                    for (i, (name, case)) in two_four_cases(dtype).into_iter().enumerate() {
+                        cases.push((0, format!("24_{}_{}_{i:02}", name.replace(' ', "_"), dtype.name()), case));
+                    }
+                } else if transformer {
                     for (i, (name, case)) in transformer_cases(dtype).into_iter().enumerate() {
                         cases.push((0, format!("{}_{}_{i:02}", name.replace(' ', "_"), dtype.name()), case));
                     }
@@ -313,6 +322,8 @@ fn bench(
     }
     let mut entries = vec![];
     let seed = 2026;
+    // cuBLAS's time per (shape, dtype), for the 2:4 cases' ratio.
+    let mut library_ms = std::collections::HashMap::new();
     for (size, id, case) in &cases {
         let (size, case) = (*size, case);
         let dtype = case.dtype;
@@ -333,8 +344,16 @@ fn bench(
         let d = dump.as_deref().map(|dir| (dir, a_file.as_str(), w_file.as_str()));
         let r = run_case(dev, case, seed, Check::Rows(64), Some((10, reps)), d).with_context(|| case.label())?;
         let ok = passes(case, &r);
+        let key = (case.m, case.k, case.n, dtype.name());
+        if case.cublas_dense && matches!(case.cover, Cover::Dense(..)) {
+            library_ms.insert(key, r.ms.unwrap_or(f64::NAN));
+        }
+        let ratio = match (case.cover, library_ms.get(&key), r.ms) {
+            (Cover::TwoFour, Some(lib), Some(ms)) => format!(" {:.2}x cuBLAS", lib / ms),
+            _ => String::new(),
+        };
         println!(
-            "{id} {:<58} {:>9.4} ms {:>7.1} TFLOP/s err {:.1e} {}",
+            "{id} {:<58} {:>9.4} ms {:>7.1} TFLOP/s err {:.1e} {}{ratio}",
             r.label,
             r.ms.unwrap_or(f64::NAN),
             r.flops / r.ms.unwrap_or(f64::NAN) / 1e9,

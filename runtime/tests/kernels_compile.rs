@@ -4,10 +4,10 @@
 //! missing NVRTC fails the test.
 
 use spartac::codegen::{library_gemm, specialize, Dtype, Mode, SpmmSpec};
-use spartac_runtime::cuda::cases::correctness_cases;
+use spartac_runtime::cuda::cases::{correctness_cases, two_four_cases, Cover};
 mod common;
 
-use common::{nvrtc, ptxas};
+use common::{nvrtc, ptxas, ptxas_for};
 use spartac_runtime::cuda::{compile_ptx, nvrtc_version};
 
 #[test]
@@ -117,6 +117,40 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
         assert!(seen_families.contains(family), "family {family} not compiled: {seen_families:?}");
     }
     insta::assert_snapshot!("ptxas_stats", table);
+}
+
+/// The 2:4 kernels of the GPU tests and of the 2:4 bench (every tile it tries), for Hopper
+/// (sm_90a) and Ampere (sm_80): `mma.sp` with ordered metadata in the PTX, fed by cp.async and
+/// ldmatrix, assembled by ptxas without spills.
+#[test]
+fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
+    nvrtc();
+    let dir = tempfile::tempdir().unwrap();
+    let bench = [Dtype::F16, Dtype::Bf16].into_iter().flat_map(|d| two_four_cases(d).into_iter().map(|(_, c)| c));
+    let cases: Vec<_> = correctness_cases().into_iter().filter(|c| c.cover == Cover::TwoFour).chain(bench).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for case in &cases {
+        for spec in case.problem(1).specs.iter().filter(|s| s.two_four) {
+            let kernel = specialize(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label()));
+            assert_eq!(kernel.family, spartac::codegen::Family::TwoFour, "{}", case.label());
+            if !seen.insert(kernel.source.clone()) {
+                continue;
+            }
+            for arch in ["sm_90a", "sm_80"] {
+                let ptx = compile_ptx(&kernel.name, &kernel.source, arch).unwrap_or_else(|e| panic!("{e}"));
+                let op = format!(
+                    "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{0}.{0}.f32",
+                    spec.dtype.name()
+                );
+                assert!(ptx.ptx.contains(&op), "{} ({arch}): no {op} in PTX", kernel.name);
+                assert!(ptx.ptx.contains("ldmatrix") && ptx.ptx.contains("cp.async"), "{}", kernel.name);
+                let (regs, st, ld) = ptxas_for(&format!("tf{}_{arch}", seen.len()), &ptx.ptx, dir.path(), arch);
+                assert!(regs <= 255);
+                assert_eq!((st, ld), (0, 0), "{} ({}, {arch}) spills: {st}/{ld} B", kernel.name, case.label());
+            }
+        }
+    }
+    assert!(seen.len() >= 8, "{} distinct 2:4 kernels", seen.len());
 }
 
 #[test]

@@ -10,8 +10,11 @@
 //! - a shape the family takes and that tiles the weight: as is;
 //! - a larger square-ish block (64×64 for fp32, 128×128): split into 32×32 blocks, every
 //!   one of them kept (the cover already paid for its zeros);
-//! - vectors (1×k, k×1), small blocks, blocks clipped at a ragged edge, and the 2:4 part:
-//!   the fine-grained kernel over exactly the elements the sub-operator owns;
+//! - the 2:4 part: the 2:4 sparse tensor-core kernel over exactly its elements
+//!   ([`SpmmSpec::two_four`]) where that kernel applies (16-bit, K a multiple of 32, N of 16:
+//!   [`crate::kernel_choice::two_four::supports`]), else the fine-grained kernel;
+//! - vectors (1×k, k×1), small blocks and blocks clipped at a ragged edge: the fine-grained
+//!   kernel over exactly the elements the sub-operator owns;
 //! - the dense fallback: the block kernel with every block present.
 //!
 //! The operator's [`KernelChoice`] (`Auto` unless tuned) goes on the specs last
@@ -194,11 +197,12 @@ fn planned_kernels<W>(
         };
         spec.orientation = if left { Orientation::Left } else { Orientation::Right };
         spec.mode = Mode::Auto;
+        spec.two_four = sub.kind == SubOpKind::TwoFour
+            && crate::kernel_choice::two_four::supports(dtype, spec.orientation, rows, cols);
         let weight = part(sub);
         // Parts that all landed on the fine kernel run as one launch.
-        if let Some(prev) =
-            out.iter_mut().find(|p: &&mut PlannedKernel<W>| p.spec.block == (1, 1) && spec.block == (1, 1))
-        {
+        let fine = |s: &SpmmSpec| s.block == (1, 1) && !s.two_four;
+        if let Some(prev) = out.iter_mut().find(|p: &&mut PlannedKernel<W>| fine(&p.spec) && fine(&spec)) {
             prev.spec.blocks.extend(spec.blocks);
             merge(&mut prev.weight, weight);
             if i + 1 == count {
@@ -514,6 +518,26 @@ mod tests {
         };
         let e = kernels_for_operator(&op, &w).unwrap_err().to_string();
         assert!(e.contains("weight-only int8"), "{e}");
+    }
+
+    /// A 16-bit weight 2:4 along K plans its 2:4 part onto the sparse tensor-core kernel (the
+    /// plan's price and the kernel that runs agree); the same weight in fp32 stays on the fine
+    /// kernel.
+    #[test]
+    fn a_two_four_part_runs_on_the_two_four_kernel_in_16_bit() {
+        let (k, n) = (256, 256);
+        let (w, _) = crate::codegen::spmm::two_four::tests::two_four_weight(k, n, 5);
+        let kernels = plan_single_weight(1024, k, n, &w, Dtype::F16).unwrap();
+        let families: Vec<_> = kernels.iter().map(|pk| super::super::specialize(&pk.spec).unwrap().family).collect();
+        assert_eq!(
+            families,
+            vec![super::super::Family::TwoFour],
+            "{:?}",
+            kernels.iter().map(|p| &p.spec.block).collect::<Vec<_>>()
+        );
+        assert_eq!(kernels[0].weight, w);
+        let f32_kernels = plan_single_weight(1024, k, n, &w, Dtype::F32).unwrap();
+        assert!(f32_kernels.iter().all(|pk| !pk.spec.two_four));
     }
 
     /// `MatMul(W, X)` with W the initializer plans left-orientation specs over W (`m × k`),

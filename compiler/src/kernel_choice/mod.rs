@@ -13,9 +13,10 @@
 //!   ([`Family`]);
 //! - the rules `Engine::Auto` applies where the cost model needs the answer too:
 //!   [`block_tf32::auto_takes`] (fp32 blocks on the 3xTF32 block kernel),
-//!   [`fine_tf32::auto_prefers`] (element-sparse fp32 on the 3xTF32 fine kernel) and
-//!   [`dismantled::applies`] (the fine weight dismantled to the element) and
-//!   [`stream::auto_takes`] (skinny dense 16-bit products on the streaming kernel);
+//!   [`fine_tf32::auto_prefers`] (element-sparse fp32 on the 3xTF32 fine kernel),
+//!   [`dismantled::applies`] (the fine weight dismantled to the element),
+//!   [`stream::auto_takes`] (skinny dense 16-bit products on the streaming kernel) and
+//!   [`two_four::supports`] (2:4 parts on the sparse tensor cores, with its tiling);
 //! - the work the 3xTF32 fine kernel does on a pattern, counted as the kernel counts it
 //!   ([`fine_tf32::auto_work`], [`FineTf32Work`]): its tiling and its runs of k8 steps, which
 //!   the specializer turns into tables and the cost model prices.
@@ -30,6 +31,7 @@ pub mod dismantled;
 pub mod fine_tf32;
 mod spec;
 pub mod stream;
+pub mod two_four;
 
 pub use fine_tf32::FineTf32Work;
 pub use spec::{
@@ -87,6 +89,11 @@ pub enum Family {
     /// shared memory, A streamed once through a cp.async ring, mma.sync m16n8k16, the
     /// epilogue in registers. See `codegen/spmm/stream.rs` and [`stream`].
     DenseStream,
+    /// A 16-bit weight 2:4-sparse along K on the sparse tensor cores (`mma.sp` m16n8k32 on
+    /// `Cᵀ = Wᵀ·Aᵀ`, fp32 accumulate): W compressed to half its values plus 2 bits of metadata
+    /// per kept value, packed in the instruction's register layout. See
+    /// `codegen/spmm/two_four/` and [`two_four`].
+    TwoFour,
 }
 
 impl Family {
@@ -106,6 +113,7 @@ impl Family {
             Family::FineRows => "fine_rows",
             Family::RowScatter => "row_scatter",
             Family::DenseStream => "dense_stream",
+            Family::TwoFour => "two_four",
         }
     }
 }

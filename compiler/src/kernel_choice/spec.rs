@@ -251,6 +251,12 @@ pub struct SpmmSpec {
     /// kernel then leaves out the product with W's remainder, which is exactly zero: the same
     /// sums bit for bit from two tensor-core products a step instead of three.
     pub w_tf32_exact: bool,
+    /// The weight's elements (`block` (1, 1), `blocks` the kept elements) keep at most 2 of
+    /// every 4 consecutive k of a column, and the part runs on the 2:4 sparse tensor-core
+    /// kernel ([`super::Family::TwoFour`]; 16-bit, right orientation, see
+    /// [`super::two_four::supports`]). Its tile reads `rows`, `group`, `warps`, `stages` and
+    /// `k_rows` ([`super::two_four::tiling`]).
+    pub two_four: bool,
 }
 
 /// Whether every value is exactly a TF32 number (what [`SpmmSpec::w_tf32_exact`] states): the
@@ -282,6 +288,7 @@ impl SpmmSpec {
             live_rows: false,
             live_above: 0,
             w_tf32_exact: false,
+            two_four: false,
         }
     }
 

@@ -165,7 +165,8 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
         let mut tesa = v.tesa.clone().unwrap_or_else(|| Tesa::for_dtype(&v.fact.shape, v.fact.dtype));
         let values =
             init_ids.iter().find(|id| id.index() == index).map(|id| graph.initializers[id].to_dense().to_f64_vec());
-        apply_spec(&mut tesa, spec, values.as_deref()).map_err(|msg| {
+        let reduction = reduction_axis(graph, ValueId(index as u32));
+        apply_spec(&mut tesa, spec, values.as_deref(), reduction).map_err(|msg| {
             let from = if key == v.name { String::new() } else { format!(" (from {key:?})") };
             bad(format!("{:?}{from}: {msg}", v.name))
         })?;
@@ -207,8 +208,36 @@ fn prune_bias_of_dead_channels(graph: &mut Graph, weight: ValueId) {
     }
 }
 
-/// Joins one spec into `tesa`; `values` are the initializer's (None for other tensors).
-fn apply_spec(tesa: &mut Tesa, spec: &TensorSpec, values: Option<&[f64]>) -> Result<(), String> {
+/// The axis a MatMul or Gemm reading `weight` as a 2-D operand reduces over: `MatMul(X, W)`
+/// 0 (`W` is `K × N`), `MatMul(W, X)` 1, Gemm as its `transA`/`transB` say. `None` when no
+/// such node reads it (or readers disagree).
+pub fn reduction_axis(graph: &Graph, weight: ValueId) -> Option<usize> {
+    if graph.value(weight).fact.shape.len() != 2 {
+        return None;
+    }
+    let mut axes = graph.nodes.iter().filter_map(|node| {
+        let at = node.inputs.iter().position(|i| *i == Some(weight))?;
+        let flag = |name: &str| node.attrs.int(name, 0).unwrap_or(0) != 0;
+        match (node.op_type.as_str(), at) {
+            ("MatMul", 1) => Some(0),
+            ("MatMul", 0) => Some(1),
+            ("Gemm", 1) => Some(usize::from(flag("transB"))),
+            ("Gemm", 0) => Some(usize::from(!flag("transA"))),
+            _ => None,
+        }
+    });
+    let first = axes.next()?;
+    axes.all(|a| a == first).then_some(first)
+}
+
+/// Joins one spec into `tesa`; `values` are the initializer's (None for other tensors);
+/// `reduction` the axis a MatMul/Gemm reading it reduces over (the default axis of `nm`).
+fn apply_spec(
+    tesa: &mut Tesa,
+    spec: &TensorSpec,
+    values: Option<&[f64]>,
+    reduction: Option<usize>,
+) -> Result<(), String> {
     let shape = tesa.shape().to_vec();
     if spec.bits.is_some() || spec.format.is_some() {
         let u = tesa.uniform();
@@ -222,7 +251,13 @@ fn apply_spec(tesa: &mut Tesa, spec: &TensorSpec, values: Option<&[f64]>) -> Res
             (PruneSpec::BlockMagnitude { block, sparsity }, Some(v)) => {
                 block_magnitude_mask(v, &shape, block, *sparsity)
             }
-            (PruneSpec::NM { n, m }, Some(v)) => nm_mask(v, &shape, *n, *m),
+            (PruneSpec::NM { n, m, axis }, Some(v)) => {
+                let axis = axis.or(reduction).unwrap_or(shape.len().saturating_sub(1));
+                if axis >= shape.len().max(1) {
+                    return Err(format!("nm axis {axis} is out of range for shape {shape:?}"));
+                }
+                nm_mask(v, &shape, *n, *m, axis)
+            }
             (PruneSpec::ChannelMagnitude { sparsity, .. }, Some(v)) => channel_magnitude_mask(v, &shape, *sparsity),
             (PruneSpec::Mask(m), _) => {
                 if m.shape != shape {

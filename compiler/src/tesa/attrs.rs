@@ -79,9 +79,13 @@ pub enum PruneSpec {
         block: Vec<usize>,
         sparsity: f64,
     },
+    /// The `n` largest magnitudes of every `m` consecutive elements along `axis`; `None`: the
+    /// reduction axis of a MatMul or Gemm weight (what 2:4 sparse tensor cores need: axis 0 of
+    /// `MatMul(X, W)`'s `W`, 1 of a Gemm's `transB` weight), the last axis of other tensors.
     NM {
         n: usize,
         m: usize,
+        axis: Option<usize>,
     },
     /// Output channels (axis-0 slices) with the smallest L1 norm, up to `sparsity`;
     /// with `bias`, the same channels of the bias of every Conv/Gemm reading the weight
@@ -213,12 +217,31 @@ fn parse_spec(obj: &Map<String, Json>, dir: &Path) -> Result<TensorSpec, String>
                     _ => return Err("channel_magnitude expects {\"sparsity\": 0..1, \"bias\": true|false}".into()),
                 }
             }
-            "nm" => match uints(v) {
-                Ok(a) if a.len() == 2 && a[1] > 0 && a[0] <= a[1] => {
-                    spec.prune.push(PruneSpec::NM { n: a[0], m: a[1] })
+            "nm" => {
+                let (nm, axis) = match v.as_object() {
+                    Some(o) if o.keys().all(|k| matches!(k.as_str(), "n" | "m" | "axis")) => {
+                        let get = |k: &str| o.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
+                        let axis = match o.get("axis") {
+                            None => Ok(None),
+                            Some(a) => a.as_u64().map(|a| Some(a as usize)).ok_or(()),
+                        };
+                        (get("n").zip(get("m")).map(|(n, m)| vec![n, m]).ok_or(()), axis)
+                    }
+                    Some(_) => (Err(()), Ok(None)),
+                    None => (uints(v), Ok(None)),
+                };
+                match (nm, axis) {
+                    (Ok(a), Ok(axis)) if a.len() == 2 && a[1] > 0 && a[0] <= a[1] => {
+                        spec.prune.push(PruneSpec::NM { n: a[0], m: a[1], axis })
+                    }
+                    _ => {
+                        return Err(
+                            "nm expects [n, m] or {\"n\": n, \"m\": m, \"axis\": a} with n <= m (axis: default the reduction axis of a MatMul weight)"
+                                .into(),
+                        )
+                    }
                 }
-                _ => return Err("nm expects [n, m] with n <= m".into()),
-            },
+            }
             "mask" => spec.prune.push(PruneSpec::Mask(keep_mask(v, dir).map_err(|e| format!("mask: {e}"))?)),
             "block_mask" => {
                 let block = block_shape(v).map_err(|e| format!("block_mask: {e}"))?;

@@ -174,6 +174,51 @@ fn block_and_element_bits_only_lower_widths() {
     assert!(e.contains("out of range"), "{e}");
 }
 
+/// `nm` prunes along the reduction axis of the MatMul or Gemm that reads the weight (rows of
+/// `MatMul(X, W)`'s `W`, columns of a `transB` Gemm's), along the last axis of a tensor no
+/// such node reads, and along an explicit `axis`; a bad axis is one clear error.
+#[test]
+fn nm_runs_along_the_reduction_axis() {
+    use crate::ir::{Attr, Attrs, DType, Node, NodeId};
+    let build = |op: &str, trans_b: bool| {
+        let mut g = graph(&[("w", ones(&[8, 4]))]);
+        let x = g.add_value("x".into(), ValueFact::new(DType::F32, vec![2, 8]), ValueKind::Input);
+        let y = g.add_value("y".into(), ValueFact::new(DType::F32, vec![2, 4]), ValueKind::NodeOutput(NodeId(0)));
+        let mut attrs = Attrs::new();
+        if trans_b {
+            attrs.insert("transB", Attr::Int(1));
+        }
+        g.nodes.push(Node {
+            name: "mm".into(),
+            op_type: op.into(),
+            domain: String::new(),
+            opset: 17,
+            attrs,
+            inputs: vec![Some(x), Some(ValueId(0))],
+            outputs: vec![y],
+        });
+        g
+    };
+    let apply = |mut g: Graph, json: &str| {
+        apply_attrs(&mut g, Some(&TesaAttrs::parse(json).unwrap())).map(|_| g.values[0].tesa.clone().unwrap())
+    };
+    // Values 1..=32 row-major 8 × 4: along the rows, each column's k 2, 3 of 0..3 win.
+    let t = apply(build("MatMul", false), r#"{"tensors": {"w": {"nm": [2, 4]}}}"#).unwrap();
+    for c in 0..4 {
+        let kept: Vec<usize> = (0..8).filter(|r| !t.is_pruned(r * 4 + c)).collect();
+        assert_eq!(kept, vec![2, 3, 6, 7], "column {c}");
+    }
+    assert_eq!(crate::tesa::annotate::reduction_axis(&build("Gemm", true), ValueId(0)), Some(1));
+    let t = apply(build("Gemm", true), r#"{"tensors": {"w": {"nm": [2, 4]}}}"#).unwrap();
+    assert_eq!(pruned(&t), (0..8).flat_map(|r| [r * 4, r * 4 + 1]).collect::<Vec<_>>(), "along each row");
+    let t = apply(build("MatMul", false), r#"{"tensors": {"w": {"nm": {"n": 2, "m": 4, "axis": 1}}}}"#).unwrap();
+    assert_eq!(pruned(&t), (0..8).flat_map(|r| [r * 4, r * 4 + 1]).collect::<Vec<_>>(), "axis 1 forced");
+    let e = apply(build("MatMul", false), r#"{"tensors": {"w": {"nm": {"n": 2, "m": 4, "axis": 2}}}}"#).unwrap_err();
+    assert!(e.to_string().contains("nm axis 2 is out of range for shape [8, 4]"), "{e}");
+    assert!(TesaAttrs::parse(r#"{"tensors": {"w": {"nm": {"n": 2, "m": 4, "dim": 0}}}}"#).is_err());
+    assert!(TesaAttrs::parse(r#"{"tensors": {"w": {"nm": {"n": 2}}}}"#).is_err());
+}
+
 #[test]
 fn keys_combine_by_join() {
     // nm 1:2 prunes the smaller of each pair (even indices), the mask prunes element 1,

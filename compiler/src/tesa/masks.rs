@@ -58,17 +58,22 @@ pub fn channel_magnitude_mask(values: &[f64], shape: &[usize], sparsity: f64) ->
     block_magnitude_mask(values, &flat, &[1, rest.max(1)], sparsity)
 }
 
-/// Keeps the `n` largest magnitudes of every `m` consecutive elements of the last axis.
-pub fn nm_mask(values: &[f64], shape: &[usize], n: usize, m: usize) -> Vec<bool> {
-    let cols = shape.last().copied().unwrap_or(1).max(1);
+/// Keeps the `n` largest magnitudes of every `m` consecutive elements along `axis` (ties: the
+/// lower index); `axis` must be below the rank (a scalar counts as rank 1).
+pub fn nm_mask(values: &[f64], shape: &[usize], n: usize, m: usize, axis: usize) -> Vec<bool> {
+    let len = shape.get(axis).copied().unwrap_or(values.len()).max(1);
+    let inner: usize = shape.iter().skip(axis + 1).product::<usize>().max(1);
     let mut mask = vec![false; values.len()];
-    for row in 0..values.len() / cols {
-        for start in (0..cols).step_by(m) {
-            let end = (start + m).min(cols);
-            let mut idx: Vec<usize> = (row * cols + start..row * cols + end).collect();
-            idx.sort_by(|a, b| values[*b].abs().total_cmp(&values[*a].abs()).then(a.cmp(b)));
-            for &i in idx.iter().skip(n) {
-                mask[i] = true;
+    for outer in 0..values.len() / (len * inner) {
+        for lane in 0..inner {
+            let at = |i: usize| (outer * len + i) * inner + lane;
+            for start in (0..len).step_by(m) {
+                let end = (start + m).min(len);
+                let mut idx: Vec<usize> = (start..end).map(at).collect();
+                idx.sort_by(|a, b| values[*b].abs().total_cmp(&values[*a].abs()).then(a.cmp(b)));
+                for &i in idx.iter().skip(n) {
+                    mask[i] = true;
+                }
             }
         }
     }
@@ -136,8 +141,13 @@ mod tests {
         assert_eq!(m.iter().filter(|x| **x).count(), 8);
         assert!(m[0] && m[1] && m[4] && m[5], "the smallest block goes first");
         assert!(!m[15]);
-        let m = nm_mask(&[1.0, -4.0, 3.0, 2.0, 0.5, 0.1, 0.2, 0.3], &[8], 2, 4);
+        let m = nm_mask(&[1.0, -4.0, 3.0, 2.0, 0.5, 0.1, 0.2, 0.3], &[8], 2, 4, 0);
         assert_eq!(m, vec![true, false, false, true, false, true, true, false]);
+        // Along axis 0 of a 4 × 2 matrix: each column's 4 rows are one group.
+        let m = nm_mask(&[1.0, 0.5, -4.0, 0.1, 3.0, 0.2, 2.0, 0.3], &[4, 2], 2, 4, 0);
+        assert_eq!(m, vec![true, false, false, true, false, true, true, false]);
+        let m = nm_mask(&[1.0, 0.5, -4.0, 0.1, 3.0, 0.2, 2.0, 0.3], &[4, 2], 1, 2, 1);
+        assert_eq!(m, vec![false, true, false, true, false, true, false, true]);
     }
 
     #[test]

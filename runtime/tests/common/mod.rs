@@ -19,14 +19,21 @@ pub fn nvrtc() {
     }
 }
 
-/// `ptxas -v` on one PTX: (registers, spill store bytes, spill load bytes).
+/// `ptxas -v` on one PTX for sm_90a: (registers, spill store bytes, spill load bytes).
 pub fn ptxas(name: &str, ptx: &str, dir: &Path) -> (u32, u32, u32) {
+    ptxas_for(name, ptx, dir, "sm_90a")
+}
+
+/// [`ptxas`] for `arch` (e.g. `sm_80`). Not every test binary that includes this module calls it.
+#[allow(dead_code)]
+pub fn ptxas_for(name: &str, ptx: &str, dir: &Path, arch: &str) -> (u32, u32, u32) {
     let ptxas = cuda_dir().join("bin/ptxas");
     assert!(ptxas.is_file(), "ptxas not found at {} (run tests/run-all.sh)", ptxas.display());
     let src = dir.join(format!("{name}.ptx"));
     std::fs::write(&src, ptx).unwrap();
     let out = Command::new(&ptxas)
-        .args(["-arch=sm_90a", "-v", "-O3"])
+        .arg(format!("-arch={arch}"))
+        .args(["-v", "-O3"])
         .arg(&src)
         .arg("-o")
         .arg(dir.join(format!("{name}.cubin")))

@@ -53,7 +53,8 @@ pub struct Kernel {
     pub ptr: Vec<i32>,
     /// Block kernels: block row of each live block. Fine kernels: the entry's offset in the
     /// kernel's shared D tile (see [`FineTable`]). Dismantled: `k × N + col` of each FFMA in
-    /// code order, -1 for padding (what `pack_weight` gathers).
+    /// code order, -1 for padding (what `pack_weight` gathers). 2:4: the `mma.sp` metadata
+    /// words (`spmm::two_four::pack`).
     pub idx: Vec<i32>,
     /// Fine kernels: how `idx` maps to k (`None` for the other families).
     pub fine: Option<FineTable>,
@@ -196,7 +197,9 @@ impl Kernel {
     /// kernels with every block live; the int8 family each live block column-major
     /// (n-major, the block's k contiguous), blocks in `idx` order. Left-orientation block
     /// kernels read the blocks of `Wᵀ` (`K × M`), each stored row-major. The 3xTF32 family
-    /// stores each live block's TF32 big part, then its small part (both row-major).
+    /// stores each live block's TF32 big part, then its small part (both row-major). The 2:4
+    /// family stores the kept values in `mma.sp`'s register layout, chosen by the metadata in
+    /// its `idx` (`spmm::two_four::pack`).
     pub fn pack_weight<W: WeightLookup<f32> + ?Sized>(&self, w: &W) -> Vec<f32> {
         if self.family == Family::BlockTf32 {
             let (_, k, n) = self.spec_shape;
@@ -237,6 +240,7 @@ impl Kernel {
             Family::FineRows => crate::codegen::spmm::few_rows::pack(self, w),
             Family::RowScatter => crate::codegen::spmm::row_scatter::pack(self, w),
             Family::DenseStream => crate::codegen::spmm::stream::pack(self, w),
+            Family::TwoFour => crate::codegen::spmm::two_four::pack(self, w),
             Family::Fine | Family::FineLeft => {
                 // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
                 // left: row `col` of W (`M × K`, row-major).
@@ -335,6 +339,8 @@ impl Kernel {
             Family::Fine | Family::FineDismantled | Family::FineTf32 => 2.0 * m as f64 * self.live_instances as f64,
             Family::FineLeft => 2.0 * self.spec_shape.2 as f64 * self.live_instances as f64,
             Family::DenseStream => 2.0 * m as f64 * (self.spec_shape.1 * self.spec_shape.2) as f64,
+            // The half of the weight the sparse tensor cores multiply (kept values and fillers).
+            Family::TwoFour => m as f64 * (self.spec_shape.1 * self.spec_shape.2) as f64,
             _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! [`specialize`] dispatches: int8 to `spmm::int8`; element-sparse weights (1×1 blocks) to the
 //! 3xTF32 fine kernel, the dismantled kernel or the fine loop kernel here, as their rules say;
-//! skinny dense 16-bit products to the streaming kernel (`stream`); other blocks to the wgmma family, the 3xTF32 block kernel, else the block kernels here (fp32
+//! skinny dense 16-bit products to the streaming kernel (`stream`); a spec marked 2:4 to the
+//! sparse tensor-core kernel (`two_four`); other blocks to the wgmma family, the 3xTF32 block kernel, else the block kernels here (fp32
 //! SIMT, fp16/bf16 mma.sync; [`Family::Dense`] when every block is live). Tile heuristics and
 //! the choice between literal tables and an index stream (under `SpmmSpec::code_budget`) are
 //! made here; templates only loop and branch. The left orientation (`C = W·B`) of the block and
@@ -47,6 +48,7 @@ pub(crate) mod stream;
 #[cfg(test)]
 mod tests;
 pub(crate) mod tf32;
+pub(crate) mod two_four;
 pub(crate) mod wgmma;
 
 use crate::codegen::{CodegenError, Dtype, Engine, Orientation, SpmmSpec};
@@ -66,6 +68,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         return Err(spec_err(
             "live rows (a run-time row count) are built for right-orientation fp32 kernels only".into(),
         ));
+    }
+    if spec.two_four {
+        return two_four::specialize(spec);
     }
     if spec.orientation == Orientation::Left && spec.block == (1, 1) {
         return fine_left(spec);

@@ -79,6 +79,42 @@ pub fn transformer_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
     out
 }
 
+/// The shapes of the 2:4 bench: the goal cube and the MiniLM-L6 and BERT-base linears at
+/// 4096 rows (`k → n`).
+pub const TWO_FOUR_SHAPES: &[(&str, (usize, usize, usize))] = &[
+    ("cube", (4096, 4096, 4096)),
+    ("minilm qkv", (4096, 384, 1152)),
+    ("minilm ffn1", (4096, 384, 1536)),
+    ("minilm ffn2", (4096, 1536, 384)),
+    ("bertbase ffn1", (4096, 768, 3072)),
+    ("bertbase ffn2", (4096, 3072, 768)),
+];
+
+/// Tiles of the 2:4 kernel the bench tries beside its automatic one: (rows of A, columns / 32,
+/// warps, stages, k / 32 a stage).
+const TWO_FOUR_TILES: &[(usize, usize, usize, usize, usize)] =
+    &[(128, 4, 8, 4, 2), (256, 4, 8, 3, 2), (128, 8, 8, 3, 2), (64, 4, 4, 4, 2), (128, 4, 4, 3, 4)];
+
+/// The 2:4 kernel against cuBLAS dense in the same call, on [`TWO_FOUR_SHAPES`] with the bias
+/// the models fuse: cuBLAS first (the reference of the ratio `kernels bench` prints), then the
+/// 2:4 kernel's automatic tile and [`TWO_FOUR_TILES`], and once without the bias.
+pub fn two_four_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
+    let mut out = vec![];
+    for &(name, mkn) in TWO_FOUR_SHAPES {
+        out.push((name, build(mkn, dtype, U.at(0.0), Dense(32, 32), &[Bias, Cublas])));
+        let nm = Pattern::NM { n: 2, m: 4 };
+        out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias])));
+        out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[])));
+        for &(rows, group, warps, stages, k_rows) in TWO_FOUR_TILES {
+            out.push((
+                name,
+                build(mkn, dtype, nm.clone(), TwoFour, &[Bias, SpTile(rows, group, warps, stages, k_rows)]),
+            ));
+        }
+    }
+    out
+}
+
 /// Tiles of the warp-specialized wgmma kernel on [`TRANSFORMER_SHAPES`]: (rows per item,
 /// block columns per item, k-block rows per stage).
 const WS_TILES: &[(usize, usize, usize)] = &[(128, 1, 1), (128, 2, 2), (256, 2, 1), (64, 4, 2)];

@@ -1,7 +1,7 @@
 //! The correctness cases as a table, one case per row: `(M, K, N)`, dtype, pattern, cover
 //! and options ([`Opt`]).
 
-use super::row::{b, build, mixed, u, Opt, Opt::*};
+use super::row::{b, build, mixed, nm24, u, Opt, Opt::*};
 use super::{Case, Cover, Cover::*};
 use spartac::codegen::Dtype::{self, *};
 use spartac::tesa::patterns::Pattern;
@@ -231,6 +231,26 @@ const CORRECTNESS: &[Row] = &[
     ((256, 512, 384), I8, u(0.0), Dense(32, 32), &[Bias]),
     ((200, 512, 512), I8, b(32, 32, 0.8), Split(32, 32), &[Bias, Relu]),
     ((256, 512, 512), I8, b(32, 32, 0.9), Planned, &[]),
+    // 2:4 along K on the sparse tensor cores (mma.sp m16n8k32, issue 46): the goal cube, the
+    // MiniLM/BERT linears with the epilogues the models fuse, f16 and bf16; ragged M, K = 96
+    // (32-deep stages), N = 48 (a CTA's tile past N), forced tiles (8 warps, 256 rows or
+    // columns, 2 to 4 stages), and the planner's own path to the kernel
+    ((4096, 4096, 4096), F16, nm24(), TwoFour, &[]),
+    ((4096, 4096, 4096), Bf16, nm24(), TwoFour, &[Bias]),
+    ((4096, 384, 1536), F16, nm24(), TwoFour, &[Bias, Gelu]),
+    ((4096, 1536, 384), F16, nm24(), TwoFour, &[Bias]),
+    ((4096, 384, 1536), Bf16, nm24(), TwoFour, &[Bias, Relu]),
+    ((4096, 1536, 384), Bf16, nm24(), TwoFour, &[]),
+    ((4096, 768, 3072), F16, nm24(), TwoFour, &[Bias, Gelu]),
+    ((4096, 3072, 768), F16, nm24(), TwoFour, &[Bias]),
+    ((4096, 768, 3072), Bf16, nm24(), TwoFour, &[]),
+    ((4096, 384, 1152), F16, nm24(), TwoFour, &[Bias]),
+    ((333, 96, 48), F16, nm24(), TwoFour, &[Bias, Clip(-0.5, 0.5)]),
+    ((1000, 512, 1152), Bf16, nm24(), TwoFour, &[SpTile(256, 4, 8, 3, 2)]),
+    ((777, 1024, 768), F16, nm24(), TwoFour, &[Bias, SpTile(128, 8, 8, 3, 2)]),
+    ((300, 256, 320), F16, nm24(), TwoFour, &[Relu, SpTile(64, 2, 4, 2, 1)]),
+    ((513, 512, 512), Bf16, nm24(), TwoFour, &[Bias, SpTile(128, 4, 4, 4, 4)]),
+    ((1024, 512, 512), F16, nm24(), Planned, &[Bias]),
     // NaN, +Inf and -Inf in a few rows of A (issue 47): they reach the output as ONNX gives them
     // (IEEE over the kept weights; ReLU and Clip keep NaN, Clip bounds ±Inf). Block and fine
     // covers only: a mixed or dense cover multiplies pruned zeros too, and 0 · Inf is NaN.

@@ -15,7 +15,7 @@ mod bench;
 mod correctness;
 mod row;
 
-pub use bench::{bench_cases, transformer_cases, TRANSFORMER_SHAPES};
+pub use bench::{bench_cases, transformer_cases, two_four_cases, TRANSFORMER_SHAPES, TWO_FOUR_SHAPES};
 pub use correctness::correctness_cases;
 
 /// How the weight's nonzeros are assigned to kernels.
@@ -37,6 +37,8 @@ pub enum Cover {
     /// weight then odd ones, the second accumulating into the first's output: the
     /// accumulate path of the block kernels on its own, without the fine-grained kernel.
     Split(usize, usize),
+    /// The whole weight (2:4 along K) on the 2:4 sparse tensor-core kernel.
+    TwoFour,
 }
 
 impl Cover {
@@ -49,6 +51,7 @@ impl Cover {
             Cover::Dense(h, w) => format!("dense{h}x{w}"),
             Cover::Planned => "planned".into(),
             Cover::Split(h, w) => format!("split{h}x{w}"),
+            Cover::TwoFour => "two_four".into(),
         }
     }
 }
@@ -165,6 +168,13 @@ impl Case {
     /// specializer's choice).
     pub fn with_ws_tile(mut self, rows: usize, stages: usize, group: usize, k_rows: usize) -> Case {
         self.tile = Some(Tile { group, k_rows, ..Tile::new(rows, stages) });
+        self
+    }
+    /// A tile of the 2:4 kernel: `rows` of A and `group` × 32 output columns per CTA, `warps`,
+    /// a ring of `stages`, `k_rows` × 32 of K a stage (see `kernel_choice::two_four::tiling`;
+    /// 0 = the specializer's choice).
+    pub fn with_two_four_tile(mut self, rows: usize, group: usize, warps: usize, stages: usize, k_rows: usize) -> Case {
+        self.tile = Some(Tile { group, warps, k_rows, ..Tile::new(rows, stages) });
         self
     }
     /// The 3xTF32 fine kernel's group width on a forced tile: `n_tiles` n8 tiles (1 or 2).
@@ -324,7 +334,15 @@ impl Case {
         let (m, k, n) = (self.m, self.k, self.n);
         // The weight is `rows × cols`: `K × N` on the right, `M × K` on the left.
         let (rows, cols) = self.weight_shape();
-        let mask = self.pattern.mask(rows, cols, seed);
+        // N:M groups run along K, the reduction axis (what `mma.sp` and the planner's 2:4 split
+        // take): the pattern's groups along its rows, drawn on the transposed weight.
+        let mask = match self.pattern {
+            Pattern::NM { .. } if self.orientation == Orientation::Right => {
+                let t = self.pattern.mask(cols, rows, seed);
+                (0..rows * cols).map(|i| t[(i % cols) * rows + i / cols]).collect()
+            }
+            _ => self.pattern.mask(rows, cols, seed),
+        };
         let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
         let w: Vec<f32> = mask
             .iter()
@@ -373,6 +391,12 @@ impl Case {
             }
             Cover::Block(bh, bw) => vec![spec((bh, bw), SpmmSpec::blocks_of_mask(&mask, rows, cols, (bh, bw)))],
             Cover::Fine => vec![spec((1, 1), SpmmSpec::blocks_of_mask(&mask, rows, cols, (1, 1)))],
+            Cover::TwoFour => {
+                let mut s = spec((1, 1), SpmmSpec::blocks_of_mask(&mask, rows, cols, (1, 1)));
+                s.two_four = true;
+                s.tile = self.tile;
+                vec![s]
+            }
             Cover::Split(bh, bw) => {
                 let (even, odd): (Vec<_>, Vec<_>) =
                     SpmmSpec::blocks_of_mask(&mask, rows, cols, (bh, bw)).into_iter().partition(|(r, _)| r % 2 == 0);

@@ -28,6 +28,8 @@ pub(super) enum Opt {
     WsTile(usize, usize, usize, usize),
     /// [`Case::with_n_tiles`]: after the tile it changes.
     NTiles(usize),
+    /// [`Case::with_two_four_tile`]`(rows, group, warps, stages, k_rows)`.
+    SpTile(usize, usize, usize, usize, usize),
     /// [`Case::with_dismantled_tile`]`(cols32, warps)`.
     Dismantled(usize, usize),
     /// [`Case::with_cublas`].
@@ -66,6 +68,9 @@ impl Opt {
             WsTile(rows, stages, group, k_rows) => return case.with_ws_tile(rows, stages, group, k_rows),
             NTiles(n_tiles) => return case.with_n_tiles(n_tiles),
             Dismantled(cols32, warps) => return case.with_dismantled_tile(cols32, warps),
+            SpTile(rows, group, warps, stages, k_rows) => {
+                return case.with_two_four_tile(rows, group, warps, stages, k_rows)
+            }
             Cublas => return case.with_cublas(),
             Left => return case.with_orientation(Orientation::Left),
             Uniform(v) => return case.with_uniform(v),
@@ -92,6 +97,10 @@ pub(super) const fn u(sparsity: f64) -> Pattern {
 }
 pub(super) const fn b(bh: usize, bw: usize, sparsity: f64) -> Pattern {
     Pattern::Block { bh, bw, sparsity }
+}
+/// 2:4 along K (the cases draw N:M groups along the reduction axis).
+pub(super) const fn nm24() -> Pattern {
+    Pattern::NM { n: 2, m: 4 }
 }
 /// 32×32 blocks plus 1% scattered.
 pub(super) const fn mixed(block_sparsity: f64) -> Pattern {

@@ -1,0 +1,126 @@
+//! The 2:4 packing against the PTX register layout, its round trip, its CPU emulation against
+//! the dense f64 product, and the specializer's refusals.
+
+use super::pack;
+use crate::codegen::{specialize, Activation, Dtype, Epilogue, Family, Mode, SpmmSpec, Tile};
+use crate::rng::SplitMix64;
+
+/// A random `k × n` weight 2:4 along K (each chunk keeps 0, 1 or 2 elements; -0.0 among the
+/// values) and its kept elements.
+pub(crate) fn two_four_weight(k: usize, n: usize, seed: u64) -> (Vec<f32>, Vec<(usize, usize)>) {
+    let mut rng = SplitMix64::new(seed);
+    let mut w = vec![0.0f32; k * n];
+    let mut kept = vec![];
+    for col in 0..n {
+        for chunk in 0..k / 4 {
+            let keep = rng.below(3) as usize;
+            let mut pos: Vec<usize> = (0..4).collect();
+            for i in 0..keep {
+                let j = i + rng.below((4 - i) as u64) as usize;
+                pos.swap(i, j);
+                let r = chunk * 4 + pos[i];
+                let v = if rng.below(50) == 0 { -0.0 } else { rng.uniform(-1.0, 1.0) as f32 };
+                w[r * n + col] = half::f16::from_f32(v).to_f32();
+                kept.push((r, col));
+            }
+        }
+    }
+    (w, kept)
+}
+
+fn spec(m: usize, k: usize, n: usize, dtype: Dtype, kept: Vec<(usize, usize)>) -> SpmmSpec {
+    let mut s = SpmmSpec::new(m, k, n, dtype, (1, 1), kept);
+    s.two_four = true;
+    s
+}
+
+/// One element, its place worked out by hand from the PTX ISA's m16n8k32 figures: column 9 is
+/// row 9 of the first sparse tile (g = 1, the upper half), k 18 is chunk 4 (t = 0, the second
+/// k-half): lane 4, register a3, the second value (its chunk names k 16 and 18); the metadata
+/// sits in lane 4g + 1 = 5's word, bits 16..19 = 0b1000 (indices 0 and 2).
+#[test]
+fn one_element_lands_where_the_ptx_layout_puts_it() {
+    let (k, n) = (32, 16);
+    let mut w = vec![0.0f32; k * n];
+    w[18 * n + 9] = 3.0;
+    let kern = specialize(&spec(64, k, n, Dtype::F16, vec![(18, 9)])).unwrap();
+    assert_eq!(kern.family, Family::TwoFour);
+    assert_eq!(kern.idx.len(), 16, "one tile, one k-step: 16 metadata words");
+    let words: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
+    assert_eq!(words[3], 0x4448_4444, "word 2g + h = 3: row 9, chunk 4 names k 0 and 2");
+    assert!(words.iter().enumerate().all(|(i, &x)| i == 3 || x == 0x4444_4444), "fillers: indices 0 and 1");
+    let packed = kern.pack_weight(&w);
+    assert_eq!(packed.len(), k * n / 2);
+    let at: Vec<usize> = (0..packed.len()).filter(|&i| packed[i] != 0.0).collect();
+    assert_eq!(at, vec![4 * 8 + 2 * 3 + 1], "lane 4, a3, high half");
+}
+
+#[test]
+fn packing_round_trips_exactly_and_the_emulation_matches_the_product() {
+    for (m, k, n, seed) in [(40, 64, 48, 1), (17, 256, 128, 2), (8, 96, 32, 3)] {
+        let (w, kept) = two_four_weight(k, n, seed);
+        let kern = specialize(&spec(m, k, n, Dtype::F16, kept)).unwrap();
+        let packed = kern.pack_weight(&w);
+        let meta: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
+        assert_eq!(meta.len(), n / 16 * k / 32 * 16);
+        let back = pack::unpack(k, n, &packed, &meta);
+        assert!(back.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()), "{k}x{n}: unpack(pack(w)) != w");
+        // Every metadata nibble is a valid ordered pair.
+        for word in &meta {
+            for c in 0..8 {
+                let nib = (word >> (4 * c)) & 0xf;
+                assert!((nib & 3) < (nib >> 2), "nibble {nib:#x} is not two increasing indices");
+            }
+        }
+        let mut rng = SplitMix64::new(seed + 100);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let got = pack::emulate(m, k, n, &a, &packed, &meta);
+        for r in 0..m {
+            for c in 0..n {
+                let want: f64 = (0..k).map(|kk| a[r * k + kk] as f64 * w[kk * n + c] as f64).sum();
+                let e = (got[r * n + c] - want).abs();
+                assert!(e <= 1e-12 * (1.0 + want.abs()), "({r}, {c}): {} vs {want}", got[r * n + c]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_weight_that_is_not_2_4_along_k_is_refused_in_one_line() {
+    // Three of k 4..7 in column 5.
+    let e = specialize(&spec(64, 64, 16, Dtype::F16, vec![(4, 5), (5, 5), (7, 5)])).unwrap_err().to_string();
+    assert!(e.contains("column 5 keeps more than 2 of k 4..7") && !e.contains('\n'), "{e}");
+    // 2:4 along N but not along K is the same refusal.
+    let along_n: Vec<(usize, usize)> = (0..8).map(|c| (0, c)).chain((0..8).map(|c| (1, c))).chain([(2, 0)]).collect();
+    assert!(specialize(&spec(64, 64, 16, Dtype::F16, along_n)).is_err());
+    let e = specialize(&spec(64, 48, 16, Dtype::F16, vec![])).unwrap_err().to_string();
+    assert!(e.contains("K a multiple of 32"), "{e}");
+    assert!(specialize(&spec(64, 64, 16, Dtype::F32, vec![])).is_err(), "fp32 has no mma.sp kernel here");
+    let mut unrolled = spec(64, 64, 16, Dtype::F16, vec![]);
+    unrolled.mode = Mode::Unrolled;
+    assert!(specialize(&unrolled).is_err());
+    assert!(pack::chunk_masks(8, 2, &[(8, 0)]).unwrap_err().contains("outside"));
+    assert!(pack::chunk_masks(8, 2, &[(1, 1), (1, 1)]).unwrap_err().contains("twice"));
+}
+
+#[test]
+fn renders_the_tile_the_epilogue_and_the_ragged_edge() {
+    let (w, kept) = two_four_weight(384, 1536, 9);
+    let mut s = spec(4096, 384, 1536, Dtype::Bf16, kept);
+    s.epilogue = Epilogue { bias: true, activation: Activation::GeluErf };
+    let kern = specialize(&s).unwrap();
+    assert!(kern.source.contains("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32"));
+    assert!(kern.source.contains("erf_16") && !kern.source.contains("Ms[i] = 0x44444444u"));
+    assert_eq!(kern.launch.grid, (12, 32, 1), "128 × 128 tiles");
+    assert_eq!(kern.pack_weight(&w).len(), 384 * 1536 / 2);
+    assert_eq!(kern.flops(), 4096.0 * 384.0 * 1536.0);
+    // 48 columns on 64-wide CTAs: the last CTA's tile past N is zero-filled.
+    let (_, kept) = two_four_weight(64, 48, 4);
+    let mut s = spec(100, 64, 48, Dtype::F16, kept);
+    s.tile = Some(Tile { group: 2, ..Tile::new(64, 2) });
+    s.accumulate = true;
+    let kern = specialize(&s).unwrap();
+    assert!(kern.source.contains("Ms[i] = 0x44444444u") && kern.source.contains("const uint4 old = *dst;"));
+    assert_eq!(kern.launch.grid, (1, 2, 1));
+    assert_eq!(kern.name, "spmm_two_four_f16_64x64x64s2w4");
+}
