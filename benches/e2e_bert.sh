@@ -23,7 +23,12 @@ for m in $MODELS; do
     echo "== $m $c"
     f="$OUT/$m-$c"
     tesa=""
-    case "$c" in b50*) tesa="--tesa models/tesa/matmul-block32-50.json" ;; b90*) tesa="--tesa models/tesa/matmul-block32-90.json" ;; esac
+    case "$c" in
+      b50*) tesa="--tesa models/tesa/matmul-block32-50.json" ;;
+      b90*) tesa="--tesa models/tesa/matmul-block32-90.json" ;;
+      nm24b50*) tesa="--tesa models/tesa/matmul-2to4-block32-50.json" ;;
+      nm24*) tesa="--tesa models/tesa/matmul-2to4.json" ;;
+    esac
     flags="${FLAGS:-}"
     case "$c" in *_f16*) flags="$flags --dtype f16" ;; *_bf16*) flags="$flags --dtype bf16" ;; esac
     case "$c" in *_nolib*) flags="$flags --no-library" ;; esac
