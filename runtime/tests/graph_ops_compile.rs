@@ -377,6 +377,7 @@ fn cases() -> Vec<(String, OpKernel)> {
             ),
             ("3x3 c_in 8, K padded, c_out 37", "igodd", conv_shape(4, 20, 8, 37, 1, 3, 1)),
             ("7x7 s2 stem, 3 channels gathered", "igstem", s2(conv_shape(32, 224, 3, 64, 1, 7, 1))),
+            ("3x3 groups of 16, 14x14x784 (ragged)", "iggrp", conv_shape(32, 14, 784, 784, 49, 3, 1)),
         ] {
             add(
                 &format!("conv igemm {t} {label}"),

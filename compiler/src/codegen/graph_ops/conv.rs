@@ -23,10 +23,10 @@
 //!    `pw` ([`depthwise_columns`]): at most 8 at stride 1 and 4 at larger strides (registers:
 //!    `pw · 4` accumulators and `kw · 4` weights), lowered until the grid has at least
 //!    [`MIN_THREADS`] threads, then evened out over the row (`ow = 14` takes two blocks of 7).
-//! 2. **Dense, `groups == 1`, input channels in 16-byte runs**: the implicit GEMM on tensor
-//!    cores ([`conv_igemm`], `templates/op_conv_igemm.cu.tera`), its weight packed in the
-//!    activation type ([`conv_weight`]); [`ConvEngine::Direct`] keeps such a convolution on the
-//!    direct kernel below.
+//! 2. **Dense (`groups == 1`), or grouped with groups that tile 64 or 128 output channels**:
+//!    the implicit GEMM on tensor cores ([`conv_igemm`], `templates/op_conv_igemm.cu.tera`),
+//!    its weight packed in the activation type ([`conv_weight`]); [`ConvEngine::Direct`] keeps
+//!    such a convolution on the direct kernel below.
 //! 3. **Dense, other** (`templates/op_conv_direct.cu.tera`): the stem (c_in = 3,
 //!    3×3, stride 2). A thread computes `cot` consecutive output channels (8 when they divide
 //!    the channels per group) of one output pixel; the lanes of a warp take the channel groups

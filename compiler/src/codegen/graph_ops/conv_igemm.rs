@@ -1,14 +1,23 @@
-//! The implicit-GEMM convolution (`templates/op_conv_igemm.cu.tera`): a dense (`groups == 1`)
-//! channels-last convolution as the product `Y[M, c_out] = X̃[M, K] · Wᵀ` with `M = n·oh·ow`
+//! The implicit-GEMM convolution (`templates/op_conv_igemm.cu.tera`): a dense (`groups == 1`;
+//! grouped below) channels-last convolution as the product `Y[M, c_out] = X̃[M, K] · Wᵀ` with `M = n·oh·ow`
 //! output pixels and `K = kh·kw·c_in`, on tensor cores. Row `m` of `X̃` is output pixel `m`'s
 //! receptive field in `(ky, kx, ci)` order; it is never formed in memory: each 16-byte run of
 //! channels is gathered straight from the NHWC input into the shared-memory tile by `cp.async`,
 //! zero-filled where the window leaves the image (padding) or `k` passes `K`. Channel runs
-//! never straddle two taps because `c_in` is a multiple of the run. Where it is not (the stem,
+//! never straddle two taps because `c_in` (and a grouped CTA's window) is a multiple of the
+//! run. Where it is not (the stem,
 //! `c_in = 3`: [`narrow`]), the A tile is gathered element by element instead: each thread
 //! loads one k column of several rows into registers while the tensor cores work on the
 //! previous slice, then stores them into the stage; the rows' receptive fields are a table in
-//! shared memory. Grouped convolutions stay on the direct kernel ([`eligible`]).
+//! shared memory.
+//!
+//! Grouped convolutions (RegNet's groups of 16 channels) whose groups tile a CTA's 64 or 128
+//! output channels whole run here too, as block-diagonal products: a CTA reads only the input
+//! channels of its `bn / cog` groups (its window, [`window`]) and its weight tile holds each
+//! output channel's weights at its group's place in the window, zeros elsewhere. Groups of 16
+//! in a 64-channel tile waste three quarters of the products on those zeros, still far cheaper
+//! on tensor cores than the direct kernel's FFMA; other groupings and depthwise stay there
+//! ([`eligible`]).
 //!
 //! - 16-bit activations: `mma.sync m16n8k16` with f32 accumulation, both operands in the
 //!   activation type (the weight is packed in it: a 16-bit model's weights are 16-bit already).
@@ -17,9 +26,9 @@
 //!   relative) at a third of the TF32 rate, well above the FFMA rate of the direct kernel.
 //!
 //! The weight is packed `[co_pad][k_pad]` ([`pack_weight`]): output channel major, `k` in
-//! `(ky, kx, ci)` order, both zero-padded to the tiles so the B loads need no bounds checks.
+//! `(ky, kx, ci in the window)` order, both zero-padded to the tiles so the B loads need no bounds checks.
 //! Tiles ([`tiles`]): 128×128 CTAs of 8 warps (warp tile 64×32); 64 output channels or fewer
-//! take 128×64 tiles, and a grid under one wave of the GPU's 132 SMs halves the tile's rows.
+//! (or grouped in groups that divide 64) take 128×64 tiles, and a grid under one wave of the GPU's 132 SMs halves the tile's rows.
 //! Shared memory rows are the 64-byte k-slice plus 16 bytes of padding (the rows of one
 //! `ldmatrix` then fall in distinct banks); 4 pipeline stages.
 
@@ -61,21 +70,39 @@ fn chunk(dtype: DType) -> usize {
     16 / dtype.size_bytes()
 }
 
-/// Whether the implicit GEMM computes `shape` in `dtype`: a dense convolution (one group), f32
-/// or 16-bit.
+/// Output channels per group, input channels per group.
+fn group_sizes(shape: &ConvShape) -> (usize, usize) {
+    (shape.c_out / shape.groups, shape.c_in / shape.groups)
+}
+
+/// Whether the implicit GEMM computes `shape` in `dtype` (f32 or 16-bit): a dense convolution
+/// (one group), or a grouped one whose groups tile a 64- or 128-channel CTA tile whole
+/// (RegNet's and ResNeXt's 3×3 convolutions; not depthwise, which has its own kernel).
 pub fn eligible(shape: &ConvShape, dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && shape.groups == 1
+    let (cog, cig) = group_sizes(shape);
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+        && (shape.groups == 1 || (cig > 1 && (64 % cog == 0 || 128 % cog == 0)))
+}
+
+/// Input channels a CTA reads: all for one group, else those of its `bn / cog` groups.
+fn window(shape: &ConvShape, t: &IgemmTiles) -> usize {
+    let (cog, cig) = group_sizes(shape);
+    if shape.groups == 1 {
+        shape.c_in
+    } else {
+        t.bn / cog * cig
+    }
 }
 
 /// Whether the input channels are too few for whole 16-byte runs, so that the A tile is
 /// gathered element by element (the stem, `c_in = 3`).
-fn narrow(shape: &ConvShape, dtype: DType) -> bool {
-    !shape.c_in.is_multiple_of(chunk(dtype))
+fn narrow(shape: &ConvShape, t: &IgemmTiles, dtype: DType) -> bool {
+    !shape.c_in.is_multiple_of(chunk(dtype)) || !window(shape, t).is_multiple_of(chunk(dtype))
 }
 
-/// `K = kh·kw·c_in` and its padding to whole k-slices.
-fn k_sizes(shape: &ConvShape, dtype: DType) -> (usize, usize) {
-    let k = shape.kh * shape.kw * shape.c_in;
+/// `K = kh·kw·window` and its padding to whole k-slices.
+fn k_sizes(shape: &ConvShape, t: &IgemmTiles, dtype: DType) -> (usize, usize) {
+    let k = shape.kh * shape.kw * window(shape, t);
     let bk = SLICE_BYTES / dtype.size_bytes();
     (k, k.div_ceil(bk) * bk)
 }
@@ -84,7 +111,11 @@ fn k_sizes(shape: &ConvShape, dtype: DType) -> (usize, usize) {
 pub fn tiles(shape: &ConvShape) -> IgemmTiles {
     let m = shape.n * shape.oh() * shape.ow();
     let ctas = |t: &IgemmTiles| m.div_ceil(t.bm) * shape.c_out.div_ceil(t.bn);
-    let mut t = if shape.c_out <= 64 {
+    let cog = shape.c_out / shape.groups;
+    // Grouped: the narrower tile that holds whole groups wastes the fewest products on the
+    // block diagonal's zeros.
+    let narrow_tile = shape.c_out <= 64 || (shape.groups > 1 && 64 % cog == 0);
+    let mut t = if narrow_tile {
         IgemmTiles { bm: 128, bn: 64, warps_n: 2 }
     } else {
         IgemmTiles { bm: 128, bn: 128, warps_n: 4 }
@@ -95,18 +126,24 @@ pub fn tiles(shape: &ConvShape) -> IgemmTiles {
     t
 }
 
-/// The weight as the kernel reads it: ONNX's OIHW `[c_out, c_in, kh, kw]` as `[co_pad][k_pad]`
-/// with `k = (ky·kw + kx)·c_in + ci`, zeros in the padding.
+/// The weight as the kernel reads it: ONNX's OIHW `[c_out, c_in/groups, kh, kw]` as
+/// `[co_pad][k_pad]` with `k = (ky·kw + kx)·window + ci_window`, where `ci_window` is the input
+/// channel's place in the CTA's window ([`window`]): for output channel `co` of group `g`, the
+/// window starts at the first group of `co`'s tile, so its weights sit at
+/// `(g − first group)·cig + ci`; zeros elsewhere (the block diagonal's zeros and the padding).
 pub fn pack_weight(shape: &ConvShape, t: &IgemmTiles, dtype: DType, oihw: &[f32]) -> Vec<f32> {
-    let (k, k_pad) = k_sizes(shape, dtype);
+    let (_, k_pad) = k_sizes(shape, t, dtype);
+    let (cog, cig) = group_sizes(shape);
+    let win = window(shape, t);
     let co_pad = shape.c_out.div_ceil(t.bn) * t.bn;
     let mut packed = vec![0.0; co_pad * k_pad];
     for (i, &v) in oihw.iter().enumerate() {
         let (kx, ky) = (i % shape.kw, i / shape.kw % shape.kh);
-        let (ci, co) = (i / (shape.kw * shape.kh) % shape.c_in, i / (shape.kw * shape.kh * shape.c_in));
-        packed[co * k_pad + (ky * shape.kw + kx) * shape.c_in + ci] = v;
+        let (ci, co) = (i / (shape.kw * shape.kh) % cig, i / (shape.kw * shape.kh * cig));
+        let first_group = co / t.bn * t.bn / cog;
+        let at = (co / cog - first_group) * cig + ci;
+        packed[co * k_pad + (ky * shape.kw + kx) * win + at] = v;
     }
-    debug_assert!(k <= k_pad);
     packed
 }
 
@@ -126,6 +163,12 @@ struct IgemmCtx {
     c_in: usize,
     c_out: usize,
     c_out_even: bool,
+    groups: usize,
+    win: usize,
+    cig: usize,
+    cog: usize,
+    /// The last CTA's window reaches past `c_in` (its tile holds fewer groups).
+    ragged_window: bool,
     oh: usize,
     ow: usize,
     kh: usize,
@@ -165,11 +208,12 @@ pub fn kernel(
 ) -> Result<OpKernel, CodegenError> {
     let fail = |m: String| spec_error("conv", name, m);
     if !eligible(shape, dtype) {
-        return Err(fail(format!("the implicit GEMM needs one group and f32, f16 or bf16 ({dtype}): {shape:?}")));
+        return Err(fail(format!("the implicit GEMM needs one group or groups that tile 64 or 128 channels, in f32, f16 or bf16 ({dtype}): {shape:?}")));
     }
     let (oh, ow) = (shape.oh(), shape.ow());
     let m = shape.n * oh * ow;
-    let (k, k_pad) = k_sizes(shape, dtype);
+    let (k, k_pad) = k_sizes(shape, t, dtype);
+    let (cog, cig) = group_sizes(shape);
     let co_pad = shape.c_out.div_ceil(t.bn) * t.bn;
     let ctas = m.div_ceil(t.bm) * (co_pad / t.bn);
     if ctas > i32::MAX as usize {
@@ -191,6 +235,11 @@ pub fn kernel(
         c_in: shape.c_in,
         c_out: shape.c_out,
         c_out_even: shape.c_out.is_multiple_of(2),
+        groups: shape.groups,
+        win: window(shape, t),
+        cig,
+        cog,
+        ragged_window: shape.groups > 1 && !shape.c_out.is_multiple_of(t.bn),
         oh,
         ow,
         kh: shape.kh,
@@ -207,7 +256,7 @@ pub fn kernel(
         co_pad,
         bk: SLICE_BYTES / dtype.size_bytes(),
         ch: chunk(dtype),
-        narrow: narrow(shape, dtype),
+        narrow: narrow(shape, t, dtype),
         bm: t.bm,
         bn: t.bn,
         warps_m: 2,

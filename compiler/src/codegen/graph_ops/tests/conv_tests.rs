@@ -370,12 +370,17 @@ fn packed_layout_matches_the_reference_conv() {
 }
 
 /// The implicit GEMM's math on the CPU, from its packed weight: output pixel `m` and channel
-/// `co` sum over `k < k_pad` the gathered `X̃[m, k]` (the template's index math: tap `k / c_in`,
-/// zero outside the image and past `K`) times `packed[co · k_pad + k]`.
+/// `co` sum over `k < k_pad` the gathered `X̃[m, k]` (the template's index math: tap
+/// `k / window`, input channel `ch_base + k % window` with `ch_base` the first channel of the
+/// groups of `co`'s `bn`-channel tile; zero outside the image, past `K` or past `c_in`) times
+/// `packed[co · k_pad + k]`.
 fn igemm_conv(s: &ConvShape, dtype: DType, x: &[f32], packed: &[f32], bias: &[f32], epi: Epilogue) -> Vec<f64> {
     let (oh, ow) = (s.oh(), s.ow());
     let m_rows = s.n * oh * ow;
-    let k = s.kh * s.kw * s.c_in;
+    let bn = conv_igemm_tiles(s).bn;
+    let (cog, cig) = (s.c_out / s.groups, s.c_in / s.groups);
+    let window = if s.groups == 1 { s.c_in } else { bn / cog * cig };
+    let k = s.kh * s.kw * window;
     let bk = 64 / dtype.size_bytes();
     let k_pad = k.div_ceil(bk) * bk;
     assert_eq!(packed.len() % k_pad, 0, "whole padded rows");
@@ -384,13 +389,14 @@ fn igemm_conv(s: &ConvShape, dtype: DType, x: &[f32], packed: &[f32], bias: &[f3
     for m in 0..m_rows {
         let (ox, oy, n) = (m % ow, m / ow % oh, m / (ow * oh));
         for co in 0..s.c_out {
+            let ch_base = (co / bn * bn / cog) * cig;
             let mut acc = 0.0f64;
             for kc in 0..k_pad {
-                let (tap, ci) = (kc / s.c_in, kc % s.c_in);
+                let (tap, ci) = (kc / window, ch_base + kc % window);
                 let (ky, kx) = (tap / s.kw, tap % s.kw);
                 let iy = (oy * s.stride.0 + ky * s.dilation.0) as isize - s.pads[0] as isize;
                 let ix = (ox * s.stride.1 + kx * s.dilation.1) as isize - s.pads[1] as isize;
-                let inside = kc < k && iy >= 0 && iy < s.h as isize && ix >= 0 && ix < s.w as isize;
+                let inside = kc < k && ci < s.c_in && iy >= 0 && iy < s.h as isize && ix >= 0 && ix < s.w as isize;
                 let xv =
                     if inside { x[((n * s.h + iy as usize) * s.w + ix as usize) * s.c_in + ci] as f64 } else { 0.0 };
                 acc += xv * packed[co * k_pad + kc] as f64;
@@ -413,6 +419,26 @@ fn implicit_gemm_gather_and_packed_weight_match_the_reference_conv() {
         ("7x1 conv1d-like", conv(2, (1, 12), 4, 7, 1, (1, 7), (1, 1), (1, 1), [0, 3, 0, 3]), F32, relu),
         ("stem 7x7 s2, 3 channels (f16)", conv(2, (13, 11), 3, 8, 1, (7, 7), (2, 2), (1, 1), [3; 4]), F16, relu),
         ("3 channels (f32)", conv(1, (9, 9), 3, 5, 1, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1]), F32, plain),
+        // RegNet-like groups of 16: four per 64-channel tile, the last tile ragged (9 groups).
+        (
+            "grouped 16 wide, ragged last tile (f16)",
+            conv(1, (6, 5), 144, 144, 9, (3, 3), (1, 1), (1, 1), [1; 4]),
+            F16,
+            relu,
+        ),
+        ("grouped 8 wide, s2 (f32)", conv(2, (7, 7), 32, 64, 4, (3, 3), (2, 2), (1, 1), [1; 4]), F32, plain),
+        (
+            "grouped 128 wide in 128 tiles (bf16)",
+            conv(1, (4, 4), 128, 256, 2, (3, 3), (1, 1), (1, 1), [1; 4]),
+            BF16,
+            plain,
+        ),
+        (
+            "grouped, narrow window: 4 inputs per group (f16)",
+            conv(1, (5, 5), 12, 48, 3, (3, 3), (1, 1), (1, 1), [1; 4]),
+            F16,
+            relu,
+        ),
     ];
     let mut rng = crate::rng::SplitMix64::new(11);
     for (label, s, dtype, epi) in cases {
@@ -447,11 +473,17 @@ fn implicit_gemm_gather_and_packed_weight_match_the_reference_conv() {
 
 #[test]
 fn implicit_gemm_is_refused_where_it_does_not_apply() {
-    let grouped = conv(1, (8, 8), 16, 16, 2, (3, 3), (1, 1), (1, 1), [1; 4]);
-    for (label, s, dtype) in [("grouped", &grouped, F16), ("depthwise", &effnet_dw(14, 32, 3, 1), F32)] {
+    // Groups of 24 output channels tile neither 64 nor 128; a depth multiplier reads one input.
+    let grouped = conv(1, (8, 8), 16, 48, 2, (3, 3), (1, 1), (1, 1), [1; 4]);
+    let multiplier = conv(1, (8, 8), 16, 32, 16, (3, 3), (1, 1), (1, 1), [1; 4]);
+    for (label, s, dtype) in [
+        ("groups of 24", &grouped, F16),
+        ("depthwise", &effnet_dw(14, 32, 3, 1), F32),
+        ("multiplier 2", &multiplier, F32),
+    ] {
         assert!(!conv_igemm_eligible(s, dtype), "{label}");
         let e = error(conv_nhwc_with("cv", s, dtype, false, Activation::None, ConvEngine::ImplicitGemm));
-        assert!(e.contains("implicit GEMM needs one group"), "{label}: {e}");
+        assert!(e.contains("implicit GEMM needs one group or groups that tile"), "{label}: {e}");
         let w = vec![0.0; s.weight_len()];
         assert!(conv_weight(s, dtype, ConvEngine::ImplicitGemm, &w).is_err(), "{label}");
         // Automatically they stay on the direct or depthwise kernel, with its f32 weight.
