@@ -71,6 +71,10 @@ pub struct CompileArgs {
     /// cores (for ablations).
     #[arg(long)]
     pub direct_conv: bool,
+    /// Keep 1×1 convolutions whose weight has no TeSA as convolution kernels (implicit GEMM,
+    /// epilogue fused) instead of planned MatMuls (for measurement; sparse ones stay MatMuls).
+    #[arg(long)]
+    pub pointwise_conv: bool,
     /// Run dense fp16/bf16 matmuls on our own dense kernel instead of cuBLAS (for ablations;
     /// fp32 always runs on our 3xTF32 kernel).
     #[arg(long)]
@@ -151,7 +155,11 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     let line = format!("{pruned} values with pruned elements{}", if sparsified.cached { " (cached)" } else { "" });
     pipeline.record("propagate", secs, line, Some(&graph))?;
     bar.set_message("shrinking channels, NHWC");
-    let rewrites = RewriteOptions { shrink: !args.no_shrink, merge_matmuls: !args.no_merge_qkv };
+    let rewrites = RewriteOptions {
+        shrink: !args.no_shrink,
+        merge_matmuls: !args.no_merge_qkv,
+        dense_pointwise_as_conv: args.pointwise_conv,
+    };
     let RewriteReport { narrow, batchnorm, shrink, layout, merge } =
         rewrite_in(&mut graph, &rewrites, &args.dtype, &mut pipeline)?;
     stage("rewrite", &bar, &mut t);

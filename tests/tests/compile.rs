@@ -24,7 +24,7 @@ fn compile(graph: Graph, tesa: Option<&str>, options: &ModelOptions) -> (Graph, 
 }
 
 /// The rewrites with Q, K and V kept apart (`--no-merge-qkv`; merged by default).
-const APART: RewriteOptions = RewriteOptions { shrink: true, merge_matmuls: false };
+const APART: RewriteOptions = RewriteOptions { shrink: true, merge_matmuls: false, dense_pointwise_as_conv: false };
 
 fn compile_with(
     mut graph: Graph,

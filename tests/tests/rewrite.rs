@@ -7,7 +7,7 @@ use spartac::frontend::{load_model_bytes, LoadOptions};
 use spartac::ir::{print_graph, Graph};
 use spartac::propagate::{propagate, PropagateOptions};
 use spartac::reference::{execute, random_inputs};
-use spartac::rewrite::{channels_last, shrink_channels};
+use spartac::rewrite::{channels_last, channels_last_with, shrink_channels};
 use spartac::tesa::attrs::{apply_attrs, zero_pruned_initializers, TesaAttrs};
 use spartac_tests::builder::small_convnet;
 
@@ -70,6 +70,24 @@ fn channels_last_makes_pointwise_convs_matmuls_and_keeps_outputs() {
     let gap = worst_gap(&before, &graph);
     assert!(gap <= 1e-5, "outputs moved by {gap:e}");
     insta::assert_snapshot!(print_graph(&graph));
+}
+
+#[test]
+fn dense_pointwise_convs_can_stay_convolutions() {
+    // Without TeSAs, every pointwise conv stays a Conv (an NHWC kernel) when asked.
+    let dense = load_model_bytes(&small_convnet(), "convnet.onnx", &LoadOptions::default()).unwrap();
+    let mut graph = dense.clone();
+    let report = channels_last_with(&mut graph, true).unwrap();
+    assert_eq!((report.pointwise, report.convs), (0, 5), "{report:?}");
+    assert!(!graph.nodes.iter().any(|n| n.op_type == "MatMul"));
+    assert!(worst_gap(&dense, &graph) <= 1e-5);
+    // Weights with a TeSA keep the MatMul, where the planner's sparse kernels take them.
+    let mut before = pruned();
+    shrink_channels(&mut before).unwrap();
+    let mut graph = before.clone();
+    let report = channels_last_with(&mut graph, true).unwrap();
+    assert_eq!((report.pointwise, report.convs), (3, 2), "{report:?}");
+    assert!(worst_gap(&before, &graph) <= 1e-5);
 }
 
 #[test]

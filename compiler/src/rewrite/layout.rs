@@ -73,6 +73,9 @@ struct Rewriter<'a> {
     nchw: Vec<bool>,
     opset: i64,
     report: LayoutReport,
+    /// Keep a pointwise convolution whose weight has no TeSA a convolution (the NHWC kernel)
+    /// instead of a MatMul ([`channels_last_with`]).
+    dense_pointwise_as_conv: bool,
 }
 
 impl Rewriter<'_> {
@@ -233,7 +236,8 @@ impl Rewriter<'_> {
             && ones("strides", 1)
             && ones("pads", 0)
             && (auto_pad == "NOTSET" || auto_pad == "VALID")
-            && bias.is_none_or(|b| self.graph.initializers.contains_key(&b));
+            && bias.is_none_or(|b| self.graph.initializers.contains_key(&b))
+            && !(self.dense_pointwise_as_conv && self.graph.value(w).tesa.is_none());
         if !pointwise {
             self.between_transposes(node, x);
             self.report.convs += 1;
@@ -446,6 +450,14 @@ impl Rewriter<'_> {
 /// Moves the convolutions of `graph` and what lies between them to channels-last (see the
 /// module docs). A graph without a 1-D or 2-D Conv is left as it is.
 pub fn channels_last(graph: &mut Graph) -> Result<LayoutReport, Error> {
+    channels_last_with(graph, false)
+}
+
+/// [`channels_last`]; with `dense_pointwise_as_conv`, a pointwise convolution whose weight
+/// carries no TeSA (nothing for the planner's sparse kernels) stays a convolution, which runs
+/// as an NHWC kernel (the implicit GEMM, bias and activation in its epilogue) rather than as a
+/// planned dense MatMul.
+pub fn channels_last_with(graph: &mut Graph, dense_pointwise_as_conv: bool) -> Result<LayoutReport, Error> {
     let has_conv = graph
         .nodes
         .iter()
@@ -460,7 +472,15 @@ pub fn channels_last(graph: &mut Graph) -> Result<LayoutReport, Error> {
     for &v in graph.inputs.iter().chain(graph.initializers.keys()) {
         nchw[v.index()] = true;
     }
-    let mut rw = Rewriter { graph, nodes: vec![], nhwc: HashMap::new(), nchw, opset, report: LayoutReport::default() };
+    let mut rw = Rewriter {
+        graph,
+        nodes: vec![],
+        nhwc: HashMap::new(),
+        nchw,
+        opset,
+        report: LayoutReport::default(),
+        dense_pointwise_as_conv,
+    };
     for node in &old_nodes {
         let done = node.domain.is_empty()
             && match node.op_type.as_str() {

@@ -25,7 +25,7 @@ pub mod narrow_broadcasts;
 pub use channels::{shrink_channels, ShrinkReport};
 pub use fold_batchnorm::{fold_batchnorm, FoldReport};
 pub use half::{to_half, HalfReport};
-pub use layout::{channels_last, LayoutReport};
+pub use layout::{channels_last, channels_last_with, LayoutReport};
 pub use merge_matmuls::{merge_matmuls, MergeReport};
 pub use narrow_broadcasts::{narrow_broadcasts, NarrowReport};
 
@@ -74,11 +74,13 @@ pub struct RewriteOptions {
     pub shrink: bool,
     /// [`merge_matmuls`]: Q, K and V projections as one MatMul (on by default).
     pub merge_matmuls: bool,
+    /// [`channels_last_with`]: dense pointwise convolutions stay convolutions (off by default).
+    pub dense_pointwise_as_conv: bool,
 }
 
 impl Default for RewriteOptions {
     fn default() -> RewriteOptions {
-        RewriteOptions { shrink: true, merge_matmuls: true }
+        RewriteOptions { shrink: true, merge_matmuls: true, dense_pointwise_as_conv: false }
     }
 }
 
@@ -125,7 +127,7 @@ pub fn prepare_in(
         Ok((r, line))
     })?;
     let layout = pipeline.run("channels_last", graph, |g| {
-        let r = channels_last(g)?;
+        let r = channels_last_with(g, options.dense_pointwise_as_conv)?;
         let line = format!(
             "{} 1x1 convolutions as MatMuls, {} NHWC convolutions, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled)",
             r.pointwise, r.convs, r.pools, r.concats, r.border_transposes, r.transposes_cancelled
