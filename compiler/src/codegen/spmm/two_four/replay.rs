@@ -123,7 +123,7 @@ struct Cta<'a> {
 impl Cta<'_> {
     fn check(&mut self, what: &str, region: Region, offset: usize, width: usize) -> Result<(), String> {
         self.stats.accesses += 1;
-        if offset % width != 0 {
+        if !offset.is_multiple_of(width) {
             return Err(format!("{}: {what}: {} byte {offset} is not {width}-byte aligned", self.label, region.name));
         }
         if offset + width > region.bytes {
