@@ -121,7 +121,8 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
 
 /// The 2:4 kernels of the GPU tests and of the 2:4 bench (every tile it tries), for Hopper
 /// (sm_90a) and Ampere (sm_80): `mma.sp` with ordered metadata in the PTX, fed by cp.async and
-/// ldmatrix, assembled by ptxas without spills.
+/// ldmatrix, assembled by ptxas without spills, every access in bounds on the CPU replay
+/// (`codegen::two_four_replay`).
 #[test]
 fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
     nvrtc();
@@ -136,6 +137,9 @@ fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
             if !seen.insert(kernel.source.clone()) {
                 continue;
             }
+            // Every access of the launch replayed on the CPU: in bounds, aligned, inside the
+            // dynamic shared memory the launch reports.
+            spartac::codegen::two_four_replay::replay(&kernel).unwrap_or_else(|e| panic!("{}: {e}", case.label()));
             for arch in ["sm_90a", "sm_80"] {
                 let ptx = compile_ptx(&kernel.name, &kernel.source, arch).unwrap_or_else(|e| panic!("{e}"));
                 let op = format!(

@@ -19,7 +19,8 @@
 //! kernels (`spmm/wgmma/`), fp32 blocks and fine weights on tensor cores at fp32 accuracy
 //! (`spmm/tf32.rs`, `spmm/fine_tf32/`), the fine weight dismantled to the element
 //! (`spmm/dismantled.rs`), int8 (`spmm/int8.rs`, with [`quant`]), 2:4 weights on the sparse
-//! tensor cores (`spmm/two_four/`, its packing and CPU emulation [`two_four`]) and the dense fallback on the
+//! tensor cores (`spmm/two_four/`, its packing and CPU emulation [`two_four`], the CPU replay of its
+//! launch's every access [`two_four_replay`]) and the dense fallback on the
 //! vendor library (`library.rs`). [`Engine`] forces a family where several apply;
 //! `Engine::Auto` is the specializer's measured choice. Around them: [`from_plan`] turns a
 //! plan into specs, [`graph_ops`] generates the kernels of every other op a compiled model
@@ -49,6 +50,7 @@ pub use crate::kernel_choice::{
 pub use library::{library_gemm, library_takes, library_takes_dense, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::two_four::pack as two_four;
+pub use spmm::two_four::replay as two_four_replay;
 pub use spmm::wgmma::CoreLayout;
 pub use spmm::{few_rows, row_scatter, specialize, stride_live_rows, FineTable, Kernel, Launch, Prepass, TmaBox};
 

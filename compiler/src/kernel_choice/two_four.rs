@@ -67,9 +67,10 @@ impl TwoFourTiling {
         self.bn + 4
     }
     /// Bytes of one pipeline stage: the A tile, the compressed W tile (`bn × bk/2` 16-bit
-    /// values) and its metadata (`bn × bk/16` bytes).
+    /// values) and its metadata (a 4-bit nibble per column and 4-k chunk: `bn × bk/8` bytes,
+    /// 16 words per sparse tile and k32 step, as the template's `Ms` ring holds them).
     pub fn stage_bytes(&self) -> usize {
-        2 * self.bm * self.a_ld() + self.bn * self.bk + self.bn * self.bk / 16
+        2 * self.bm * self.a_ld() + self.bn * self.bk + self.bn * self.bk / 8
     }
     /// Shared memory of one CTA: the ring, or the fp32 output staging where it is larger.
     pub fn smem_bytes(&self) -> usize {

@@ -10,9 +10,11 @@
 //! `ldmatrix`; the fp32 tile is staged in shared memory and leaves through the shared
 //! epilogue (`templates/epilogue.cuh`) as 16-byte rows of C. The kernel has one mode: the
 //! metadata and values stream from device memory (`Mode::IndexStream`; the pattern is data,
-//! the code depends on the shape and tile only).
+//! the code depends on the shape and tile only). [`replay`] recomputes every access of a
+//! launch on the CPU against the buffers and the dynamic shared memory it reports.
 
 pub mod pack;
+pub mod replay;
 #[cfg(test)]
 pub(crate) mod tests;
 

@@ -1,7 +1,7 @@
 //! The 2:4 packing against the PTX register layout, its round trip, its CPU emulation against
 //! the dense f64 product, and the specializer's refusals.
 
-use super::pack;
+use super::{pack, replay};
 use crate::codegen::{specialize, Activation, Dtype, Epilogue, Family, Mode, SpmmSpec, Tile};
 use crate::rng::SplitMix64;
 
@@ -123,4 +123,85 @@ fn renders_the_tile_the_epilogue_and_the_ragged_edge() {
     assert!(kern.source.contains("Ms[i] = 0x44444444u") && kern.source.contains("const uint4 old = *dst;"));
     assert_eq!(kern.launch.grid, (1, 2, 1));
     assert_eq!(kern.name, "spmm_two_four_f16_64x64x64s2w4");
+}
+
+/// The kernel of an `m × k × n` f16 2:4 product (no kept elements: the addresses do not depend
+/// on the pattern), with the given epilogue and tile.
+fn replay_kernel(
+    m: usize,
+    k: usize,
+    n: usize,
+    bias: bool,
+    tile: Option<Tile>,
+    accumulate: bool,
+) -> crate::codegen::Kernel {
+    let mut s = spec(m, k, n, Dtype::F16, vec![]);
+    s.epilogue = Epilogue { bias, activation: Activation::None };
+    s.tile = tile;
+    s.accumulate = accumulate;
+    specialize(&s).unwrap()
+}
+
+/// The launches that faulted on the H200 (every 2:4 launch: the cube and MiniLM's linears, with
+/// and without bias), replayed address by address on the CPU: every access in bounds, aligned,
+/// inside the dynamic shared memory the launch reports.
+#[test]
+fn the_gpu_cases_replay_inside_their_buffers_and_shared_memory() {
+    for (m, k, n) in [(4096, 4096, 4096), (4096, 384, 1152), (4096, 384, 1536), (4096, 1536, 384)] {
+        for bias in [true, false] {
+            let kern = replay_kernel(m, k, n, bias, None, false);
+            let stats = replay::replay(&kern).unwrap_or_else(|e| panic!("{m}x{k}x{n} bias {bias}: {e}"));
+            assert!(stats.ctas >= 9 && stats.accesses > 0, "{stats:?}");
+            assert_eq!(stats.smem_used, kern.launch.smem_bytes as usize, "the launch reserves what the ring takes");
+        }
+    }
+}
+
+/// The forced tiles of the bench and the GPU tests, ragged M and N, 32-deep stages and the
+/// accumulating epilogue.
+#[test]
+fn forced_tiles_and_ragged_edges_replay_inside_their_buffers() {
+    let tile = |rows, group, warps, stages, k_rows| Some(Tile { group, warps, k_rows, ..Tile::new(rows, stages) });
+    let cases = [
+        (4096, 4096, 4096, tile(128, 4, 8, 4, 2), false),
+        (4096, 4096, 4096, tile(256, 4, 8, 3, 2), false),
+        (4096, 384, 1152, tile(128, 8, 8, 3, 2), false),
+        (4096, 1536, 384, tile(64, 4, 4, 4, 2), false),
+        (4096, 384, 1536, tile(128, 4, 4, 3, 4), false),
+        (333, 96, 48, None, false),
+        (1000, 512, 1152, tile(256, 4, 8, 3, 2), false),
+        (777, 1024, 768, tile(128, 8, 8, 3, 2), false),
+        (300, 256, 320, tile(64, 2, 4, 2, 1), false),
+        (513, 512, 512, tile(128, 4, 4, 4, 4), false),
+        (100, 64, 48, Some(Tile { group: 2, ..Tile::new(64, 2) }), true),
+    ];
+    for (m, k, n, t, accumulate) in cases {
+        let kern = replay_kernel(m, k, n, true, t, accumulate);
+        replay::replay(&kern).unwrap_or_else(|e| panic!("{m}x{k}x{n} {t:?}: {e}"));
+    }
+}
+
+/// The replay fails where the launch and the template disagree: 16 bytes less dynamic shared
+/// memory than the arrays take, a block of the wrong size, a grid short of the output, a copy
+/// past the end of the metadata.
+#[test]
+fn the_replay_catches_a_launch_that_disagrees_with_the_template() {
+    let kern = replay_kernel(4096, 384, 1536, true, None, false);
+    let used = replay::replay(&kern).unwrap().smem_used as u32;
+    let mut short = kern.clone();
+    short.launch.smem_bytes = used - 16;
+    let e = replay::replay(&short).unwrap_err();
+    assert!(e.contains("past the launch's") && e.contains("dynamic shared memory"), "{e}");
+    let mut block = kern.clone();
+    block.launch.block.0 *= 2;
+    assert!(replay::replay(&block).unwrap_err().contains("block"));
+    let mut grid = kern.clone();
+    grid.launch.grid.1 -= 1;
+    assert!(replay::replay(&grid).unwrap_err().contains("does not cover"));
+    // A ragged N: without its skips, the last CTA would copy W and metadata past their ends.
+    let ragged = replay_kernel(100, 64, 48, false, Some(Tile { group: 2, ..Tile::new(64, 2) }), false);
+    assert!(replay::replay(&ragged).is_ok());
+    let no_skip = ragged.source.replace("if (t0 + t >= W_TILES) continue;", "");
+    let e = replay::replay(&crate::codegen::Kernel { source: no_skip, ..ragged }).unwrap_err();
+    assert!(e.contains("cp.async meta src: idx (metadata) bytes 384..400 past its 384 bytes"), "{e}");
 }
