@@ -10,6 +10,8 @@
 //! prune from nothing: fills, slices, gathers, strided windows), and the outputs of ops that
 //! only move or select elements get no more bits than their data inputs. The loop stops when
 //! the worklist is empty or at the visit cap, and the report says which ([`StopReason`]).
+//! Masks travel as bits ([`BitMask`]); what rules keep between visits (source traces) lives in
+//! one [`RuleMemo`] per run, so a visit costs word operations, not per-element work.
 //!
 //! The pass is sound when forcing every pruned element (weights and activations) to zero
 //! leaves the outputs unchanged: [`execute_zeroing_pruned`] runs a graph that way and
@@ -25,9 +27,9 @@ pub mod rules;
 pub mod scramble;
 
 use crate::ir::{Graph, ValueKind};
-use crate::tesa::Tesa;
+use crate::tesa::{BitMask, Tesa};
 use crate::Error;
-use rules::{never_scramble, rule_for, RuleCtx};
+use rules::{never_scramble, rule_for, RuleCtx, RuleMemo};
 use scramble::{scramble_backward, scramble_forward, ScrambleInput, ScrambleOptions};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -122,7 +124,7 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
     for o in &graph.outputs {
         is_output[o.index()] = true;
     }
-    let mut back: BTreeMap<(usize, usize), Vec<bool>> = BTreeMap::new();
+    let mut back: BTreeMap<(usize, usize), BitMask> = BTreeMap::new();
     let mut queue: VecDeque<usize> = (0..graph.nodes.len()).collect();
     let mut queued = vec![true; graph.nodes.len()];
     let cap = opts.max_visits_per_node.max(1) * graph.nodes.len().max(1);
@@ -130,6 +132,7 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
     let mut unhandled: BTreeMap<String, usize> = BTreeMap::new();
     let mut stop = StopReason::Converged;
     let mut first_visit = vec![true; graph.nodes.len()];
+    let memo = RuleMemo::default();
     while let Some(n) = queue.pop_front() {
         queued[n] = false;
         if visits >= cap {
@@ -146,6 +149,7 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
                 consts: node.inputs.iter().map(|i| i.and_then(|i| consts.get(&i.index()))).collect(),
                 out_facts: node.outputs.iter().map(|o| graph.fact(*o)).collect(),
                 outs: node.outputs.iter().map(|o| &tesa[o.index()]).collect(),
+                memo: Some((&memo, n)),
             };
             let any_pruned = ctx.ins.iter().flatten().chain(ctx.outs.iter()).any(|t| t.n_pruned() > 0);
             if !any_pruned && !may_prune_dense(&node.op_type) {
@@ -171,7 +175,8 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
                 match scramble_forward(node, &inputs, &opts.scramble) {
                     Some(masks) => {
                         scrambled += 1;
-                        (masks.into_iter().map(Some).collect(), backward)
+                        let bits = |m: Option<Vec<bool>>| m.map(|m| BitMask::from_bools(&m));
+                        (masks.into_iter().map(|m| bits(Some(m))).collect(), backward.into_iter().map(bits).collect())
                     }
                     None => {
                         if first_visit[n] {
@@ -201,7 +206,7 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
             if mask.len() != tesa[o.index()].numel() {
                 continue;
             }
-            if tesa[o.index()].prune_mask(&mask) {
+            if tesa[o.index()].prune_bits(&mask) {
                 changed_values.push(o.index());
             }
         }
@@ -216,24 +221,23 @@ pub fn propagate(graph: &mut Graph, opts: &PropagateOptions) -> Result<Propagate
             if is_output[v] {
                 continue;
             }
-            // Prune where every consumer agrees.
-            let mut agreed: Option<Vec<bool>> = None;
+            // Prune where every consumer agrees (and every proposal fits the value).
+            let numel = tesa[v].numel();
+            let mut agreed: Option<BitMask> = None;
             for u in &uses[v] {
                 match back.get(u) {
-                    None => {
+                    Some(m) if m.len() == numel => match &mut agreed {
+                        None => agreed = Some(m.clone()),
+                        Some(a) => a.and_assign(m),
+                    },
+                    _ => {
                         agreed = None;
                         break;
-                    }
-                    Some(m) => {
-                        agreed = Some(match agreed {
-                            None => m.clone(),
-                            Some(a) => a.iter().zip(m).map(|(x, y)| *x && *y).collect(),
-                        })
                     }
                 }
             }
             if let Some(mask) = agreed {
-                if mask.len() == tesa[v].numel() && tesa[v].prune_mask(&mask) {
+                if tesa[v].prune_bits(&mask) {
                     changed_values.push(v);
                 }
             }

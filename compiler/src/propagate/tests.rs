@@ -222,8 +222,9 @@ fn both(g: &Graph, samples: usize) -> (Vec<bool>, Vec<bool>) {
         consts: consts.iter().map(|c| c.as_ref()).collect(),
         out_facts: node.outputs.iter().map(|o| g.fact(*o)).collect(),
         outs: node.outputs.iter().map(|o| &tesa[o.index()]).collect(),
+        memo: None,
     };
-    let algebra = rule_for(&node.op_type).unwrap()(&ctx).unwrap().outputs[0].clone().unwrap();
+    let algebra = rule_for(&node.op_type).unwrap()(&ctx).unwrap().outputs[0].clone().unwrap().to_bools();
     let inputs: Vec<Option<ScrambleInput>> = node
         .inputs
         .iter()
@@ -427,6 +428,7 @@ fn both_backward(g: &Graph, out_mask: &[bool], samples: usize) -> Vec<(Vec<bool>
         consts: consts.iter().map(|c| c.as_ref()).collect(),
         out_facts: node.outputs.iter().map(|o| g.fact(*o)).collect(),
         outs: node.outputs.iter().map(|o| &tesa[o.index()]).collect(),
+        memo: None,
     };
     let algebra = rule_for(&node.op_type).unwrap()(&ctx).unwrap().inputs;
     let inputs: Vec<Option<ScrambleInput>> = node
@@ -445,7 +447,7 @@ fn both_backward(g: &Graph, out_mask: &[bool], samples: usize) -> Vec<(Vec<bool>
             continue;
         }
         let have = tesa[i.index()].mask();
-        let alg = algebra[s].clone().unwrap_or_else(|| vec![false; have.len()]);
+        let alg = algebra[s].as_ref().map_or_else(|| vec![false; have.len()], |m| m.to_bools());
         let alg: Vec<bool> = alg.iter().zip(&have).map(|(a, h)| *a || *h).collect();
         pairs.push((alg, scrambled[s].clone().unwrap()));
     }
@@ -526,4 +528,52 @@ fn where_prunes_only_when_both_candidates_are_pruned() {
     propagate(&mut g, &PropagateOptions::default()).unwrap();
     let got = g.value(y).tesa.as_ref().unwrap().mask();
     assert_eq!(got, vec![true, true, false, false, true, false, true, false]);
+}
+
+/// The proposal of node 0's rule, with `memo` kept between calls (as the pass does) or none.
+fn rule_proposal(g: &Graph, memo: Option<&super::rules::RuleMemo>) -> (Vec<Option<BitMask>>, Vec<Option<BitMask>>) {
+    let node = &g.nodes[0];
+    let tesa: Vec<crate::tesa::Tesa> = g
+        .values
+        .iter()
+        .map(|v| v.tesa.clone().unwrap_or_else(|| crate::tesa::Tesa::for_dtype(&v.fact.shape, v.fact.dtype)))
+        .collect();
+    let consts: Vec<Option<Tensor>> =
+        node.inputs.iter().map(|i| i.and_then(|i| g.initializers.get(&i)).map(|t| t.to_dense())).collect();
+    let ctx = RuleCtx {
+        node,
+        in_facts: node.inputs.iter().map(|i| i.map(|i| g.fact(i))).collect(),
+        ins: node.inputs.iter().map(|i| i.map(|i| &tesa[i.index()])).collect(),
+        consts: consts.iter().map(|c| c.as_ref()).collect(),
+        out_facts: node.outputs.iter().map(|o| g.fact(*o)).collect(),
+        outs: node.outputs.iter().map(|o| &tesa[o.index()]).collect(),
+        memo: memo.map(|m| (m, 0)),
+    };
+    let p = rule_for(&node.op_type).unwrap()(&ctx).unwrap();
+    (p.outputs, p.inputs)
+}
+
+#[test]
+fn traced_rules_reuse_a_trace_only_for_equal_operands() {
+    // Gather rows of x [4, 6] whose rows 0 and 3 are pruned: indices [3, 0] give a pruned
+    // output, [1, 2] a live one. One memo sees both graphs as node 0, as a pass would see a
+    // node whose constant operand changed between visits.
+    let gather = |indices: Vec<i64>| {
+        let mut b = G::new();
+        let x = b.input("x", &[4, 6]);
+        let mask: Vec<bool> = (0..24).map(|i| i / 6 == 0 || i / 6 == 3).collect();
+        b.g.values[x.index()].tesa = Some(crate::tesa::Tesa::from_mask(&[4, 6], &mask));
+        let idx = b.init("idx", Tensor::from_vec(vec![2], indices));
+        let y = b.node("Gather", &[x, idx], attrs(&[("axis", Attr::Int(0))]));
+        b.finish(&[y])
+    };
+    let (dead, live) = (gather(vec![3, 0]), gather(vec![1, 2]));
+    let memo = super::rules::RuleMemo::default();
+    let first = rule_proposal(&dead, Some(&memo));
+    assert_eq!(first, rule_proposal(&dead, None), "a fresh trace is the unmemoized one");
+    assert!(first.0[0].as_ref().unwrap().all_run(0, 12), "rows 3 and 0 are pruned");
+    assert_eq!(rule_proposal(&dead, Some(&memo)), first, "equal operands reuse the trace");
+    let other = rule_proposal(&live, Some(&memo));
+    assert_eq!(other, rule_proposal(&live, None), "other operands trace anew");
+    assert!(!other.0[0].as_ref().unwrap().any(), "rows 1 and 2 are live");
 }

@@ -16,11 +16,13 @@
 
 pub mod annotate;
 pub mod attrs;
+pub mod bitmask;
 pub mod codec;
 pub mod masks;
 pub mod patterns;
 
 use crate::ir::format_float;
+pub use bitmask::BitMask;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -176,6 +178,11 @@ impl Tesa {
         out
     }
 
+    /// The pruned set as a [`BitMask`] (a copy of the words, no per-element work).
+    pub fn pruned_bits(&self) -> BitMask {
+        BitMask::from_words(self.numel, self.pruned.clone())
+    }
+
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -329,9 +336,14 @@ impl Tesa {
     /// [`Tesa::from_mask`] without building it. Returns true when anything changed.
     pub fn prune_mask(&mut self, mask: &[bool]) -> bool {
         assert_eq!(mask.len(), self.numel, "mask length must match the shape");
+        self.prune_bits(&BitMask::from_bools(mask))
+    }
+
+    /// [`Tesa::prune_mask`] for a [`BitMask`]: a word OR. Returns true when anything changed.
+    pub fn prune_bits(&mut self, mask: &BitMask) -> bool {
+        assert_eq!(mask.len(), self.numel, "mask length must match the shape");
         let mut changed = false;
-        for (w, chunk) in self.pruned.iter_mut().zip(mask.chunks(64)) {
-            let bits = chunk.iter().enumerate().fold(0u64, |acc, (j, m)| acc | ((*m as u64) << j));
+        for (w, &bits) in self.pruned.iter_mut().zip(mask.words()) {
             let new = *w | bits;
             if new != *w {
                 changed = true;

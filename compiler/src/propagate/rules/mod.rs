@@ -5,6 +5,13 @@
 //! rule is documented in one place. `rule_for` returns `None` for ops without a rule;
 //! the pass then falls back to tensor scrambling (`scramble.rs`).
 //!
+//! Rules compute on bits ([`BitMask`], set = pruned), a word at a time: elementwise ops and
+//! broadcasts ([`BitMask::broadcast`], [`BitMask::reduce_all`]), `Transpose`
+//! ([`BitMask::permute`]), `Concat`/`Split` and traced data movement as bit runs, `MatMul` per
+//! distinct row (`matmul.rs`). A few rarely large ones (`Conv`, `BatchNormalization`,
+//! `GlobalAveragePool`, pools, reductions) still work on one bool per element and convert.
+//! The masks are the same as the per-element definitions below; the tests hold them to it.
+//!
 //! Meaning of "pruned": forcing every pruned element of every tensor to zero (weights
 //! before the run, each node's outputs right after it runs) leaves the graph outputs
 //! unchanged. Under that reading:
@@ -46,14 +53,19 @@
 //! - Everything else goes to scrambling, forward and backward (`scramble.rs`);
 //!   `Softmax LogSoftmax LayerNormalization` and shape ops are left dense.
 
+mod matmul;
 mod structural;
 
-use crate::ir::{broadcast_index_map, strides, Node, Tensor, ValueFact};
+use crate::ir::{Node, Tensor, ValueFact};
 use crate::ops::{OpError, OpResult};
-use crate::tesa::Tesa;
+use crate::tesa::{BitMask, Tesa};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// What a rule sees: the node, per input its fact, TeSA and constant value, per output
-/// its fact and current TeSA.
+/// its fact and current TeSA, and the pass's [`RuleMemo`] with the node's index in it (`None`:
+/// nothing is kept between calls).
 pub struct RuleCtx<'a> {
     pub node: &'a Node,
     pub in_facts: Vec<Option<&'a ValueFact>>,
@@ -61,13 +73,49 @@ pub struct RuleCtx<'a> {
     pub consts: Vec<Option<&'a Tensor>>,
     pub out_facts: Vec<&'a ValueFact>,
     pub outs: Vec<&'a Tesa>,
+    pub memo: Option<(&'a RuleMemo, usize)>,
 }
 
-/// Masks a rule proposes (true = pruned); `None` = nothing to say.
+/// What rules keep between the visits of one propagation run, by node index: the source
+/// tracing of data-movement nodes (`structural.rs`) with the constant operands it was traced
+/// with. A node visited again with equal operands reuses its trace (the trace is a function
+/// of the node, its input shape and those operands); other operands trace anew. At most
+/// [`RuleMemo::MAX_RUNS`] runs are kept in all, so memory stays bounded.
+#[derive(Default)]
+pub struct RuleMemo {
+    traced: RefCell<HashMap<usize, TracedEntry>>,
+    runs: Cell<usize>,
+}
+
+/// A node's constant operands and the trace they gave.
+type TracedEntry = (Vec<Option<Tensor>>, Rc<structural::Copies>);
+
+impl RuleMemo {
+    /// Runs kept at most, over all nodes (24 bytes each).
+    pub const MAX_RUNS: usize = 1 << 22;
+
+    fn traced(&self, node: usize, operands: &[Option<Tensor>]) -> Option<Rc<structural::Copies>> {
+        let kept = self.traced.borrow();
+        let (ops, copies) = kept.get(&node)?;
+        (ops.as_slice() == operands).then(|| copies.clone())
+    }
+
+    fn keep_traced(&self, node: usize, operands: Vec<Option<Tensor>>, copies: Rc<structural::Copies>) {
+        let mut kept = self.traced.borrow_mut();
+        let old = kept.get(&node).map_or(0, |(_, c)| c.runs());
+        let runs = self.runs.get() - old + copies.runs();
+        if runs <= Self::MAX_RUNS {
+            self.runs.set(runs);
+            kept.insert(node, (operands, copies));
+        }
+    }
+}
+
+/// Masks a rule proposes (set = pruned); `None` = nothing to say.
 #[derive(Default)]
 pub struct Proposal {
-    pub outputs: Vec<Option<Vec<bool>>>,
-    pub inputs: Vec<Option<Vec<bool>>>,
+    pub outputs: Vec<Option<BitMask>>,
+    pub inputs: Vec<Option<BitMask>>,
 }
 
 impl Proposal {
@@ -125,22 +173,28 @@ fn input(ctx: &RuleCtx, i: usize) -> OpResult<()> {
     }
 }
 
+/// Input `i`'s pruned elements, one bool each (empty when the input is absent).
 fn mask_of(ctx: &RuleCtx, i: usize) -> Vec<bool> {
     ctx.ins[i].map(|t| t.mask()).unwrap_or_default()
+}
+
+/// Input `i`'s pruned elements as bits (empty when the input is absent).
+fn bits_of(ctx: &RuleCtx, i: usize) -> BitMask {
+    ctx.ins[i].map(|t| t.pruned_bits()).unwrap_or_else(|| BitMask::new(0))
 }
 
 fn unary_zero_preserving(ctx: &RuleCtx) -> OpResult<Proposal> {
     input(ctx, 0)?;
     let mut p = Proposal::new(ctx);
-    p.outputs[0] = Some(mask_of(ctx, 0));
-    p.inputs[0] = Some(ctx.outs[0].mask());
+    p.outputs[0] = Some(bits_of(ctx, 0));
+    p.inputs[0] = Some(ctx.outs[0].pruned_bits());
     Ok(p)
 }
 
 fn unary_backward_only(ctx: &RuleCtx) -> OpResult<Proposal> {
     input(ctx, 0)?;
     let mut p = Proposal::new(ctx);
-    p.inputs[0] = Some(ctx.outs[0].mask());
+    p.inputs[0] = Some(ctx.outs[0].pruned_bits());
     Ok(p)
 }
 
@@ -176,29 +230,30 @@ fn binary(ctx: &RuleCtx, combine: Combine) -> OpResult<Proposal> {
         return Ok(p);
     }
     let out_shape = &ctx.out_facts[0].shape;
-    let maps: Vec<Vec<usize>> =
-        (0..2).map(|i| broadcast_index_map(&ctx.in_facts[i].unwrap().shape, out_shape)).collect();
-    let masks: Vec<Vec<bool>> = (0..2).map(|i| mask_of(ctx, i)).collect();
-    let n = ctx.out_facts[0].numel();
-    let fwd: Vec<bool> = (0..n)
-        .map(|k| {
-            let (a, b) = (masks[0][maps[0][k]], masks[1][maps[1][k]]);
-            match combine {
-                Combine::Any => a || b,
-                Combine::All => a && b,
-                Combine::First => a,
-            }
-        })
-        .collect();
-    let y = ctx.outs[0].mask();
+    let shapes: Vec<&[usize]> = (0..2).map(|i| ctx.in_facts[i].unwrap().shape.as_slice()).collect();
+    // Each input broadcast to the output: element k of both is what output k reads.
+    let wide: Vec<BitMask> = (0..2).map(|i| bits_of(ctx, i).broadcast(shapes[i], out_shape)).collect();
+    let mut fwd = wide[0].clone();
+    match combine {
+        Combine::Any => {
+            fwd.or_assign(&wide[1]);
+        }
+        Combine::All => fwd.and_assign(&wide[1]),
+        Combine::First => {}
+    }
+    let y = ctx.outs[0].pruned_bits();
     for i in 0..2 {
         // For Mul an output element also stops needing one operand where the other is
         // pruned (x·0 = 0 whatever x is).
-        let y_i: Vec<bool> = match combine {
-            Combine::Any => (0..n).map(|k| y[k] || masks[1 - i][maps[1 - i][k]]).collect(),
+        let y_i = match combine {
+            Combine::Any => {
+                let mut y_i = y.clone();
+                y_i.or_assign(&wide[1 - i]);
+                y_i
+            }
             _ => y.clone(),
         };
-        p.inputs[i] = Some(broadcast_backward(ctx.in_facts[i].unwrap().numel(), &maps[i], &y_i));
+        p.inputs[i] = Some(y_i.reduce_all(shapes[i], out_shape));
     }
     p.outputs[0] = Some(fwd);
     Ok(p)
@@ -213,129 +268,15 @@ fn where_select(ctx: &RuleCtx) -> OpResult<Proposal> {
         return Ok(p);
     }
     let out_shape = &ctx.out_facts[0].shape;
-    let maps: Vec<Vec<usize>> =
-        (1..3).map(|i| broadcast_index_map(&ctx.in_facts[i].unwrap().shape, out_shape)).collect();
-    let (a, b) = (mask_of(ctx, 1), mask_of(ctx, 2));
-    p.outputs[0] = Some((0..ctx.out_facts[0].numel()).map(|k| a[maps[0][k]] && b[maps[1][k]]).collect());
-    let y = ctx.outs[0].mask();
+    let shape = |i: usize| ctx.in_facts[i].unwrap().shape.as_slice();
+    let mut fwd = bits_of(ctx, 1).broadcast(shape(1), out_shape);
+    fwd.and_assign(&bits_of(ctx, 2).broadcast(shape(2), out_shape));
+    p.outputs[0] = Some(fwd);
+    let y = ctx.outs[0].pruned_bits();
     for i in 1..3 {
-        p.inputs[i] = Some(broadcast_backward(ctx.in_facts[i].unwrap().numel(), &maps[i - 1], &y));
+        p.inputs[i] = Some(y.reduce_all(shape(i), out_shape));
     }
     Ok(p)
-}
-
-/// An input element (of `n_in`) is pruned when every output element mapping to it is.
-fn broadcast_backward(n_in: usize, map: &[usize], y: &[bool]) -> Vec<bool> {
-    let mut needed = vec![false; n_in];
-    for (k, &src) in map.iter().enumerate() {
-        if !y[k] {
-            needed[src] = true;
-        }
-    }
-    needed.into_iter().map(|n| !n).collect()
-}
-
-/// Row-major bit matrix: `rows` rows of `cols` bits.
-struct BitRows {
-    words: usize,
-    data: Vec<u64>,
-}
-
-impl BitRows {
-    fn new(rows: usize, cols: usize) -> BitRows {
-        let words = cols.div_ceil(64).max(1);
-        BitRows { words, data: vec![0; rows * words] }
-    }
-    fn set(&mut self, r: usize, c: usize) {
-        self.data[r * self.words + c / 64] |= 1 << (c % 64);
-    }
-    fn intersects(&self, r: usize, other: &BitRows, r2: usize) -> bool {
-        let a = &self.data[r * self.words..(r + 1) * self.words];
-        let b = &other.data[r2 * other.words..(r2 + 1) * other.words];
-        a.iter().zip(b).any(|(x, y)| x & y != 0)
-    }
-}
-
-/// Masks of `Y = A·B` with batch broadcasting; `a`, `b`, `y` are flat masks of logical
-/// shapes `[..., m, k]`, `[..., k, n]`, `[..., m, n]`. Returns (forward y, back a, back b).
-fn matmul_masks(
-    a: &[bool],
-    a_shape: &[usize],
-    b: &[bool],
-    b_shape: &[usize],
-    y: &[bool],
-    y_batch: &[usize],
-) -> (Vec<bool>, Vec<bool>, Vec<bool>) {
-    let (m, k) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
-    let n = b_shape[b_shape.len() - 1];
-    let map_a = broadcast_index_map(&a_shape[..a_shape.len() - 2], y_batch);
-    let map_b = broadcast_index_map(&b_shape[..b_shape.len() - 2], y_batch);
-    let mut fwd = vec![false; y.len()];
-    let mut a_needed = vec![false; a.len()];
-    let mut b_needed = vec![false; b.len()];
-    for (ob, (&ab, &bb)) in map_a.iter().zip(&map_b).enumerate() {
-        let (ao, bo, yo) = (ab * m * k, bb * k * n, ob * m * n);
-        // Forward: rows of A and columns of B as unpruned bitsets over k.
-        let mut a_rows = BitRows::new(m, k);
-        let mut b_cols = BitRows::new(n, k);
-        for i in 0..m {
-            for kk in 0..k {
-                if !a[ao + i * k + kk] {
-                    a_rows.set(i, kk);
-                }
-            }
-        }
-        for kk in 0..k {
-            for j in 0..n {
-                if !b[bo + kk * n + j] {
-                    b_cols.set(j, kk);
-                }
-            }
-        }
-        let mut y_rows = BitRows::new(m, n);
-        let mut y_cols = BitRows::new(n, m);
-        for i in 0..m {
-            for j in 0..n {
-                let pruned = y[yo + i * n + j] || !a_rows.intersects(i, &b_cols, j);
-                fwd[yo + i * n + j] = pruned;
-                if !pruned {
-                    y_rows.set(i, j);
-                    y_cols.set(j, i);
-                }
-            }
-        }
-        // Backward: A[i,k] matters when some unpruned Y[i,j] has B[k,j] unpruned.
-        let mut b_rows = BitRows::new(k, n);
-        let mut a_cols = BitRows::new(k, m);
-        for kk in 0..k {
-            for j in 0..n {
-                if !b[bo + kk * n + j] {
-                    b_rows.set(kk, j);
-                }
-            }
-            for i in 0..m {
-                if !a[ao + i * k + kk] {
-                    a_cols.set(kk, i);
-                }
-            }
-        }
-        for i in 0..m {
-            for kk in 0..k {
-                if y_rows.intersects(i, &b_rows, kk) {
-                    a_needed[ao + i * k + kk] = true;
-                }
-            }
-        }
-        for kk in 0..k {
-            for j in 0..n {
-                if y_cols.intersects(j, &a_cols, kk) {
-                    b_needed[bo + kk * n + j] = true;
-                }
-            }
-        }
-    }
-    let back = |v: Vec<bool>| v.into_iter().map(|x| !x).collect();
-    (fwd, back(a_needed), back(b_needed))
 }
 
 fn matmul(ctx: &RuleCtx) -> OpResult<Proposal> {
@@ -361,8 +302,14 @@ fn matmul(ctx: &RuleCtx) -> OpResult<Proposal> {
     let y_batch = crate::ir::broadcast_shapes(&a_shape[..a_shape.len() - 2], &b_shape[..b_shape.len() - 2])
         .ok_or_else(|| OpError::new("MatMul batch dims do not broadcast"))?;
     debug_assert_eq!(y_batch.iter().product::<usize>(), batch_n);
-    let (fwd, ba, bb) =
-        matmul_masks(&mask_of(ctx, 0), &a_shape, &mask_of(ctx, 1), &b_shape, &ctx.outs[0].mask(), &y_batch);
+    let (fwd, ba, bb) = matmul::matmul_masks(
+        &bits_of(ctx, 0),
+        &a_shape,
+        &bits_of(ctx, 1),
+        &b_shape,
+        &ctx.outs[0].pruned_bits(),
+        &y_batch,
+    );
     let mut p = Proposal::new(ctx);
     p.outputs[0] = Some(fwd);
     p.inputs[0] = Some(ba);
@@ -370,14 +317,9 @@ fn matmul(ctx: &RuleCtx) -> OpResult<Proposal> {
     Ok(p)
 }
 
-fn transpose_2d(mask: &[bool], rows: usize, cols: usize) -> Vec<bool> {
-    let mut out = vec![false; mask.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = mask[r * cols + c];
-        }
-    }
-    out
+/// A `rows × cols` mask transposed.
+fn transpose_2d(mask: &BitMask, rows: usize, cols: usize) -> BitMask {
+    mask.permute(&[rows, cols], &[1, 0])
 }
 
 fn gemm(ctx: &RuleCtx) -> OpResult<Proposal> {
@@ -388,7 +330,7 @@ fn gemm(ctx: &RuleCtx) -> OpResult<Proposal> {
     let (alpha, beta) = (attrs.float("alpha", 1.0)?, attrs.float("beta", 1.0)?);
     let a_shape = &ctx.in_facts[0].unwrap().shape;
     let b_shape = &ctx.in_facts[1].unwrap().shape;
-    let (mut a, mut b) = (mask_of(ctx, 0), mask_of(ctx, 1));
+    let (mut a, mut b) = (bits_of(ctx, 0), bits_of(ctx, 1));
     let (m, k) = if ta { (a_shape[1], a_shape[0]) } else { (a_shape[0], a_shape[1]) };
     let n = if tb { b_shape[0] } else { b_shape[1] };
     if ta {
@@ -398,19 +340,16 @@ fn gemm(ctx: &RuleCtx) -> OpResult<Proposal> {
         b = transpose_2d(&b, n, k);
     }
     if alpha == 0.0 {
-        a = vec![true; a.len()];
+        a = BitMask::ones(a.len());
     }
-    let y = ctx.outs[0].mask();
-    let (mut fwd, mut ba, mut bb) = matmul_masks(&a, &[m, k], &b, &[k, n], &y, &[]);
+    let y = ctx.outs[0].pruned_bits();
+    let (mut fwd, mut ba, mut bb) = matmul::matmul_masks(&a, &[m, k], &b, &[k, n], &y, &[]);
     let mut p = Proposal::new(ctx);
     // With C: Y = mm + C is pruned where both are.
     if let (Some(Some(c_fact)), true) = (ctx.in_facts.get(2), beta != 0.0) {
-        let map = broadcast_index_map(&c_fact.shape, &[m, n]);
-        let c = mask_of(ctx, 2);
-        for (i, f) in fwd.iter_mut().enumerate() {
-            *f = (*f && c[map[i]]) || y[i];
-        }
-        p.inputs[2] = Some(broadcast_backward(c_fact.numel(), &map, &y));
+        fwd.and_assign(&bits_of(ctx, 2).broadcast(&c_fact.shape, &[m, n]));
+        fwd.or_assign(&y);
+        p.inputs[2] = Some(y.reduce_all(&c_fact.shape, &[m, n]));
     }
     if ta {
         ba = transpose_2d(&ba, m, k);
@@ -433,30 +372,14 @@ fn transpose(ctx: &RuleCtx) -> OpResult<Proposal> {
         None => (0..rank).rev().collect(),
     };
     let out_shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
-    let in_strides = strides(in_shape);
-    let n = ctx.out_facts[0].numel();
-    // src[o] = flat input index of output element o.
-    let mut src = Vec::with_capacity(n);
-    let mut idx = vec![0usize; rank];
-    for _ in 0..n {
-        src.push(idx.iter().zip(&perm).map(|(i, &p)| i * in_strides[p]).sum::<usize>());
-        for ax in (0..rank).rev() {
-            idx[ax] += 1;
-            if idx[ax] < out_shape[ax] {
-                break;
-            }
-            idx[ax] = 0;
-        }
-    }
-    let x = mask_of(ctx, 0);
-    let y = ctx.outs[0].mask();
-    let mut back = vec![false; x.len()];
-    for (o, &s) in src.iter().enumerate() {
-        back[s] = y[o];
+    // Backward is the inverse permutation of the output's mask.
+    let mut inverse = vec![0; rank];
+    for (a, &p) in perm.iter().enumerate() {
+        inverse[p] = a;
     }
     let mut p = Proposal::new(ctx);
-    p.outputs[0] = Some(src.iter().map(|&s| x[s]).collect());
-    p.inputs[0] = Some(back);
+    p.outputs[0] = Some(bits_of(ctx, 0).permute(in_shape, &perm));
+    p.inputs[0] = Some(ctx.outs[0].pruned_bits().permute(&out_shape, &inverse));
     Ok(p)
 }
 
@@ -480,18 +403,16 @@ fn concat(ctx: &RuleCtx) -> OpResult<Proposal> {
     let shapes: Vec<&[usize]> = ctx.in_facts.iter().map(|f| f.unwrap().shape.as_slice()).collect();
     let (outer, inners) = pieces(&shapes, axis);
     let total: usize = inners.iter().sum();
-    let y = ctx.outs[0].mask();
-    let mut fwd = vec![false; y.len()];
+    let y = ctx.outs[0].pruned_bits();
+    let mut fwd = BitMask::new(y.len());
     let mut p = Proposal::new(ctx);
     let mut offset = 0;
     for (i, &inner) in inners.iter().enumerate() {
-        let x = mask_of(ctx, i);
-        let mut back = vec![false; x.len()];
+        let x = bits_of(ctx, i);
+        let mut back = BitMask::new(x.len());
         for o in 0..outer {
-            for r in 0..inner {
-                fwd[o * total + offset + r] = x[o * inner + r];
-                back[o * inner + r] = y[o * total + offset + r];
-            }
+            fwd.copy_run(o * total + offset, &x, o * inner, inner);
+            back.copy_run(o * inner, &y, o * total + offset, inner);
         }
         p.inputs[i] = Some(back);
         offset += inner;
@@ -511,18 +432,16 @@ fn split(ctx: &RuleCtx) -> OpResult<Proposal> {
     if inners.iter().sum::<usize>() != total {
         return Ok(Proposal::new(ctx));
     }
-    let x = mask_of(ctx, 0);
-    let mut back = vec![true; x.len()];
+    let x = bits_of(ctx, 0);
+    let mut back = BitMask::ones(x.len());
     let mut p = Proposal::new(ctx);
     let mut offset = 0;
     for (j, &inner) in inners.iter().enumerate() {
-        let y = ctx.outs[j].mask();
-        let mut fwd = vec![false; y.len()];
+        let y = ctx.outs[j].pruned_bits();
+        let mut fwd = BitMask::new(y.len());
         for o in 0..outer {
-            for r in 0..inner {
-                fwd[o * inner + r] = x[o * total + offset + r];
-                back[o * total + offset + r] = y[o * inner + r];
-            }
+            fwd.copy_run(o * inner, &x, o * total + offset, inner);
+            back.copy_run(o * total + offset, &y, o * inner, inner);
         }
         p.outputs[j] = Some(fwd);
         offset += inner;
@@ -591,11 +510,11 @@ fn conv(ctx: &RuleCtx) -> OpResult<Proposal> {
             }
         }
     }
-    p.outputs[0] = Some(fwd);
-    p.inputs[0] = Some(x_back);
-    p.inputs[1] = Some(w_back);
+    p.outputs[0] = Some(BitMask::from_bools(&fwd));
+    p.inputs[0] = Some(BitMask::from_bools(&x_back));
+    p.inputs[1] = Some(BitMask::from_bools(&w_back));
     if bias.is_some() {
-        p.inputs[2] = Some(y_dead.clone());
+        p.inputs[2] = Some(BitMask::from_bools(&y_dead));
     }
     Ok(p)
 }
@@ -638,11 +557,11 @@ fn batch_norm(ctx: &RuleCtx) -> OpResult<Proposal> {
                 }
             }
         }
-        p.outputs[0] = Some(fwd);
+        p.outputs[0] = Some(BitMask::from_bools(&fwd));
     }
-    p.inputs[0] = Some(y);
+    p.inputs[0] = Some(BitMask::from_bools(&y));
     for i in 1..5 {
-        p.inputs[i] = Some(y_dead.clone());
+        p.inputs[i] = Some(BitMask::from_bools(&y_dead));
     }
     Ok(p)
 }
@@ -654,7 +573,9 @@ fn global_average_pool(ctx: &RuleCtx) -> OpResult<Proposal> {
     let x = mask_of(ctx, 0);
     let y = ctx.outs[0].mask();
     let mut p = Proposal::new(ctx);
-    p.outputs[0] = Some((0..y.len()).map(|i| x[i * plane..(i + 1) * plane].iter().all(|m| *m)).collect());
-    p.inputs[0] = Some((0..x.len()).map(|i| y[i / plane.max(1)]).collect());
+    let fwd: Vec<bool> = (0..y.len()).map(|i| x[i * plane..(i + 1) * plane].iter().all(|m| *m)).collect();
+    let back: Vec<bool> = (0..x.len()).map(|i| y[i / plane.max(1)]).collect();
+    p.outputs[0] = Some(BitMask::from_bools(&fwd));
+    p.inputs[0] = Some(BitMask::from_bools(&back));
     Ok(p)
 }

@@ -11,17 +11,75 @@
 //! runs once on an f64 tensor holding `1, 2, 3, ...` in place of the data, with the
 //! other (constant) operands as they are; each output value names its source element,
 //! and 0 marks a fill (Pad's constant). Only one evaluation, exact, and no copy of any
-//! op's index logic. Windows and reductions ask the ops for their geometry
-//! (`ops::pool_taps`, `ops::reduce_target_of_each_input`).
+//! op's index logic; the trace is kept as runs of copied elements ([`Copies`]) and, in the
+//! pass's [`super::RuleMemo`], reused while the node's constant operands stay the same.
+//! Windows and reductions ask the ops for their geometry (`ops::pool_taps`,
+//! `ops::reduce_target_of_each_input`).
 
-use super::{input, mask_of, Proposal, RuleCtx};
+use super::{bits_of, input, mask_of, Proposal, RuleCtx};
 use crate::ir::{DType, Data, Tensor};
 use crate::ops::{registry, NodeCtx, OpError, OpResult};
+use crate::tesa::BitMask;
+use std::rc::Rc;
 
 /// Output element -> the input elements it is made of.
 struct Relation {
     n_in: usize,
     sources: Vec<Vec<usize>>,
+}
+
+/// A relation where every output element is one input element or a fill, as runs:
+/// outputs `out..out + len` are inputs `src..src + len` (`src` `None`: fills).
+pub(super) struct Copies {
+    n_in: usize,
+    n_out: usize,
+    runs: Vec<(usize, Option<usize>, usize)>,
+}
+
+impl Copies {
+    /// Number of runs.
+    pub(super) fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// From each output element's source (`None`: a fill), in output order.
+    fn new(n_in: usize, sources: impl Iterator<Item = Option<usize>>) -> Copies {
+        let mut runs: Vec<(usize, Option<usize>, usize)> = vec![];
+        let mut n_out = 0;
+        for s in sources {
+            match runs.last_mut() {
+                Some((_, Some(last), len)) if s == Some(*last + *len) => *len += 1,
+                Some((_, None, len)) if s.is_none() => *len += 1,
+                _ => runs.push((n_out, s, 1)),
+            }
+            n_out += 1;
+        }
+        Copies { n_in, n_out, runs }
+    }
+
+    /// Forward: an output is pruned when its source is, a fill when `fill_pruned`.
+    fn forward(&self, x: &BitMask, fill_pruned: bool) -> BitMask {
+        let mut y = BitMask::new(self.n_out);
+        for &(out, src, len) in &self.runs {
+            match src {
+                Some(s) => y.copy_run(out, x, s, len),
+                None => y.fill_run(out, len, fill_pruned),
+            }
+        }
+        y
+    }
+
+    /// Backward: an input element is pruned when no unpruned output copies it.
+    fn backward(&self, y: &BitMask) -> BitMask {
+        let live = y.not();
+        let mut needed = BitMask::new(self.n_in);
+        for &(out, src, len) in &self.runs {
+            if let Some(s) = src {
+                needed.or_run(s, &live, out, len);
+            }
+        }
+        needed.not()
+    }
 }
 
 impl Relation {
@@ -62,8 +120,8 @@ fn node_ctx<'a>(ctx: &'a RuleCtx) -> NodeCtx<'a> {
 
 fn apply(ctx: &RuleCtx, rel: &Relation, any: bool, empty_pruned: bool) -> Proposal {
     let mut p = Proposal::new(ctx);
-    p.outputs[0] = Some(rel.forward(&mask_of(ctx, 0), any, empty_pruned));
-    p.inputs[0] = Some(rel.backward(&ctx.outs[0].mask()));
+    p.outputs[0] = Some(BitMask::from_bools(&rel.forward(&mask_of(ctx, 0), any, empty_pruned)));
+    p.inputs[0] = Some(BitMask::from_bools(&rel.backward(&ctx.outs[0].mask())));
     p
 }
 
@@ -124,11 +182,9 @@ pub(super) fn traced(ctx: &RuleCtx) -> OpResult<Proposal> {
     if n_in as f64 >= 2f64.powi(52) {
         return Ok(Proposal::new(ctx));
     }
-    let iota = Tensor::new(x_fact.shape.clone(), Data::from_f64_iter(DType::F64, (1..=n_in).map(|i| i as f64)))
-        .ok_or_else(|| OpError::new("cannot build the source-tracing tensor"))?;
     // Pad's fill value: traced as 0 (no source); a non-zero fill keeps its elements.
     let mut fill_nonzero = false;
-    let mut operands: Vec<Option<Tensor>> = vec![Some(iota)];
+    let mut operands: Vec<Option<Tensor>> = vec![];
     for i in 1..ctx.ins.len() {
         let c = ctx.consts[i].map(|c| ctx.ins[i].map_or(c.clone(), |t| t.apply_to(c)));
         if op == "Pad" && i == 2 {
@@ -140,16 +196,33 @@ pub(super) fn traced(ctx: &RuleCtx) -> OpResult<Proposal> {
         }
         operands.push(c);
     }
-    let def = registry().get(op).ok_or_else(|| OpError::new(format!("no reference op {op}")))?;
-    let refs: Vec<Option<&Tensor>> = operands.iter().map(|t| t.as_ref()).collect();
-    let traced = (def.eval)(&node_ctx(ctx), &refs)?;
-    let Some(out) = traced.first() else { return Ok(Proposal::new(ctx)) };
-    let sources: Vec<Vec<usize>> =
-        out.to_f64_vec().iter().map(|&v| if v >= 1.0 { vec![v as usize - 1] } else { vec![] }).collect();
-    if sources.len() != ctx.out_facts[0].numel() {
-        return Ok(Proposal::new(ctx));
-    }
-    Ok(apply(ctx, &Relation { n_in, sources }, false, !fill_nonzero))
+    // A node revisited with the same operands copies the same elements: trace it once.
+    let memo = ctx.memo.and_then(|(memo, node)| memo.traced(node, &operands));
+    let copies = match memo {
+        Some(copies) => copies,
+        None => {
+            let iota = Tensor::new(x_fact.shape.clone(), Data::from_f64_iter(DType::F64, (1..=n_in).map(|i| i as f64)))
+                .ok_or_else(|| OpError::new("cannot build the source-tracing tensor"))?;
+            let def = registry().get(op).ok_or_else(|| OpError::new(format!("no reference op {op}")))?;
+            let refs: Vec<Option<&Tensor>> =
+                std::iter::once(Some(&iota)).chain(operands.iter().map(|t| t.as_ref())).collect();
+            let traced = (def.eval)(&node_ctx(ctx), &refs)?;
+            let Some(out) = traced.first() else { return Ok(Proposal::new(ctx)) };
+            if out.len() != ctx.out_facts[0].numel() {
+                return Ok(Proposal::new(ctx));
+            }
+            let sources = out.to_f64_vec().into_iter().map(|v| (v >= 1.0).then(|| v as usize - 1));
+            let copies = Rc::new(Copies::new(n_in, sources));
+            if let Some((memo, node)) = ctx.memo {
+                memo.keep_traced(node, operands, copies.clone());
+            }
+            copies
+        }
+    };
+    let mut p = Proposal::new(ctx);
+    p.outputs[0] = Some(copies.forward(&bits_of(ctx, 0), !fill_nonzero));
+    p.inputs[0] = Some(copies.backward(&ctx.outs[0].pruned_bits()));
+    Ok(p)
 }
 
 /// `Gather` along `axis` with indices known only at run time (an embedding lookup):
@@ -185,7 +258,7 @@ fn gather_dynamic(ctx: &RuleCtx) -> OpResult<Proposal> {
         }
     }
     let mut p = Proposal::new(ctx);
-    p.outputs[0] = Some(fwd);
-    p.inputs[0] = Some(back);
+    p.outputs[0] = Some(BitMask::from_bools(&fwd));
+    p.inputs[0] = Some(BitMask::from_bools(&back));
     Ok(p)
 }
