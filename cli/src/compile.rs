@@ -71,8 +71,9 @@ pub struct CompileArgs {
     /// cores (for ablations).
     #[arg(long)]
     pub direct_conv: bool,
-    /// Keep 1×1 convolutions whose weight has no TeSA as convolution kernels (implicit GEMM,
-    /// epilogue fused) instead of planned MatMuls (for measurement; sparse ones stay MatMuls).
+    /// Keep 1×1 convolutions with no pruned weight element as convolution kernels (implicit
+    /// GEMM, epilogue fused) instead of planned MatMuls (for measurement; pruned ones stay
+    /// MatMuls).
     #[arg(long)]
     pub pointwise_conv: bool,
     /// Run dense fp16/bf16 matmuls on our own dense kernel instead of cuBLAS (for ablations;

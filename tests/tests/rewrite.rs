@@ -74,16 +74,16 @@ fn channels_last_makes_pointwise_convs_matmuls_and_keeps_outputs() {
 
 #[test]
 fn dense_pointwise_convs_can_stay_convolutions() {
-    // Without TeSAs, every pointwise conv stays a Conv (an NHWC kernel) when asked.
+    // With nothing pruned, every pointwise conv stays a Conv (an NHWC kernel) when asked.
     let dense = load_model_bytes(&small_convnet(), "convnet.onnx", &LoadOptions::default()).unwrap();
     let mut graph = dense.clone();
     let report = channels_last_with(&mut graph, true).unwrap();
     assert_eq!((report.pointwise, report.convs), (0, 5), "{report:?}");
     assert!(!graph.nodes.iter().any(|n| n.op_type == "MatMul"));
     assert!(worst_gap(&dense, &graph) <= 1e-5);
-    // Weights with a TeSA keep the MatMul, where the planner's sparse kernels take them.
-    let mut before = pruned();
-    shrink_channels(&mut before).unwrap();
+    // Weights with pruned elements keep the MatMul, where the planner's sparse kernels take them.
+    // (Unshrunk: once shrink_channels cuts the pruned channels, nothing pruned is left.)
+    let before = pruned();
     let mut graph = before.clone();
     let report = channels_last_with(&mut graph, true).unwrap();
     assert_eq!((report.pointwise, report.convs), (3, 2), "{report:?}");

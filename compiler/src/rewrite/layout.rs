@@ -73,8 +73,8 @@ struct Rewriter<'a> {
     nchw: Vec<bool>,
     opset: i64,
     report: LayoutReport,
-    /// Keep a pointwise convolution whose weight has no TeSA a convolution (the NHWC kernel)
-    /// instead of a MatMul ([`channels_last_with`]).
+    /// Keep a pointwise convolution with no pruned weight element a convolution (the NHWC
+    /// kernel) instead of a MatMul ([`channels_last_with`]).
     dense_pointwise_as_conv: bool,
 }
 
@@ -237,7 +237,7 @@ impl Rewriter<'_> {
             && ones("pads", 0)
             && (auto_pad == "NOTSET" || auto_pad == "VALID")
             && bias.is_none_or(|b| self.graph.initializers.contains_key(&b))
-            && !(self.dense_pointwise_as_conv && self.graph.value(w).tesa.is_none());
+            && !(self.dense_pointwise_as_conv && self.graph.value(w).tesa.as_ref().is_none_or(|t| t.n_pruned() == 0));
         if !pointwise {
             self.between_transposes(node, x);
             self.report.convs += 1;
@@ -453,8 +453,8 @@ pub fn channels_last(graph: &mut Graph) -> Result<LayoutReport, Error> {
     channels_last_with(graph, false)
 }
 
-/// [`channels_last`]; with `dense_pointwise_as_conv`, a pointwise convolution whose weight
-/// carries no TeSA (nothing for the planner's sparse kernels) stays a convolution, which runs
+/// [`channels_last`]; with `dense_pointwise_as_conv`, a pointwise convolution with no pruned
+/// weight element (nothing for the planner's sparse kernels) stays a convolution, which runs
 /// as an NHWC kernel (the implicit GEMM, bias and activation in its epilogue) rather than as a
 /// planned dense MatMul.
 pub fn channels_last_with(graph: &mut Graph, dense_pointwise_as_conv: bool) -> Result<LayoutReport, Error> {
