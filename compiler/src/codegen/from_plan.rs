@@ -536,7 +536,7 @@ mod tests {
         assert!(rest.iter().all(|&p| p), "nothing left beside the 2:4 part");
         let cm = crate::plan::cost::CostModel::sm_90();
         let nf = cm.hw.number_format(16, crate::tesa::Format::Float);
-        op.suboperators = vec![SubOperator::two_four(owned, &nf, op.orientation, 0.0)];
+        op.suboperators = vec![SubOperator::two_four(owned, nf, op.orientation, 0.0)];
         let kernels = kernels_for_operator_with(&op, &w, activation_format(&g, &op)).unwrap();
         let families: Vec<_> = kernels.iter().map(|pk| super::super::specialize(&pk.spec).unwrap().family).collect();
         assert_eq!(
