@@ -52,7 +52,10 @@ Examples:
 
 For every operator whose weight has pruned elements: its shape and density, the chosen
 cover (block shapes, block counts, covered zeros), the predicted time sparse vs dense,
-the expected speedup, and why (e.g. \"dense: density 0.62 above crossover 0.35\").";
+the expected speedup, and why (e.g. \"dense: density 0.62 above crossover 0.35\").
+Then every convolution after the rewrites compile runs: its weight before and after
+pruned channels are cut, and what runs it (an NHWC kernel, or the planned MatMul a 1x1
+convolution becomes).";
 
 /// Plan a model: sub-operators per operator (SparTA's execution-plan transformation).
 #[derive(Args, Debug)]
@@ -135,10 +138,60 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
     let (graph, opts) = load(&args.inputs)?;
     let plan = plan_graph(&graph, &opts)?;
     print!("{}", explain(&plan));
+    print!("{}", explain_convolutions(&graph, &opts, !args.inputs.propagate)?);
     if let Some(path) = &args.json {
         write_atomic(path, serde_json::to_string_pretty(&plan.to_json())?.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The convolutions' section of `explain`: each Conv of `graph` after what `compile` runs
+/// (the propagation, where `propagate` says it has not run yet; the rewrites: BatchNorm
+/// folded, pruned channels cut, channels last), with its weight shape before
+/// and after and what runs it: an NHWC kernel (which one, for f16) or, for a 1×1 convolution,
+/// the planned MatMul it became (its chosen plan and predicted time). Empty without Convs.
+fn explain_convolutions(graph: &Graph, opts: &PlanOptions, propagate_first: bool) -> Result<String> {
+    use spartac::codegen::graph_ops::{conv_kernel_label, ConvEngine};
+    use std::fmt::Write as _;
+    let convs: Vec<_> = graph.nodes.iter().filter(|n| n.op_type == "Conv").collect();
+    if convs.is_empty() {
+        return Ok(String::new());
+    }
+    let mut rewritten = graph.clone();
+    if propagate_first {
+        propagate(&mut rewritten, &PropagateOptions::default())?;
+    }
+    spartac::rewrite::prepare(&mut rewritten, &spartac::rewrite::RewriteOptions::default())?;
+    let planned = plan_graph(&rewritten, opts)?;
+    let dims = |g: &Graph, n: &spartac::ir::Node| {
+        let shape = n.inputs.get(1).copied().flatten().map(|w| g.fact(w).shape.clone()).unwrap_or_default();
+        shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nconvolutions after the rewrites (kernels for f16; `compile --direct-conv` keeps the direct kernel):"
+    );
+    let _ = writeln!(s, "{:<32} {:>13} {:>13}  runs as", "conv", "weight", "after");
+    for conv in convs {
+        let before = dims(graph, conv);
+        let matmul = format!("{}.matmul", conv.name);
+        let (after, how) = if let Some(n) = rewritten.nodes.iter().find(|n| n.name == conv.name && n.op_type == "Conv")
+        {
+            let how = match spartac::program::model::conv_shape(&rewritten, n) {
+                Ok(shape) => conv_kernel_label(&shape, spartac::ir::DType::F16, ConvEngine::Auto),
+                Err(e) => format!("not built: {e}"),
+            };
+            (dims(&rewritten, n), how)
+        } else if let Some(o) = planned.operators.iter().find(|o| o.node == matmul) {
+            let chosen = o.chosen.map(|c| o.considered[c].split.name()).unwrap_or("nothing");
+            (format!("{}x{}", o.rows, o.cols), format!("1x1 as a planned MatMul: {chosen}, {}", micros(o.planned_s)))
+        } else {
+            ("-".into(), "folded away".into())
+        };
+        let _ = writeln!(s, "{:<32} {before:>13} {after:>13}  {how}", conv.name);
+    }
+    Ok(s)
 }
 
 /// One row per operator, then its sub-operators indented.

@@ -424,6 +424,35 @@ fn plan_and_explain_print_write_json_and_artifact() {
     assert!(out.contains("density     0.5000") && out.contains("why"), "{out}");
 }
 
+/// `explain` on a convnet lists every convolution after the rewrites: the pointwise ones as
+/// the planned MatMuls they become (shrunk where channels are pruned), the others with the
+/// NHWC kernel that runs them.
+#[test]
+fn explain_lists_the_convolutions_and_what_runs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("convnet.onnx");
+    std::fs::write(&model, spartac_tests::builder::small_convnet()).unwrap();
+    let tesa = dir.path().join("tesa.json");
+    std::fs::write(&tesa, r#"{"tensors": {"*.weight": {"channel_magnitude": {"sparsity": 0.5}}, "fc.weight": {}}}"#)
+        .unwrap();
+    let o = spartac(&["explain", model.to_str().unwrap(), "--tesa", tesa.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let section = out.split("convolutions after the rewrites").nth(1).unwrap_or_else(|| panic!("{out}"));
+    let rows: Vec<&str> = section.lines().skip(2).filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(rows.len(), 5, "{section}");
+    assert_eq!(rows.iter().filter(|r| r.contains("1x1 as a planned MatMul")).count(), 3, "{section}");
+    assert!(rows.iter().any(|r| r.contains("depthwise kernel")), "{section}");
+    assert!(rows.iter().any(|r| r.contains("implicit GEMM") && r.contains("channels gathered")), "the stem: {section}");
+    // Half the channels cut: some weight is smaller after than before.
+    let shrunk = rows.iter().any(|r| {
+        let f: Vec<&str> = r.split_whitespace().collect();
+        let elems = |d: &str| d.split('x').map(|v| v.parse::<usize>().unwrap_or(0)).product::<usize>();
+        elems(f[2]) < elems(f[1])
+    });
+    assert!(shrunk, "{section}");
+}
+
 #[test]
 fn plan_errors_are_one_line() {
     let dir = tempfile::tempdir().unwrap();

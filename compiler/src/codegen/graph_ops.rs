@@ -37,7 +37,9 @@ mod tests;
 pub use attention::{
     attention, attention_fits, attention_smem, attention_with, AttentionEngine, MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM,
 };
-pub use conv::{conv_nhwc, conv_nhwc_with, conv_weight, pack_conv_weight, ConvEngine, ConvShape, ConvWeight};
+pub use conv::{
+    conv_kernel_label, conv_nhwc, conv_nhwc_with, conv_weight, pack_conv_weight, ConvEngine, ConvShape, ConvWeight,
+};
 pub use conv_igemm::{eligible as conv_igemm_eligible, tiles as conv_igemm_tiles};
 pub use copy::{concat, gather};
 pub use elementwise::elementwise;

@@ -105,6 +105,7 @@ mod pool;
 mod strided_views;
 mod types;
 use attention::AttentionFusion;
+pub use conv::conv_shape;
 use elementwise::is_elementwise;
 use norm_fusion::NormFusion;
 use strided_views::ViewChain;

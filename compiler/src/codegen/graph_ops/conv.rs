@@ -321,6 +321,24 @@ fn conv_path(shape: &ConvShape, dtype: DType, engine: ConvEngine) -> ConvPath {
     }
 }
 
+/// Which kernel [`conv_nhwc_with`] builds for `shape` in `dtype`, in words (for `explain`).
+pub fn conv_kernel_label(shape: &ConvShape, dtype: DType, engine: ConvEngine) -> String {
+    match conv_path(shape, dtype, engine) {
+        ConvPath::Depthwise => "depthwise kernel".into(),
+        ConvPath::Direct => "direct kernel (FFMA)".into(),
+        ConvPath::Igemm(t) => {
+            let how = if shape.groups > 1 {
+                format!(", {} groups block-diagonal", shape.groups)
+            } else if !shape.c_in.is_multiple_of(16 / dtype.size_bytes().max(1)) {
+                format!(", {} channels gathered", shape.c_in)
+            } else {
+                String::new()
+            };
+            format!("implicit GEMM {}x{} tiles{how}", t.bm, t.bn)
+        }
+    }
+}
+
 /// A packed convolution weight: f32 for the depthwise and direct kernels, the activation type
 /// for the implicit GEMM (16-bit values as their bits).
 #[derive(Clone, Debug, PartialEq)]

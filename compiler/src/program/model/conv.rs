@@ -52,73 +52,13 @@ impl Lowering<'_> {
         let w = node.inputs.get(1).copied().flatten().ok_or_else(|| self.node_err(node, "input 1 is missing"))?;
         let bias = node.inputs.get(2).copied().flatten();
         let yh = graph.nodes[t_out].outputs[0];
-        let (mut xs, mut ws) =
-            (graph.fact(node.inputs[0].expect("checked")).shape.clone(), graph.fact(w).shape.clone());
-        let one_d = xs.len() == 3;
-        if !matches!(graph.fact(xh).dtype, DType::F32 | DType::F16 | DType::BF16) || ws.len() != xs.len() {
-            return Err(self.node_err(node, "only 1-D and 2-D f32, f16 and bf16 convolutions are built"));
-        }
-        if one_d {
-            // [N, C, L] as [N, C, 1, L], the weight [O, C/g, k] as [O, C/g, 1, k].
-            xs.insert(2, 1);
-            ws.insert(2, 1);
-        }
         let wt = constant(graph, w).ok_or_else(|| self.node_err(node, "a non-constant weight is not built"))?;
         let bt = match bias {
             Some(b) => Some(constant(graph, b).ok_or_else(|| self.node_err(node, "a non-constant bias is not built"))?),
             None => None,
         };
-        let attrs = &node.attrs;
-        let pair = |name: &str| -> Result<(usize, usize), ProgramError> {
-            match attrs.ints_opt(name).ok().flatten() {
-                Some([a, b]) if !one_d && *a > 0 && *b > 0 => Ok((*a as usize, *b as usize)),
-                Some([b]) if one_d && *b > 0 => Ok((1, *b as usize)),
-                Some(v) => Err(self.node_err(node, format!("{name} {v:?} are not one positive integer per axis"))),
-                None => Ok((1, 1)),
-            }
-        };
-        let (stride, dilation) = (pair("strides")?, pair("dilations")?);
-        let (kh, kw) = (ws[2], ws[3]);
-        let pads: [usize; 4] = match attrs.string("auto_pad", "NOTSET").unwrap_or("NOTSET") {
-            "NOTSET" => match attrs.ints_opt("pads").ok().flatten() {
-                Some(p) if !one_d && p.len() == 4 && p.iter().all(|&x| x >= 0) => {
-                    [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
-                }
-                Some(p) if one_d && p.len() == 2 && p.iter().all(|&x| x >= 0) => [0, p[0] as usize, 0, p[1] as usize],
-                Some(p) => {
-                    return Err(self.node_err(node, format!("pads {p:?} are not two non-negative integers per axis")))
-                }
-                None => [0; 4],
-            },
-            "VALID" => [0; 4],
-            mode @ ("SAME_UPPER" | "SAME_LOWER") => {
-                let same = |size: usize, k: usize, s: usize, d: usize| {
-                    let total = ((size.div_ceil(s) - 1) * s + (k - 1) * d + 1).saturating_sub(size);
-                    if mode == "SAME_UPPER" {
-                        (total / 2, total - total / 2)
-                    } else {
-                        (total - total / 2, total / 2)
-                    }
-                };
-                let (t, b) = same(xs[2], kh, stride.0, dilation.0);
-                let (l, r) = same(xs[3], kw, stride.1, dilation.1);
-                [t, l, b, r]
-            }
-            other => return Err(self.node_err(node, format!("auto_pad {other} is not an ONNX mode"))),
-        };
-        let shape = graph_ops::ConvShape {
-            n: xs[0],
-            h: xs[2],
-            w: xs[3],
-            c_in: xs[1],
-            c_out: ws[0],
-            groups: attrs.int("group", 1).unwrap_or(1).max(1) as usize,
-            kh,
-            kw,
-            stride,
-            dilation,
-            pads,
-        };
+        let shape = conv_shape(graph, node).map_err(|e| self.node_err(node, e))?;
+        let one_d = graph.fact(xh).shape.len() == 3;
         let mut ys = graph.fact(yh).shape.clone();
         if one_d {
             ys.insert(1, 1);
@@ -207,4 +147,71 @@ impl Lowering<'_> {
         }
         Ok(nodes)
     }
+}
+
+/// The convolution `node` computes, as the NHWC kernels see it (a 1-D one as height 1), from
+/// its channels-first input and weight shapes and its attributes (strides, dilations, pads or
+/// `auto_pad`, group); an error names what is not built.
+pub fn conv_shape(graph: &Graph, node: &Node) -> Result<graph_ops::ConvShape, String> {
+    let x = node.inputs.first().copied().flatten().ok_or("input 0 is missing")?;
+    let w = node.inputs.get(1).copied().flatten().ok_or("input 1 is missing")?;
+    let (mut xs, mut ws) = (graph.fact(x).shape.clone(), graph.fact(w).shape.clone());
+    let one_d = xs.len() == 3;
+    if !matches!(graph.fact(x).dtype, DType::F32 | DType::F16 | DType::BF16) || ws.len() != xs.len() || xs.len() < 3 {
+        return Err("only 1-D and 2-D f32, f16 and bf16 convolutions are built".into());
+    }
+    if one_d {
+        // [N, C, L] as [N, C, 1, L], the weight [O, C/g, k] as [O, C/g, 1, k].
+        xs.insert(2, 1);
+        ws.insert(2, 1);
+    }
+    let attrs = &node.attrs;
+    let pair = |name: &str| -> Result<(usize, usize), String> {
+        match attrs.ints_opt(name).ok().flatten() {
+            Some([a, b]) if !one_d && *a > 0 && *b > 0 => Ok((*a as usize, *b as usize)),
+            Some([b]) if one_d && *b > 0 => Ok((1, *b as usize)),
+            Some(v) => Err(format!("{name} {v:?} are not one positive integer per axis")),
+            None => Ok((1, 1)),
+        }
+    };
+    let (stride, dilation) = (pair("strides")?, pair("dilations")?);
+    let (kh, kw) = (ws[2], ws[3]);
+    let pads: [usize; 4] = match attrs.string("auto_pad", "NOTSET").unwrap_or("NOTSET") {
+        "NOTSET" => match attrs.ints_opt("pads").ok().flatten() {
+            Some(p) if !one_d && p.len() == 4 && p.iter().all(|&x| x >= 0) => {
+                [p[0] as usize, p[1] as usize, p[2] as usize, p[3] as usize]
+            }
+            Some(p) if one_d && p.len() == 2 && p.iter().all(|&x| x >= 0) => [0, p[0] as usize, 0, p[1] as usize],
+            Some(p) => return Err(format!("pads {p:?} are not two non-negative integers per axis")),
+            None => [0; 4],
+        },
+        "VALID" => [0; 4],
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+            let same = |size: usize, k: usize, s: usize, d: usize| {
+                let total = ((size.div_ceil(s) - 1) * s + (k - 1) * d + 1).saturating_sub(size);
+                if mode == "SAME_UPPER" {
+                    (total / 2, total - total / 2)
+                } else {
+                    (total - total / 2, total / 2)
+                }
+            };
+            let (t, b) = same(xs[2], kh, stride.0, dilation.0);
+            let (l, r) = same(xs[3], kw, stride.1, dilation.1);
+            [t, l, b, r]
+        }
+        other => return Err(format!("auto_pad {other} is not an ONNX mode")),
+    };
+    Ok(graph_ops::ConvShape {
+        n: xs[0],
+        h: xs[2],
+        w: xs[3],
+        c_in: xs[1],
+        c_out: ws[0],
+        groups: attrs.int("group", 1).unwrap_or(1).max(1) as usize,
+        kh,
+        kw,
+        stride,
+        dilation,
+        pads,
+    })
 }
