@@ -51,10 +51,11 @@ pub fn library_takes(spec: &SpmmSpec) -> bool {
 /// [`library_takes`] without the streaming kernel: every 16-bit sub-operator with every weight
 /// block present (`compile --no-stream`, for ablations).
 pub fn library_takes_dense(spec: &SpmmSpec) -> bool {
-    let weight = if spec.orientation == Orientation::Left { spec.m * spec.k } else { spec.k * spec.n };
-    matches!(spec.dtype, Dtype::F16 | Dtype::Bf16)
-        && spec.block != (1, 1)
-        && spec.blocks.len() * spec.block.0 * spec.block.1 == weight
+    // Every block of the weight's grid present; the last block row or column may be ragged (a
+    // 1000-class head in 32-wide blocks), so count grid cells, not elements.
+    let (rows, cols) = if spec.orientation == Orientation::Left { (spec.m, spec.k) } else { (spec.k, spec.n) };
+    let cells = rows.div_ceil(spec.block.0.max(1)) * cols.div_ceil(spec.block.1.max(1));
+    matches!(spec.dtype, Dtype::F16 | Dtype::Bf16) && spec.block != (1, 1) && spec.blocks.len() == cells
 }
 
 /// The library call for `spec`, whose weight is used densely (its pattern is ignored: a
@@ -185,6 +186,20 @@ mod tests {
         assert!(g.prefill.is_none());
         let k = g.epilogue.unwrap();
         assert!(g.accumulate && !k.source.contains("acc += prev") && k.source.contains("bias[col]"));
+    }
+
+    #[test]
+    fn a_dense_weight_with_ragged_edge_blocks_goes_to_the_library() {
+        // SqueezeNet's head: K 512, N 1000 in 32×32 blocks; the last block column holds 8 of
+        // 32 columns. Every grid cell present is a dense weight.
+        let all: Vec<(usize, usize)> = (0..16).flat_map(|r| (0..32).map(move |c| (r, c))).collect();
+        let mut s = SpmmSpec::new(5408, 512, 1000, Dtype::F16, (32, 32), all.clone());
+        assert!(library_takes_dense(&s));
+        s.blocks.pop();
+        assert!(!library_takes_dense(&s), "one block pruned is not dense");
+        s.blocks = all;
+        s.dtype = Dtype::F32;
+        assert!(!library_takes_dense(&s), "fp32 stays on our 3xTF32 kernel");
     }
 
     #[test]
