@@ -49,20 +49,37 @@
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             // exp(x - base) as 2^(x·log2 e - base·log2 e): one FMA and one ex2.approx.ftz (a
-            // probability under 2^-126 of the row's largest is 0).
-            const float nb = (mx == neg_inf ? 0.0f : mx) * -1.4426950408889634f;
-            const float alpha = ex2_ftz(fmaf(m[h], 1.4426950408889634f, nb));
-            m[h] = mx;
-            float sum = 0.0f;
+            // probability under 2^-126 of the row's largest is 0). A row whose largest score so
+            // far is below -1e37 (every key under a finite "lowest value" mask, transformers'
+            // finfo.min) would overflow base·log2 e: its exponents take the differences first,
+            // so that equal scores are equally likely, as in the reference.
+            const float L2E = 1.4426950408889634f;
+            float alpha, sum = 0.0f;
+            if (mx >= -1.0e37f || mx == neg_inf) {
+                const float nb = (mx == neg_inf ? 0.0f : mx) * -L2E;
+                alpha = ex2_ftz(fmaf(m[h], L2E, nb));
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
+                for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-                for (int w = 0; w < 2; ++w) {
-                    const float p = ex2_ftz(fmaf(s[nt][2 * h + w], 1.4426950408889634f, nb));
-                    s[nt][2 * h + w] = p;
-                    sum += p;
+                    for (int w = 0; w < 2; ++w) {
+                        const float p = ex2_ftz(fmaf(s[nt][2 * h + w], L2E, nb));
+                        s[nt][2 * h + w] = p;
+                        sum += p;
+                    }
+                }
+            } else {
+                alpha = ex2_ftz((m[h] - mx) * L2E);
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                    for (int w = 0; w < 2; ++w) {
+                        const float p = ex2_ftz((s[nt][2 * h + w] - mx) * L2E);
+                        s[nt][2 * h + w] = p;
+                        sum += p;
+                    }
                 }
             }
+            m[h] = mx;
             l[h] = fmaf(l[h], alpha, sum);
 #pragma unroll
             for (int ne = 0; ne < NE; ++ne) {

@@ -80,6 +80,11 @@ pub struct CompileArgs {
     /// fp32 always runs on our 3xTF32 kernel).
     #[arg(long)]
     pub no_library: bool,
+    /// Apply the bias and ReLU of a cuBLAS matmul in separate kernels (a bias prefill before,
+    /// an activation pass after) instead of in the library call (cuBLASLt epilogues; for
+    /// ablations).
+    #[arg(long)]
+    pub no_library_epilogue: bool,
     /// Run skinny dense fp16/bf16 matmuls (1×1 convolutions) on cuBLAS too instead of the
     /// streaming kernel (for ablations).
     #[arg(long)]
@@ -181,6 +186,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         fuse_elementwise: !args.no_fuse,
         fine_tile: args.fine_tile.0,
         library_dense: !args.no_library,
+        library_epilogue: !args.no_library_epilogue,
         stream_dense: !args.no_stream,
         implicit_gemm_conv: !args.direct_conv,
     };

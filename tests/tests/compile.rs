@@ -328,11 +328,13 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
     let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
     let halves = model.program.buffers.iter().filter(|b| b.elem == spartac::program::Elem::F16).count();
     assert!(halves > 5, "fp16 buffers: {halves}");
-    let gemms = |m: &ModelProgram| -> Vec<(usize, usize, usize, bool)> {
+    let gemms = |m: &ModelProgram| -> Vec<(usize, usize, usize, bool, bool)> {
         let launches = m.program.steps.iter().flat_map(|s| &s.launches);
         launches
             .filter_map(|l| match l {
-                spartac::program::Launch::Gemm { m, k, n, accumulate, .. } => Some((*m, *k, *n, *accumulate)),
+                spartac::program::Launch::Gemm { m, k, n, accumulate, bias, .. } => {
+                    Some((*m, *k, *n, *accumulate, bias.is_some()))
+                }
                 _ => None,
             })
             .collect()
@@ -341,18 +343,24 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
     // GELU in the epilogue.
     assert!(gemms(&model).is_empty() && model.stats.library_gemms == 0, "{}", model.program.to_text());
     assert!(model.program.kernels.iter().any(|k| k.name.starts_with("spmm_dense_stream_f16")));
-    // Without the streaming kernel it runs on the library: its bias written into the output
-    // first (the GEMM adds into it, so the sum is rounded once), GELU in the kernel after it;
-    // the artifact carries the GEMM.
+    // Without the streaming kernel it runs on the library, which adds the bias itself (one
+    // rounding of the sum); GELU follows in a kernel after it. The artifact carries the GEMM.
     let library = ModelOptions { stream_dense: false, ..ModelOptions::default() };
     let library = lower_model(&graph, &p, &library, &mut |_, _| {}).unwrap();
-    assert_eq!(gemms(&library), [(32, 64, 64, true)], "{}", library.program.to_text());
+    assert_eq!(gemms(&library), [(32, 64, 64, false, true)], "{}", library.program.to_text());
     assert_eq!(library.stats.library_gemms, 1);
-    for kernel in ["bias_rows", "epilogue_rows"] {
-        assert!(library.program.kernels.iter().any(|k| k.name.starts_with(kernel)), "no {kernel} kernel");
-    }
+    assert!(library.program.kernels.iter().any(|k| k.name.starts_with("epilogue_rows")), "no GELU pass");
+    assert!(!library.program.kernels.iter().any(|k| k.name.starts_with("bias_rows")), "a bias prefill");
     let read = decode(&encode(&library, &[]).unwrap()).unwrap().model;
     assert_eq!(read, library, "the artifact reads back as written");
+    // Without the library's epilogue: the bias written into the output first (the GEMM adds
+    // into it, so the sum is rounded once), GELU in the kernel after it.
+    let unfused = ModelOptions { stream_dense: false, library_epilogue: false, ..ModelOptions::default() };
+    let unfused = lower_model(&graph, &p, &unfused, &mut |_, _| {}).unwrap();
+    assert_eq!(gemms(&unfused), [(32, 64, 64, true, false)], "{}", unfused.program.to_text());
+    for kernel in ["bias_rows", "epilogue_rows"] {
+        assert!(unfused.program.kernels.iter().any(|k| k.name.starts_with(kernel)), "no {kernel} kernel");
+    }
     let own = ModelOptions { library_dense: false, ..ModelOptions::default() };
     let own = lower_model(&graph, &p, &own, &mut |_, _| {}).unwrap();
     assert!(gemms(&own).is_empty() && own.stats.library_gemms == 0, "--no-library keeps our kernels");
@@ -366,7 +374,7 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
             let e = relative_error(g, w);
             assert!(e <= 1e-2 && e > 0.0, "{name}: relative error {e:.3e} (fp16 rounds, but not by more)");
         }
-        for other in [&own, &library] {
+        for other in [&own, &library, &unfused] {
             let theirs = run_cpu(other, &inputs).unwrap();
             for ((name, g), (_, w)) in got.iter().zip(&theirs) {
                 assert!(relative_error(g, w) <= 1e-6, "{name}: the streaming, library and own-kernel programs differ");

@@ -5,7 +5,9 @@
 //! planner's dense fallback runs on the library: this module describes the call (shape,
 //! dtype, whether it adds into the output) and generates the one thing the library call
 //! cannot fuse, the elementwise epilogue (bias, activation), as a small kernel of its own.
-//! The runtime makes the call; this crate never links CUDA.
+//! Models call the library through cuBLASLt ([`library_gemm_fused`]), which applies a bias and
+//! a ReLU itself; only other activations still take a pass after it. The runtime makes the
+//! call; this crate never links CUDA.
 
 use super::render::{render, EpiRowsCtx};
 use super::spmm::kernel::{Family, Kernel, Launch};
@@ -28,9 +30,33 @@ pub struct LibraryGemm {
     /// (adding the bias to an fp16 product already rounded loses a bit where they cancel). Set
     /// for a part with a bias that writes the output first.
     pub prefill: Option<Kernel>,
-    /// The rest of the epilogue (the bias unless prefilled, the activation) as an in-place
-    /// kernel; `None` when nothing is left.
+    /// The rest of the epilogue (the bias unless prefilled or fused, the activation unless
+    /// fused) as an in-place kernel; `None` when nothing is left.
     pub epilogue: Option<Kernel>,
+    /// What the library call applies itself ([`library_gemm_fused`]).
+    pub fused: LibraryEpilogue,
+}
+
+/// The epilogue a library call applies to its fp32 product before the one rounding to the
+/// output type (cuBLASLt's `BIAS`, `RELU`, `RELU_BIAS`): no prefill and no pass after it. GELU
+/// is not among them: the library's is the tanh approximation, and the models' is erf.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LibraryEpilogue {
+    #[default]
+    None,
+    Bias,
+    Relu,
+    BiasRelu,
+}
+
+impl LibraryEpilogue {
+    pub fn bias(self) -> bool {
+        matches!(self, LibraryEpilogue::Bias | LibraryEpilogue::BiasRelu)
+    }
+
+    pub fn relu(self) -> bool {
+        matches!(self, LibraryEpilogue::Relu | LibraryEpilogue::BiasRelu)
+    }
 }
 
 /// Whether a model runs `spec` on the library rather than on a generated kernel: a 16-bit
@@ -92,7 +118,36 @@ pub fn library_gemm(spec: &SpmmSpec) -> Result<LibraryGemm, CodegenError> {
         accumulate: spec.accumulate || prefilled,
         prefill,
         epilogue,
+        fused: LibraryEpilogue::None,
     })
+}
+
+/// [`library_gemm`] with the bias and a ReLU applied by the library call itself (cuBLASLt),
+/// one rounding as the prefill gives: a part that writes C then needs no prefill, and a pass
+/// after it only for another activation (GELU, clips), in place. A part that adds into C (the
+/// second part of a mixed pattern) keeps [`library_gemm`]'s kernels, as does the left
+/// orientation (the bias runs along the other axis of the library's output).
+pub fn library_gemm_fused(spec: &SpmmSpec) -> Result<LibraryGemm, CodegenError> {
+    let plain = library_gemm(spec)?;
+    if spec.accumulate || spec.orientation != Orientation::Right {
+        return Ok(plain);
+    }
+    let relu = spec.epilogue.activation == Activation::Relu;
+    let fused = match (spec.epilogue.bias, relu) {
+        (true, true) => LibraryEpilogue::BiasRelu,
+        (true, false) => LibraryEpilogue::Bias,
+        (false, true) => LibraryEpilogue::Relu,
+        (false, false) => LibraryEpilogue::None,
+    };
+    let rest = !relu && spec.epilogue.activation != Activation::None;
+    let epilogue = if rest {
+        let mut after = spec.clone();
+        after.epilogue.bias = false;
+        Some(rows_kernel(&after, RowsPass::Activation)?)
+    } else {
+        None
+    };
+    Ok(LibraryGemm { accumulate: false, prefill: None, epilogue, fused, ..plain })
 }
 
 /// What a kernel over the rows of C does.
@@ -186,6 +241,31 @@ mod tests {
         assert!(g.prefill.is_none());
         let k = g.epilogue.unwrap();
         assert!(g.accumulate && !k.source.contains("acc += prev") && k.source.contains("bias[col]"));
+    }
+
+    #[test]
+    fn the_fused_call_takes_bias_and_relu_and_leaves_other_activations_to_a_pass() {
+        let relu = Epilogue { bias: true, activation: Activation::Relu };
+        let g = library_gemm_fused(&spec(96, Dtype::F16, relu)).unwrap();
+        assert_eq!(g.fused, LibraryEpilogue::BiasRelu);
+        assert!(g.prefill.is_none() && g.epilogue.is_none() && !g.accumulate);
+        let gelu = Epilogue { bias: true, activation: Activation::GeluErf };
+        let g = library_gemm_fused(&spec(96, Dtype::F16, gelu)).unwrap();
+        assert_eq!(g.fused, LibraryEpilogue::Bias);
+        let pass = g.epilogue.unwrap();
+        assert!(!pass.source.contains("bias[col]"), "the library added the bias");
+        assert!(g.prefill.is_none() && !g.accumulate);
+        let g =
+            library_gemm_fused(&spec(96, Dtype::F16, Epilogue { bias: false, activation: Activation::Relu })).unwrap();
+        assert_eq!(g.fused, LibraryEpilogue::Relu);
+        assert!(g.epilogue.is_none());
+        assert_eq!(library_gemm_fused(&spec(96, Dtype::F16, Epilogue::NONE)).unwrap().fused, LibraryEpilogue::None);
+        // A part adding into C keeps the kernels: the epilogue applies to the sum.
+        let mut acc = spec(96, Dtype::F16, relu);
+        acc.accumulate = true;
+        let g = library_gemm_fused(&acc).unwrap();
+        assert_eq!(g.fused, LibraryEpilogue::None);
+        assert!(g.accumulate && g.epilogue.is_some());
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub use crate::kernel_choice::{
     tf32_exact, Activation, DenseCopy, Dtype, Engine, Epilogue, Family, FineTf32Work, Mode, Orientation, SpmmSpec,
     Tile, DEFAULT_UNROLL_BUDGET,
 };
-pub use library::{library_gemm, library_takes, library_takes_dense, LibraryGemm};
+pub use library::{library_gemm, library_gemm_fused, library_takes, library_takes_dense, LibraryEpilogue, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};
 pub use spmm::two_four::pack as two_four;
 pub use spmm::two_four::replay as two_four_replay;

@@ -21,7 +21,7 @@ use crate::ir::{Attr, Attrs, DType, Tensor};
 use prost::Message;
 
 pub const ARTIFACT_MAGIC: &[u8; 8] = b"SPARTAC\0";
-pub const ARTIFACT_VERSION: u32 = 2;
+pub const ARTIFACT_VERSION: u32 = 3;
 
 /// PTX of one kernel for one arch.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -254,6 +254,11 @@ struct LaunchProto {
     mkn: Vec<u64>,
     #[prost(bool, tag = "12")]
     accumulate: bool,
+    /// GEMM: the bias buffer its call adds, and whether it applies a ReLU.
+    #[prost(uint32, optional, tag = "13")]
+    gemm_bias: Option<u32>,
+    #[prost(bool, tag = "14")]
+    gemm_relu: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -522,13 +527,15 @@ fn launch_proto(l: &Launch) -> LaunchProto {
         Launch::Zero { dst, at, len } => {
             LaunchProto { kind: 2, dst: dst.0, dst_at: *at as u64, len: *len as u64, ..Default::default() }
         }
-        Launch::Gemm { a, w, c, m, k, n, accumulate } => LaunchProto {
+        Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu } => LaunchProto {
             kind: 3,
             src: a.0,
             dst: c.0,
             w: w.0,
             mkn: vec![*m as u64, *k as u64, *n as u64],
             accumulate: *accumulate,
+            gemm_bias: bias.map(|b| b.0),
+            gemm_relu: *relu,
             ..Default::default()
         },
     }
@@ -766,6 +773,8 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
                     k: usize_of(l.mkn[1], "GEMM depth")?,
                     n: usize_of(l.mkn[2], "GEMM columns")?,
                     accumulate: l.accumulate,
+                    bias: l.gemm_bias.map(buf_id).transpose()?,
+                    relu: l.gemm_relu,
                 },
                 k => return Err(bad(format!("step {i}: launch kind {k}"))),
             });

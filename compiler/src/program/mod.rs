@@ -266,7 +266,10 @@ pub enum Launch {
     /// `c = a·w` (`+ c` when `accumulate`) on the vendor library (cuBLAS): `a` row-major
     /// `m × k`, `w` row-major `k × n`, `c` row-major `m × n`, all three of one float element
     /// type, products summed in fp32. The dense 16-bit sub-operators of a planned matmul run
-    /// this way (`codegen::library_takes`); the bias and activation follow as a kernel.
+    /// this way (`codegen::library_takes`). With `bias` (`n` elements of the same type) and
+    /// `relu` the call applies them to the fp32 sum before rounding (cuBLASLt epilogues,
+    /// `codegen::library_gemm_fused`): `c = relu(a·w + bias)`; other activations follow as a
+    /// kernel.
     Gemm {
         a: BufferId,
         w: BufferId,
@@ -275,6 +278,8 @@ pub enum Launch {
         k: usize,
         n: usize,
         accumulate: bool,
+        bias: Option<BufferId>,
+        relu: bool,
     },
 }
 
@@ -646,7 +651,10 @@ impl Program {
                     out.push(Access { buf: *dst, at: *dst_at, len: *len, write: true });
                 }
                 Launch::Zero { dst, at, len } => out.push(Access { buf: *dst, at: *at, len: *len, write: true }),
-                Launch::Gemm { a, w, c, m, k, n, .. } => {
+                Launch::Gemm { a, w, c, m, k, n, bias, .. } => {
+                    if let Some(b) = bias {
+                        out.push(Access { buf: *b, at: 0, len: *n, write: false });
+                    }
                     out.push(Access { buf: *a, at: 0, len: m * k, write: false });
                     out.push(Access { buf: *w, at: 0, len: k * n, write: false });
                     out.push(Access { buf: *c, at: 0, len: m * n, write: true });

@@ -51,7 +51,24 @@ impl Program {
                     Launch::Copy { src, dst, .. } if self.buffer(*src).elem != self.buffer(*dst).elem => {
                         return Err(fail(format!("step {i} ({}): copy between element types", step.label)));
                     }
-                    Launch::Gemm { a, w, c, m, k, n, .. } => {
+                    Launch::Gemm { a, w, c, m, k, n, bias, accumulate, .. } => {
+                        if let Some(b) = bias {
+                            if b.0 as usize >= nb
+                                || self.buffer(*b).elem != self.buffer(*c).elem
+                                || self.buffer(*b).len < *n
+                            {
+                                return Err(fail(format!(
+                                    "step {i} ({}): GEMM bias out of range, of another type or shorter than {n}",
+                                    step.label
+                                )));
+                            }
+                            if *accumulate {
+                                return Err(fail(format!(
+                                    "step {i} ({}): a GEMM that adds into C takes no bias of its own",
+                                    step.label
+                                )));
+                            }
+                        }
                         if [a, w, c].iter().any(|b| b.0 as usize >= nb) {
                             return Err(fail(format!("step {i} ({}): GEMM buffer out of range", step.label)));
                         }

@@ -25,6 +25,14 @@ pub enum Mask {
     /// As `Padding`, and batch entry 1 has every key masked: its rows are NaN, as the reference
     /// softmax makes them (`exp(-inf - -inf)`).
     EntryMasked,
+    /// A `[batch, 1, queries, keys]` mask that varies along the queries (a decoder's): query
+    /// `i` sees key `j` when `j ≤ i + keys - queries` and `j` is among the entry's valid keys;
+    /// the others get `-inf`.
+    Causal,
+    /// As `Causal` with the type's lowest finite value instead of `-inf` (what transformers'
+    /// exports add, `finfo.min`), every key of batch entry 1's first query masked: that row
+    /// is the reference's near-uniform average, not NaN.
+    CausalMin,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -78,6 +86,12 @@ pub fn attention_cases() -> Vec<AttentionCase> {
             }
         }
         cases.push(AttentionCase { sq: 100, sk: 197, mask: Mask::EntryMasked, ..base.clone() });
+        // Masks along the queries (GPT-2's causal one): square, more keys than queries, and
+        // the finite lowest value of the type.
+        for (sq, sk, d) in [(512, 512, 64), (197, 197, 32), (100, 300, 128)] {
+            cases.push(AttentionCase { sq, sk, d, dv: d, mask: Mask::Causal, ..base.clone() });
+        }
+        cases.push(AttentionCase { sq: 256, sk: 256, mask: Mask::CausalMin, ..base.clone() });
         cases.push(AttentionCase { sq: 70, sk: 1, ..base.clone() });
         cases.push(AttentionCase { batch: 1, heads: 2, sq: 130, sk: 4096, mask: Mask::Padding, ..base.clone() });
         cases.push(AttentionCase { sq: 77, sk: 300, d: 40, dv: 24, ..base.clone() });
@@ -103,6 +117,8 @@ impl AttentionCase {
             Mask::None => "",
             Mask::Padding => " mask",
             Mask::EntryMasked => " mask+masked-entry",
+            Mask::Causal => " causal",
+            Mask::CausalMin => " causal-min",
         };
         let engine = match self.engine.label() {
             e if e.is_empty() => e,
@@ -140,6 +156,10 @@ impl AttentionCase {
         let scaled = Expr::binary(Binary::Mul, Expr::input(0), Expr::constant(self.scale(), t));
         let (extra, expr) = match self.mask {
             Mask::None => (vec![], scaled),
+            Mask::Causal | Mask::CausalMin => (
+                vec![TensorDesc::contiguous(t, &[b, 1, self.sq, self.sk])],
+                Expr::binary(Binary::Add, scaled, Expr::input(1)),
+            ),
             _ => (
                 vec![TensorDesc::contiguous(t, &[b, 1, 1, self.sk])],
                 Expr::binary(Binary::Add, scaled, Expr::input(1)),
@@ -160,10 +180,32 @@ impl AttentionCase {
         let q = fill(b * self.sq * h * self.d);
         let k = fill(b * self.sk * h * self.d);
         let v = fill(b * self.sk * h * self.dv);
-        let mask = (0..b * self.sk)
-            .map(|i| if i % self.sk < self.valid_keys(i / self.sk) { 0.0 } else { f64::NEG_INFINITY })
-            .collect();
+        let mask = match self.mask {
+            Mask::Causal | Mask::CausalMin => (0..b * self.sq * self.sk)
+                .map(|x| self.mask_at(x / (self.sq * self.sk), x / self.sk % self.sq, x % self.sk))
+                .collect(),
+            _ => (0..b * self.sk).map(|x| self.mask_at(x / self.sk, 0, x % self.sk)).collect(),
+        };
         [q, k, v, mask]
+    }
+
+    /// The additive mask of batch entry `b`, query `i`, key `j`.
+    fn mask_at(&self, b: usize, i: usize, j: usize) -> f64 {
+        let hidden = match self.mask {
+            Mask::None => return 0.0,
+            Mask::Padding | Mask::EntryMasked => j >= self.valid_keys(b),
+            Mask::Causal => j >= self.valid_keys(b) || j > i + self.sk - self.sq.min(self.sk),
+            Mask::CausalMin => j >= self.valid_keys(b) || j > i + self.sk - self.sq.min(self.sk) || (b == 1 && i == 0),
+        };
+        match (hidden, self.mask) {
+            (false, _) => 0.0,
+            (true, Mask::CausalMin) => match self.dtype {
+                DType::F16 => f16::MIN.to_f64(),
+                DType::BF16 => bf16::MIN.to_f64(),
+                _ => f32::MIN as f64,
+            },
+            (true, _) => f64::NEG_INFINITY,
+        }
     }
 
     /// The f64 reference `[b, sq, h, dv]` of the inputs (NaN for a row with every key masked).
@@ -180,7 +222,11 @@ impl AttentionCase {
                     for (j, pj) in p.iter_mut().enumerate() {
                         let kr = &k[((b * self.sk + j) * hn + h) * d..][..d];
                         let s: f64 = qr.iter().zip(kr).map(|(x, y)| x * y).sum();
-                        *pj = s * self.scale() + if masked { mask[b * self.sk + j] } else { 0.0 };
+                        let at = match self.mask {
+                            Mask::Causal | Mask::CausalMin => (b * self.sq + i) * self.sk + j,
+                            _ => b * self.sk + j,
+                        };
+                        *pj = s * self.scale() + if masked { mask[at] } else { 0.0 };
                     }
                     let mx = p.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x));
                     p.iter_mut().for_each(|x| *x = (*x - mx).exp());

@@ -466,6 +466,8 @@ impl GpuProgram {
             drv("cuGraphCreate", sys::cuGraphCreate(&mut self.graph, 0))?;
             // The last node of each step (its launches are chained in order).
             let mut last: Vec<Option<sys::CUgraphNode>> = vec![None; self.program.steps.len()];
+            // Library calls share one workspace: each is ordered after the one before it.
+            let mut last_gemm: Option<sys::CUgraphNode> = None;
             for (i, step) in self.program.steps.iter().enumerate() {
                 let mut deps: Vec<sys::CUgraphNode> = step.after.iter().filter_map(|&j| last[j]).collect();
                 for (li, l) in step.launches.iter().enumerate() {
@@ -500,11 +502,16 @@ impl GpuProgram {
                         }
                         Launch::Gemm { .. } => {
                             let child = self.capture_gemm(l)?;
+                            let mut deps = deps.clone();
+                            if let Some(g) = last_gemm.filter(|g| !deps.contains(g)) {
+                                deps.push(g);
+                            }
                             let r =
                                 sys::cuGraphAddChildGraphNode(&mut node, self.graph, deps.as_ptr(), deps.len(), child);
                             // The node holds a copy of the captured graph.
                             sys::cuGraphDestroy(child);
                             drv("cuGraphAddChildGraphNode", r)?;
+                            last_gemm = Some(node);
                         }
                         Launch::Zero { dst, at, len } => {
                             let p = sys::CUDA_MEMSET_NODE_PARAMS {
@@ -541,7 +548,7 @@ impl GpuProgram {
 
     /// Issues library GEMM `l` on `stream`.
     fn issue_gemm(&self, l: &Launch, stream: sys::CUstream) -> Result<(), CudaError> {
-        let Launch::Gemm { a, w, c, m, k, n, accumulate } = l else {
+        let Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu } = l else {
             return Err(CudaError::Kernel("gemm".into(), "not a library GEMM launch".into()));
         };
         let Some((blas, _)) = &self.blas else {
@@ -553,6 +560,10 @@ impl GpuProgram {
             _ => spartac::codegen::Dtype::F32,
         };
         let (pa, pw, pc) = (self.device_ptr(*a, 0), self.device_ptr(*w, 0), self.device_ptr(*c, 0));
+        if bias.is_some() || *relu {
+            let pb = bias.map_or(0, |b| self.device_ptr(b, 0));
+            return blas.gemm_lt_on(stream, dtype, (*m, *k, *n), (pa, pw, pc, pb), *relu, *accumulate);
+        }
         blas.gemm_on(stream, dtype, (*m, *k, *n), pa, pw, pc, *accumulate)
     }
 

@@ -21,7 +21,11 @@
 //! sum; the output accumulators rescaled when the maximum grows), then `P·V` accumulated in
 //! f32 fragments. The last key tile is ragged: keys past `Sk` score `-inf` and their K and V
 //! rows are zero. A row whose scores are all `-inf` (every key masked) gives NaN, as the
-//! reference softmax does (`exp(-inf - -inf)`); partial rows never do.
+//! reference softmax does (`exp(-inf - -inf)`); partial rows never do. A 16-bit `f` is rounded
+//! to its type, as the graph's value is, so that a row masked whole by the type's lowest finite
+//! value (transformers' `finfo.min`) ties and is uniform, as in the reference; a row whose
+//! maximum is below -1e37 (the fp32 `finfo.min`) takes its exponents from the differences, as
+//! `max · log2 e` would overflow.
 //!
 //! Three templates:
 //! - `op_attention_wgmma.cu.tera` when every operand and the raw scores are f16, or every one
@@ -437,7 +441,15 @@ pub fn attention_with(
         k_shape: shape_text(&k.shape),
         v_shape: shape_text(&v.shape),
         out_shape: shape_text(&out.shape),
-        expr: expr_c,
+        // A 16-bit score value is rounded to its type, as the graph's value is: under a mask of
+        // the type's lowest finite value (transformers' finfo.min, clamped by `rewrite::half`)
+        // a fully masked row's scores then tie, and its softmax is uniform as in the reference,
+        // instead of weighted by the scores the fp32 sum still carries.
+        expr: match expr_t {
+            DType::F16 => format!("rnd_f16({expr_c})"),
+            DType::BF16 => format!("rnd_bf16({expr_c})"),
+            _ => expr_c,
+        },
         q: type_ctx(q.dtype),
         k: type_ctx(k.dtype),
         v: type_ctx(v.dtype),

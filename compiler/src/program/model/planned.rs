@@ -1,6 +1,7 @@
 //! A planned MatMul/Gemm as one step: the plan's sub-operator kernels (`codegen::from_plan`,
 //! then `specialize`), the first writing and the rest accumulating, its bias and activation in
-//! the last kernel's epilogue; a dense 16-bit part on the library GEMM with its bias prefilled;
+//! the last kernel's epilogue; a dense 16-bit part on the library GEMM (its bias and a ReLU
+//! applied by the call);
 //! a weight pruned whole as its bias broadcast.
 
 use super::elementwise::gelu_erf_expr;
@@ -250,9 +251,10 @@ impl Lowering<'_> {
     }
 
     /// Part `p` of a planned operator as a library GEMM over its weight stored plainly
-    /// (row-major `k × n` in the activations' type), with the kernels `codegen::library_gemm`
-    /// puts around it: the bias written into C before (the GEMM adds into it), the rest of
-    /// the epilogue in place after.
+    /// (row-major `k × n` in the activations' type). The call applies the bias and a ReLU
+    /// itself (`codegen::library_gemm_fused`); another activation follows in place. Without
+    /// `library_epilogue`, the kernels `codegen::library_gemm` puts around it: the bias written
+    /// into C before (the GEMM adds into it), the rest of the epilogue in place after.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn lower_library_part(
         &mut self,
@@ -264,7 +266,12 @@ impl Lowering<'_> {
         launches: &mut Vec<Launch>,
         packed: &mut Vec<(BufferId, usize, u64)>,
     ) -> Result<(), ProgramError> {
-        let gemm = crate::codegen::library_gemm(spec).map_err(|e| self.node_err(node, e))?;
+        let gemm = if self.options.library_epilogue {
+            crate::codegen::library_gemm_fused(spec)
+        } else {
+            crate::codegen::library_gemm(spec)
+        }
+        .map_err(|e| self.node_err(node, e))?;
         let dtype = match spec.dtype {
             crate::codegen::Dtype::F16 => DType::F16,
             crate::codegen::Dtype::Bf16 => DType::BF16,
@@ -297,6 +304,8 @@ impl Lowering<'_> {
             k: gemm.k,
             n: gemm.n,
             accumulate: gemm.accumulate,
+            bias: if gemm.fused.bias() { bias_buf } else { None },
+            relu: gemm.fused.relu(),
         });
         if let Some(ep) = gemm.epilogue {
             let kid = self.b.kernel(&ep.name, &ep.source, ep.launch.smem_bytes);

@@ -19,6 +19,10 @@ pub struct ModelOptions {
     /// Run dense 16-bit sub-operators on the vendor library ([`Launch::Gemm`](crate::program::Launch::Gemm), see
     /// `codegen::library_takes`) instead of our dense kernel.
     pub library_dense: bool,
+    /// Let the library call apply a bias and a ReLU itself (cuBLASLt epilogues,
+    /// `codegen::library_gemm_fused`); off, a bias prefill kernel before it and an activation
+    /// pass after it (for ablations).
+    pub library_epilogue: bool,
     /// Keep skinny dense 16-bit sub-operators on the streaming kernel
     /// (`kernel_choice::stream::auto_takes`); off, the library takes them too when
     /// `library_dense` is on (`codegen::library_takes_dense`; for ablations).
@@ -35,6 +39,7 @@ impl Default for ModelOptions {
             fuse_elementwise: true,
             fine_tile: None,
             library_dense: true,
+            library_epilogue: true,
             stream_dense: true,
             implicit_gemm_conv: true,
         }
