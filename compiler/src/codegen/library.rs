@@ -78,10 +78,12 @@ pub fn library_takes(spec: &SpmmSpec) -> bool {
 /// block present (`compile --no-stream`, for ablations).
 pub fn library_takes_dense(spec: &SpmmSpec) -> bool {
     // Every block of the weight's grid present; the last block row or column may be ragged (a
-    // 1000-class head in 32-wide blocks), so count grid cells, not elements.
+    // 1000-class head in 32-wide blocks), so count grid cells, not elements. A plan of single
+    // elements with every element present (what the planner gives a dense weight whose shape no
+    // block tiles: SqueezeNet's 512 × 1000 head) is dense too.
     let (rows, cols) = if spec.orientation == Orientation::Left { (spec.m, spec.k) } else { (spec.k, spec.n) };
     let cells = rows.div_ceil(spec.block.0.max(1)) * cols.div_ceil(spec.block.1.max(1));
-    matches!(spec.dtype, Dtype::F16 | Dtype::Bf16) && spec.block != (1, 1) && spec.blocks.len() == cells
+    matches!(spec.dtype, Dtype::F16 | Dtype::Bf16) && spec.blocks.len() == cells
 }
 
 /// The library call for `spec`, whose weight is used densely (its pattern is ignored: a
@@ -277,6 +279,12 @@ mod tests {
         assert!(library_takes_dense(&s));
         s.blocks.pop();
         assert!(!library_takes_dense(&s), "one block pruned is not dense");
+        // The same weight planned element by element, every element present.
+        let elems: Vec<(usize, usize)> = (0..512).flat_map(|r| (0..1000).map(move |c| (r, c))).collect();
+        let mut fine = SpmmSpec::new(5408, 512, 1000, Dtype::F16, (1, 1), elems);
+        assert!(library_takes_dense(&fine));
+        fine.blocks.pop();
+        assert!(!library_takes_dense(&fine));
         s.blocks = all;
         s.dtype = Dtype::F32;
         assert!(!library_takes_dense(&s), "fp32 stays on our 3xTF32 kernel");
