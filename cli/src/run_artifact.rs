@@ -61,10 +61,18 @@ fn inputs_for(model: &ModelProgram, args: &RunArgs) -> Result<BTreeMap<String, T
 }
 
 /// What a step is, for the profile table and `inspect`: its ops (`MatMul (planned)` for the
-/// planned ones, `attention (fused)` for one attention kernel).
+/// planned ones, `attention (fused)` for one attention kernel, `MatMul + residual (library)`
+/// for a planned MatMul whose library call adds a residual).
 pub(crate) fn step_kind(op: &Op) -> String {
     match op {
         Op::Spmm { .. } => "MatMul (planned)".into(),
+        Op::Nodes(nodes)
+            if nodes.first().is_some_and(|n| n.op_type == "MatMul")
+                && nodes.iter().filter(|n| n.op_type == "Add").count() >= 1
+                && nodes.iter().all(|n| matches!(n.op_type.as_str(), "MatMul" | "Add" | "Relu")) =>
+        {
+            "MatMul + residual (library)".into()
+        }
         Op::Nodes(nodes)
             if nodes.iter().any(|n| n.op_type == "Softmax") && nodes.iter().any(|n| n.op_type == "MatMul") =>
         {

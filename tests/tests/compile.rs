@@ -520,6 +520,87 @@ fn a_pre_ln_block_fuses_the_residual_add_into_the_layernorm_and_writes_the_sum()
     nvrtc_compiles(&half);
 }
 
+/// A residual block's tail and the next matmul: `z = relu(x·W + b + x)·W2`, 256 wide (dense:
+/// the library's GEMMs).
+fn residual_tail() -> Graph {
+    let w = Tensor::from_vec(vec![256, 256], (0..256 * 256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 900.0).collect());
+    let b = Tensor::from_vec(vec![256], (0..256).map(|i| (i as f32 / 256.0 - 0.5) * 0.4).collect());
+    let bytes = ModelBuilder::new("residual_tail", 17)
+        .input("x", DType::F32, &fixed(&[64, 256]))
+        .output("z", DType::F32, &fixed(&[64, 256]))
+        .init("w", &w)
+        .init("b", &b)
+        .init("w2", &w)
+        .node("mm", "MatMul", &["x", "w"], &["h"], vec![])
+        .node("bias", "Add", &["h", "b"], &["a"], vec![])
+        .node("res", "Add", &["a", "x"], &["r"], vec![])
+        .node("act", "Relu", &["r"], &["y"], vec![])
+        .node("mm2", "MatMul", &["y", "w2"], &["z"], vec![])
+        .bytes();
+    load_model_bytes(&bytes, "residual_tail", &LoadOptions::default()).unwrap()
+}
+
+/// In fp16 the residual Add and the ReLU after a dense matmul run in its library call (C the
+/// residual, its bias and ReLU the call's epilogue): one step, and the CPU executor of that
+/// step computes the graph's nodes; without the library's epilogue they stay a step of their own.
+#[test]
+fn a_residual_add_and_relu_after_a_dense_fp16_matmul_run_in_the_library_call() {
+    let (_, model) = compile_half(residual_tail(), DType::F16);
+    let gemms: Vec<_> = model
+        .program
+        .steps
+        .iter()
+        .flat_map(|s| &s.launches)
+        .filter_map(|l| match l {
+            spartac::program::Launch::Gemm { bias, relu, residual, accumulate, m, k, n, .. } => {
+                Some((*m, *k, *n, bias.is_some(), *relu, residual.is_some(), *accumulate))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        gemms,
+        [(64, 256, 256, true, true, true, false), (64, 256, 256, false, false, false, false)],
+        "{}",
+        model.program.to_text()
+    );
+    let step = model.program.steps.iter().find(|s| s.label == "mm").unwrap();
+    let Op::Nodes(nodes) = &step.op else { panic!("the step computes the graph's nodes") };
+    let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
+    assert_eq!(ops, ["MatMul", "Add", "Add", "Relu"]);
+    assert!(!model.program.steps.iter().any(|s| s.label == "res" || s.label == "act"), "{}", model.program.to_text());
+    let read = decode(&encode(&model, &[]).unwrap()).unwrap().model;
+    assert_eq!(read, model, "the artifact reads back as written");
+    let reference = residual_tail();
+    let mut graph = residual_tail();
+    apply_attrs(&mut graph, None).unwrap();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    prepare_for_lowering(&mut graph, true).unwrap();
+    spartac::rewrite::to_half(&mut graph, DType::F16).unwrap();
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let unfused = ModelOptions { library_epilogue: false, ..ModelOptions::default() };
+    let unfused = lower_model(&graph, &p, &unfused, &mut |_, _| {}).unwrap();
+    assert!(
+        unfused
+            .program
+            .steps
+            .iter()
+            .flat_map(|s| &s.launches)
+            .all(|l| !matches!(l, spartac::program::Launch::Gemm { residual: Some(_), .. })),
+        "--no-library-epilogue keeps the residual out of the call"
+    );
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(&reference, seed);
+        let want = spartac::reference::execute(&reference, &inputs).unwrap();
+        for m in [&model, &unfused] {
+            for ((name, g), (_, w)) in run_cpu(m, &inputs).unwrap().iter().zip(&want) {
+                let e = relative_error(g, w);
+                assert!(e <= 1e-2, "{name}: relative error {e:.3e} in fp16");
+            }
+        }
+    }
+}
+
 /// The pipeline of `compile` in a 16-bit type (`spartac compile --dtype`).
 fn compile_half(mut graph: Graph, dtype: DType) -> (Graph, ModelProgram) {
     apply_attrs(&mut graph, None).unwrap();

@@ -259,6 +259,9 @@ struct LaunchProto {
     gemm_bias: Option<u32>,
     #[prost(bool, tag = "14")]
     gemm_relu: bool,
+    /// GEMM: the `m × n` buffer its call adds before the bias (beta 1, C ≠ D).
+    #[prost(uint32, optional, tag = "15")]
+    gemm_residual: Option<u32>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -527,7 +530,7 @@ fn launch_proto(l: &Launch) -> LaunchProto {
         Launch::Zero { dst, at, len } => {
             LaunchProto { kind: 2, dst: dst.0, dst_at: *at as u64, len: *len as u64, ..Default::default() }
         }
-        Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu } => LaunchProto {
+        Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu, residual } => LaunchProto {
             kind: 3,
             src: a.0,
             dst: c.0,
@@ -536,6 +539,7 @@ fn launch_proto(l: &Launch) -> LaunchProto {
             accumulate: *accumulate,
             gemm_bias: bias.map(|b| b.0),
             gemm_relu: *relu,
+            gemm_residual: residual.map(|r| r.0),
             ..Default::default()
         },
     }
@@ -775,6 +779,7 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
                     accumulate: l.accumulate,
                     bias: l.gemm_bias.map(buf_id).transpose()?,
                     relu: l.gemm_relu,
+                    residual: l.gemm_residual.map(buf_id).transpose()?,
                 },
                 k => return Err(bad(format!("step {i}: launch kind {k}"))),
             });

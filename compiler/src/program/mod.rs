@@ -269,7 +269,8 @@ pub enum Launch {
     /// this way (`codegen::library_takes`). With `bias` (`n` elements of the same type) and
     /// `relu` the call applies them to the fp32 sum before rounding (cuBLASLt epilogues,
     /// `codegen::library_gemm_fused`): `c = relu(a·w + bias)`; other activations follow as a
-    /// kernel.
+    /// kernel. With `residual` (`m × n`, another buffer than `c`) the call adds it before the
+    /// bias and ReLU: `c = relu(a·w + residual + bias)` (a ResNet block's sum).
     Gemm {
         a: BufferId,
         w: BufferId,
@@ -280,6 +281,7 @@ pub enum Launch {
         accumulate: bool,
         bias: Option<BufferId>,
         relu: bool,
+        residual: Option<BufferId>,
     },
 }
 
@@ -651,9 +653,12 @@ impl Program {
                     out.push(Access { buf: *dst, at: *dst_at, len: *len, write: true });
                 }
                 Launch::Zero { dst, at, len } => out.push(Access { buf: *dst, at: *at, len: *len, write: true }),
-                Launch::Gemm { a, w, c, m, k, n, bias, .. } => {
+                Launch::Gemm { a, w, c, m, k, n, bias, residual, .. } => {
                     if let Some(b) = bias {
                         out.push(Access { buf: *b, at: 0, len: *n, write: false });
+                    }
+                    if let Some(r) = residual {
+                        out.push(Access { buf: *r, at: 0, len: m * n, write: false });
                     }
                     out.push(Access { buf: *a, at: 0, len: m * k, write: false });
                     out.push(Access { buf: *w, at: 0, len: k * n, write: false });

@@ -180,6 +180,8 @@ struct Lowering<'a> {
     attention: HashMap<usize, AttentionFusion>,
     /// LayerNorms with their input's elementwise group, keyed by the LayerNorm.
     norms: HashMap<usize, NormFusion>,
+    /// Residual Adds (and a ReLU) a planned MatMul's library call adds, keyed by the MatMul.
+    residuals: HashMap<usize, epilogue::ResidualFusion>,
     /// Attention operands read in place from a wider value (`model/strided_views.rs`), keyed
     /// by the operand (the value a folded Transpose reads, or the MatMul's input).
     views: HashMap<ValueId, ViewChain>,
@@ -224,6 +226,7 @@ impl<'a> Lowering<'a> {
             pools: HashMap::new(),
             attention: HashMap::new(),
             norms: HashMap::new(),
+            residuals: HashMap::new(),
             views: HashMap::new(),
             gaps: BTreeMap::new(),
             last_use: vec![],

@@ -183,10 +183,11 @@ fn launch_text(l: &Launch) -> String {
             format!("copy buf%{}[{src_at}..+{len}] -> buf%{}[{dst_at}..]", src.0, dst.0)
         }
         Launch::Zero { dst, at, len } => format!("zero buf%{}[{at}..+{len}]", dst.0),
-        Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu } => format!(
-            "gemm buf%{}[{m}x{k}] * buf%{}[{k}x{n}]{}{} {} buf%{}",
+        Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu, residual } => format!(
+            "gemm buf%{}[{m}x{k}] * buf%{}[{k}x{n}]{}{}{} {} buf%{}",
             a.0,
             w.0,
+            residual.map_or(String::new(), |r| format!(" + buf%{}[{m}x{n}]", r.0)),
             bias.map_or(String::new(), |b| format!(" + buf%{}", b.0)),
             if *relu { " relu" } else { "" },
             if *accumulate { "+=>" } else { "=>" },

@@ -51,7 +51,20 @@ impl Program {
                     Launch::Copy { src, dst, .. } if self.buffer(*src).elem != self.buffer(*dst).elem => {
                         return Err(fail(format!("step {i} ({}): copy between element types", step.label)));
                     }
-                    Launch::Gemm { a, w, c, m, k, n, bias, accumulate, .. } => {
+                    Launch::Gemm { a, w, c, m, k, n, bias, accumulate, residual, .. } => {
+                        if let Some(r) = residual {
+                            if r.0 as usize >= nb
+                                || r == c
+                                || *accumulate
+                                || self.buffer(*r).elem != self.buffer(*c).elem
+                                || self.buffer(*r).len < m * n
+                            {
+                                return Err(fail(format!(
+                                    "step {i} ({}): GEMM residual out of range, the output itself, of another type or short",
+                                    step.label
+                                )));
+                            }
+                        }
                         if let Some(b) = bias {
                             if b.0 as usize >= nb
                                 || self.buffer(*b).elem != self.buffer(*c).elem

@@ -149,16 +149,17 @@ impl ProgramBlas {
         Ok(ProgramBlas { handle, workspace, lt })
     }
 
-    /// Issues `c = relu?(a·w + bias)` (`+ c` before the epilogue when `accumulate`) on
-    /// `stream` through cuBLASLt: row-major `a` (`m × k`), `w` (`k × n`), `c` (`m × n`) and
-    /// `bias` (`n`, 0 for none), all of element type `dtype`, fp32 sums and epilogue.
+    /// Issues `d = relu?(a·w + c + bias)` (`c` added when `accumulate`; it may be `d` itself)
+    /// on `stream` through cuBLASLt: row-major `a` (`m × k`), `w` (`k × n`), `c` and `d`
+    /// (`m × n`) and `bias` (`n`, 0 for none), all of element type `dtype`, fp32 sums and
+    /// epilogue.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_lt_on(
         &self,
         stream: cudarc::driver::sys::CUstream,
         dtype: Dtype,
         (m, k, n): (usize, usize, usize),
-        (a, w, c, bias): (u64, u64, u64, u64),
+        (a, w, c, d, bias): (u64, u64, u64, u64, u64),
         relu: bool,
         accumulate: bool,
     ) -> Result<(), CudaError> {
@@ -181,7 +182,7 @@ impl ProgramBlas {
             (false, true) => E::CUBLASLT_EPILOGUE_RELU,
             (false, false) => E::CUBLASLT_EPILOGUE_DEFAULT,
         };
-        let aligns = [alignment(a), alignment(w), alignment(c), alignment(bias)];
+        let aligns = [alignment(a), alignment(w), alignment(c).min(alignment(d)), alignment(bias)];
         let (ws, _guard) = self.workspace.device_ptr(self.workspace.stream());
         let lt_err = |what: &'static str| move |e: lt::CublasError| fail(what, e.to_string());
         // Column-major, as the library sees row-major storage: Cᵀ (n × m, ld n) = Wᵀ (n × k,
@@ -266,7 +267,7 @@ impl ProgramBlas {
                     lb,
                     c as *const _,
                     lc,
-                    c as *mut _,
+                    d as *mut _,
                     lc,
                     &algo,
                     ws as *mut _,

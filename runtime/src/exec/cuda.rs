@@ -548,7 +548,7 @@ impl GpuProgram {
 
     /// Issues library GEMM `l` on `stream`.
     fn issue_gemm(&self, l: &Launch, stream: sys::CUstream) -> Result<(), CudaError> {
-        let Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu } = l else {
+        let Launch::Gemm { a, w, c, m, k, n, accumulate, bias, relu, residual } = l else {
             return Err(CudaError::Kernel("gemm".into(), "not a library GEMM launch".into()));
         };
         let Some((blas, _)) = &self.blas else {
@@ -560,9 +560,14 @@ impl GpuProgram {
             _ => spartac::codegen::Dtype::F32,
         };
         let (pa, pw, pc) = (self.device_ptr(*a, 0), self.device_ptr(*w, 0), self.device_ptr(*c, 0));
-        if bias.is_some() || *relu {
+        if bias.is_some() || *relu || residual.is_some() {
             let pb = bias.map_or(0, |b| self.device_ptr(b, 0));
-            return blas.gemm_lt_on(stream, dtype, (*m, *k, *n), (pa, pw, pc, pb), *relu, *accumulate);
+            // C is the residual (or the output itself when the call adds into it).
+            let (c_in, add) = match residual {
+                Some(r) => (self.device_ptr(*r, 0), true),
+                None => (pc, *accumulate),
+            };
+            return blas.gemm_lt_on(stream, dtype, (*m, *k, *n), (pa, pw, c_in, pc, pb), *relu, add);
         }
         blas.gemm_on(stream, dtype, (*m, *k, *n), pa, pw, pc, *accumulate)
     }

@@ -4,7 +4,89 @@
 
 use super::*;
 
+/// A residual `Add` (and a ReLU after it) that a planned MatMul's library call adds
+/// (`Launch::Gemm`'s `residual`): found by [`Lowering::residual_after`].
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct ResidualFusion {
+    /// The Add, then the ReLU's nodes, in graph order.
+    pub members: Vec<usize>,
+    /// The Add's other operand.
+    pub residual: ValueId,
+    /// The last member's output: what the step writes.
+    pub end: ValueId,
+    pub relu: bool,
+}
+
 impl Lowering<'_> {
+    /// The residual Add after planned MatMul `i` (after its bias Add, if any) whose library call
+    /// can add it: the MatMul's weight plain (not transposed), 16-bit, planned as one dense part
+    /// the library takes; the Add's other operand a computed value of the same shape and type
+    /// (no broadcast); at most a ReLU after it. Whether the other operand is made before the
+    /// MatMul's step is the caller's to check.
+    pub(super) fn residual_after(&self, i: usize, op: &OperatorPlan) -> Option<ResidualFusion> {
+        let graph = self.graph;
+        let node = &graph.nodes[i];
+        if !(self.options.library_dense && self.options.library_epilogue)
+            || node.op_type != "MatMul"
+            || op.transposed
+            || op.orientation != crate::plan::suboperator::Orientation::WeightRight
+        {
+            return None;
+        }
+        let (x, wv) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
+        let mut out = node.outputs[0];
+        let dt = graph.fact(out).dtype;
+        if !matches!(dt, DType::F16 | DType::BF16) || graph.fact(wv).dtype != dt || graph.fact(x).dtype != dt {
+            return None;
+        }
+        let mut bias = false;
+        if let Some((add_out, _, _)) = self.bias_after(out, op.cols) {
+            (out, bias) = (add_out, true);
+        }
+        let add_i = self.only_consumer(out)?;
+        let add = &graph.nodes[add_i];
+        if add.op_type != "Add" || add.inputs.len() != 2 || add.outputs.len() != 1 {
+            return None;
+        }
+        let residual = add.inputs.iter().flatten().copied().find(|&v| v != out)?;
+        let (rf, of) = (graph.fact(residual), graph.fact(out));
+        if constant(graph, residual).is_some()
+            || rf.dtype != dt
+            || rf.shape != of.shape
+            || graph.fact(add.outputs[0]).shape != of.shape
+        {
+            return None;
+        }
+        let mut members = vec![add_i];
+        let (mut end, mut relu) = (add.outputs[0], false);
+        if let Some((act, act_end, act_members)) = self.activation_after(end) {
+            // A ReLU alone (not a chain that also casts out of the type).
+            if act != Activation::Relu || graph.fact(act_end).dtype != dt {
+                return None;
+            }
+            (end, relu) = (act_end, true);
+            members.extend(act_members);
+        }
+        // The plan must leave the whole weight as one dense part on the library.
+        let w: Vec<f32> = constant(graph, wv)?.to_f64_vec().into_iter().map(|x| x as f32).collect();
+        let m = graph.fact(x).numel() / op.rows.max(1);
+        let mut planned_op = op.clone();
+        planned_op.m = m;
+        planned_op.epilogue.activation = None;
+        let parts = crate::codegen::from_plan::kernels_for_operator(&planned_op, &w).ok()?;
+        let [part] = &parts[..] else { return None };
+        let mut spec = part.spec.clone();
+        spec.m = m;
+        let activation = if relu { Activation::Relu } else { Activation::None };
+        spec.epilogue = Epilogue { bias, activation };
+        let library = if self.options.stream_dense {
+            crate::codegen::library_takes(&spec)
+        } else {
+            crate::codegen::library_takes_dense(&spec)
+        };
+        (library && part.weight == w).then_some(ResidualFusion { members, residual, end, relu })
+    }
+
     /// The nodes after planned `node` that its epilogue absorbs (the same choice
     /// [`Lowering::lower_planned`] makes).
     pub(super) fn epilogue_nodes(&self, node: &Node, op: &OperatorPlan) -> Vec<usize> {

@@ -115,6 +115,33 @@ impl Lowering<'_> {
                 self.norms.insert(f.norm, f);
             }
         }
+        // A residual Add (and a ReLU after it) that is a group of its own, after a planned
+        // dense 16-bit MatMul, its other operand made by an earlier step: the MatMul's library
+        // call adds it (`Lowering::residual_after`, `lower_planned`).
+        if self.options.fuse_epilogues && self.options.fuse_elementwise {
+            for (i, node) in graph.nodes.iter().enumerate() {
+                let Some(op) = self.planned.get(node.name.as_str()).copied() else { continue };
+                let Some(rf) = self.residual_after(i, op) else { continue };
+                let key = *rf.members.last().expect("the Add");
+                if groups.get(&key) != Some(&rf.members) {
+                    continue;
+                }
+                let made_at = graph
+                    .nodes
+                    .iter()
+                    .position(|n| n.outputs.contains(&rf.residual))
+                    .map(|p| groups.iter().find(|(_, ms)| ms.contains(&p)).map_or(emit_at[p], |(&k, _)| k));
+                if made_at.is_some_and(|at| at >= i) {
+                    continue;
+                }
+                groups.remove(&key);
+                for &m in &rf.members {
+                    absorbed[m] = true;
+                    emit_at[m] = i;
+                }
+                self.residuals.insert(i, rf);
+            }
+        }
         for (&last, members) in &groups {
             for &m in members {
                 emit_at[m] = last;

@@ -82,14 +82,22 @@ impl Lowering<'_> {
             }
         }
         let mut activation = Activation::None;
+        let mut bias_node = None;
         if self.options.fuse_epilogues {
             if bias.is_none() {
                 if let Some((add_out, b, add_i)) = self.bias_after(out, n) {
                     bias = Some(b);
                     out = add_out;
                     done[add_i] = true;
+                    bias_node = Some(add_i);
                     self.stats.fused_epilogues += 1;
                 }
+            }
+            if let Some(rf) = self.residuals.get(&i).cloned() {
+                for &d in &rf.members {
+                    done[d] = true;
+                }
+                return self.lower_library_residual(i, (m, k, n), (&bias, bias_node), &rf);
             }
             if let Some((act, end, members)) = self.activation_after(out) {
                 activation = act;
@@ -306,6 +314,7 @@ impl Lowering<'_> {
             accumulate: gemm.accumulate,
             bias: if gemm.fused.bias() { bias_buf } else { None },
             relu: gemm.fused.relu(),
+            residual: None,
         });
         if let Some(ep) = gemm.epilogue {
             let kid = self.b.kernel(&ep.name, &ep.source, ep.launch.smem_bytes);
@@ -316,6 +325,52 @@ impl Lowering<'_> {
                 args: rows_args,
             });
         }
+        Ok(())
+    }
+
+    /// Planned MatMul `i` with the residual Add (and ReLU) `rf` after its bias
+    /// ([`Lowering::residual_after`] chose it): one library call `c = relu(a·w + residual +
+    /// bias)` (cuBLASLt: C is the residual, beta 1, D the output), reading the graph's own
+    /// weight constant; the step's ops are the graph's nodes (MatMul, bias Add, residual Add,
+    /// ReLU) for the CPU executor.
+    fn lower_library_residual(
+        &mut self,
+        i: usize,
+        (m, k, n): (usize, usize, usize),
+        (bias, bias_node): (&Option<Vec<f32>>, Option<usize>),
+        rf: &super::epilogue::ResidualFusion,
+    ) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        let node = &graph.nodes[i];
+        let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
+        let wv = node.inputs[1].ok_or_else(|| self.node_err(node, "weight missing"))?;
+        let dt = graph.fact(rf.end).dtype;
+        let bias_buf = match bias {
+            Some(b) => Some(self.b.constant(&format!("{}.bias", node.name), float_data(dt, b), false)),
+            None => None,
+        };
+        let mut members = vec![i];
+        members.extend(bias_node);
+        let n_core = members.len() + 1;
+        members.extend(rf.members.iter().copied());
+        let nodes = self.fused_nodes(&members, n_core, rf.end)?;
+        let launch = Launch::Gemm {
+            a: self.buf(x)?,
+            w: self.buf(wv)?,
+            c: self.buf(rf.end)?,
+            m,
+            k,
+            n,
+            accumulate: false,
+            bias: bias_buf,
+            relu: rf.relu,
+            residual: Some(self.buf(rf.residual)?),
+        };
+        self.b.step(&node.name, Op::Nodes(nodes), vec![launch]);
+        self.stats.planned_ops += 1;
+        self.stats.library_gemms += 1;
+        self.stats.fused_epilogues += rf.members.len();
+        self.stats.dense_weight_bytes += 4 * k * n;
         Ok(())
     }
 
