@@ -109,7 +109,7 @@ pub struct CompileArgs {
     pub tune_cache: Option<PathBuf>,
     /// Print the IR (its text form) after these graph passes, to stdout: `all`, or names
     /// separated by commas (frontend, propagate, narrow_broadcasts, fold_batchnorm,
-    /// shrink_channels, channels_last, merge_matmuls, to_half). Without the flag,
+    /// shrink_channels, channels_last, merge_matmuls, sink_transposes, to_half). Without the flag,
     /// $SPARTAC_PRINT_IR_AFTER is read the same way.
     #[arg(long, value_name = "PASS|all")]
     pub print_ir_after: Option<String>,
@@ -166,7 +166,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         merge_matmuls: !args.no_merge_qkv,
         dense_pointwise_as_conv: args.pointwise_conv,
     };
-    let RewriteReport { narrow, batchnorm, shrink, layout, merge } =
+    let RewriteReport { narrow, batchnorm, shrink, layout, merge, .. } =
         rewrite_in(&mut graph, &rewrites, &args.dtype, &mut pipeline)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");

@@ -39,6 +39,7 @@ pub const PASSES: &[PassInfo] = &[
     pass("shrink_channels", true, "channels pruned in a whole channel class cut out"),
     pass("channels_last", true, "convolutions to NHWC, 1x1 convolutions as MatMuls"),
     pass("merge_matmuls", true, "Q, K and V projections as one MatMul"),
+    pass("sink_transposes", true, "row transposes moved below the projections attentions read in place"),
     pass("to_half", true, "values between kernels in fp16/bf16 (--dtype)"),
     pass("plan", false, "execution plan: sub-operators and kernel choices per sparse operator"),
     pass("lower", false, "the program: steps, buffers, fusions, specialized kernels"),

@@ -123,7 +123,10 @@ fn the_pipeline_prints_the_ir_after_every_rewrite_pass() {
         pipeline.records
     };
     let names: Vec<&str> = records.iter().map(|r| r.name).collect();
-    assert_eq!(names, ["narrow_broadcasts", "fold_batchnorm", "shrink_channels", "channels_last", "merge_matmuls"]);
+    assert_eq!(
+        names,
+        ["narrow_broadcasts", "fold_batchnorm", "shrink_channels", "channels_last", "merge_matmuls", "sink_transposes"]
+    );
     assert!(records[2].result.contains("channel classes shrunk"), "{:?}", records[2]);
     assert_eq!(printed.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), names);
     assert_eq!(printed.last().unwrap().1, print_graph(&graph), "the last text is the graph the rewrites leave");

@@ -26,9 +26,13 @@
 //!   MatMul, each value read by the next alone) is one step and one kernel
 //!   (`codegen::graph_ops::attention`): the group becomes the kernel's score expression, the
 //!   transposes folded into either MatMul its operand strides, and a Transpose after it its
-//!   output strides; a Q, K or V sliced out of a wider value (the merged projection of
-//!   `rewrite::merge_matmuls`) is read in place through an offset and strides
-//!   (`model/strided_views.rs`), the Slice and its views joining the step;
+//!   output strides (a Reshape after that is a view as ever); a Q, K or V made from a wider
+//!   value by data movement alone (a Slice of the merged projection of
+//!   `rewrite::merge_matmuls`; the heads split out of a packed projection by Reshapes,
+//!   Transposes and scalar Gathers, the three operands sharing the top of the chain) is read
+//!   in place through an offset and strides (`model/strided_views.rs`), those nodes joining
+//!   the step; a Mul of Q or K by a one-element constant becomes a factor of the score
+//!   expression (`model/attention.rs`);
 //! - **data movement with constant indices** (GatherND, GatherElements, Slice, Split, Pad with
 //!   zeros, Tile, DepthToSpace, SpaceToDepth whose only non-constant input is the data): one
 //!   gather per output, in one step, through a source map traced at compile time with the op's

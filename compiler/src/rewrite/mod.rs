@@ -10,7 +10,10 @@
 //!   and the other convolutions run as one NHWC kernel each;
 //! - [`merge_matmuls`]: MatMuls that read one activation with constant weights (Q, K and V)
 //!   become one MatMul over the concatenated weights (and biases), each original output a
-//!   Slice of it.
+//!   Slice of it;
+//! - [`sink_transposes`]: a Transpose of the leading (row) axes before a projection whose
+//!   product only attentions read moves below the projection and its bias, where the
+//!   attention reads it in place.
 //!
 //! Each leaves a verified graph (`ir::verify`) with unreferenced values dropped and the
 //! remaining values renumbered in a deterministic order.
@@ -21,6 +24,7 @@ pub mod half;
 pub mod layout;
 pub mod merge_matmuls;
 pub mod narrow_broadcasts;
+pub mod sink_transposes;
 
 pub use channels::{shrink_channels, ShrinkReport};
 pub use fold_batchnorm::{fold_batchnorm, FoldReport};
@@ -28,6 +32,7 @@ pub use half::{to_half, HalfReport};
 pub use layout::{channels_last, channels_last_with, LayoutReport};
 pub use merge_matmuls::{merge_matmuls, MergeReport};
 pub use narrow_broadcasts::{narrow_broadcasts, NarrowReport};
+pub use sink_transposes::{sink_transposes, SinkReport};
 
 use crate::ir::{Graph, NodeId, Tensor, ValueId, ValueKind};
 use crate::pipeline::Pipeline;
@@ -65,6 +70,7 @@ pub struct RewriteReport {
     pub shrink: ShrinkReport,
     pub layout: LayoutReport,
     pub merge: MergeReport,
+    pub sink: SinkReport,
 }
 
 /// Which of [`prepare`]'s rewrites run.
@@ -91,9 +97,9 @@ pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteRe
 
 /// The rewrites `spartac compile` runs between propagation and the plan: pruned weight
 /// elements become zero (the compiled model computes the pruned model), then
-/// [`narrow_broadcasts`], [`fold_batchnorm`], [`shrink_channels`], [`channels_last`] and
-/// [`merge_matmuls`] (each as `options` say; the merge last, so it sees the shrunk weights and
-/// the pointwise convolutions' MatMuls).
+/// [`narrow_broadcasts`], [`fold_batchnorm`], [`shrink_channels`], [`channels_last`],
+/// [`merge_matmuls`] (each as `options` say; the merge after the others, so it sees the shrunk
+/// weights and the pointwise convolutions' MatMuls) and [`sink_transposes`].
 pub fn prepare(graph: &mut Graph, options: &RewriteOptions) -> Result<RewriteReport, crate::Error> {
     prepare_in(graph, options, &mut Pipeline::quiet())
 }
@@ -142,7 +148,12 @@ pub fn prepare_in(
         let line = format!("{} MatMuls into {}", r.matmuls, r.sets);
         Ok((r, line))
     })?;
-    Ok(RewriteReport { narrow, batchnorm, shrink, layout, merge })
+    let sink = pipeline.run("sink_transposes", graph, |g| {
+        let r = sink_transposes(g)?;
+        let line = format!("{} row transposes moved below their projections ({} with the bias)", r.sunk, r.with_bias);
+        Ok((r, line))
+    })?;
+    Ok(RewriteReport { narrow, batchnorm, shrink, layout, merge, sink })
 }
 
 /// The new shape and the flat source positions of `shape` with only the indices `keep` (in

@@ -98,6 +98,19 @@ impl Expr {
         render(self, inputs).map(|(_, d)| d)
     }
 
+    /// The expression with every read of input `i` replaced by `with`.
+    pub fn replace_input(&self, i: usize, with: &Expr) -> Expr {
+        let r = |x: &Expr| Box::new(x.replace_input(i, with));
+        match self {
+            Expr::Input(j) if *j == i => with.clone(),
+            Expr::Input(_) | Expr::Const(..) => self.clone(),
+            Expr::Unary(op, x) => Expr::Unary(*op, r(x)),
+            Expr::Cast(to, x) => Expr::Cast(*to, r(x)),
+            Expr::Binary(op, a, b) => Expr::Binary(*op, r(a), r(b)),
+            Expr::Where(c, a, b) => Expr::Where(r(c), r(a), r(b)),
+        }
+    }
+
     /// Whether the expression reads input `i`.
     pub fn reads(&self, i: usize) -> bool {
         match self {

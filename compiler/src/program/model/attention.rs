@@ -1,10 +1,18 @@
 //! Fused attention: where `softmax(f(Q·Kᵀ))·V` is found in the graph (an analysis over the
 //! elementwise groups and the folded Transposes) and its one step (`codegen::graph_ops::attention`),
-//! the score group as the kernel's expression, the folded Transposes and the in-place slices
+//! the score group as the kernel's expression, the folded Transposes and the in-place operands
 //! (`strided_views.rs`) as its operand strides, every node kept for the CPU executor.
+//!
+//! A Q or K scaled by a one-element constant before the scores MatMul (`nn.MultiheadAttention`
+//! exports `1/√d` as `1/⁴√d` on each of Q and Kᵀ) is not computed apart: `(c₁·q)·(c₂·k) =
+//! c₁·c₂·(q·k)`, so the kernel reads the unscaled operands and its score expression multiplies
+//! the raw scores by the constants (in f32). In a 16-bit model the reference rounds `c·q` and
+//! `c·k` to the 16-bit type before the matmul and the kernel does not: the two differ by that
+//! rounding (2⁻¹¹ relative in f16, within the 1e-2 normwise check of 16-bit models); the CPU
+//! executor computes the graph's Muls as they are.
 
-use super::{norm_axis, sanitize, transpose_perm, Lowering};
-use crate::codegen::graph_ops::{self, Expr, TensorDesc};
+use super::{norm_axis, sanitize, scalar_constant, transpose_perm, Lowering};
+use crate::codegen::graph_ops::{self, Binary, Expr, TensorDesc};
 use crate::ir::{DType, ValueId};
 use crate::program::{Arg, Op, Operand, ProgramError};
 use std::collections::HashMap;
@@ -12,7 +20,8 @@ use std::collections::HashMap;
 /// An attention that runs as one kernel ([`graph_ops::attention`]): node indices of the
 /// scores MatMul, the elementwise group between it and the Softmax (empty when there is none),
 /// the Softmax, the probabilities·V MatMul and the Transpose after it whose permutation the
-/// kernel's output strides take.
+/// kernel's output strides take; `scales`: the Muls by a one-element constant that make the
+/// scores MatMul's Q and K operands, when they are absorbed (see the module docs).
 #[derive(Clone, Debug)]
 pub(super) struct AttentionFusion {
     pub scores: usize,
@@ -20,6 +29,17 @@ pub(super) struct AttentionFusion {
     pub softmax: usize,
     pub pv: usize,
     pub out_transpose: Option<usize>,
+    pub scales: [Option<Scale>; 2],
+}
+
+/// A Mul by a one-element constant absorbed into the score expression: the node, the position
+/// of its data input, the constant's type and value.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Scale {
+    pub node: usize,
+    pub data: usize,
+    pub dtype: DType,
+    pub value: f64,
 }
 
 impl Lowering<'_> {
@@ -90,6 +110,8 @@ impl Lowering<'_> {
             else {
                 continue;
             };
+            // Q and K scaled by constants: the scale joins the score expression.
+            let scales = if q == k { [None, None] } else { [q, k].map(|v| self.scale_of(v, scores, groups)) };
             let o = node.outputs[0];
             if ![q, k, vv, sv, x, p, o].into_iter().all(float) {
                 continue;
@@ -109,9 +131,33 @@ impl Lowering<'_> {
             let out_transpose = self
                 .only_consumer(o)
                 .filter(|&t| graph.nodes[t].op_type == "Transpose" && groups.get(&t).is_none_or(|m| m.len() == 1));
-            found.push(AttentionFusion { scores, group, softmax: sm, pv, out_transpose });
+            found.push(AttentionFusion { scores, group, softmax: sm, pv, out_transpose, scales });
         }
         found
+    }
+
+    /// The Mul by a one-element constant that makes `v`, read by the scores MatMul `scores`
+    /// alone, when it is an elementwise group of its own and keeps its data's shape and type.
+    fn scale_of(&self, v: ValueId, scores: usize, groups: &HashMap<usize, Vec<usize>>) -> Option<Scale> {
+        let graph = self.graph;
+        let m = graph.nodes.iter().position(|n| n.outputs.contains(&v))?;
+        let node = &graph.nodes[m];
+        if node.op_type != "Mul"
+            || node.inputs.len() != 2
+            || self.only_consumer(v) != Some(scores)
+            || groups.get(&m).map(Vec::as_slice) != Some(&[m][..])
+        {
+            return None;
+        }
+        let (a, b) = (node.inputs[0]?, node.inputs[1]?);
+        let (data, (dtype, value)) = match (scalar_constant(graph, a), scalar_constant(graph, b)) {
+            (None, Some(c)) => (0, c),
+            (Some(c), None) => (1, c),
+            _ => return None,
+        };
+        let (xf, vf) = (graph.fact(node.inputs[data]?), graph.fact(v));
+        let same = xf.shape == vf.shape && xf.dtype == vf.dtype && dtype == vf.dtype;
+        (same && dtype.is_float()).then_some(Scale { node: m, data, dtype, value })
     }
 
     /// One step for a fused attention: the [`graph_ops::attention`] kernel, its nodes (the
@@ -127,19 +173,25 @@ impl Lowering<'_> {
             next_temp += 1;
             Operand::Temp { id: next_temp - 1, dtype: fact.dtype, shape: fact.shape.clone() }
         };
-        // q and k (the scores MatMul's operands) and v, each through its folded Transpose.
+        // q and k (the scores MatMul's operands) and v, each through its folded Transpose or
+        // its absorbed scale.
         let mut descs = vec![];
         let mut args = vec![];
         let mut operands = vec![];
-        for (at, pos) in [(f.scores, 0), (f.scores, 1), (f.pv, 1)] {
+        for (slot, (at, pos)) in [(f.scores, 0), (f.scores, 1), (f.pv, 1)].into_iter().enumerate() {
             let node = &graph.nodes[at];
             let v = node.inputs[pos].ok_or_else(|| self.node_err(node, format!("input {pos} is missing")))?;
+            let scale = f.scales.get(slot).copied().flatten();
             let transpose = self.folded.get(&at).and_then(|fs| fs.iter().find(|(p, _)| *p == pos)).map(|&(_, t)| t);
-            let src = match transpose {
-                Some(t) => {
+            let src = match (scale, transpose) {
+                (Some(s), _) => {
+                    let m = &graph.nodes[s.node];
+                    m.inputs[s.data].ok_or_else(|| self.node_err(m, format!("input {} is missing", s.data)))?
+                }
+                (None, Some(t)) => {
                     graph.nodes[t].inputs[0].ok_or_else(|| self.node_err(&graph.nodes[t], "input 0 is missing"))?
                 }
-                None => v,
+                (None, None) => v,
             };
             // The source as the kernel reads it, and as the CPU executor gets it.
             let (desc, arg, src_op) = match self.views.get(&src).cloned() {
@@ -162,15 +214,25 @@ impl Lowering<'_> {
                 }
                 None => (self.desc(src), Arg::Buf(self.buf(src)?, 0), self.operand(src)?),
             };
-            match transpose {
-                Some(t) => {
+            match (scale, transpose) {
+                (Some(s), _) => {
+                    // The CPU executor scales; the kernel's score expression does (below).
+                    descs.push(desc);
+                    let mut inputs = vec![None, None];
+                    inputs[s.data] = Some(src_op);
+                    inputs[1 - s.data] = Some(Operand::Scalar { dtype: s.dtype, value: s.value });
+                    let tmp = temp(v);
+                    nodes.push(self.node_op(&graph.nodes[s.node], inputs, vec![tmp.clone()]));
+                    operands.push(tmp);
+                }
+                (None, Some(t)) => {
                     let tnode = &graph.nodes[t];
                     descs.push(desc.permuted(&transpose_perm(graph, tnode)));
                     let tmp = temp(v);
                     nodes.push(self.node_op(tnode, vec![Some(src_op)], vec![tmp.clone()]));
                     operands.push(tmp);
                 }
-                None => {
+                (None, None) => {
                     descs.push(desc);
                     operands.push(src_op);
                 }
@@ -196,6 +258,11 @@ impl Lowering<'_> {
             nodes.extend(group_nodes);
             (expr, x_temp)
         };
+        // (c₁·q)·(c₂·k) = c₁·c₂·(q·k): the raw score times the absorbed scales.
+        let scaled = f.scales.iter().flatten().fold(Expr::Input(0), |e, s| {
+            Expr::Binary(Binary::Mul, Box::new(e), Box::new(Expr::Const(s.value, s.dtype)))
+        });
+        let expr = expr.replace_input(0, &scaled);
         let p_temp = temp(sm_node.outputs[0]);
         nodes.push(self.node_op(sm_node, vec![Some(x_op)], vec![p_temp.clone()]));
         let o = pv_node.outputs[0];
@@ -231,18 +298,20 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// The values a fused attention's Q, K and V are read from: each MatMul operand, or the
-    /// input of the Transpose folded into it.
+    /// The values a fused attention's Q, K and V are read from: each MatMul operand, the
+    /// input of the Transpose folded into it, or the data input of its absorbed scale.
     pub(super) fn attention_sources(&self, f: &AttentionFusion) -> Vec<ValueId> {
         let graph = self.graph;
         let mut out = vec![];
-        for (at, pos) in [(f.scores, 0), (f.scores, 1), (f.pv, 1)] {
+        for (slot, (at, pos)) in [(f.scores, 0), (f.scores, 1), (f.pv, 1)].into_iter().enumerate() {
             let folded = self.folded.get(&at).and_then(|fs| fs.iter().find(|(p, _)| *p == pos));
-            let v = match folded {
-                Some(&(_, t)) => graph.nodes[t].inputs.first().copied().flatten(),
-                None => graph.nodes[at].inputs.get(pos).copied().flatten(),
+            let v = match (f.scales.get(slot).copied().flatten(), folded) {
+                (Some(s), _) => graph.nodes[s.node].inputs.get(s.data).copied().flatten(),
+                (None, Some(&(_, t))) => graph.nodes[t].inputs.first().copied().flatten(),
+                (None, None) => graph.nodes[at].inputs.get(pos).copied().flatten(),
             };
-            // Read by the Transpose or the MatMul alone (Q and K of one value are not in place).
+            // Read by the Transpose, the Mul or the MatMul alone (Q and K of one value are not
+            // in place).
             out.extend(v.filter(|&v| self.only_consumer(v).is_some()));
         }
         out

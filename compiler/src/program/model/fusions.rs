@@ -1,8 +1,9 @@
 //! Which nodes run inside another node's step: epilogues absorbed by planned matmuls,
 //! Transposes folded into activation MatMuls, NHWC convolutions and pools with their Transposes,
-//! elementwise groups, attentions (with their in-place slices) and LayerNorms with their
-//! input's group. The analysis the lowering loop then follows; it also sets the loop
-//! iteration each node is computed at, from which buffer lifetimes are counted.
+//! elementwise groups, attentions (with their constant Q and K scales and their operands read
+//! in place) and LayerNorms with their input's group. The analysis the lowering loop then
+//! follows; it also sets the loop iteration each node is computed at, from which buffer
+//! lifetimes are counted.
 
 use super::*;
 
@@ -78,22 +79,28 @@ impl Lowering<'_> {
         let mut groups =
             if self.options.fuse_elementwise { self.elementwise_groups(&absorbed) } else { HashMap::new() };
         // Attention (scores MatMul → score group → Softmax → ·V MatMul → Transpose) runs as one
-        // kernel at its ·V MatMul.
+        // kernel at its ·V MatMul, with the constant scales of Q and K.
         if self.options.fuse_elementwise {
             for f in self.find_attention(&groups) {
                 let mut members = vec![f.scores, f.softmax];
                 members.extend(&f.group);
                 members.extend(self.folded.get(&f.scores).into_iter().flatten().map(|&(_, t)| t));
                 members.extend(f.out_transpose);
-                for g in f.group.last().into_iter().chain(&f.out_transpose) {
+                members.extend(f.scales.iter().flatten().map(|s| s.node));
+                let scales = f.scales.iter().flatten().map(|s| &s.node);
+                for g in f.group.last().into_iter().chain(&f.out_transpose).chain(scales) {
                     groups.remove(g);
                 }
-                // Q, K or V sliced out of a wider value: read in place.
-                for v in self.attention_sources(&f) {
-                    if let Some(chain) = strided_views::view_chain(self, v) {
-                        members.extend(&chain.nodes);
-                        self.views.insert(v, chain);
+                // Q, K or V moved out of a wider value (sliced, heads split): read in place.
+                let sources = self.attention_sources(&f);
+                let chains = strided_views::attention_chains(self, &sources, &absorbed, &groups);
+                for (v, chain) in sources.into_iter().zip(chains) {
+                    let Some(chain) = chain else { continue };
+                    for n in &chain.nodes {
+                        groups.remove(n);
                     }
+                    members.extend(&chain.nodes);
+                    self.views.insert(v, chain);
                 }
                 for m in members {
                     absorbed[m] = true;

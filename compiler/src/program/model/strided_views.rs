@@ -1,24 +1,36 @@
-//! Slices read in place by a fused attention: when a Q, K or V operand of an attention is a
-//! `Slice` of a wider value (the merged Q/K/V projection of `rewrite::merge_matmuls`), possibly
-//! reshaped before or after, the attention kernel reads the wider value's buffer through an
-//! offset and strides instead of a copy of the slice being made first.
+//! Operands read in place by a fused attention: when a Q, K or V operand of an attention is
+//! made from a wider value by data movement alone (a `Slice` of the merged Q/K/V projection
+//! of `rewrite::merge_matmuls`; the heads split out of a packed projection by `Reshape`,
+//! `Transpose` and a `Gather` of one constant index, as `nn.MultiheadAttention` exports it),
+//! the attention kernel reads the wider value's buffer through an offset and strides instead
+//! of a copy being made first.
 //!
 //! The chain is found by walking up from the operand through nodes that only move data (the
-//! views of `VIEWS` and `Slice`, every input past the data a constant, each value read by the
-//! next node alone) to the first value something else computes: the base, which has a
-//! contiguous buffer. Whether the chain is one strided view is not reasoned about op by op:
-//! the chain is evaluated with the ops' own `eval` on the base's element numbers (as the
-//! remaps of `lower_remap` are traced), and the element map it gives is fitted with an
+//! views of `VIEWS`, `Slice`, `Transpose`, `Gather` of a one-element constant index; every
+//! input past the data a constant) to the first value something else computes: the base,
+//! which has a contiguous buffer. Whether the chain is one strided view is not reasoned about
+//! op by op: the chain is evaluated with the ops' own `eval` on the base's element numbers (as
+//! the remaps of `lower_remap` are traced), and the element map it gives is fitted with an
 //! offset and one stride per axis and checked element by element. A chain that does not fit
-//! (a Slice with steps that reverse, a Reshape that merges sliced axes) stays as it was: the
-//! Slice is lowered as a copy.
+//! (a Slice with steps that reverse, a Reshape that merges sliced axes) stays as it was: its
+//! nodes are lowered as their own steps. A chain of plain views alone is no chain (the
+//! operand is already its base's buffer).
+//!
+//! The three operands of one attention may share the top of their chains (the packed
+//! projection's `Squeeze` read by the three `Gather`s): a value on a chain may be read by
+//! other nodes only when every one of them is on a chain of the same attention, and an
+//! elementwise group a chain node is in must lie on the chains too. Otherwise the chain is cut
+//! to the part where each value is read by the next node alone, and failing that dropped.
 //!
 //! The chain's nodes join the attention's step ([`Op::Nodes`](crate::program::Op::Nodes)), so
-//! the CPU executor still slices and reshapes for itself; only the GPU kernel reads in place.
+//! the CPU executor still moves the data for itself (a shared top once per chain, into
+//! temporaries of the step); only the GPU kernel reads in place.
 
 use super::{constant, Lowering, VIEWS};
 use crate::ir::{Tensor, ValueId};
 use crate::ops::{registry, NodeCtx};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 /// An operand read in place: the value `base` seen through the data-movement `nodes` (graph
 /// order), whose output element at index `i` (row-major in the operand's shape) is the base's
@@ -31,25 +43,87 @@ pub(super) struct ViewChain {
     pub strides: Vec<usize>,
 }
 
-/// Most elements a chain is traced over (the base's): past this the slice stays a copy rather
-/// than costing the compile time and memory of the trace.
+/// Most elements a chain is traced over (the base's): past this the operand stays a copy
+/// rather than costing the compile time and memory of the trace.
 const MAX_TRACE: usize = 1 << 26;
 
-/// The chain that makes value `v` from a wider value by slicing (at least one `Slice`) and
-/// views alone, when it is one strided view of that value.
-pub(super) fn view_chain(l: &Lowering, v: ValueId) -> Option<ViewChain> {
+/// Element maps of values read by more than one node, keyed by (base, value): the shared top
+/// of the chains of one attention is traced once.
+type Traces = HashMap<(ValueId, ValueId), Rc<Tensor>>;
+
+/// The chains of one attention's operands `sources` (see the module docs), in their order:
+/// `None` where an operand is read as it is. `taken[n]`: node `n` already runs inside another
+/// step (a chain stops above it); `groups`: the elementwise groups, keyed by their last node.
+pub(super) fn attention_chains(
+    l: &Lowering,
+    sources: &[ValueId],
+    taken: &[bool],
+    groups: &HashMap<usize, Vec<usize>>,
+) -> Vec<Option<ViewChain>> {
+    let mut traces = Traces::new();
+    let mut shared = vec![true; sources.len()];
+    let mut chains: Vec<Option<ViewChain>> =
+        sources.iter().map(|&v| view_chain(l, v, true, taken, &mut traces)).collect();
+    let group_of: HashMap<usize, &Vec<usize>> =
+        groups.values().flat_map(|members| members.iter().map(move |&m| (m, members))).collect();
+    // Cut (then drop) a chain whose values are read outside the chains, until none is.
+    loop {
+        let on_chains: HashSet<usize> = chains.iter().flatten().flat_map(|c| c.nodes.iter().copied()).collect();
+        let inside = |c: &ViewChain, source: ValueId| {
+            c.nodes.iter().all(|&n| {
+                let reads_ok =
+                    l.graph.nodes[n].outputs.iter().filter(|&&o| o != source).all(|&o| {
+                        !l.is_output[o.index()] && l.consumers[o.index()].iter().all(|r| on_chains.contains(r))
+                    });
+                let group_ok = group_of.get(&n).is_none_or(|g| g.iter().all(|m| on_chains.contains(m)));
+                reads_ok && group_ok
+            })
+        };
+        let Some(i) = (0..sources.len()).find(|&i| chains[i].as_ref().is_some_and(|c| !inside(c, sources[i]))) else {
+            break;
+        };
+        chains[i] = if shared[i] { view_chain(l, sources[i], false, taken, &mut traces) } else { None };
+        shared[i] = false;
+    }
+    chains
+}
+
+/// Whether `node` moves data in a way one strided view can express when its inputs past the
+/// data are constants: a view, `Slice`, `Transpose`, or `Gather` of one index.
+fn moves_data(l: &Lowering, node: &crate::ir::Node) -> bool {
+    match node.op_type.as_str() {
+        "Slice" | "Transpose" => true,
+        "Gather" => node
+            .inputs
+            .get(1)
+            .copied()
+            .flatten()
+            .and_then(|i| l.graph.initializers.get(&i))
+            .is_some_and(|init| init.fact().numel() == 1),
+        op => VIEWS.contains(&op),
+    }
+}
+
+/// The chain that makes value `v` from a wider value by data movement (at least one node that
+/// is not a plain view), when it is one strided view of that value. `shared`: values read by
+/// other nodes too may be on the chain (the caller checks who reads them).
+fn view_chain(l: &Lowering, v: ValueId, shared: bool, taken: &[bool], traces: &mut Traces) -> Option<ViewChain> {
     let graph = l.graph;
     let producer = |v: ValueId| graph.nodes.iter().position(|n| n.outputs.contains(&v));
     let mut nodes = vec![];
     let mut cur = v;
     while let Some(p) = producer(cur) {
         let node = &graph.nodes[p];
-        let moves = node.op_type == "Slice" || VIEWS.contains(&node.op_type.as_str());
         let consts = node.inputs.iter().skip(1).flatten().all(|&c| graph.initializers.contains_key(&c));
-        if !moves || !consts || node.outputs.len() != 1 || l.planned.contains_key(node.name.as_str()) {
+        if !moves_data(l, node)
+            || !consts
+            || node.outputs.len() != 1
+            || taken[p]
+            || l.planned.contains_key(node.name.as_str())
+        {
             break;
         }
-        if cur != v && l.only_consumer(cur).is_none() {
+        if cur != v && (l.is_output[cur.index()] || !shared && l.only_consumer(cur).is_none()) {
             break;
         }
         nodes.push(p);
@@ -57,7 +131,7 @@ pub(super) fn view_chain(l: &Lowering, v: ValueId) -> Option<ViewChain> {
     }
     nodes.reverse();
     let base = cur;
-    if !nodes.iter().any(|&n| graph.nodes[n].op_type == "Slice") || (l.is_output[v.index()]) {
+    if nodes.iter().all(|&n| VIEWS.contains(&graph.nodes[n].op_type.as_str())) || l.is_output[v.index()] {
         return None;
     }
     let base_fact = graph.fact(base);
@@ -65,16 +139,26 @@ pub(super) fn view_chain(l: &Lowering, v: ValueId) -> Option<ViewChain> {
     if n == 0 || n > MAX_TRACE {
         return None;
     }
-    let mut map = Tensor::from_vec(base_fact.shape.clone(), (0..n as i64).collect::<Vec<i64>>());
-    for &i in &nodes {
-        let node = &graph.nodes[i];
+    // Start from the deepest value already traced for this base.
+    let out = |i: usize| graph.nodes[nodes[i]].outputs[0];
+    let from = (0..nodes.len()).rev().find(|&i| traces.contains_key(&(base, out(i))));
+    let mut map = match from {
+        Some(i) => traces[&(base, out(i))].clone(),
+        None => Rc::new(Tensor::from_vec(base_fact.shape.clone(), (0..n as i64).collect::<Vec<i64>>())),
+    };
+    for (i, &ni) in nodes.iter().enumerate().skip(from.map_or(0, |i| i + 1)) {
+        let node = &graph.nodes[ni];
         let consts: Vec<Option<Tensor>> =
             node.inputs.iter().skip(1).map(|c| c.and_then(|c| constant(graph, c))).collect();
         let mut refs: Vec<Option<&Tensor>> = vec![Some(&map)];
         refs.extend(consts.iter().map(|t| t.as_ref()));
         let def = registry().get(&node.op_type)?;
         let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
-        map = (def.eval)(&ctx, &refs).ok()?.into_iter().next()?;
+        let next = Rc::new((def.eval)(&ctx, &refs).ok()?.into_iter().next()?);
+        map = next;
+        if l.consumers[out(i).index()].len() > 1 {
+            traces.insert((base, out(i)), map.clone());
+        }
     }
     let shape = graph.fact(v).shape.clone();
     let (offset, strides) = fit_strides(&map.to_i64_vec(), &shape)?;

@@ -137,6 +137,16 @@ fn expressions_are_typed_like_onnx() {
 }
 
 #[test]
+fn an_input_is_replaced_everywhere_it_is_read() {
+    // exp(v0 - v1) with v0 := v0 · 0.5: the scale of an attention's raw scores.
+    let e = Expr::unary(Unary::Exp, Expr::binary(Binary::Sub, Expr::input(0), Expr::input(1)));
+    let scaled = Expr::binary(Binary::Mul, Expr::input(0), Expr::constant(0.5, F32));
+    let want = Expr::unary(Unary::Exp, Expr::binary(Binary::Sub, scaled.clone(), Expr::input(1)));
+    assert_eq!(e.replace_input(0, &scaled), want);
+    assert_eq!(e.replace_input(2, &scaled), e, "an input not read leaves it as it was");
+}
+
+#[test]
 fn literals_are_exact_in_their_type() {
     let lit = |v: f64, d: DType| expr::render(&Expr::constant(v, d), &[]).unwrap().0;
     assert_eq!(lit(0.5, F32), "(0.5f)");
