@@ -67,11 +67,26 @@ impl LibraryEpilogue {
 /// cuBLAS). int8 has no library path (see [`library_gemm`]). Skinny products the streaming
 /// kernel takes ([`crate::kernel_choice::stream::auto_takes`]: memory bound, K ≤ 256) stay on
 /// it: one pass over A and C with the epilogue fused, where the library writes C three times.
-pub fn library_takes(spec: &SpmmSpec) -> bool {
+///
+/// With `fused_epilogue` (the model's library call applies a bias and a ReLU itself,
+/// [`library_gemm_fused`]) a product whose epilogue it fuses and whose K and N are both at least
+/// 64 goes to the library too: ResNet-50 f16 on the H200 (session 7, call 19) ran 1.888 ms with
+/// its 64/256-wide 1×1 convolutions on the streaming kernel (61 µs each for 100352 × 64 × 256)
+/// and 1.629 ms with them on cuBLASLt. Narrower products (EfficientNet's and MobileNet's
+/// 16-40-wide projections) and other activations stay on the streaming kernel (not measured
+/// against cuBLASLt yet).
+pub fn library_takes(spec: &SpmmSpec, fused_epilogue: bool) -> bool {
+    let lt_wide = fused_epilogue
+        && !spec.accumulate
+        && spec.orientation == Orientation::Right
+        && matches!(spec.epilogue.activation, Activation::None | Activation::Relu)
+        && spec.k >= 64
+        && spec.n >= 64;
     library_takes_dense(spec)
-        && !(spec.engine == super::Engine::Auto
-            && !spec.accumulate
-            && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n))
+        && (lt_wide
+            || !(spec.engine == super::Engine::Auto
+                && !spec.accumulate
+                && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, spec.k, spec.n)))
 }
 
 /// [`library_takes`] without the streaming kernel: every 16-bit sub-operator with every weight

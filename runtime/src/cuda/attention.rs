@@ -208,7 +208,9 @@ impl AttentionCase {
         }
     }
 
-    /// The f64 reference `[b, sq, h, dv]` of the inputs (NaN for a row with every key masked).
+    /// The f64 reference `[b, sq, h, dv]` of the inputs (NaN for a row with every key masked);
+    /// the masked, scaled score is rounded to the element type, as the graph's value is (a row
+    /// masked whole by the type's lowest finite value ties, and is uniform).
     pub fn reference(&self, inputs: &[Vec<f64>; 4]) -> Vec<f64> {
         let [q, k, v, mask] = inputs;
         let (hn, d, dv) = (self.heads, self.d, self.dv);
@@ -226,7 +228,8 @@ impl AttentionCase {
                             Mask::Causal | Mask::CausalMin => (b * self.sq + i) * self.sk + j,
                             _ => b * self.sk + j,
                         };
-                        *pj = s * self.scale() + if masked { mask[at] } else { 0.0 };
+                        // The score value is of the element type in the graph: rounded to it.
+                        *pj = round(self.dtype, s * self.scale() + if masked { mask[at] } else { 0.0 });
                     }
                     let mx = p.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x));
                     p.iter_mut().for_each(|x| *x = (*x - mx).exp());

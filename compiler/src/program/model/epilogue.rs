@@ -80,7 +80,7 @@ impl Lowering<'_> {
         let activation = if relu { Activation::Relu } else { Activation::None };
         spec.epilogue = Epilogue { bias, activation };
         let library = if self.options.stream_dense {
-            crate::codegen::library_takes(&spec)
+            crate::codegen::library_takes(&spec, self.options.library_epilogue)
         } else {
             crate::codegen::library_takes_dense(&spec)
         };

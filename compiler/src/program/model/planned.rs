@@ -154,7 +154,7 @@ impl Lowering<'_> {
                 spec.epilogue = epilogue;
             }
             let library = if self.options.stream_dense {
-                crate::codegen::library_takes(&spec)
+                crate::codegen::library_takes(&spec, self.options.library_epilogue)
             } else {
                 crate::codegen::library_takes_dense(&spec)
             };
