@@ -7,9 +7,12 @@ use super::suboperator::SubOpKind;
 use super::{OperatorPlan, Plan};
 use std::fmt::Write as _;
 
-/// Seconds as microseconds with three decimals.
+/// Seconds as microseconds with three decimals (a sum that rounds to zero prints `0.000`, not
+/// `-0.000`).
 pub fn micros(s: f64) -> String {
-    format!("{:.3} µs", s * 1e6)
+    let us = s * 1e6;
+    let us = if us.abs() < 5e-4 { 0.0 } else { us };
+    format!("{us:.3} µs")
 }
 
 fn explain_operator(out: &mut String, o: &OperatorPlan) {
@@ -100,4 +103,14 @@ pub fn explain(plan: &Plan) -> String {
         dense / planned.max(1e-15)
     );
     out
+}
+
+#[cfg(test)]
+mod micros_tests {
+    #[test]
+    fn zero_and_negative_zero_print_as_zero() {
+        assert_eq!(super::micros(-0.0), "0.000 µs");
+        assert_eq!(super::micros(-1e-12), "0.000 µs");
+        assert_eq!(super::micros(1.5e-6), "1.500 µs");
+    }
 }
