@@ -85,6 +85,10 @@ pub struct CompileArgs {
     /// ablations).
     #[arg(long)]
     pub no_library_epilogue: bool,
+    /// Write every Concat out as a step of its own, even where the elementwise step after it
+    /// (DenseNet's BatchNorm and ReLU) could read its parts in place (for ablations).
+    #[arg(long)]
+    pub no_concat_reads: bool,
     /// Run skinny dense fp16/bf16 matmuls (1×1 convolutions) on cuBLAS too instead of the
     /// streaming kernel (for ablations).
     #[arg(long)]
@@ -189,6 +193,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         library_epilogue: !args.no_library_epilogue,
         stream_dense: !args.no_stream,
         implicit_gemm_conv: !args.direct_conv,
+        concat_reads: !args.no_concat_reads,
     };
     let model = lower_model(&graph, &plan, &options, &mut |done, total| {
         bar.set_message(format!("specializing kernels: node {done}/{total}"));
@@ -278,8 +283,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "fused".into(),
             format!(
-                "{} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group, {} views",
-                s.fused_epilogues, s.fused_nodes, s.fused_norms, s.views
+                "{} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group, {} views, {} concats read in place",
+                s.fused_epilogues, s.fused_nodes, s.fused_norms, s.views, s.fused_concats
             ),
         ),
         (
@@ -327,6 +332,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "fused_epilogues": s.fused_epilogues,
             "fused_nodes": s.fused_nodes,
             "fused_norms": s.fused_norms,
+            "fused_concats": s.fused_concats,
             "views": s.views,
             "merged_matmuls": merge.matmuls,
             "merged_sets": merge.sets,

@@ -4,8 +4,9 @@
 //! `.cuda/` (tests/run-all.sh installs them); a missing NVRTC fails the test.
 
 use spartac::codegen::graph_ops::{
-    attention, concat, conv_nhwc, conv_nhwc_with, elementwise, gather, layer_norm, layer_norm_fused, matmul, reduce,
-    softmax, Binary, ConvEngine, ConvShape, Expr, NormPrologue, OpKernel, Reduce, TensorDesc, Unary,
+    attention, concat, conv_nhwc, conv_nhwc_with, elementwise, elementwise_inputs, gather, layer_norm,
+    layer_norm_fused, matmul, reduce, softmax, Binary, ConcatRead, ConvEngine, ConvShape, EwInput, Expr, NormPrologue,
+    OpKernel, Reduce, TensorDesc, Unary,
 };
 use spartac::codegen::Activation;
 use spartac::ir::DType;
@@ -318,6 +319,30 @@ fn cases() -> Vec<(String, OpKernel)> {
         ),
     );
     // ---- concat ----
+    // An elementwise step reading a Concat never formed (DenseNet's BatchNorm + ReLU): four at
+    // a time from one part (NHWC parts of 64 and 32 channels), element by element (parts of 3),
+    // the scalar path (an odd total), a middle axis (inner 4).
+    let cat = |parts: &[&[usize]], axis: usize| {
+        EwInput::Concat(ConcatRead { axis, parts: parts.iter().map(|p| c(F16, p)).collect() })
+    };
+    let affine_relu = un(Unary::Relu, bin(Binary::Add, bin(Binary::Mul, input(0), input(1)), input(2)));
+    for (label, parts, axis, out) in [
+        (
+            "ew concat nhwc f16 vec",
+            vec![&[32usize, 56, 56, 64][..], &[32, 56, 56, 32], &[32, 56, 56, 32]],
+            3,
+            vec![32usize, 56, 56, 128],
+        ),
+        ("ew concat nhwc f16 each", vec![&[2usize, 6, 6, 8][..], &[2, 6, 6, 3], &[2, 6, 6, 3]], 3, vec![2, 6, 6, 14]),
+        ("ew concat nhwc f16 odd", vec![&[1usize, 3, 3, 5][..], &[1, 3, 3, 2]], 3, vec![1, 3, 3, 7]),
+        ("ew concat middle axis f16", vec![&[2usize, 3, 4][..], &[2, 5, 4]], 1, vec![2, 8, 4]),
+    ] {
+        let ch = *out.last().unwrap();
+        let bias_shape: Vec<usize> = if axis == 3 { vec![ch] } else { vec![out[1], 1] };
+        let inputs = [cat(&parts, axis), EwInput::Tensor(c(F16, &bias_shape)), EwInput::Tensor(c(F16, &bias_shape))];
+        let name = label.replace(' ', "_");
+        add(label, elementwise_inputs(&name, &inputs, &c(F16, &out), &affine_relu));
+    }
     add("concat axis 1", concat("cat1", &[c(F32, &[2, 3, 4]), c(F32, &[2, 5, 4])], 1, &c(F32, &[2, 8, 4])));
     add(
         "concat transposed",
@@ -367,6 +392,8 @@ fn cases() -> Vec<(String, OpKernel)> {
         let s2 = |s: ConvShape| ConvShape { stride: (2, 2), ..s };
         for (label, name, shape) in [
             ("3x3 56x56x64 (128x64 tiles)", "ig64", conv_shape(32, 56, 64, 64, 1, 3, 1)),
+            ("3x3 56x56 128 to 32 (128x32 tiles, DenseNet)", "ig32", conv_shape(32, 56, 128, 32, 1, 3, 1)),
+            ("3x3 7x7 128 to 32 (64x32 tiles)", "ig32s", conv_shape(32, 7, 128, 32, 1, 3, 1)),
             ("3x3 28x28x128 (128x128 tiles)", "ig128", conv_shape(32, 28, 128, 128, 1, 3, 1)),
             ("3x3 7x7x512 (64x128 tiles)", "ig512", conv_shape(32, 7, 512, 512, 1, 3, 1)),
             ("3x3 s2 28x28x256", "ig256s2", s2(conv_shape(32, 28, 256, 256, 1, 3, 1))),
@@ -377,6 +404,7 @@ fn cases() -> Vec<(String, OpKernel)> {
             ),
             ("3x3 c_in 8, K padded, c_out 37", "igodd", conv_shape(4, 20, 8, 37, 1, 3, 1)),
             ("7x7 s2 stem, 3 channels gathered", "igstem", s2(conv_shape(32, 224, 3, 64, 1, 7, 1))),
+            ("3x3 s2 stem 3 to 32 gathered (128x32 tiles)", "igstem32", s2(conv_shape(32, 224, 3, 32, 1, 3, 1))),
             ("3x3 groups of 16, 14x14x784 (ragged)", "iggrp", conv_shape(32, 14, 784, 784, 49, 3, 1)),
         ] {
             add(

@@ -214,6 +214,74 @@ fn a_densenet_block_concats_in_nhwc_and_matches_the_reference() {
     nvrtc_compiles(&model);
 }
 
+/// torchvision's DenseNet layer: each reads the Concat of ALL the features before it (the
+/// block's input and every earlier layer's output), through a BatchNorm and a ReLU. No Concat
+/// is formed: each one's only reader is the BatchNorm affine + ReLU step, which reads the parts
+/// in place (`concats read in place`), so there are three fewer steps; the model still computes
+/// what the graph does. Growth 4 takes the kernel's four-at-a-time path (every part a multiple
+/// of 4 channels), growth 3 picks the part element by element.
+#[test]
+fn a_concat_read_only_by_a_batchnorm_and_relu_is_never_formed() {
+    for growth in [4, 3] {
+        let original = load_model_bytes(&dense_block_all(growth), "dense_all", &LoadOptions::default()).unwrap();
+        let (report, _, model) = compile(original.clone());
+        assert_eq!(report.layout.concats, 3, "growth {growth}");
+        assert_eq!(model.stats.fused_concats, 3, "growth {growth}: {:?}", model.stats);
+        // The CPU executor computes each Concat inside its reader's step.
+        let ops = step_ops(&model);
+        let alone = ops.iter().filter(|o| o.as_slice() == ["Concat"]).count();
+        let inside = ops.iter().filter(|o| o.len() > 1 && o[0] == "Concat" && o.last().unwrap() == "Relu").count();
+        assert_eq!((alone, inside), (0, 3), "growth {growth}: {ops:?}");
+        assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
+        nvrtc_compiles(&model);
+    }
+}
+
+/// conv0, then three torchvision DenseNet layers (Concat of every feature so far →
+/// BatchNormalization → Relu → 1×1 conv → Relu → 3×3 conv giving `growth` channels).
+fn dense_block_all(growth: usize) -> Vec<u8> {
+    let (n, c0, hw) = (2, 8, 6);
+    let mut b = ModelBuilder::new("dense_all", 18)
+        .input("x", DType::F32, &fixed(&[n, 3, hw, hw]))
+        .output("n2", DType::F32, &fixed(&[n, growth, hw, hw]))
+        .init("w0", &weights(&[c0, 3, 3, 3], 1));
+    b = conv3x3(b, "conv0", "x", "w0", "f0");
+    let mut features = vec!["f0".to_string()];
+    let mut channels = c0;
+    for layer in 0..3 {
+        let l = |what: &str| format!("{what}{layer}");
+        let stat = |k: usize, base: f32| {
+            Tensor::from_vec(
+                vec![channels],
+                (0..channels).map(|c| base + ((c * 5 + k * 3 + layer) % 7) as f32 / 10.0).collect(),
+            )
+        };
+        let refs: Vec<&str> = features.iter().map(String::as_str).collect();
+        b = b
+            .init(&l("scale"), &stat(0, 0.5))
+            .init(&l("beta"), &stat(1, -0.3))
+            .init(&l("mean"), &stat(2, -0.2))
+            .init(&l("var"), &stat(3, 0.4))
+            .init(&l("wb"), &weights(&[2 * growth, channels, 1, 1], 2 + layer))
+            .init(&l("wn"), &weights(&[growth, 2 * growth, 3, 3], 5 + layer))
+            .node(&l("concat"), "Concat", &refs, &[&l("cat")], vec![("axis", A::I(1))])
+            .node(
+                &l("bn"),
+                "BatchNormalization",
+                &[&l("cat"), &l("scale"), &l("beta"), &l("mean"), &l("var")],
+                &[&l("nrm")],
+                vec![],
+            )
+            .node(&l("relu"), "Relu", &[&l("nrm")], &[&l("r")], vec![])
+            .node(&l("bottleneck"), "Conv", &[&l("r"), &l("wb")], &[&l("b")], vec![])
+            .node(&l("relu_b"), "Relu", &[&l("b")], &[&l("rb")], vec![]);
+        b = conv3x3(b, &l("conv"), &l("rb"), &l("wn"), &l("n"));
+        features.push(l("n"));
+        channels += growth;
+    }
+    b.bytes()
+}
+
 /// The DenseNet block of the test above: conv0, three layers each reading the Concat of
 /// everything before it, a transition and a last 3×3 conv.
 fn dense_block() -> Vec<u8> {

@@ -42,7 +42,7 @@ pub use conv::{
 };
 pub use conv_igemm::{eligible as conv_igemm_eligible, tiles as conv_igemm_tiles};
 pub use copy::{concat, gather};
-pub use elementwise::elementwise;
+pub use elementwise::{elementwise, elementwise_inputs, ConcatRead, EwInput};
 pub use expr::{Binary, Expr, Unary};
 pub use matmul::matmul;
 pub use pool::pool;

@@ -325,6 +325,7 @@ fn stats_vec(s: &LoweringStats) -> Vec<u64> {
         s.packed_weight_bytes,
         s.library_gemms,
         s.fused_norms,
+        s.fused_concats,
     ]
     .iter()
     .map(|&x| x as u64)
@@ -828,6 +829,7 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
         packed_weight_bytes: st(7),
         library_gemms: st(8),
         fused_norms: st(9),
+        fused_concats: st(10),
     };
     for p in &proto.ptx {
         if p.kernel as usize >= program.kernels.len() {

@@ -98,6 +98,7 @@ use std::collections::{BTreeMap, HashMap};
 
 mod attention;
 mod buffers;
+mod concat_reads;
 mod conv;
 mod elementwise;
 mod epilogue;
@@ -189,6 +190,9 @@ struct Lowering<'a> {
     /// Attention operands read in place from a wider value (`model/strided_views.rs`), keyed
     /// by the operand (the value a folded Transpose reads, or the MatMul's input).
     views: HashMap<ValueId, ViewChain>,
+    /// Concats never formed, keyed by their output: the one elementwise group reading it
+    /// reads the Concat node's parts (`model/concat_reads.rs`).
+    concat_reads: HashMap<ValueId, usize>,
     /// Op types with no GPU lowering, keyed by (unknown to the registry, op type).
     gaps: BTreeMap<(bool, String), Gap>,
     /// Memory reuse: the loop iteration after which each value is no longer read, the last
@@ -232,6 +236,7 @@ impl<'a> Lowering<'a> {
             norms: HashMap::new(),
             residuals: HashMap::new(),
             views: HashMap::new(),
+            concat_reads: HashMap::new(),
             gaps: BTreeMap::new(),
             last_use: vec![],
             buf_last: HashMap::new(),

@@ -28,7 +28,8 @@
 //! The weight is packed `[co_pad][k_pad]` ([`pack_weight`]): output channel major, `k` in
 //! `(ky, kx, ci in the window)` order, both zero-padded to the tiles so the B loads need no bounds checks.
 //! Tiles ([`tiles`]): 128×128 CTAs of 8 warps (warp tile 64×32); 64 output channels or fewer
-//! (or grouped in groups that divide 64) take 128×64 tiles, and a grid under one wave of the GPU's 132 SMs halves the tile's rows.
+//! (or grouped in groups that divide 64) take 128×64 tiles, 32 or fewer (one group) 128×32, and a
+//! grid under one wave of the GPU's 132 SMs halves the tile's rows.
 //! Shared memory rows are the 64-byte k-slice plus 16 bytes of padding (the rows of one
 //! `ldmatrix` then fall in distinct banks); 4 pipeline stages.
 
@@ -115,7 +116,10 @@ pub fn tiles(shape: &ConvShape) -> IgemmTiles {
     // Grouped: the narrower tile that holds whole groups wastes the fewest products on the
     // block diagonal's zeros.
     let narrow_tile = shape.c_out <= 64 || (shape.groups > 1 && 64 % cog == 0);
-    let mut t = if narrow_tile {
+    let mut t = if shape.groups == 1 && shape.c_out <= 32 {
+        // DenseNet's 32-channel growth convolutions: a 64-wide tile would waste half its products.
+        IgemmTiles { bm: 128, bn: 32, warps_n: 2 }
+    } else if narrow_tile {
         IgemmTiles { bm: 128, bn: 64, warps_n: 2 }
     } else {
         IgemmTiles { bm: 128, bn: 128, warps_n: 4 }

@@ -227,21 +227,15 @@ impl Lowering<'_> {
         let mut ext = vec![];
         let out_operand = self.operand(out_v)?;
         let (expr, nodes) = self.group_expr(members, &mut ext, &HashMap::new(), out_operand, 0)?;
-        // A Transpose reads its input through permuted strides.
-        let descs: Vec<TensorDesc> = ext
-            .iter()
-            .map(|(v, perm)| match perm {
-                Some(p) => self.desc(*v).permuted(p),
-                None => self.desc(*v),
-            })
-            .collect();
+        // A Transpose reads its input through permuted strides; a Concat never formed, its parts.
+        let inputs: Vec<_> = ext.iter().map(|(v, perm)| self.ew_input(*v, perm.as_deref())).collect();
         let out_desc = self.desc(out_v);
         let name = format!("ew_{}", sanitize(&graph.nodes[last].name));
-        let k = graph_ops::elementwise(&name, &descs, &out_desc, &expr)
+        let k = graph_ops::elementwise_inputs(&name, &inputs, &out_desc, &expr)
             .map_err(|e| self.node_err(&graph.nodes[last], e))?;
         let mut args: Vec<BufferId> = vec![];
         for (v, _) in &ext {
-            args.push(self.buf(*v)?);
+            args.extend(self.ew_buffers(*v)?);
         }
         args.push(self.buf(out_v)?);
         let label = graph.nodes[last].name.clone();
@@ -271,6 +265,7 @@ impl Lowering<'_> {
         let temp_id = |v: ValueId| temp_base + inside.iter().position(|&x| x == v).expect("inside value") as u32;
         let mut exprs: HashMap<ValueId, Expr> = HashMap::new();
         let mut nodes = vec![];
+        let mut concat_temps: HashMap<ValueId, Operand> = HashMap::new();
         for &m in members {
             let node = &graph.nodes[m];
             let mut args = vec![];
@@ -303,10 +298,16 @@ impl Lowering<'_> {
                         }
                     };
                     args.push(Some(Expr::Input(at)));
-                    operands.push(Some(match temps.get(&v) {
+                    let operand = match temps.get(&v) {
                         Some(t) => t.clone(),
+                        // A Concat never formed: the CPU executor computes it into a temporary.
+                        None if self.concat_reads.contains_key(&v) => {
+                            let base = temp_base + inside.len() as u32;
+                            self.concat_temp(v, base, &mut concat_temps, &mut nodes)?
+                        }
                         None => self.operand(v)?,
-                    }));
+                    };
+                    operands.push(Some(operand));
                 }
             }
             let expr = node_expr(graph, node, &args).map_err(|e| self.node_err(node, e))?;

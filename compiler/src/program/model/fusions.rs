@@ -1,7 +1,8 @@
 //! Which nodes run inside another node's step: epilogues absorbed by planned matmuls,
 //! Transposes folded into activation MatMuls, NHWC convolutions and pools with their Transposes,
 //! elementwise groups, attentions (with their constant Q and K scales and their operands read
-//! in place) and LayerNorms with their input's group. The analysis the lowering loop then
+//! in place), LayerNorms with their input's group and Concats read in place by the group after
+//! them. The analysis the lowering loop then
 //! follows; it also sets the loop iteration each node is computed at, from which buffer
 //! lifetimes are counted.
 
@@ -147,6 +148,24 @@ impl Lowering<'_> {
                     emit_at[m] = i;
                 }
                 self.residuals.insert(i, rf);
+            }
+        }
+        // A Concat read by one node of a plain group alone: the group's kernel reads its parts.
+        if self.options.fuse_elementwise && self.options.concat_reads {
+            for (&last, members) in &groups {
+                for &m in members {
+                    for &v in graph.nodes[m].inputs.iter().flatten() {
+                        let Some(c) = self.concat_read(v, m, last) else { continue };
+                        if done[c] || absorbed[c] {
+                            continue;
+                        }
+                        absorbed[c] = true;
+                        done[c] = true;
+                        emit_at[c] = last;
+                        self.concat_reads.insert(v, c);
+                        self.stats.fused_concats += 1;
+                    }
+                }
             }
         }
         for (&last, members) in &groups {

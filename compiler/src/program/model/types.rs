@@ -30,6 +30,9 @@ pub struct ModelOptions {
     /// Run dense convolutions whose channels allow it as implicit GEMMs on tensor cores
     /// (`codegen::graph_ops::ConvEngine::Auto`); off, on the direct kernel (for ablations).
     pub implicit_gemm_conv: bool,
+    /// Let an elementwise step read a Concat's parts in place instead of the Concat being a
+    /// step of its own (`model/concat_reads.rs`; off for ablations).
+    pub concat_reads: bool,
 }
 
 impl Default for ModelOptions {
@@ -42,6 +45,7 @@ impl Default for ModelOptions {
             library_epilogue: true,
             stream_dense: true,
             implicit_gemm_conv: true,
+            concat_reads: true,
         }
     }
 }
@@ -72,6 +76,8 @@ pub struct LoweringStats {
     /// LayerNormalizations whose input (an elementwise group, e.g. a residual Add) is computed
     /// in their kernel.
     pub fused_norms: usize,
+    /// Concats never formed: the elementwise step after each reads its parts.
+    pub fused_concats: usize,
     pub views: usize,
     /// Bytes of the planned weights as dense f32, and as packed for the kernels (values and
     /// index tables).

@@ -80,14 +80,18 @@ fn offsets_collapse_to_the_cheapest_expression() {
 fn elementwise_picks_the_vector_path_and_per_input_modes() {
     let act = [32, 128, 384];
     let k = elementwise("bias", &[c(F32, &act), c(F32, &[384])], &c(F32, &act), &add01()).unwrap();
-    assert!(k.source.contains("ld4(in0 + (e), aligned)"), "{}", k.source);
-    assert!(k.source.contains("ld4(in1 + (e % 384), aligned)"), "{}", k.source);
+    assert!(k.source.contains("ld_n<8>(in0 + (e), aligned)"), "eight at a time: {}", k.source);
+    assert!(k.source.contains("ld_n<8>(in1 + (e % 384), aligned)"), "{}", k.source);
     assert_eq!(k.block, (256, 1, 1));
-    assert_eq!(k.grid, (132 * 8, 1, 1));
+    assert_eq!(k.grid, (32 * 128 * 384 / 8 / 256, 1, 1), "one vector of eight per thread");
+    let k = elementwise("by4", &[c(F16, &[6, 12]), c(F16, &[12])], &c(F16, &[6, 12]), &add01()).unwrap();
+    assert!(k.source.contains("ld_n<4>(in1 + (e % 12), aligned)"), "rows of 12: four at a time: {}", k.source);
+    let k = elementwise("f64", &[c(F64, &[4, 16])], &c(F64, &[4, 16]), &Expr::input(0)).unwrap();
+    assert!(k.source.contains("ld_n<4>(in0 + (e), aligned)"), "8-byte elements: four at a time: {}", k.source);
     let k = elementwise("rowscale", &[c(F32, &act), c(F32, &[32, 128, 1])], &c(F32, &act), &add01()).unwrap();
-    assert!(k.source.contains("const float v1 = (in1[e / 384]);"), "one load for four elements: {}", k.source);
+    assert!(k.source.contains("const float v1 = (in1[e / 384]);"), "one load for the vector: {}", k.source);
     let k = elementwise("odd", &[c(F32, &[7, 3]), c(F32, &[])], &c(F32, &[7, 3]), &add01()).unwrap();
-    assert!(!k.source.contains("ld4(in"), "21 elements take the scalar path");
+    assert!(!k.source.contains("ld_n<"), "21 elements take the scalar path");
     assert!(k.source.contains("const float v1 = (in1[0]);"), "the scalar is loaded once");
     assert_eq!(k.grid, (1, 1, 1));
     let t = c(F32, &[128, 384]).permuted(&[1, 0]);
