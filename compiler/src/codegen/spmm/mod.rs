@@ -37,6 +37,7 @@
 
 mod block;
 mod dismantled;
+mod families;
 pub mod few_rows;
 mod fine;
 pub(crate) mod fine_tf32;
@@ -115,6 +116,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         return int8::block_int8(spec, &live, dense);
     }
     if (bh, bw) == (1, 1) {
+        if !spec.live_rows && crate::kernel_choice::dismantled::applies(spec)? {
+            return dismantled::specialize(spec, &live);
+        }
         return fine(spec, &live);
     }
     if dense
