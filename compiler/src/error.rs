@@ -47,7 +47,7 @@ impl std::fmt::Display for OneLine<'_> {
 }
 
 impl Error {
-    pub fn op(node: &crate::ir::Node, err: crate::ops::OpError) -> Error {
+    pub fn op(node: &crate::ir::Node, err: crate::ir::OpError) -> Error {
         Error::Op { node: node.name.clone(), op_type: node.op_type.clone(), message: err.0 }
     }
 

@@ -121,7 +121,7 @@ pub struct Value {
     pub fact: ValueFact,
     pub kind: ValueKind,
     /// The value's TeSA (SparTA's sparsity attribute); `None` = dense, not yet annotated.
-    pub tesa: Option<crate::tesa::Tesa>,
+    pub tesa: Option<super::tesa::Tesa>,
 }
 
 /// A tensor stored in COO form: flat row-major positions of the nonzeros and their values.
