@@ -276,3 +276,10 @@ impl Graph {
         h
     }
 }
+
+impl crate::Error {
+    /// An op's error on `node` (`Error::Op`, naming the node and its op type).
+    pub fn op(node: &Node, err: super::OpError) -> crate::Error {
+        crate::Error::Op { node: node.name.clone(), op_type: node.op_type.clone(), message: err.0 }
+    }
+}
