@@ -95,8 +95,8 @@ pub struct CompileArgs {
     pub no_stream: bool,
     /// Tile of the 3xTF32 fine kernels: ROWS,GROUPS,K_ROWS,N_TILES (e.g. 64,16,6,1), or auto
     /// for the specializer's choice.
-    #[arg(long, default_value = "auto", value_parser = crate::hpec::parse_tile)]
-    pub fine_tile: crate::hpec::FineTile,
+    #[arg(long, default_value = "auto", value_parser = crate::model_args::parse_tile)]
+    pub fine_tile: crate::model_args::FineTile,
     /// Cost database the planner prices kernels with (default: the built-in sm_90 one).
     #[arg(long, value_name = "COSTDB.json")]
     pub costdb: Option<PathBuf>,
@@ -180,7 +180,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
     }
     // Tuning (`spartac tune`): the refitted cost DB, then the measured winners.
     let tuning = crate::stages::CompileTuning::open(args.tune_cache.as_deref(), args.costdb.is_some(), &mut opts)?;
-    let mut plan = crate::plan::plan_graph(&graph, &opts)?;
+    let mut plan = crate::stages::plan_graph(&graph, &opts)?;
     let tuned = tuning.apply(&graph, &mut plan, &opts)?;
     let secs = stage("plan", &bar, &mut t);
     pipeline.record("plan", secs, format!("{} operators planned", plan.operators.len()), None)?;

@@ -320,9 +320,9 @@ pub fn run(args: CostdbArgs) -> Result<()> {
     // before anything is written: the error names the field.
     fitted.validate().map_err(|e| anyhow::anyhow!("the fitted DB is not usable: {e}"))?;
     let json = serde_json::to_string_pretty(&fitted)? + "\n";
-    crate::plan::write_atomic(&out, json.as_bytes())?;
+    crate::outputs::write_atomic(&out, json.as_bytes())?;
     if let Some(r) = &report {
-        crate::plan::write_atomic(r, md.as_bytes())?;
+        crate::outputs::write_atomic(r, md.as_bytes())?;
     }
     eprintln!("wrote {}", out.display());
     Ok(())

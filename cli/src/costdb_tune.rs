@@ -82,7 +82,7 @@ pub fn samples(args: SamplesArgs) -> Result<()> {
     );
     println!("{source}; {unmatched} operators without an entry");
     let json = serde_json::to_string(&SamplesFile { source, samples: all })? + "\n";
-    crate::plan::write_atomic(args.out, json.as_bytes())?;
+    crate::outputs::write_atomic(args.out, json.as_bytes())?;
     eprintln!("wrote {}", args.out.display());
     Ok(())
 }
@@ -138,7 +138,7 @@ pub fn refit_samples(samples_path: &Path, base: &CostModel, out: Option<&PathBuf
     }
     if let Some(path) = out {
         let json = serde_json::to_string_pretty(&fitted.db)? + "\n";
-        crate::plan::write_atomic(path, json.as_bytes())?;
+        crate::outputs::write_atomic(path, json.as_bytes())?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

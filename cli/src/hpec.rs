@@ -17,6 +17,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::model_args::{parse_tile, FineTile};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use spartac_runtime::hpec::{
@@ -611,31 +612,6 @@ fn parse_export_batch(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(b) if (1..=max).contains(&b) => Ok(b),
         _ => Err(format!("{s:?}: expected a batch of 1 to {max} images")),
-    }
-}
-
-/// `--fine-tile`: a forced tile, or `None` for the specializer's choice.
-#[derive(Clone, Copy, Debug)]
-pub struct FineTile(pub Option<spartac::codegen::Tile>);
-
-pub(crate) fn parse_tile(s: &str) -> Result<FineTile, String> {
-    if s == "auto" {
-        return Ok(FineTile(None));
-    }
-    parse_tile4(s).map(|t| FineTile(Some(t)))
-}
-
-fn parse_tile4(s: &str) -> Result<spartac::codegen::Tile, String> {
-    let v: Vec<usize> =
-        s.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| format!("{s:?}: {e}"))?;
-    match v[..] {
-        [rows, group, k_rows, n_tiles] => {
-            let tile = spartac::codegen::Tile { group, k_rows, n_tiles, ..spartac::codegen::Tile::new(rows, 0) };
-            // Checked here, whatever the model: a forced tile that only some layers would refuse.
-            spartac::kernel_choice::fine_tf32::check_forced_tile(&tile).map_err(|e| format!("{s:?}: {}", e.0))?;
-            Ok(tile)
-        }
-        _ => Err(format!("{s:?}: expected ROWS,GROUPS,K_ROWS,N_TILES, e.g. 32,8,6,1")),
     }
 }
 

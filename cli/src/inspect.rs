@@ -25,7 +25,7 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: InspectArgs) -> Result<ExitCode> {
-    if crate::run_artifact::is_artifact(&args.model.model) {
+    if crate::run::artifact::is_artifact(&args.model.model) {
         return inspect_artifact(&args);
     }
     let graph = args.model.load_to_describe()?;
@@ -150,13 +150,13 @@ fn matmul_families<'a>(names: impl Iterator<Item = &'a str>) -> std::collections
 }
 
 fn inspect_artifact(args: &InspectArgs) -> Result<ExitCode> {
-    let art = crate::run_artifact::load_artifact(&args.model.model)?;
+    let art = crate::run::artifact::load_artifact(&args.model.model)?;
     let m = &art.model;
     let p = &m.program;
     let dims = |s: &[usize]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
     let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
     for s in &p.steps {
-        *kinds.entry(crate::run_artifact::step_kind(&s.op)).or_default() += 1;
+        *kinds.entry(crate::run::artifact::step_kind(&s.op)).or_default() += 1;
     }
     let constants: usize = p
         .buffers

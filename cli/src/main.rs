@@ -1,5 +1,5 @@
 //! `spartac`: the command-line tool. Each subcommand lives in its own file (`plan.rs` holds
-//! `plan` and `explain`; `run.rs` hands `.sparta` files to `run_artifact.rs`; `tune.rs` writes its
+//! `plan` and `explain`; `run.rs` hands `.sparta` files to `run/artifact.rs`; `tune.rs` writes its
 //! report through `tune_report.rs`); `model_args.rs` holds the arguments every model-loading
 //! command shares.
 //!
@@ -20,7 +20,6 @@ mod plan;
 mod plot;
 mod propagate;
 mod run;
-mod run_artifact;
 mod stages;
 mod synth;
 mod tune;

@@ -16,3 +16,8 @@ pub fn check_outputs<'a>(targets: impl IntoIterator<Item = (&'a str, Option<&'a 
     }
     Ok(())
 }
+
+/// Writes `path` atomically ([`spartac::output::write_atomic`]).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    Ok(spartac::output::write_atomic(path, bytes)?)
+}

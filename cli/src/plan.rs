@@ -4,17 +4,18 @@
 //! `explain` says, per sparse operator, which cover was chosen and why.
 
 use crate::model_args::ModelArgs;
+use crate::outputs::write_atomic;
+use crate::stages::plan_graph;
 use anyhow::{Context, Result};
 use clap::Args;
 use spartac::ir::Graph;
 use spartac::plan::cost::{CostDb, CostModel};
 use spartac::plan::explain::{explain, micros};
 use spartac::plan::hardware::HardwareProfile;
-use spartac::plan::site::find_sites;
-use spartac::plan::{plan_site, Plan, PlanOptions};
+use spartac::plan::{Plan, PlanOptions};
 use spartac::propagate::{propagate, PropagateOptions};
 use spartac::tesa::attrs::{apply_attrs, TesaAttrs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Inputs shared by `plan` and `explain`.
@@ -100,23 +101,6 @@ fn load(inputs: &PlanInputs) -> Result<(Graph, PlanOptions)> {
         opts.cost = CostModel::new(HardwareProfile::sm_90(), db)?;
     }
     Ok((graph, opts))
-}
-
-/// Plans every site, with a progress bar on a terminal.
-pub(crate) fn plan_graph(graph: &Graph, opts: &PlanOptions) -> Result<Plan> {
-    let sites = find_sites(graph);
-    let bar = indicatif::ProgressBar::new(sites.len() as u64).with_message("planning");
-    let mut operators = vec![];
-    for site in &sites {
-        operators.push(plan_site(graph, site, opts)?);
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    Ok(Plan { arch: opts.cost.hw.arch.to_string(), operators })
-}
-
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    Ok(spartac::output::write_atomic(path, bytes)?)
 }
 
 pub fn run_plan(args: PlanArgs) -> Result<ExitCode> {

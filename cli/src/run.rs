@@ -1,6 +1,8 @@
 //! `spartac run`: runs a model on given or random inputs and writes the outputs. An ONNX file
 //! runs on the CPU reference engine (`spartac_runtime::engine`); a `.sparta` artifact goes to
-//! `run_artifact.rs`.
+//! `run/artifact.rs` (a child module: it takes this file's [`RunArgs`]).
+
+pub(crate) mod artifact;
 
 use crate::model_args::ModelArgs;
 use anyhow::{anyhow, bail, Context, Result};
@@ -73,8 +75,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         }
     }
     crate::outputs::check_outputs([("--output", args.output.as_deref()), ("--json", args.json.as_deref())])?;
-    if crate::run_artifact::is_artifact(&args.model.model) {
-        return crate::run_artifact::run(&args);
+    if artifact::is_artifact(&args.model.model) {
+        return artifact::run(&args);
     }
     let backend: Backend = match args.backend.as_str() {
         "cuda" => bail!(

@@ -1,14 +1,16 @@
 //! The stages `compile`, `tune` and `costdb tune` share, so that none of them imports
 //! another: the TeSA attrs and propagation through the propagation cache ([`sparsify`]), the
 //! rewrites and the element type ([`rewrite_in`], passes of `spartac::pipeline`), the cost
-//! model, and the tune cache as `compile` reads it ([`CompileTuning`]).
+//! model, the tune cache as `compile` reads it ([`CompileTuning`]) and the planning of every
+//! site ([`plan_graph`], also `plan` and `explain`'s).
 
 use anyhow::{Context, Result};
 use spartac::ir::{DType, Graph};
 use spartac::pipeline::Pipeline;
 use spartac::plan::cost::{CostDb, CostModel};
 use spartac::plan::hardware::HardwareProfile;
-use spartac::plan::{Plan, PlanOptions};
+use spartac::plan::site::find_sites;
+use spartac::plan::{plan_site, Plan, PlanOptions};
 use spartac::propagate::cache::{cache_key, graph_fingerprint, Lookup, PropagationCache};
 use spartac::propagate::PropagateOptions;
 use spartac::rewrite::{prepare_in, to_half, RewriteOptions, RewriteReport};
@@ -200,4 +202,17 @@ impl CompileTuning {
         }
         Ok(line)
     }
+}
+
+/// Plans every site, with a progress bar on a terminal.
+pub(crate) fn plan_graph(graph: &Graph, opts: &PlanOptions) -> Result<Plan> {
+    let sites = find_sites(graph);
+    let bar = indicatif::ProgressBar::new(sites.len() as u64).with_message("planning");
+    let mut operators = vec![];
+    for site in &sites {
+        operators.push(plan_site(graph, site, opts)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(Plan { arch: opts.cost.hw.arch.to_string(), operators })
 }

@@ -47,10 +47,6 @@ impl std::fmt::Display for OneLine<'_> {
 }
 
 impl Error {
-    pub fn op(node: &crate::ir::Node, err: crate::ops::OpError) -> Error {
-        Error::Op { node: node.name.clone(), op_type: node.op_type.clone(), message: err.0 }
-    }
-
     pub fn tensor(name: impl Into<String>, message: impl Into<String>) -> Error {
         Error::Tensor { name: name.into(), message: message.into() }
     }

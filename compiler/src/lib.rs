@@ -36,3 +36,6 @@ pub mod tesa;
 pub mod tune;
 
 pub use error::Error;
+
+/// The version of this build (caches keyed by it are rebuilt by a new spartac).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

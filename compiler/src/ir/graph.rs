@@ -121,7 +121,7 @@ pub struct Value {
     pub fact: ValueFact,
     pub kind: ValueKind,
     /// The value's TeSA (SparTA's sparsity attribute); `None` = dense, not yet annotated.
-    pub tesa: Option<crate::tesa::Tesa>,
+    pub tesa: Option<super::tesa::Tesa>,
 }
 
 /// A tensor stored in COO form: flat row-major positions of the nonzeros and their values.
@@ -274,5 +274,12 @@ impl Graph {
             *h.entry(n.op_type.clone()).or_insert(0) += 1;
         }
         h
+    }
+}
+
+impl crate::Error {
+    /// An op's error on `node` (`Error::Op`, naming the node and its op type).
+    pub fn op(node: &Node, err: super::OpError) -> crate::Error {
+        crate::Error::Op { node: node.name.clone(), op_type: node.op_type.clone(), message: err.0 }
     }
 }

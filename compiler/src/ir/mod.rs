@@ -4,6 +4,7 @@ mod attrs;
 mod graph;
 mod print;
 mod tensor;
+pub mod tesa;
 mod verify;
 
 pub use attrs::{format_float, Attr, Attrs, OpError};

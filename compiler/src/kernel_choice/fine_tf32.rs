@@ -226,7 +226,7 @@ pub(crate) fn max_steps(runs: &Runs, groups: usize) -> usize {
 /// Whether `t` is a tile the 3xTF32 fine kernel takes when forced (`--fine-tile`): 32, 64 or
 /// 128 rows, 1 to 31 column groups, k_rows 1 to 8, n_tiles 0 (= 1), 1 or 2. The CLI checks a
 /// forced tile with it up front, whatever the model.
-pub fn check_forced_tile(t: &crate::codegen::Tile) -> Result<(), SpecError> {
+pub fn check_forced_tile(t: &super::Tile) -> Result<(), SpecError> {
     if ![32, 64, 128].contains(&t.rows) {
         return Err(SpecError(format!("3xTF32 fine tiles hold 32, 64 or 128 rows, not {}", t.rows)));
     }

@@ -51,13 +51,14 @@
 //!
 //! Adding a GPU op, in the order the pool kernels took:
 //! 1. its CPU reference (`ops/`, with `infer` and `eval`) exists: it is the oracle;
-//! 2. if it is elementwise, an arm in `model/elementwise.rs`'s `node_expr` (a composite of the
-//!    existing `Expr` operators where the reference's formula allows) and its name in
-//!    `ELEMENTWISE`: nothing else; if it only moves data with constant parameters, its name in
-//!    `REMAPS`: nothing else;
+//! 2. its entry in the GPU op registry (`model/registry.rs`: op type → [`registry::GpuOp`]),
+//!    registered beside its lowering: if it is elementwise, one row in `model/elementwise.rs`'s
+//!    `register` (an `Expr` operator, or a function composing the existing ones where the
+//!    reference's formula allows); if it only moves data with constant parameters, a `Remap`
+//!    row in `model/ops.rs`'s `register`; a view, a row in `model/views.rs`: nothing else;
 //! 3. otherwise a template `templates/op_*.cu.tera` (registered in `codegen/render.rs`), its
 //!    kernel in `codegen/graph_ops/` returning an `OpKernel`, and a builder function with its
-//!    row in `model/ops.rs`'s `KERNELS` registry: `lower_other` emits the one step, whose
+//!    row in `model/ops.rs`'s `register`: `lower_kernel` emits the one step, whose
 //!    `Op::Nodes` holds the node, so the CPU executor computes the graph's op;
 //! 4. a test in `tests/tests/compile.rs` that compiles a small model using it, compares the
 //!    compiled model with the graph on the CPU executor and NVRTC-compiles its kernels; then a
@@ -75,9 +76,10 @@
 //! transpose with its matmul). Reuse needs no extra care for ordering: the builder makes a
 //! write wait for every earlier read of the range it writes.
 //!
-//! This file is the driver (the `Lowering` state, the loop over nodes in graph order, views and
-//! graph outputs); `model/` holds the rest: `fusions.rs` decides what runs inside what (the
-//! analysis the loop follows), `buffers.rs` the buffers and their reuse, `planned.rs` and
+//! This file is the driver (the `Lowering` state, the loop over nodes in graph order, graph
+//! outputs); `model/` holds the rest: `registry.rs` the GPU op registry (each family registers
+//! its op types in its own file), `fusions.rs` decides what runs inside what (the analysis the
+//! loop follows), `views.rs`, `buffers.rs` the buffers and their reuse, `planned.rs` and
 //! `epilogue.rs` the planned matmuls and the epilogue recognition, `attention.rs` and
 //! `strided_views.rs` the fused attention and its in-place operands, `norm_fusion.rs`,
 //! `conv.rs`, `pool.rs`, `elementwise.rs` (groups, `node_expr`), `ops.rs` (the other ops) and
@@ -107,26 +109,20 @@ mod norm_fusion;
 mod ops;
 mod planned;
 mod pool;
+mod registry;
 mod strided_views;
 mod types;
+mod views;
 use attention::AttentionFusion;
 pub use conv::conv_shape;
-use elementwise::is_elementwise;
 use norm_fusion::NormFusion;
+use registry::{gpu_ops, is_elementwise, GpuOp};
 use strided_views::ViewChain;
 pub use types::{check_model_inputs, LoweringStats, ModelOptions, ModelProgram, Signature};
 
 fn invalid(message: String) -> ProgramError {
     ProgramError::Invalid { program: "model".into(), message }
 }
-
-/// Ops whose output is their input seen with another shape.
-const VIEWS: &[&str] = &["Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"];
-
-/// Data-movement ops lowered to a gather through a compile-time source map when only their
-/// data input is not constant.
-const REMAPS: &[&str] =
-    &["GatherND", "GatherElements", "Slice", "Split", "Pad", "Tile", "DepthToSpace", "SpaceToDepth"];
 
 /// The constant tensor of a value, when it is an initializer.
 fn constant(graph: &Graph, v: ValueId) -> Option<Tensor> {
@@ -359,11 +355,25 @@ impl<'a> Lowering<'a> {
             self.lower_conv(i, t_in, t_out)
         } else if let Some(&around) = self.pools.get(&i) {
             self.lower_pool(node, Some(around))
-        } else if VIEWS.contains(&node.op_type.as_str()) {
-            self.lower_view(node)
-        } else if is_elementwise(&node.op_type) {
+        } else {
+            self.lower_registered(i, node, groups)
+        }
+    }
+
+    /// Node `i` by its op type's entry in the GPU op registry ([`GpuOp`]): a view, a member
+    /// of its elementwise group, a data movement with constant parameters, or its own step;
+    /// an op type without an entry (or a data movement with run-time parameters) is a gap.
+    fn lower_registered(
+        &mut self,
+        i: usize,
+        node: &Node,
+        groups: &HashMap<usize, Vec<usize>>,
+    ) -> Result<(), ProgramError> {
+        let graph = self.graph;
+        match gpu_ops().get(&node.op_type) {
+            Some(GpuOp::View) => self.lower_view(node),
             // A group is emitted at its last node; the members before it wait.
-            match groups.get(&i) {
+            Some(GpuOp::Elementwise(_)) => match groups.get(&i) {
                 Some(members) => {
                     self.lower_group(members)?;
                     if members.len() > 1 {
@@ -373,9 +383,17 @@ impl<'a> Lowering<'a> {
                 }
                 None if !self.options.fuse_elementwise => self.lower_group(&[i]),
                 None => Ok(()),
+            },
+            Some(GpuOp::Remap)
+                if node.inputs.iter().skip(1).flatten().all(|&v| graph.initializers.contains_key(&v)) =>
+            {
+                self.lower_remap(node)
             }
-        } else {
-            self.lower_other(node)
+            Some(&GpuOp::Kernel(build)) => self.lower_kernel(node, build),
+            Some(GpuOp::Remap) | None => {
+                self.note_gap(node);
+                Ok(())
+            }
         }
     }
 
@@ -423,19 +441,6 @@ impl<'a> Lowering<'a> {
             parts.push(format!("unknown op type{}: {}", if unknown.len() == 1 { "" } else { "s" }, unknown.join(", ")));
         }
         Some(invalid(parts.join("; ")))
-    }
-
-    fn lower_view(&mut self, node: &Node) -> Result<(), ProgramError> {
-        let src = node.inputs.first().copied().flatten().ok_or_else(|| self.node_err(node, "no input"))?;
-        let out = node.outputs[0];
-        if self.graph.fact(src).numel() != self.graph.fact(out).numel() {
-            return Err(self.node_err(node, "a view must keep the element count"));
-        }
-        let buf = self.buf(src)?;
-        self.bufs.insert(out, buf);
-        self.note_use(out, buf);
-        self.stats.views += 1;
-        Ok(())
     }
 
     fn kernel_step(&mut self, label: &str, op: Op, k: OpKernel, args: Vec<BufferId>) -> usize {

@@ -116,7 +116,7 @@ pub fn cache_key(
 ) -> String {
     let text = format!(
         "{KEY_FORMAT} {} graph {graph_fingerprint:016x} attrs {} propagate {propagate} {opts:?}",
-        crate::tune::spartac_version(),
+        crate::VERSION,
         attrs.map_or("none".to_string(), |a| format!("{:016x}", attrs_fingerprint(a))),
     );
     format!("{:016x}", crate::hash::checksum(text.as_bytes()))

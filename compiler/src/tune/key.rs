@@ -79,5 +79,5 @@ pub fn cache_key(signature: &Signature, target: &Target, version: &str) -> Strin
 
 /// The version of this build, part of every key: a new spartac re-measures.
 pub fn spartac_version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
+    crate::VERSION
 }

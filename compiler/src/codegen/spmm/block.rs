@@ -85,14 +85,15 @@ pub(crate) fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> 
         return Err(spec_err(format!("block {bh}x{bw} needs {smem} bytes of shared memory per CTA (at most 232448)")));
     }
 
-    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
+    let tables = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
+    let (ptr, idx) = (&tables.ptr, &tables.idx);
     // Folding: when the values are known, a uniform block (one value repeated, e.g. binarized
     // or HPEC-style weights) needs one literal instead of the block, and a row sum of the A
     // tile instead of the block product (fp32 kernel). When every live block is uniform the
     // W tiles go entirely (unrolled kernels); when some are, those blocks skip their W tile and
     // take the row sum (either mode).
     let block_values = match (&spec.values, family, left) {
-        (Some(v), Family::BlockSimt, false) => uniform_block_values(&ptr, &idx, (bh, bw), n, v),
+        (Some(v), Family::BlockSimt, false) => uniform_block_values(ptr, idx, (bh, bw), n, v),
         _ => vec![],
     };
     let uniform_blocks = block_values.iter().filter(|v| v.is_some()).count();
@@ -111,15 +112,8 @@ pub(crate) fn block(spec: &SpmmSpec, live: &[bool], dense: bool, left: bool) -> 
     let part_folded = !all_uniform && uniform_blocks > 0 && block_values.len() <= spec.code_budget;
     let launch =
         Launch { grid: (nbs as u32, m.div_ceil(bm) as u32, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
-    let mut kernel = Kernel {
-        ptr,
-        idx,
-        live_instances,
-        dead_instances,
-        literal_words: if mode == Mode::Unrolled { literal_words } else { 0 },
-        values_embedded: mode == Mode::Unrolled && spec.values.is_some(),
-        ..Kernel::new(String::new(), family, mode, launch, (m, k, n), spec.dtype, (bh, bw))
-    };
+    let mut kernel = Kernel::new(String::new(), family, mode, launch, (m, k, n), spec.dtype, (bh, bw))
+        .with_block_tables(tables, literal_words, spec.values.is_some());
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(_), true) if folded => vec![],
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),

@@ -26,7 +26,7 @@
 
 use crate::codegen::loopnest::{Level, LoopNest};
 use crate::codegen::render::{render, KernelHead};
-use crate::codegen::spmm::kernel::{Family, Kernel, Launch};
+use crate::codegen::spmm::kernel::{entry_flops, packer, Family, FamilyOps, Kernel, Launch};
 use crate::codegen::spmm::shared::{kernel_head, spec_err};
 use crate::codegen::{CodegenError, Dtype, Mode, SpmmSpec};
 use crate::kernel_choice::dismantled::{Tiling, BM};
@@ -252,6 +252,9 @@ pub(super) fn specialize(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, Codeg
 pub(super) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
     kernel.idx.iter().map(|&e| if e < 0 { T::default() } else { w.at(e as usize) }).collect()
 }
+
+/// The dismantled family's entry in the family table.
+pub(crate) const OPS: FamilyOps = FamilyOps { pack: packer!(pack), flops: entry_flops };
 
 #[cfg(test)]
 mod tests {

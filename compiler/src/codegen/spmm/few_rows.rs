@@ -99,6 +99,9 @@ pub(crate) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kern
         .collect()
 }
 
+/// The few-rows family's entry in the family table.
+pub(crate) const OPS: FamilyOps = FamilyOps { pack: packer!(pack), flops: block_flops };
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ use super::shared::*;
 use crate::codegen::loopnest::{Level, LoopNest};
 use crate::codegen::render::{render, FineCtx, TransposeCtx, WidenCtx};
 use crate::codegen::{CodegenError, DenseCopy, Dtype, Engine, Mode, Orientation, SpmmSpec};
+use crate::sparse::WeightLookup;
 
 /// Threads per CTA of the fine-grained kernels (16 warps: enough to hide shared-memory latency
 /// with one CTA per SM).
@@ -258,12 +259,9 @@ pub(crate) fn fine_tables(
     Ok((pos_ptr, pos_idx, d.instances.len(), d.dead_instances()))
 }
 
-/// The fine kernel of a right-orientation spec the 3xTF32 fine kernel declined (the
-/// dispatcher asks it first): dismantled where that applies, else the SIMT loop kernel.
+/// The SIMT loop kernel of a right-orientation spec the 3xTF32 fine kernel and the dismantled
+/// kernel declined (the dispatcher asks them first).
 pub(crate) fn fine(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError> {
-    if !spec.live_rows && crate::kernel_choice::dismantled::applies(spec)? {
-        return crate::codegen::spmm::dismantled::specialize(spec, live);
-    }
     let n = spec.n;
     fine_kernel(spec, false, &|row, col| live[row * n + col])
 }
@@ -515,4 +513,39 @@ pub(crate) fn fine_kernel(
     };
     kernel.source = render("spmm_fine.cu.tera", &ctx)?;
     Ok(kernel)
+}
+
+/// The fine loop kernel's entry in the family table (right orientation).
+pub(crate) const FINE_OPS: FamilyOps = FamilyOps { pack: packer!(pack), flops: entry_flops };
+
+/// The fine loop kernel's entry in the family table (left orientation: `C = W·B`, the dense
+/// operand's other dimension is N).
+pub(crate) const FINE_LEFT_OPS: FamilyOps = FamilyOps {
+    pack: packer!(pack),
+    flops: |kernel, _| 2.0 * kernel.spec_shape.2 as f64 * kernel.live_instances as f64,
+};
+
+/// One value per entry, runs in (chunk, sparse column) order. Right: column `col` of W
+/// (`K × N`); left: row `col` of W (`M × K`, row-major).
+fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
+    let t = kernel.fine.expect("fine kernels carry their table layout");
+    let (m, k, n) = kernel.spec_shape;
+    let left = kernel.family == Family::FineLeft;
+    if left {
+        assert_eq!(w.numel(), m * k, "weight has the wrong size");
+    }
+    let fct = t.positions(if left { m } else { n });
+    let at = |row: usize, col: usize| if left { col * k + row } else { row * n + col };
+    let mut out = Vec::with_capacity(kernel.idx.len());
+    for s in 0..kernel.ptr.len() - 1 {
+        let (c, col) = (s / fct, t.column(s % fct));
+        for e in kernel.ptr[s]..kernel.ptr[s + 1] {
+            out.push(match t.k_in_chunk(kernel.idx[e as usize]) {
+                Some(kk) => w.at(at(c * t.chunk + kk, col)),
+                None => T::default(),
+            });
+        }
+    }
+    out.resize(kernel.idx.len(), T::default());
+    out
 }

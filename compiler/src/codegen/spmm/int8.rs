@@ -6,9 +6,9 @@
 //! the quantization its callers and the GPU reference share is `codegen::quant`.
 
 use crate::codegen::render::{render, Int8Ctx};
-use crate::codegen::spmm::kernel::{Family, Kernel, Launch};
+use crate::codegen::spmm::kernel::{block_flops, blocks_column_major, packer, Family, FamilyOps, Kernel, Launch};
 use crate::codegen::spmm::shared::{
-    block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, warp_rows, BlockTables,
+    block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, warp_rows,
 };
 use crate::codegen::{CodegenError, Dtype, Mode, SpmmSpec};
 
@@ -39,7 +39,8 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
     if smem > 227 * 1024 {
         return Err(spec_err(format!("block {bh}x{bw} needs {smem} bytes of shared memory per CTA (at most 232448)")));
     }
-    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
+    let tables = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
+    let (ptr, idx) = (&tables.ptr, &tables.idx);
     let literal_words = if dense { 0 } else { ptr.len() + idx.len() };
     let mode = if dense { Mode::IndexStream } else { resolve_mode(spec, literal_words) };
     let unrolled = mode == Mode::Unrolled;
@@ -53,14 +54,11 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
     );
     let launch =
         Launch { grid: (nbs as u32, m.div_ceil(bm) as u32, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
-    let kernel = Kernel {
-        ptr,
-        idx,
-        live_instances,
-        dead_instances,
-        literal_words: if unrolled { literal_words } else { 0 },
-        ..Kernel::new(name, Family::BlockInt8, mode, launch, (m, k, n), Dtype::I8, (bh, bw))
-    };
+    let kernel = Kernel::new(name, Family::BlockInt8, mode, launch, (m, k, n), Dtype::I8, (bh, bw)).with_block_tables(
+        tables,
+        literal_words,
+        false,
+    );
     let ctx = Int8Ctx {
         head: kernel_head(&kernel.name, Dtype::I8.output(), spec),
         literals: kernel_literals(&kernel, kernel.idx.clone(), vec![], 8, 0),
@@ -83,6 +81,10 @@ pub(super) fn block_int8(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<
     let source = render("spmm_block_int8.cu.tera", &ctx)?;
     Ok(Kernel { source, ..kernel })
 }
+
+/// The int8 family's entry in the family table: each live block column-major (the B
+/// fragments via plain ldmatrix, which cannot transpose int8).
+pub(crate) const OPS: FamilyOps = FamilyOps { pack: packer!(blocks_column_major), flops: block_flops };
 
 #[cfg(test)]
 mod tests {

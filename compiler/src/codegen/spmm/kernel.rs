@@ -2,6 +2,7 @@
 //! source ([`Kernel`]), and how its weight is packed for the device. Every family starts from
 //! the neutral kernel of `Kernel::new` and sets only the fields it fills.
 
+use super::families;
 use crate::codegen::{Dtype, Mode, Orientation};
 use crate::sparse::WeightLookup;
 use serde::Serialize;
@@ -192,117 +193,53 @@ impl Kernel {
     }
 
     /// Packs a row-major `K × N` weight (left orientation: `M × K`) into the order the
-    /// kernel reads it: block kernels store each live block row-major, blocks in `idx`
-    /// order; the fine kernel one value per entry in `idx` order; dense: the same as block
-    /// kernels with every block live; the int8 family each live block column-major
-    /// (n-major, the block's k contiguous), blocks in `idx` order. Left-orientation block
-    /// kernels read the blocks of `Wᵀ` (`K × M`), each stored row-major. The 3xTF32 family
-    /// stores each live block's TF32 big part, then its small part (both row-major). The 2:4
-    /// family stores the kept values in `mma.sp`'s register layout, chosen by the metadata in
-    /// its `idx` (`spmm::two_four::pack`).
+    /// kernel reads it, by its family's entry in the family table (`spmm/families.rs`):
+    /// block kernels store each live block row-major, blocks in `idx` order; the fine kernel
+    /// one value per entry in `idx` order; dense: the same as block kernels with every block
+    /// live; the int8 family each live block column-major (n-major, the block's k
+    /// contiguous), blocks in `idx` order. Left-orientation block kernels read the blocks of
+    /// `Wᵀ` (`K × M`), each stored row-major. The 3xTF32 family stores each live block's TF32
+    /// big part, then its small part (both row-major). The 2:4 family stores the kept values in
+    /// `mma.sp`'s register layout, chosen by the metadata in its `idx` (`spmm::two_four::pack`).
     pub fn pack_weight<W: WeightLookup<f32> + ?Sized>(&self, w: &W) -> Vec<f32> {
-        if self.family == Family::BlockTf32 {
-            let (_, k, n) = self.spec_shape;
-            assert_eq!(w.numel(), k * n, "weight has the wrong size");
-            return crate::codegen::spmm::tf32::split_blocks(
-                &pack_blocks(&self.ptr, &self.idx, self.block, n, w),
-                self.block,
-            );
+        let w = Lookup(w);
+        if let Some(packed) = self.pack_left(&w) {
+            return packed;
         }
-        self.pack(w)
+        self.check_size(&w);
+        (families::ops(self.family).pack.f32)(self, &w)
     }
 
     /// [`Kernel::pack_weight`] on quantized values (the int8 family's `W_q` argument).
     pub fn pack_weight_i8(&self, w: &[i8]) -> Vec<i8> {
-        self.pack(w)
+        if let Some(packed) = self.pack_left(w) {
+            return packed;
+        }
+        self.check_size(w);
+        (families::ops(self.family).pack.i8)(self, &Lookup(w))
     }
 
-    fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(&self, w: &W) -> Vec<T> {
-        if self.orientation == Orientation::Left && !matches!(self.family, Family::Fine | Family::FineLeft) {
-            let (m, k, _) = self.spec_shape;
-            assert_eq!(w.numel(), m * k, "weight has the wrong size");
-            let mut wt = vec![T::default(); k * m];
-            for r in 0..m {
-                for c in 0..k {
-                    wt[c * m + r] = w.at(r * k + c);
-                }
-            }
-            return pack_blocks(&self.ptr, &self.idx, (self.block.1, self.block.0), m, &wt);
+    /// Left-orientation block kernels: the blocks of `Wᵀ`, each row-major (`None` for the
+    /// other kernels).
+    fn pack_left<T: Copy + Default, W: WeightLookup<T> + ?Sized>(&self, w: &W) -> Option<Vec<T>> {
+        if self.orientation != Orientation::Left || matches!(self.family, Family::Fine | Family::FineLeft) {
+            return None;
         }
+        let (m, k, _) = self.spec_shape;
+        assert_eq!(w.numel(), m * k, "weight has the wrong size");
+        let mut wt = vec![T::default(); k * m];
+        for r in 0..m {
+            for c in 0..k {
+                wt[c * m + r] = w.at(r * k + c);
+            }
+        }
+        Some(pack_blocks(&self.ptr, &self.idx, (self.block.1, self.block.0), m, &wt))
+    }
+
+    fn check_size<T, W: WeightLookup<T> + ?Sized>(&self, w: &W) {
         let (_, k, n) = self.spec_shape;
         if self.family != Family::FineLeft {
             assert_eq!(w.numel(), k * n, "weight has the wrong size");
-        }
-        match self.family {
-            Family::Epilogue => vec![],
-            Family::FineDismantled => crate::codegen::spmm::dismantled::pack(self, w),
-            Family::FineTf32 => crate::codegen::spmm::fine_tf32::pack(self, w),
-            Family::FineRows => crate::codegen::spmm::few_rows::pack(self, w),
-            Family::RowScatter => crate::codegen::spmm::row_scatter::pack(self, w),
-            Family::DenseStream => crate::codegen::spmm::stream::pack(self, w),
-            Family::TwoFour => crate::codegen::spmm::two_four::pack(self, w),
-            Family::Fine | Family::FineLeft => {
-                // Runs in (chunk, sparse column) order. Right: column `col` of W (`K × N`);
-                // left: row `col` of W (`M × K`, row-major).
-                let t = self.fine.expect("fine kernels carry their table layout");
-                let (m, k, _) = self.spec_shape;
-                let left = self.family == Family::FineLeft;
-                if left {
-                    assert_eq!(w.numel(), m * k, "weight has the wrong size");
-                }
-                let fct = t.positions(if left { m } else { n });
-                let at = |row: usize, col: usize| if left { col * k + row } else { row * n + col };
-                let mut out = Vec::with_capacity(self.idx.len());
-                for s in 0..self.ptr.len() - 1 {
-                    let (c, col) = (s / fct, t.column(s % fct));
-                    for e in self.ptr[s]..self.ptr[s + 1] {
-                        out.push(match t.k_in_chunk(self.idx[e as usize]) {
-                            Some(kk) => w.at(at(c * t.chunk + kk, col)),
-                            None => T::default(),
-                        });
-                    }
-                }
-                out.resize(self.idx.len(), T::default());
-                out
-            }
-            // Each live block column-major (n-major, the block's k contiguous): the int8
-            // B fragments via plain ldmatrix, and wgmma's K-major B operand.
-            Family::BlockWgmma if self.w_smem_image => {
-                let (bh, bw) = self.block;
-                let layout = crate::codegen::CoreLayout { k_chunks: bh / 8 };
-                let esize = self.dtype.bytes();
-                let mut out = vec![T::default(); self.idx.len() * bh * bw];
-                let mut e = 0;
-                for j in 0..self.ptr.len() - 1 {
-                    for &kb in &self.idx[self.ptr[j] as usize..self.ptr[j + 1] as usize] {
-                        let base = e * bh * bw;
-                        for c in 0..bw {
-                            for r in 0..bh {
-                                let at = base + (layout.offset(c, r / 8) / esize) + r % 8;
-                                out[at] = w.at((kb as usize * bh + r) * n + j * bw + c);
-                            }
-                        }
-                        e += 1;
-                    }
-                }
-                out
-            }
-            Family::BlockInt8 | Family::BlockWgmma => {
-                let (bh, bw) = self.block;
-                let mut out = Vec::with_capacity(self.idx.len() * bh * bw);
-                for j in 0..self.ptr.len() - 1 {
-                    for e in self.ptr[j]..self.ptr[j + 1] {
-                        let kb = self.idx[e as usize] as usize;
-                        for c in 0..bw {
-                            for r in 0..bh {
-                                out.push(w.at((kb * bh + r) * n + j * bw + c));
-                            }
-                        }
-                    }
-                }
-                out
-            }
-            _ => pack_blocks(&self.ptr, &self.idx, self.block, n, w),
         }
     }
 
@@ -329,20 +266,89 @@ impl Kernel {
         Some(t.cols / (8 * t.warps).max(1))
     }
 
-    /// Multiply-adds the kernel executes (live blocks or entries only) times 2.
+    /// Multiply-adds the kernel executes (live blocks or entries only) times 2, as its
+    /// family's entry counts them.
     pub fn flops(&self) -> f64 {
         let (m, _, n) = self.spec_shape;
         // The dense operand's other dimension: rows of A, or columns of B (left).
         let m = if self.orientation == Orientation::Left { n } else { m };
-        match self.family {
-            Family::Epilogue => 0.0,
-            Family::Fine | Family::FineDismantled | Family::FineTf32 => 2.0 * m as f64 * self.live_instances as f64,
-            Family::FineLeft => 2.0 * self.spec_shape.2 as f64 * self.live_instances as f64,
-            Family::DenseStream => 2.0 * m as f64 * (self.spec_shape.1 * self.spec_shape.2) as f64,
-            // The half of the weight the sparse tensor cores multiply (kept values and fillers).
-            Family::TwoFour => m as f64 * (self.spec_shape.1 * self.spec_shape.2) as f64,
-            _ => 2.0 * m as f64 * (self.idx.len() * self.block.0 * self.block.1) as f64,
+        (families::ops(self.family).flops)(self, m)
+    }
+}
+
+/// What the shared kernel code asks of a kernel family, beside its `specialize`: one entry per
+/// [`Family`] in the family table (`spmm/families.rs`), each defined in the family's module.
+pub(crate) struct FamilyOps {
+    /// Packs the weight in the order the kernel reads it (after the shared left-orientation
+    /// and size checks of [`Kernel::pack_weight`]).
+    pub pack: Packer,
+    /// Multiply-adds the kernel executes times 2; `m` the dense operand's other dimension.
+    pub flops: fn(&Kernel, usize) -> f64,
+}
+
+/// A family's weight packer for each element type a kernel takes (`f32` values, the int8
+/// family's quantized `i8`); [`packer!`] makes one from a function generic over both.
+pub(crate) struct Packer {
+    pub f32: fn(&Kernel, &dyn WeightLookup<f32>) -> Vec<f32>,
+    pub i8: fn(&Kernel, &dyn WeightLookup<i8>) -> Vec<i8>,
+}
+
+/// `packer!(f)`: the [`Packer`] of `f<T, W>(&Kernel, &W) -> Vec<T>`.
+macro_rules! packer {
+    ($pack:path) => {
+        $crate::codegen::spmm::kernel::Packer { f32: |k, w| $pack(k, w), i8: |k, w| $pack(k, w) }
+    };
+}
+pub(crate) use packer;
+
+/// The block families' entry: live blocks row-major ([`pack_blocks`]), two flops per
+/// multiply-add of every live block.
+pub(crate) const BLOCK_OPS: FamilyOps = FamilyOps { pack: packer!(blocks), flops: block_flops };
+
+/// Two flops per multiply-add of every live block (`idx` lists them) over `m` dense rows.
+pub(crate) fn block_flops(kernel: &Kernel, m: usize) -> f64 {
+    2.0 * m as f64 * (kernel.idx.len() * kernel.block.0 * kernel.block.1) as f64
+}
+
+/// Two flops per live entry (`live_instances`) over `m` dense rows: the fine families.
+pub(crate) fn entry_flops(kernel: &Kernel, m: usize) -> f64 {
+    2.0 * m as f64 * kernel.live_instances as f64
+}
+
+/// Every live block row-major, in table order ([`pack_blocks`] on the kernel's tables).
+pub(crate) fn blocks<T: Copy, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
+    pack_blocks(&kernel.ptr, &kernel.idx, kernel.block, kernel.spec_shape.2, w)
+}
+
+/// Each live block column-major (n-major, the block's k contiguous), in table order: the int8
+/// B fragments via plain ldmatrix, and wgmma's K-major B operand.
+pub(crate) fn blocks_column_major<T: Copy, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
+    let (bh, bw) = kernel.block;
+    let n = kernel.spec_shape.2;
+    let mut out = Vec::with_capacity(kernel.idx.len() * bh * bw);
+    for j in 0..kernel.ptr.len() - 1 {
+        for e in kernel.ptr[j]..kernel.ptr[j + 1] {
+            let kb = kernel.idx[e as usize] as usize;
+            for c in 0..bw {
+                for r in 0..bh {
+                    out.push(w.at((kb * bh + r) * n + j * bw + c));
+                }
+            }
         }
+    }
+    out
+}
+
+/// A weight lookup behind a reference, sized (so `&W` of any `W`, a slice too, becomes a
+/// `&dyn WeightLookup`).
+struct Lookup<'a, W: ?Sized>(&'a W);
+
+impl<T, W: WeightLookup<T> + ?Sized> WeightLookup<T> for Lookup<'_, W> {
+    fn numel(&self) -> usize {
+        self.0.numel()
+    }
+    fn at(&self, i: usize) -> T {
+        self.0.at(i)
     }
 }
 

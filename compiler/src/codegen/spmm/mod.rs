@@ -7,7 +7,9 @@
 //! SIMT, fp16/bf16 mma.sync; [`Family::Dense`] when every block is live). Tile heuristics and
 //! the choice between literal tables and an index stream (under `SpmmSpec::code_budget`) are
 //! made here; templates only loop and branch. The left orientation (`C = W·B`) of the block and
-//! dense kernels is the transposed right problem (`specialize_left`).
+//! dense kernels is the transposed right problem (`specialize_left`). What `Kernel` asks of a
+//! family after that (how its weight is packed, its work) is the family's row in the family
+//! table (`families.rs`), defined in the family's module as its `OPS`.
 //!
 //! The fine loop kernel ([`Family::Fine`], [`Family::FineLeft`]) serves both orientations
 //! (left = the same kernel on the transposed frame, W's rows chunked). K goes in chunks; each
@@ -37,6 +39,7 @@
 
 mod block;
 mod dismantled;
+mod families;
 pub mod few_rows;
 mod fine;
 pub(crate) mod fine_tf32;
@@ -115,6 +118,9 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         return int8::block_int8(spec, &live, dense);
     }
     if (bh, bw) == (1, 1) {
+        if !spec.live_rows && crate::kernel_choice::dismantled::applies(spec)? {
+            return dismantled::specialize(spec, &live);
+        }
         return fine(spec, &live);
     }
     if dense

@@ -151,6 +151,9 @@ pub(crate) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kern
     out
 }
 
+/// The row-scatter family's entry in the family table.
+pub(crate) const OPS: FamilyOps = FamilyOps { pack: packer!(pack), flops: block_flops };
+
 #[cfg(test)]
 mod tests {
     use super::*;

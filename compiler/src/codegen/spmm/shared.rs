@@ -134,6 +134,24 @@ pub(crate) struct BlockTables {
     pub dead_instances: usize,
 }
 
+impl Kernel {
+    /// A block-table kernel (the block, 3xTF32 block, int8 and wgmma families): `Kernel::new`
+    /// with the `tables`, and `literal_words` and the embedded values counted only when the
+    /// kernel is unrolled (`embeds_values`: the family embeds the spec's values then).
+    pub(crate) fn with_block_tables(self, tables: BlockTables, literal_words: usize, embeds_values: bool) -> Kernel {
+        let unrolled = self.mode == Mode::Unrolled;
+        Kernel {
+            ptr: tables.ptr,
+            idx: tables.idx,
+            live_instances: tables.live_instances,
+            dead_instances: tables.dead_instances,
+            literal_words: if unrolled { literal_words } else { 0 },
+            values_embedded: unrolled && embeds_values,
+            ..self
+        }
+    }
+}
+
 pub(crate) fn block_tables(
     m: usize,
     (kbs, nbs): (usize, usize),

@@ -106,6 +106,12 @@ pub(crate) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kern
     out
 }
 
+/// The streaming family's entry in the family table: every multiply-add of the dense weight.
+pub(crate) const OPS: FamilyOps = FamilyOps {
+    pack: packer!(pack),
+    flops: |kernel, m| 2.0 * m as f64 * (kernel.spec_shape.1 * kernel.spec_shape.2) as f64,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,9 +20,10 @@
 //! helpers (the splits, the TF32 mma) are in `templates/tf32.cuh`.
 
 use crate::codegen::render::{render, BlockCtx};
+use crate::codegen::spmm::kernel::{block_flops, blocks, FamilyOps, Packer};
 use crate::codegen::spmm::shared::{
     block_tables, kernel_head, kernel_literals, pipeline_stages, resolve_mode, spec_err, uniform_block, value_bits,
-    warp_rows, BlockTables,
+    warp_rows,
 };
 use crate::codegen::{CodegenError, Dtype, Engine, Family, Kernel, Launch, Mode, SpmmSpec};
 use crate::kernel_choice::block_tf32::{auto_takes, supports};
@@ -98,7 +99,8 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
     if smem > 227 * 1024 {
         return Err(spec_err(format!("block {bh}x{bw} needs {smem} bytes of shared memory per CTA (at most 232448)")));
     }
-    let BlockTables { ptr, idx, live_instances, dead_instances } = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
+    let tables = block_tables(m, (kbs, nbs), (bh, bw), bm, live)?;
+    let (ptr, idx) = (&tables.ptr, &tables.idx);
     let w_words = spec.values.as_ref().map_or(0, |_| 2 * idx.len() * bh * bw);
     let literal_words = if dense { 0 } else { ptr.len() + idx.len() } + w_words;
     let mode = if dense && spec.values.is_none() { Mode::IndexStream } else { resolve_mode(spec, literal_words) };
@@ -110,15 +112,8 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
     );
     let launch =
         Launch { grid: (nbs as u32, m.div_ceil(bm) as u32, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
-    let mut kernel = Kernel {
-        ptr,
-        idx,
-        live_instances,
-        dead_instances,
-        literal_words: if unrolled { literal_words } else { 0 },
-        values_embedded: unrolled && spec.values.is_some(),
-        ..Kernel::new(name, Family::BlockTf32, mode, launch, (m, k, n), Dtype::F32, (bh, bw))
-    };
+    let mut kernel = Kernel::new(name, Family::BlockTf32, mode, launch, (m, k, n), Dtype::F32, (bh, bw))
+        .with_block_tables(tables, literal_words, spec.values.is_some());
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(Dtype::F32, &kernel.pack_weight(v)),
         _ => vec![],
@@ -156,6 +151,13 @@ fn block_tf32(spec: &SpmmSpec, live: &[bool], dense: bool) -> Result<Kernel, Cod
     kernel.source = render("spmm_block_tf32.cu.tera", &ctx)?;
     Ok(kernel)
 }
+
+/// The 3xTF32 block family's entry in the family table: the live blocks split
+/// ([`split_blocks`]) as fp32 values, as they are as int8 ones.
+pub(crate) const OPS: FamilyOps = FamilyOps {
+    pack: Packer { f32: |kernel, w| split_blocks(&blocks(kernel, w), kernel.block), i8: |kernel, w| blocks(kernel, w) },
+    flops: block_flops,
+};
 
 #[cfg(test)]
 mod tests {

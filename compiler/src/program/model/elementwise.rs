@@ -2,50 +2,76 @@
 //! produces joins that node's group; a group is one step and one generated kernel over an
 //! expression tree (`node_expr`: each ONNX op as an [`Expr`]).
 
+use super::registry::{gpu_ops, GpuOp, Registry};
 use super::*;
 
-/// Ops one elementwise kernel computes (Transpose through permuted strides).
-pub(super) const ELEMENTWISE: &[&str] = &[
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Max",
-    "Min",
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "And",
-    "Or",
-    "Neg",
-    "Abs",
-    "Exp",
-    "Log",
-    "Sqrt",
-    "Reciprocal",
-    "Erf",
-    "Tanh",
-    "Sigmoid",
-    "Relu",
-    "Not",
-    "Floor",
-    "Ceil",
-    "Cast",
-    "Where",
-    "Clip",
-    "Expand",
-    "Gelu",
-    "HardSigmoid",
-    "HardSwish",
-    "LeakyRelu",
-    "Transpose",
-];
+/// How an elementwise op is computed: an [`Expr`] operator over its inputs, or an expression
+/// a function builds from the node (its attributes, its inputs' types).
+pub(super) enum Ew {
+    /// The inputs folded left by the operator (`a ∘ b ∘ c`).
+    Binary(Binary),
+    /// The operator on input 0.
+    Unary(Unary),
+    /// The node's expression over its inputs' expressions.
+    Custom(ExprFn),
+}
 
-pub(super) fn is_elementwise(op: &str) -> bool {
-    ELEMENTWISE.contains(&op)
+/// The expression of a node over its inputs' expressions (`None`: an input that is not an
+/// expression, an absent optional input or an Expand's target shape).
+pub(super) type ExprFn = fn(&Graph, &Node, &[Option<Expr>]) -> Result<Expr, String>;
+
+/// Registers the ops one elementwise kernel computes (Transpose through permuted strides).
+pub(super) fn register(registry: &mut Registry) {
+    use Binary as B;
+    use Unary as U;
+    let ops = [
+        ("Add", Ew::Binary(B::Add)),
+        ("Sub", Ew::Binary(B::Sub)),
+        ("Mul", Ew::Binary(B::Mul)),
+        ("Div", Ew::Binary(B::Div)),
+        ("Pow", Ew::Custom(pow)),
+        ("Max", Ew::Binary(B::Max)),
+        ("Min", Ew::Binary(B::Min)),
+        ("Equal", Ew::Binary(B::Equal)),
+        ("Less", Ew::Binary(B::Less)),
+        ("Greater", Ew::Binary(B::Greater)),
+        ("LessOrEqual", Ew::Binary(B::LessOrEqual)),
+        ("GreaterOrEqual", Ew::Binary(B::GreaterOrEqual)),
+        ("And", Ew::Binary(B::And)),
+        ("Or", Ew::Binary(B::Or)),
+        ("Neg", Ew::Unary(U::Neg)),
+        ("Abs", Ew::Unary(U::Abs)),
+        ("Exp", Ew::Unary(U::Exp)),
+        ("Log", Ew::Unary(U::Log)),
+        ("Sqrt", Ew::Unary(U::Sqrt)),
+        ("Reciprocal", Ew::Unary(U::Reciprocal)),
+        ("Erf", Ew::Unary(U::Erf)),
+        ("Tanh", Ew::Unary(U::Tanh)),
+        ("Sigmoid", Ew::Unary(U::Sigmoid)),
+        ("Relu", Ew::Unary(U::Relu)),
+        ("Not", Ew::Unary(U::Not)),
+        ("Floor", Ew::Unary(U::Floor)),
+        ("Ceil", Ew::Unary(U::Ceil)),
+        ("Cast", Ew::Custom(cast)),
+        (
+            "Where",
+            Ew::Custom(|_, _, args| {
+                Ok(Expr::Where(Box::new(arg(args, 0)?), Box::new(arg(args, 1)?), Box::new(arg(args, 2)?)))
+            }),
+        ),
+        ("Clip", Ew::Custom(clip)),
+        // The broadcast to the output shape happens at the inputs.
+        ("Expand", Ew::Unary(U::Identity)),
+        ("Gelu", Ew::Custom(gelu)),
+        ("HardSigmoid", Ew::Custom(hard_sigmoid)),
+        ("HardSwish", Ew::Custom(hard_swish)),
+        ("LeakyRelu", Ew::Custom(leaky_relu)),
+        // The permutation is in the input's description (see `lower_group`).
+        ("Transpose", Ew::Custom(|_, _, args| arg(args, 0))),
+    ];
+    for (op, ew) in ops {
+        registry.insert(op, GpuOp::Elementwise(ew));
+    }
 }
 
 /// `0.5·x·(1 + erf(x/√2))` in element type `t`.
@@ -59,131 +85,110 @@ pub(super) fn gelu_erf_expr(x: Expr, t: DType) -> Expr {
     Expr::Binary(Binary::Mul, Box::new(Expr::Binary(Binary::Mul, c(0.5), Box::new(x))), Box::new(one_plus))
 }
 
-/// The expression of one elementwise node over its inputs' expressions.
+/// The expression of one elementwise node over its inputs' expressions (its registry entry's).
 pub(super) fn node_expr(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
-    let arg = |i: usize| -> Result<Expr, String> {
-        args.get(i).cloned().flatten().ok_or_else(|| format!("input {i} is missing"))
+    match gpu_ops().get(&node.op_type) {
+        Some(GpuOp::Elementwise(Ew::Binary(b))) => {
+            let mut e = arg(args, 0)?;
+            for i in 1..args.len() {
+                e = Expr::Binary(*b, Box::new(e), Box::new(arg(args, i)?));
+            }
+            Ok(e)
+        }
+        Some(GpuOp::Elementwise(Ew::Unary(u))) => Ok(Expr::Unary(*u, Box::new(arg(args, 0)?))),
+        Some(GpuOp::Elementwise(Ew::Custom(f))) => f(graph, node, args),
+        _ => Err(format!("{} is not an elementwise op", node.op_type)),
+    }
+}
+
+/// Input `i`'s expression.
+fn arg(args: &[Option<Expr>], i: usize) -> Result<Expr, String> {
+    args.get(i).cloned().flatten().ok_or_else(|| format!("input {i} is missing"))
+}
+
+/// Input `i`'s element type.
+fn dtype(graph: &Graph, node: &Node, i: usize) -> Result<DType, String> {
+    node.inputs.get(i).copied().flatten().map(|v| graph.fact(v).dtype).ok_or_else(|| format!("input {i} is missing"))
+}
+
+fn pow(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    // ONNX lets the exponent have another type: it is cast to the base's.
+    let base = dtype(graph, node, 0)?;
+    let mut e = arg(args, 1)?;
+    if node.inputs.get(1).copied().flatten().map(|v| graph.fact(v).dtype) != Some(base) {
+        e = Expr::Cast(base, Box::new(e));
+    }
+    Ok(Expr::Binary(Binary::Pow, Box::new(arg(args, 0)?), Box::new(e)))
+}
+
+fn cast(_: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    let to = node.attrs.int("to", 0).map_err(|e| e.to_string())?;
+    let to = DType::from_onnx(to as i32).ok_or_else(|| format!("Cast to type {to} is not built"))?;
+    Ok(Expr::Cast(to, Box::new(arg(args, 0)?)))
+}
+
+fn clip(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    let t = dtype(graph, node, 0)?;
+    let mut e = arg(args, 0)?;
+    let (lo, hi) = if node.opset < 11 {
+        let lo = node.attrs.float("min", f32::MIN).map_err(|e| e.to_string())?;
+        let hi = node.attrs.float("max", f32::MAX).map_err(|e| e.to_string())?;
+        (Some(Expr::Const(lo as f64, t)), Some(Expr::Const(hi as f64, t)))
+    } else {
+        (args.get(1).cloned().flatten(), args.get(2).cloned().flatten())
     };
-    let un = |u: Unary| -> Result<Expr, String> { Ok(Expr::Unary(u, Box::new(arg(0)?))) };
-    let bin = |b: Binary| -> Result<Expr, String> {
-        let mut e = arg(0)?;
-        for i in 1..args.len() {
-            e = Expr::Binary(b, Box::new(e), Box::new(arg(i)?));
-        }
-        Ok(e)
-    };
-    let dtype = |i: usize| node.inputs.get(i).copied().flatten().map(|v| graph.fact(v).dtype);
-    Ok(match node.op_type.as_str() {
-        "Add" => bin(Binary::Add)?,
-        "Sub" => bin(Binary::Sub)?,
-        "Mul" => bin(Binary::Mul)?,
-        "Div" => bin(Binary::Div)?,
-        "Pow" => {
-            // ONNX lets the exponent have another type: it is cast to the base's.
-            let base = dtype(0).ok_or("input 0 is missing")?;
-            let mut e = arg(1)?;
-            if dtype(1) != Some(base) {
-                e = Expr::Cast(base, Box::new(e));
-            }
-            Expr::Binary(Binary::Pow, Box::new(arg(0)?), Box::new(e))
-        }
-        "Max" => bin(Binary::Max)?,
-        "Min" => bin(Binary::Min)?,
-        "Equal" => bin(Binary::Equal)?,
-        "Less" => bin(Binary::Less)?,
-        "Greater" => bin(Binary::Greater)?,
-        "LessOrEqual" => bin(Binary::LessOrEqual)?,
-        "GreaterOrEqual" => bin(Binary::GreaterOrEqual)?,
-        "And" => bin(Binary::And)?,
-        "Or" => bin(Binary::Or)?,
-        "Neg" => un(Unary::Neg)?,
-        "Abs" => un(Unary::Abs)?,
-        "Exp" => un(Unary::Exp)?,
-        "Log" => un(Unary::Log)?,
-        "Sqrt" => un(Unary::Sqrt)?,
-        "Reciprocal" => un(Unary::Reciprocal)?,
-        "Erf" => un(Unary::Erf)?,
-        "Tanh" => un(Unary::Tanh)?,
-        "Sigmoid" => un(Unary::Sigmoid)?,
-        "Relu" => un(Unary::Relu)?,
-        "Not" => un(Unary::Not)?,
-        "Floor" => un(Unary::Floor)?,
-        "Ceil" => un(Unary::Ceil)?,
-        // The permutation is in the input's description (see `lower_group`).
-        "Transpose" => arg(0)?,
-        // The broadcast to the output shape happens at the inputs.
-        "Expand" => un(Unary::Identity)?,
-        "Cast" => {
-            let to = node.attrs.int("to", 0).map_err(|e| e.to_string())?;
-            let to = DType::from_onnx(to as i32).ok_or_else(|| format!("Cast to type {to} is not built"))?;
-            Expr::Cast(to, Box::new(arg(0)?))
-        }
-        "Where" => Expr::Where(Box::new(arg(0)?), Box::new(arg(1)?), Box::new(arg(2)?)),
-        "Clip" => {
-            let t = dtype(0).ok_or("input 0 is missing")?;
-            let mut e = arg(0)?;
-            let (lo, hi) = if node.opset < 11 {
-                let lo = node.attrs.float("min", f32::MIN).map_err(|e| e.to_string())?;
-                let hi = node.attrs.float("max", f32::MAX).map_err(|e| e.to_string())?;
-                (Some(Expr::Const(lo as f64, t)), Some(Expr::Const(hi as f64, t)))
-            } else {
-                (args.get(1).cloned().flatten(), args.get(2).cloned().flatten())
-            };
-            if let Some(lo) = lo {
-                e = Expr::Binary(Binary::Max, Box::new(e), Box::new(lo));
-            }
-            if let Some(hi) = hi {
-                e = Expr::Binary(Binary::Min, Box::new(e), Box::new(hi));
-            }
-            e
-        }
-        "Gelu" => {
-            let t = dtype(0).ok_or("input 0 is missing")?;
-            let x = arg(0)?;
-            if node.attrs.string("approximate", "none").map_err(|e| e.to_string())? != "none" {
-                return Err("Gelu with approximate=tanh is not built".into());
-            }
-            gelu_erf_expr(x, t)
-        }
-        // The reference's formulas, op for op: clamp(α·x + β, 0, 1), x · clamp(x / 6 + 1/2, 0, 1),
-        // x < 0 ? α·x : x (Max / Min propagate NaN as the reference's clamp does).
-        "HardSigmoid" | "HardSwish" => {
-            let t = dtype(0).ok_or("input 0 is missing")?;
-            let c = |v: f64| Box::new(Expr::Const(v, t));
-            let x = arg(0)?;
-            let (lin, scale) = if node.op_type == "HardSigmoid" {
-                let alpha = node.attrs.float("alpha", 0.2).map_err(|e| e.to_string())? as f64;
-                let beta = node.attrs.float("beta", 0.5).map_err(|e| e.to_string())? as f64;
-                (
-                    Expr::Binary(
-                        Binary::Add,
-                        Box::new(Expr::Binary(Binary::Mul, c(alpha), Box::new(x.clone()))),
-                        c(beta),
-                    ),
-                    None,
-                )
-            } else {
-                (
-                    Expr::Binary(Binary::Add, Box::new(Expr::Binary(Binary::Div, Box::new(x.clone()), c(6.0))), c(0.5)),
-                    Some(x),
-                )
-            };
-            let clamped = Expr::Binary(Binary::Min, Box::new(Expr::Binary(Binary::Max, Box::new(lin), c(0.0))), c(1.0));
-            match scale {
-                Some(x) => Expr::Binary(Binary::Mul, Box::new(x), Box::new(clamped)),
-                None => clamped,
-            }
-        }
-        "LeakyRelu" => {
-            let t = dtype(0).ok_or("input 0 is missing")?;
-            let alpha = node.attrs.float("alpha", 0.01).map_err(|e| e.to_string())? as f64;
-            let x = arg(0)?;
-            let neg = Expr::Binary(Binary::Less, Box::new(x.clone()), Box::new(Expr::Const(0.0, t)));
-            let scaled = Expr::Binary(Binary::Mul, Box::new(Expr::Const(alpha, t)), Box::new(x.clone()));
-            Expr::Where(Box::new(neg), Box::new(scaled), Box::new(x))
-        }
-        other => return Err(format!("{other} is not an elementwise op")),
-    })
+    if let Some(lo) = lo {
+        e = Expr::Binary(Binary::Max, Box::new(e), Box::new(lo));
+    }
+    if let Some(hi) = hi {
+        e = Expr::Binary(Binary::Min, Box::new(e), Box::new(hi));
+    }
+    Ok(e)
+}
+
+fn gelu(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    let t = dtype(graph, node, 0)?;
+    let x = arg(args, 0)?;
+    if node.attrs.string("approximate", "none").map_err(|e| e.to_string())? != "none" {
+        return Err("Gelu with approximate=tanh is not built".into());
+    }
+    Ok(gelu_erf_expr(x, t))
+}
+
+// The reference's formulas, op for op: clamp(α·x + β, 0, 1), x · clamp(x / 6 + 1/2, 0, 1),
+// x < 0 ? α·x : x (Max / Min propagate NaN as the reference's clamp does).
+
+/// `min(max(e, 0), 1)` in element type `t`.
+fn clamp01(e: Expr, t: DType) -> Expr {
+    let c = |v: f64| Box::new(Expr::Const(v, t));
+    Expr::Binary(Binary::Min, Box::new(Expr::Binary(Binary::Max, Box::new(e), c(0.0))), c(1.0))
+}
+
+fn hard_sigmoid(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    let t = dtype(graph, node, 0)?;
+    let x = arg(args, 0)?;
+    let alpha = node.attrs.float("alpha", 0.2).map_err(|e| e.to_string())? as f64;
+    let beta = node.attrs.float("beta", 0.5).map_err(|e| e.to_string())? as f64;
+    let c = |v: f64| Box::new(Expr::Const(v, t));
+    let lin = Expr::Binary(Binary::Add, Box::new(Expr::Binary(Binary::Mul, c(alpha), Box::new(x))), c(beta));
+    Ok(clamp01(lin, t))
+}
+
+fn hard_swish(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    let t = dtype(graph, node, 0)?;
+    let x = arg(args, 0)?;
+    let c = |v: f64| Box::new(Expr::Const(v, t));
+    let lin = Expr::Binary(Binary::Add, Box::new(Expr::Binary(Binary::Div, Box::new(x.clone()), c(6.0))), c(0.5));
+    Ok(Expr::Binary(Binary::Mul, Box::new(x), Box::new(clamp01(lin, t))))
+}
+
+fn leaky_relu(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
+    let t = dtype(graph, node, 0)?;
+    let alpha = node.attrs.float("alpha", 0.01).map_err(|e| e.to_string())? as f64;
+    let x = arg(args, 0)?;
+    let neg = Expr::Binary(Binary::Less, Box::new(x.clone()), Box::new(Expr::Const(0.0, t)));
+    let scaled = Expr::Binary(Binary::Mul, Box::new(Expr::Const(alpha, t)), Box::new(x.clone()));
+    Ok(Expr::Where(Box::new(neg), Box::new(scaled), Box::new(x)))
 }
 
 impl Lowering<'_> {

@@ -1,38 +1,44 @@
-//! The ops without a fusion of their own, one step and one generated kernel each, through a
-//! registry ([`KERNELS`]: op types and their kernel builder; Gather, LayerNorm, Softmax,
-//! reductions, activation×activation MatMul, Concat; pools in `pool.rs`); activation×activation
-//! MatMuls with their folded Transposes; data movement with constant indices as a gather
-//! through a traced source map.
+//! The ops without a fusion of their own, one step and one generated kernel each, registered
+//! by op type ([`register`]: Gather, LayerNorm, Softmax, reductions, activation×activation
+//! MatMul, Concat; pools in `pool.rs`); activation×activation MatMuls with their folded
+//! Transposes; data movement with constant indices as a gather through a traced source map.
 
+use super::registry::{GpuOp, Registry};
 use super::*;
 use crate::codegen::CodegenError;
 
 /// What a registered builder makes of its node: the kernel of the node's own step, or
 /// nothing more to do (the builder emitted the step itself: a folded MatMul, a reduction over
-/// no axes).
+/// no axes, a pool).
 pub(super) enum Built {
     Kernel(OpKernel),
     Done,
 }
 
 /// A kernel builder: the node and its kernel's name (op type and node name, sanitized).
-type Builder = fn(&mut Lowering<'_>, &Node, &str) -> Result<Built, ProgramError>;
+pub(super) type Builder = fn(&mut Lowering<'_>, &Node, &str) -> Result<Built, ProgramError>;
 
-/// The registry of ops lowered as one step and one generated kernel each: op types and their
-/// builder. A new op of this kind is a builder and a row here (the step, its operands and
-/// arguments are [`Lowering::lower_other`]'s).
-const KERNELS: &[(&[&str], Builder)] = &[
-    (&["Gather"], gather),
-    (&["LayerNormalization"], layer_norm),
-    (&["Softmax", "LogSoftmax"], softmax),
-    (&["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL2"], reduce),
-    (&["MatMul"], matmul),
-    (&["Concat"], concat),
-];
-
-/// The registered builder of `op_type`, if any.
-pub(super) fn builder(op_type: &str) -> Option<Builder> {
-    KERNELS.iter().find(|(ops, _)| ops.contains(&op_type)).map(|&(_, b)| b)
+/// Registers the ops lowered as one step and one generated kernel each (a builder here and
+/// its row below: the step, its operands and arguments are [`Lowering::lower_kernel`]'s), and
+/// the data movements lowered as a gather through a traced source map
+/// ([`Lowering::lower_remap`]).
+pub(super) fn register(registry: &mut Registry) {
+    let kernels: &[(&[&'static str], Builder)] = &[
+        (&["Gather"], gather),
+        (&["LayerNormalization"], layer_norm),
+        (&["Softmax", "LogSoftmax"], softmax),
+        (&["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL2"], reduce),
+        (&["MatMul"], matmul),
+        (&["Concat"], concat),
+    ];
+    for &(ops, build) in kernels {
+        for op in ops {
+            registry.insert(op, GpuOp::Kernel(build));
+        }
+    }
+    for op in ["GatherND", "GatherElements", "Slice", "Split", "Pad", "Tile", "DepthToSpace", "SpaceToDepth"] {
+        registry.insert(op, GpuOp::Remap);
+    }
 }
 
 fn input(node: &Node, i: usize) -> Option<ValueId> {
@@ -163,24 +169,10 @@ fn concat(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, Progra
 }
 
 impl Lowering<'_> {
-    /// A node no fusion took and no other family claims: channels-first pools, a data movement
-    /// with constant parameters (a gather through its traced source map), or a registered
-    /// kernel builder ([`KERNELS`]) whose kernel becomes the node's step (its present inputs in
-    /// order, then the output, as parameters); anything else is a gap.
-    pub(super) fn lower_other(&mut self, node: &Node) -> Result<(), ProgramError> {
+    /// A node of a registered kernel builder ([`register`]): the builder's kernel becomes the
+    /// node's step (its present inputs in order, then the output, as parameters).
+    pub(super) fn lower_kernel(&mut self, node: &Node, build: Builder) -> Result<(), ProgramError> {
         let graph = self.graph;
-        if matches!(node.op_type.as_str(), "MaxPool" | "AveragePool") {
-            return self.lower_pool(node, None);
-        }
-        if REMAPS.contains(&node.op_type.as_str())
-            && node.inputs.iter().skip(1).flatten().all(|&v| graph.initializers.contains_key(&v))
-        {
-            return self.lower_remap(node);
-        }
-        let Some(build) = builder(&node.op_type) else {
-            self.note_gap(node);
-            return Ok(());
-        };
         let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
         let kernel = match build(self, node, &name)? {
             Built::Kernel(k) => k,

@@ -6,7 +6,23 @@
 //! the kernel's inner axis, and no Transpose computed. MaxPool's optional Indices output is
 //! not built.
 
+use super::ops::Built;
+use super::registry::{GpuOp, Registry};
 use super::*;
+
+/// Registers the channels-first pools (one step each; the channels-last ones are fused with
+/// their Transposes before the registry is asked).
+pub(super) fn register(registry: &mut Registry) {
+    for op in ["MaxPool", "AveragePool"] {
+        registry.insert(
+            op,
+            GpuOp::Kernel(|l, node, _| {
+                l.lower_pool(node, None)?;
+                Ok(Built::Done)
+            }),
+        );
+    }
+}
 
 impl Lowering<'_> {
     /// Whether node `i` is a MaxPool or AveragePool between the layout's Transposes: (the

@@ -6,7 +6,7 @@
 //! of a copy being made first.
 //!
 //! The chain is found by walking up from the operand through nodes that only move data (the
-//! views of `VIEWS`, `Slice`, `Transpose`, `Gather` of a one-element constant index; every
+//! views (`views.rs`), `Slice`, `Transpose`, `Gather` of a one-element constant index; every
 //! input past the data a constant) to the first value something else computes: the base,
 //! which has a contiguous buffer. Whether the chain is one strided view is not reasoned about
 //! op by op: the chain is evaluated with the ops' own `eval` on the base's element numbers (as
@@ -26,7 +26,8 @@
 //! the CPU executor still moves the data for itself (a shared top once per chain, into
 //! temporaries of the step); only the GPU kernel reads in place.
 
-use super::{constant, Lowering, VIEWS};
+use super::registry::is_view;
+use super::{constant, Lowering};
 use crate::ir::{Tensor, ValueId};
 use crate::ops::{registry, NodeCtx};
 use std::collections::{HashMap, HashSet};
@@ -100,7 +101,7 @@ fn moves_data(l: &Lowering, node: &crate::ir::Node) -> bool {
             .flatten()
             .and_then(|i| l.graph.initializers.get(&i))
             .is_some_and(|init| init.fact().numel() == 1),
-        op => VIEWS.contains(&op),
+        op => is_view(op),
     }
 }
 
@@ -131,7 +132,7 @@ fn view_chain(l: &Lowering, v: ValueId, shared: bool, taken: &[bool], traces: &m
     }
     nodes.reverse();
     let base = cur;
-    if nodes.iter().all(|&n| VIEWS.contains(&graph.nodes[n].op_type.as_str())) || l.is_output[v.index()] {
+    if nodes.iter().all(|&n| is_view(&graph.nodes[n].op_type)) || l.is_output[v.index()] {
         return None;
     }
     let base_fact = graph.fact(base);

@@ -40,6 +40,7 @@
 //!   `W[k_{t+4}][8j + g]` (its B fragment), zero for padding and for columns past N.
 
 use crate::codegen::render::{render, KernelHead};
+use crate::codegen::spmm::kernel::{entry_flops, packer, FamilyOps};
 use crate::codegen::spmm::shared::{kernel_head, spec_err};
 use crate::codegen::{
     CodegenError, Dtype, Engine, Family, FineTable, Kernel, Launch, Mode, Orientation, SpmmSpec, TmaBox,
@@ -223,6 +224,9 @@ pub(super) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kern
     }
     out
 }
+
+/// The 3xTF32 fine family's entry in the family table.
+pub(crate) const OPS: FamilyOps = FamilyOps { pack: packer!(pack), flops: entry_flops };
 
 #[cfg(test)]
 mod tests;

@@ -118,3 +118,8 @@ pub(crate) fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kern
     }
     pack::pack_values(k, n, &mask, w)
 }
+
+/// The 2:4 family's entry in the family table: the half of the weight the sparse tensor cores
+/// multiply (kept values and fillers).
+pub(crate) const OPS: FamilyOps =
+    FamilyOps { pack: packer!(pack), flops: |kernel, m| m as f64 * (kernel.spec_shape.1 * kernel.spec_shape.2) as f64 };

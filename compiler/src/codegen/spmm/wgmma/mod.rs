@@ -23,11 +23,12 @@
 //! rings (`Tile::per_sm`).
 
 use crate::codegen::render::{render, MaskPath, WgmmaCtx, WgmmaTileCtx, WgmmaWsCtx};
-use crate::codegen::spmm::kernel::{Family, Kernel, Launch, TmaBox};
-use crate::codegen::spmm::shared::{
-    block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits, BlockTables,
+use crate::codegen::spmm::kernel::{
+    block_flops, blocks_column_major, packer, Family, FamilyOps, Kernel, Launch, TmaBox,
 };
+use crate::codegen::spmm::shared::{block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits};
 use crate::codegen::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec, Tile};
+use crate::sparse::WeightLookup;
 
 /// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
 /// fewer leave SMs idle; correctness does not depend on it.
@@ -261,24 +262,22 @@ fn wgmma_kernel(
     let (m, k, n) = (spec.m, spec.k, spec.n);
     let (bh, bw) = spec.block;
     let esize = spec.dtype.bytes();
-    let BlockTables { ptr, idx, live_instances, dead_instances } =
-        block_tables(m, (k / bh, n / bw), (bh, bw), bm, live)?;
-    let steps = steps(&ptr, &idx);
+    let tables = block_tables(m, (k / bh, n / bw), (bh, bw), bm, live)?;
+    let (ptr, idx) = (&tables.ptr, &tables.idx);
+    let steps = steps(ptr, idx);
     let value_words = spec.values.as_ref().map(|_| idx.len() * bh * bw * esize / 4).unwrap_or(0);
     let literal_words = ptr.len() + idx.len() + steps.len() + value_words;
     let mode = resolve_mode(spec, literal_words);
     let unrolled = mode == Mode::Unrolled;
     let name = name(if unrolled { "unrolled" } else { "stream" });
     let kernel = Kernel {
-        ptr,
-        idx,
-        live_instances,
-        dead_instances,
-        literal_words: if unrolled { literal_words } else { 0 },
-        values_embedded: unrolled && spec.values.is_some(),
         steps,
         w_smem_image,
-        ..Kernel::new(name, Family::BlockWgmma, mode, launch, (m, k, n), spec.dtype, (bh, bw))
+        ..Kernel::new(name, Family::BlockWgmma, mode, launch, (m, k, n), spec.dtype, (bh, bw)).with_block_tables(
+            tables,
+            literal_words,
+            spec.values.is_some(),
+        )
     };
     let values = match (&spec.values, kernel.values_embedded) {
         (Some(v), true) => value_bits(spec.dtype, &kernel.pack_weight(v)),
@@ -513,6 +512,36 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     };
     kernel.source = render("spmm_block_wgmma_ws.cu.tera", &ctx)?;
     Ok(kernel)
+}
+
+/// The wgmma family's entry in the family table: with [`Kernel::w_smem_image`] each live block
+/// as its shared-memory image (the swizzled K-major layout), else column-major (n-major, the
+/// block's k contiguous: wgmma's K-major B operand).
+pub(crate) const OPS: FamilyOps = FamilyOps { pack: packer!(pack), flops: block_flops };
+
+fn pack<T: Copy + Default, W: WeightLookup<T> + ?Sized>(kernel: &Kernel, w: &W) -> Vec<T> {
+    if !kernel.w_smem_image {
+        return blocks_column_major(kernel, w);
+    }
+    let (bh, bw) = kernel.block;
+    let n = kernel.spec_shape.2;
+    let layout = crate::codegen::CoreLayout { k_chunks: bh / 8 };
+    let esize = kernel.dtype.bytes();
+    let mut out = vec![T::default(); kernel.idx.len() * bh * bw];
+    let mut e = 0;
+    for j in 0..kernel.ptr.len() - 1 {
+        for &kb in &kernel.idx[kernel.ptr[j] as usize..kernel.ptr[j + 1] as usize] {
+            let base = e * bh * bw;
+            for c in 0..bw {
+                for r in 0..bh {
+                    let at = base + (layout.offset(c, r / 8) / esize) + r % 8;
+                    out[at] = w.at((kb as usize * bh + r) * n + j * bw + c);
+                }
+            }
+            e += 1;
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `spartac run MODEL.sparta`: a compiled artifact on the GPU (one CUDA graph, replayed) or on
 //! the CPU executor, with `--check` comparing the two on the same inputs.
 
-use crate::run::RunArgs;
+use super::RunArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use spartac::ir::Tensor;
 use spartac::program::artifact::{decode, Artifact};
