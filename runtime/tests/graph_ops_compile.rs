@@ -5,7 +5,7 @@
 
 use spartac::codegen::graph_ops::{
     attention, concat, conv_nhwc, conv_nhwc_with, elementwise, elementwise_inputs, gather, layer_norm,
-    layer_norm_fused, matmul, reduce, softmax, Binary, ConcatRead, ConvEngine, ConvShape, EwInput, Expr, NormPrologue,
+    layer_norm_fused, matmul, reduce, reduce_kernels, softmax, Binary, ConcatRead, ConvEngine, ConvShape, EwInput, Expr, NormPrologue, ReduceKernels,
     OpKernel, Reduce, TensorDesc, Unary,
 };
 use spartac::codegen::Activation;
@@ -267,6 +267,14 @@ fn cases() -> Vec<(String, OpKernel)> {
     add("reduce l2 f16", reduce("rl2", &c(F16, &[64, 1000]), &[1], Reduce::L2, F16));
     add("reduce sumsquare bf16 to f32", reduce("rss", &c(BF16, &[64, 10, 3]), &[0, 2], Reduce::SumSquare, F32));
     add("reduce prod i32", reduce("rprod", &c(I32, &[10, 7]), &[1], Reduce::Prod, I32));
+    // A squeeze-excitation block's global pooling (NHWC, 1024 outputs of 12,544): split in two.
+    match reduce_kernels("rse", &c(F16, &[32, 112, 112, 32]), &[1, 2], Reduce::Mean, F16) {
+        Ok(ReduceKernels::Split { partial, finish, .. }) => {
+            add("reduce se mean split (partials)", Ok(partial));
+            add("reduce se mean split (finish)", Ok(finish));
+        }
+        other => panic!("the SE pooling splits: {other:?}"),
+    }
     add("reduce min i64", reduce("rmin64", &c(I64, &[100, 300]), &[0], Reduce::Min, I64));
     add("reduce max bool", reduce("rmaxb", &c(Bool, &[100, 300]), &[1], Reduce::Max, Bool));
     add("reduce mean i8", reduce("rmean8", &c(I8, &[100, 3]), &[1], Reduce::Mean, I8));

@@ -46,7 +46,7 @@ pub use elementwise::{elementwise, elementwise_inputs, ConcatRead, EwInput};
 pub use expr::{Binary, Expr, Unary};
 pub use matmul::matmul;
 pub use pool::pool;
-pub use reduce::{reduce, Reduce};
+pub use reduce::{reduce, reduce_kernels, Reduce, ReduceKernels};
 pub use rows::{layer_norm, layer_norm_fused, row_operand, softmax, NormPrologue, RowOperand};
 
 use super::CodegenError;

@@ -5,6 +5,12 @@
 //! along the outputs (reads coalesce across them) and a CTA's 8 rows of threads split each
 //! output's reduction; when it is reduced, a warp (or, for long reductions with few outputs,
 //! a CTA) folds one output, its lanes running along the reduction.
+//!
+//! A long float reduction with too few outputs to fill the GPU (the global pooling of a
+//! squeeze-excitation block: 1024 outputs of 12,544 elements each) splits its reduction into
+//! chunks ([`reduce_kernels`]): a first kernel folds each chunk of each output into an f32
+//! partial (grid `y` the chunk), a second folds an output's partials in chunk order and
+//! finishes it, so the result is the same on every run.
 
 use super::{check_name, float_acc, index_type, offset_expr, shape_text, spec_error, stride_grid, type_ctx};
 use super::{OpKernel, TensorDesc, TypeCtx, MAX_STRIDE_CTAS, THREADS};
@@ -49,8 +55,13 @@ struct ReduceCtx {
     base: String,
     offset: String,
     idx_t: &'static str,
-    /// `column`, `warp` or `block`.
+    /// `column`, `warp` or `block`; `finish` for the second kernel of a split reduction.
     mode: &'static str,
+    /// Chunks the reduction is split into (1: not split) and elements per chunk.
+    split: usize,
+    chunk: usize,
+    /// The statement storing an output's `acc`: the finished result, or the chunk's partial.
+    emit: String,
     threads: usize,
     warps: usize,
     /// Column mode: outputs per CTA (threadIdx.x) and reduction slices (threadIdx.y).
@@ -85,6 +96,47 @@ pub fn reduce(
     kind: Reduce,
     out: DType,
 ) -> Result<OpKernel, CodegenError> {
+    match reduce_with(name, input, axes, kind, out, false)? {
+        ReduceKernels::One(k) => Ok(k),
+        ReduceKernels::Split { .. } => unreachable!("not asked to split"),
+    }
+}
+
+/// The kernels of a reduction: one, or a split one's two (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReduceKernels {
+    One(OpKernel),
+    /// `partial(x, part)` writes `partials` f32 values; `finish(part, y)` reads them.
+    Split { partial: OpKernel, finish: OpKernel, partials: usize },
+}
+
+/// Least CTAs a reduction should run on (two per SM of an H100 or H200) before it splits.
+const SPLIT_BELOW_CTAS: usize = 2 * 132;
+/// Fewest elements a split chunk folds.
+const MIN_CHUNK: usize = 256;
+/// Most chunks.
+const MAX_SPLIT: usize = 64;
+
+/// [`reduce`], split into two kernels when a long float reduction has too few outputs to fill
+/// the GPU.
+pub fn reduce_kernels(
+    name: &str,
+    input: &TensorDesc,
+    axes: &[usize],
+    kind: Reduce,
+    out: DType,
+) -> Result<ReduceKernels, CodegenError> {
+    reduce_with(name, input, axes, kind, out, true)
+}
+
+fn reduce_with(
+    name: &str,
+    input: &TensorDesc,
+    axes: &[usize],
+    kind: Reduce,
+    out: DType,
+    may_split: bool,
+) -> Result<ReduceKernels, CodegenError> {
     let fail = |m: String| spec_error("reduce", name, m);
     check_name(name).map_err(fail)?;
     input.check("the input").map_err(fail)?;
@@ -169,9 +221,17 @@ pub fn reduce(
         "warp" => stride_grid(n_out, THREADS / 32),
         _ => n_out.clamp(1, MAX_STRIDE_CTAS) as u32,
     };
-    let split = |ds: &[(usize, usize)]| -> (Vec<usize>, Vec<usize>) { ds.iter().copied().unzip() };
-    let (kept_sizes, kept_strides) = split(&kept);
-    let (red_sizes, red_strides) = split(&red);
+    let split = if may_split && acc == "float" && (grid as usize) < SPLIT_BELOW_CTAS {
+        SPLIT_BELOW_CTAS.div_ceil(grid as usize).min(n_red / MIN_CHUNK).min(MAX_SPLIT).max(1)
+    } else {
+        1
+    };
+    let chunk = n_red.div_ceil(split);
+    let done = format!("y[o] = {}(({})({finish}))", type_ctx(out).store, type_ctx(out).ct);
+    let emit = if split > 1 { format!("part[(idx_t)blockIdx.y * {n_out} + o] = acc") } else { done.clone() };
+    let unzip = |ds: &[(usize, usize)]| -> (Vec<usize>, Vec<usize>) { ds.iter().copied().unzip() };
+    let (kept_sizes, kept_strides) = unzip(&kept);
+    let (red_sizes, red_strides) = unzip(&red);
     let ctx = ReduceCtx {
         kernel_name: name.to_string(),
         shape: shape_text(&input.shape),
@@ -189,13 +249,43 @@ pub fn reduce(
         offset: offset_expr("r", &red_sizes, &red_strides),
         idx_t: index_type(input.max_offset().max(n_out).max(n_red) + THREADS * MAX_STRIDE_CTAS),
         mode,
+        split,
+        chunk,
+        emit,
         threads: THREADS,
         warps: THREADS / 32,
         tx,
         ty,
     };
     let source = render("op_reduce.cu.tera", &ctx)?;
-    Ok(OpKernel { name: name.to_string(), source, grid: (grid, 1, 1), block: (tx as u32, ty as u32, 1), smem_bytes: 0 })
+    let first = OpKernel {
+        name: name.to_string(),
+        source,
+        grid: (grid, split as u32, 1),
+        block: (tx as u32, ty as u32, 1),
+        smem_bytes: 0,
+    };
+    if split == 1 {
+        return Ok(ReduceKernels::One(first));
+    }
+    let finish_name = format!("{name}_finish");
+    let finish_ctx = ReduceCtx {
+        kernel_name: finish_name.clone(),
+        mode: "finish",
+        emit: done,
+        idx_t: index_type(split * n_out + THREADS * MAX_STRIDE_CTAS),
+        tx: THREADS,
+        ty: 1,
+        ..ctx
+    };
+    let finish = OpKernel {
+        name: finish_name,
+        source: render("op_reduce.cu.tera", &finish_ctx)?,
+        grid: (stride_grid(n_out, THREADS), 1, 1),
+        block: (THREADS as u32, 1, 1),
+        smem_bytes: 0,
+    };
+    Ok(ReduceKernels::Split { partial: first, finish, partials: split * n_out })
 }
 
 impl TensorDesc {

@@ -12,6 +12,9 @@ use crate::codegen::CodegenError;
 /// no axes, a pool).
 pub(super) enum Built {
     Kernel(OpKernel),
+    /// Two kernels through an f32 scratch of `partials` values: `first(inputs.., scratch)`,
+    /// then `second(scratch, output)` (a split reduction).
+    TwoPass { first: OpKernel, second: OpKernel, partials: usize },
     Done,
 }
 
@@ -129,7 +132,13 @@ fn reduce(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, Progra
         l.lower_group_single(node)?;
         return Ok(Built::Done);
     }
-    kernel(l, node, graph_ops::reduce(name, &l.desc(x), &axes, kind, graph.fact(node.outputs[0]).dtype))
+    match graph_ops::reduce_kernels(name, &l.desc(x), &axes, kind, graph.fact(node.outputs[0]).dtype) {
+        Ok(graph_ops::ReduceKernels::One(k)) => Ok(Built::Kernel(k)),
+        Ok(graph_ops::ReduceKernels::Split { partial, finish, partials }) => {
+            Ok(Built::TwoPass { first: partial, second: finish, partials })
+        }
+        Err(e) => Err(l.node_err(node, e)),
+    }
 }
 
 fn matmul(l: &mut Lowering<'_>, node: &Node, name: &str) -> Result<Built, ProgramError> {
@@ -174,8 +183,9 @@ impl Lowering<'_> {
     pub(super) fn lower_kernel(&mut self, node: &Node, build: Builder) -> Result<(), ProgramError> {
         let graph = self.graph;
         let name = format!("{}_{}", node.op_type.to_lowercase(), sanitize(&node.name));
-        let kernel = match build(self, node, &name)? {
-            Built::Kernel(k) => k,
+        let (kernel, second) = match build(self, node, &name)? {
+            Built::Kernel(k) => (k, None),
+            Built::TwoPass { first, second, partials } => (first, Some((second, partials))),
             Built::Done => return Ok(()),
         };
         let out = node.outputs[0];
@@ -199,9 +209,21 @@ impl Lowering<'_> {
             let f = graph.fact(*v);
             outs.push(Operand::Temp { id: 0, dtype: f.dtype, shape: f.shape.clone() });
         }
-        args.push(self.buf(out)?);
         let op = self.node_op(node, operands, outs);
-        self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), kernel, args);
+        let Some((second, partials)) = second else {
+            args.push(self.buf(out)?);
+            self.kernel_step(&node.name.clone(), Op::Nodes(vec![op]), kernel, args);
+            return Ok(());
+        };
+        // Two kernels in one step, through a scratch of this node's own.
+        let scratch = self.b.buffer(&format!("{}.partials", node.name), Elem::F32, partials, Storage::Scratch);
+        let mut launches = vec![];
+        for (k, args) in [(kernel, [args, vec![scratch]].concat()), (second, vec![scratch, self.buf(out)?])] {
+            let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
+            let args = args.into_iter().map(|b| Arg::Buf(b, 0)).collect();
+            launches.push(Launch::Kernel { kernel: kid, grid: k.grid, block: k.block, args });
+        }
+        self.b.step(&node.name.clone(), Op::Nodes(vec![op]), launches);
         Ok(())
     }
 

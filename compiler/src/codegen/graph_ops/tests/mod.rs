@@ -474,3 +474,28 @@ fn attention_stages_with_cp_async_only_where_the_operand_is_contiguous() {
 }
 
 mod conv_tests;
+
+/// A long float reduction with too few outputs splits into a partials kernel (grid y the
+/// chunks) and a finish kernel; many outputs, integer accumulation or a short reduction do not.
+#[test]
+fn reductions_split_only_when_too_few_outputs_fill_the_gpu() {
+    let se = c(F16, &[32, 112, 112, 32]);
+    match reduce_kernels("se", &se, &[1, 2], Reduce::Mean, F16).unwrap() {
+        ReduceKernels::Split { partial, finish, partials } => {
+            let chunks = partial.grid.1 as usize;
+            assert!((2..=64).contains(&chunks), "{:?}", partial.grid);
+            assert!(partial.grid.0 as usize * chunks >= 264, "the GPU filled: {:?}", partial.grid);
+            assert_eq!(partials, chunks * 32 * 32);
+            assert!(partial.source.contains("float* __restrict__ part"), "{}", partial.source);
+            assert!(finish.source.contains(&format!("s < {chunks}")), "{}", finish.source);
+            assert!(finish.source.contains("/ 12544"), "the mean divides once, at the end: {}", finish.source);
+        }
+        other => panic!("{other:?}"),
+    }
+    let many = c(F16, &[32, 14, 14, 960]);
+    assert!(matches!(reduce_kernels("many", &many, &[1, 2], Reduce::Mean, F16).unwrap(), ReduceKernels::One(_)));
+    let int = c(I32, &[4, 100000]);
+    assert!(matches!(reduce_kernels("int", &int, &[1], Reduce::Sum, I32).unwrap(), ReduceKernels::One(_)));
+    let short = c(F32, &[8, 7, 7, 16]);
+    assert!(matches!(reduce_kernels("short", &short, &[1, 2], Reduce::Mean, F32).unwrap(), ReduceKernels::One(_)));
+}
