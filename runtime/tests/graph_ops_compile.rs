@@ -5,8 +5,8 @@
 
 use spartac::codegen::graph_ops::{
     attention, concat, conv_nhwc, conv_nhwc_with, elementwise, elementwise_inputs, gather, layer_norm,
-    layer_norm_fused, matmul, reduce, reduce_kernels, softmax, Binary, ConcatRead, ConvEngine, ConvShape, EwInput, Expr, NormPrologue, ReduceKernels,
-    OpKernel, Reduce, TensorDesc, Unary,
+    layer_norm_fused, matmul, reduce, reduce_kernels, softmax, Binary, ConcatRead, ConvEngine, ConvShape, EwInput,
+    Expr, NormPrologue, OpKernel, Reduce, ReduceKernels, TensorDesc, Unary,
 };
 use spartac::codegen::Activation;
 use spartac::ir::DType;

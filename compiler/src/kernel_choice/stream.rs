@@ -25,6 +25,11 @@ pub const MAX_K: usize = 512;
 /// the product is no longer clearly memory bound and the library's GEMM (wgmma, deep
 /// pipelines) is the better engine.
 pub const MAX_INTENSITY: f64 = 96.0;
+/// Most flops per byte for a product wider than one slab ([`MAX_BN`] columns), whose A the
+/// kernel reads once per slab: past it the library wins. Measured on an H200: ConvNeXt-T's
+/// 96 → 384 expansions (77 flops/byte, three slabs) ran at 102 µs, five times their bytes
+/// floor; ResNet-50's 64 → 256 ones (51) made the model 1.888 ms against 1.629 on cuBLASLt.
+pub const WIDE_MAX_INTENSITY: f64 = 48.0;
 /// Widest column slab a CTA holds (its accumulators: `BN / 2` registers a thread).
 pub const MAX_BN: usize = 128;
 /// Most bytes of shared memory the weight slab may take (narrower slabs past it).
@@ -50,9 +55,11 @@ pub fn supports(dtype: Dtype, orientation: Orientation, k: usize, n: usize) -> b
 }
 
 /// Whether `Engine::Auto` runs a dense product of this shape on the streaming kernel (and the
-/// model lowering keeps it off the library): [`supports`] and memory bound.
+/// model lowering keeps it off the library): [`supports`] and memory bound, clearly so
+/// ([`WIDE_MAX_INTENSITY`]) when wider than one slab.
 pub fn auto_takes(dtype: Dtype, orientation: Orientation, k: usize, n: usize) -> bool {
-    supports(dtype, orientation, k, n) && (k * n) as f64 / (k + n) as f64 <= MAX_INTENSITY
+    let intensity = (k * n) as f64 / (k + n) as f64;
+    supports(dtype, orientation, k, n) && intensity <= MAX_INTENSITY && (n <= MAX_BN || intensity <= WIDE_MAX_INTENSITY)
 }
 
 /// The kernel's tiling of an `m × k × n` product.
@@ -154,6 +161,10 @@ mod tests {
         assert!(auto_takes(Dtype::F16, Orientation::Right, 11, 43), "odd channel counts after pruning");
         assert!(supports(Dtype::F16, Orientation::Right, 256, 4096));
         assert!(!auto_takes(Dtype::F16, Orientation::Right, 256, 4096), "compute bound: the library");
+        assert!(!auto_takes(Dtype::F16, Orientation::Right, 96, 384), "three slabs, 77 flops/byte: the library");
+        assert!(!auto_takes(Dtype::F16, Orientation::Right, 64, 256), "ResNet-50's layer1 expansion");
+        assert!(auto_takes(Dtype::F16, Orientation::Right, 384, 96), "one slab");
+        assert!(auto_takes(Dtype::F16, Orientation::Right, 40, 240), "wide but memory bound (34 flops/byte)");
     }
 
     #[test]

@@ -107,7 +107,11 @@ pub fn reduce(
 pub enum ReduceKernels {
     One(OpKernel),
     /// `partial(x, part)` writes `partials` f32 values; `finish(part, y)` reads them.
-    Split { partial: OpKernel, finish: OpKernel, partials: usize },
+    Split {
+        partial: OpKernel,
+        finish: OpKernel,
+        partials: usize,
+    },
 }
 
 /// Least CTAs a reduction should run on (two per SM of an H100 or H200) before it splits.
@@ -222,7 +226,7 @@ fn reduce_with(
         _ => n_out.clamp(1, MAX_STRIDE_CTAS) as u32,
     };
     let split = if may_split && acc == "float" && (grid as usize) < SPLIT_BELOW_CTAS {
-        SPLIT_BELOW_CTAS.div_ceil(grid as usize).min(n_red / MIN_CHUNK).min(MAX_SPLIT).max(1)
+        SPLIT_BELOW_CTAS.div_ceil(grid as usize).min(n_red / MIN_CHUNK).clamp(1, MAX_SPLIT)
     } else {
         1
     };

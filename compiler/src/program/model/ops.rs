@@ -14,7 +14,11 @@ pub(super) enum Built {
     Kernel(OpKernel),
     /// Two kernels through an f32 scratch of `partials` values: `first(inputs.., scratch)`,
     /// then `second(scratch, output)` (a split reduction).
-    TwoPass { first: OpKernel, second: OpKernel, partials: usize },
+    TwoPass {
+        first: OpKernel,
+        second: OpKernel,
+        partials: usize,
+    },
     Done,
 }
 
