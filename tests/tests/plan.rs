@@ -211,3 +211,20 @@ fn plans_are_deterministic_and_round_trip() {
     let err = Plan::decode(&proto.to_bytes()).unwrap_err().to_string();
     assert!(err.contains("version 2"), "{err}");
 }
+
+/// In 16 bits, a weight whose sparse plan would compute half of it is planned dense (cuBLAS's
+/// GEMM beats the sparse kernels there: `plan::MAX_SPARSE_DENSITY_16`); with 90% of its blocks
+/// pruned it stays sparse.
+#[test]
+fn half_dense_16_bit_weights_plan_dense() {
+    use spartac::plan::suboperator::SubOpKind;
+    for (sparsity, dense) in [(0.5, true), (0.9, false)] {
+        let pruned = Pattern::Block { bh: 32, bw: 32, sparsity }.mask(512, 512, 3);
+        let mut graph = load(&linear(4096, 512, 512, &weight(1, &[512, 512], &pruned), false));
+        spartac::rewrite::to_half(&mut graph, DType::F16).unwrap();
+        let planned = plan(&graph, &PlanOptions::default()).unwrap();
+        let subops = &planned.operators[0].suboperators;
+        let kinds: Vec<_> = subops.iter().map(|s| (s.kind, s.hints.block)).collect();
+        assert_eq!(subops.iter().all(|s| s.kind == SubOpKind::Dense), dense, "sparsity {sparsity}: {kinds:?}");
+    }
+}
