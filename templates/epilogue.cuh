@@ -18,6 +18,17 @@ __device__ __forceinline__ float erf_16(float x) {
     return copysignf(fmaf(-p * t, e, 1.0f), x);
 }
 {%- endif %}
+{%- if epilogue.activation == "gelu" and dtype != "f32" %}
+// tanh inside the tanh GELU of 16-bit outputs: 1 - 2 / (e^{2u} + 1) with the MUFU exp2 and
+// reciprocal. Its absolute error (about 1e-7) is what 1 + tanh keeps, far below the 2^-11
+// rounding of the 16-bit GELU; ±1 past |u| ≈ 9 (e^{2u} overflows to Inf or flushes to 0).
+__device__ __forceinline__ float tanh_16(float u) {
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(u * 2.8853900817779268f));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
+    return fmaf(-2.0f, r, 1.0f);
+}
+{%- endif %}
 __device__ __forceinline__ float epilogue(float acc, float prev, const elem_t* __restrict__ bias, int col) {
 {%- if epilogue.accumulate %}
     acc += prev;
@@ -31,7 +42,7 @@ __device__ __forceinline__ float epilogue(float acc, float prev, const elem_t* _
     acc = acc < {{ epilogue.clip_lo }} ? {{ epilogue.clip_lo }} : acc;
     acc = acc > {{ epilogue.clip_hi }} ? {{ epilogue.clip_hi }} : acc;
 {%- elif epilogue.activation == "gelu" %}
-    acc = 0.5f * acc * (1.0f + tanhf(0.7978845608028654f * (acc + 0.044715f * acc * acc * acc)));
+    acc = 0.5f * acc * (1.0f + {% if dtype != "f32" %}tanh_16{% else %}tanhf{% endif %}(0.7978845608028654f * (acc + 0.044715f * acc * acc * acc)));
 {%- elif epilogue.activation == "gelu_erf" %}
     acc = 0.5f * acc * (1.0f + {% if dtype != "f32" %}erf_16{% else %}erff{% endif %}(acc * 0.70710678118654752f));
 {%- endif %}

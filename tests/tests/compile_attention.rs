@@ -235,3 +235,106 @@ fn a_transpose_before_a_projection_read_by_anything_else_stays() {
     assert_eq!(sink_transposes(&mut graph).unwrap().sunk, 0);
     assert_eq!(print_graph(&graph), print_graph(&before), "the graph is left as it was");
 }
+
+/// One GPT-2 block's data path as the zoo's export has it: the packed Q/K/V `Gemm` on rows,
+/// `Reshape` back to `[B, S, 3E]`, a `Split` into Q, K and V, the heads split by `Reshape` and
+/// `Transpose`, a scaled and additively masked (causal) attention, the heads merged, and the MLP's
+/// first `Gemm` followed by a `Reshape` and GELU in its tanh form, spelled with `Pow(x, 3)`.
+fn gpt2_block() -> Graph {
+    let d = E / H;
+    let (rows, f) = ((B * S) as i64, 4 * E);
+    let mask: Vec<f32> = (0..S * S).map(|i| if i % S <= i / S { 0.0 } else { -1e4 }).collect();
+    let scalar = |v: f32| Tensor::from_vec(vec![], vec![v]);
+    let mut b = ModelBuilder::new("gpt2_block", 18)
+        .input("x", DType::F32, &fixed(&[B, S, E]))
+        .output("y", DType::F32, &fixed(&[B, S, f]))
+        .init("w_attn", &seeded(&[E, 3 * E], 11, 0.01))
+        .init("b_attn", &seeded(&[3 * E], 13, 0.01))
+        .init("w_fc", &seeded(&[E, f], 17, 0.01))
+        .init("b_fc", &seeded(&[f], 19, 0.01))
+        .init("mask", &Tensor::from_vec(vec![1, 1, S, S], mask))
+        .init("shape_rows", &ints(&[rows, E as i64]))
+        .init("shape_packed", &ints(&[B as i64, S as i64, 3 * E as i64]))
+        .init("shape_heads", &ints(&[B as i64, S as i64, H as i64, d as i64]))
+        .init("shape_wide", &ints(&[B as i64, S as i64, f as i64]))
+        .init("scale", &scalar(1.0 / (d as f32).sqrt()))
+        .init("half", &scalar(0.5))
+        .init("three", &scalar(3.0))
+        .init("c", &scalar(0.044715))
+        .init("k", &scalar((2.0 / std::f32::consts::PI).sqrt()))
+        .init("one", &scalar(1.0))
+        .node("rows", "Reshape", &["x", "shape_rows"], &["xr"], vec![])
+        .node("c_attn", "Gemm", &["xr", "w_attn", "b_attn"], &["qkv"], vec![])
+        .node("packed", "Reshape", &["qkv", "shape_packed"], &["qkv3"], vec![])
+        .node("split", "Split", &["qkv3"], &["q0", "k0", "v0"], vec![("axis", A::I(2)), ("num_outputs", A::I(3))]);
+    for p in ["q", "k", "v"] {
+        let perm = if p == "k" { vec![0, 2, 3, 1] } else { vec![0, 2, 1, 3] };
+        b = b
+            .node(&format!("heads_{p}"), "Reshape", &[&format!("{p}0"), "shape_heads"], &[&format!("{p}1")], vec![])
+            .node(
+                &format!("t_{p}"),
+                "Transpose",
+                &[&format!("{p}1")],
+                &[&format!("{p}2")],
+                vec![("perm", A::Is(perm))],
+            );
+    }
+    let bytes = b
+        .node("scores", "MatMul", &["q2", "k2"], &["s"], vec![])
+        .node("scaled", "Mul", &["s", "scale"], &["ss"], vec![])
+        .node("masked", "Add", &["ss", "mask"], &["sm"], vec![])
+        .node("softmax", "Softmax", &["sm"], &["pr"], vec![("axis", A::I(-1))])
+        .node("pv", "MatMul", &["pr", "v2"], &["o"], vec![])
+        .node("merge", "Transpose", &["o"], &["om"], vec![("perm", A::Is(vec![0, 2, 1, 3]))])
+        .node("merged_rows", "Reshape", &["om", "shape_rows"], &["or"], vec![])
+        .node("c_fc", "Gemm", &["or", "w_fc", "b_fc"], &["h"], vec![])
+        .node("wide", "Reshape", &["h", "shape_wide"], &["hw"], vec![])
+        .node("g_half", "Mul", &["hw", "half"], &["g1"], vec![])
+        .node("g_cube", "Pow", &["hw", "three"], &["g2"], vec![])
+        .node("g_c", "Mul", &["g2", "c"], &["g3"], vec![])
+        .node("g_sum", "Add", &["hw", "g3"], &["g4"], vec![])
+        .node("g_k", "Mul", &["g4", "k"], &["g5"], vec![])
+        .node("g_tanh", "Tanh", &["g5"], &["g6"], vec![])
+        .node("g_one", "Add", &["g6", "one"], &["g7"], vec![])
+        .node("g_out", "Mul", &["g1", "g7"], &["y"], vec![])
+        .bytes();
+    load_model_bytes(&bytes, "gpt2_block", &LoadOptions::default()).unwrap()
+}
+
+/// GPT-2's block: the attention reads Q, K and V in place from the packed projection through
+/// the Split (no copy step), and the tanh GELU behind a Reshape is the MLP matmul's epilogue
+/// (no elementwise step), in f32 and f16; the program computes what the graph computes.
+#[test]
+fn gpt2_reads_its_split_projection_in_place_and_fuses_the_tanh_gelu_behind_a_reshape() {
+    for (what, model) in [("f32", compile_f32(gpt2_block())), ("f16", compile_f16(gpt2_block()))] {
+        let text = model.program.to_text();
+        let steps = step_ops(&model);
+        let labels: Vec<&str> = steps.iter().map(|(label, _)| label.as_str()).collect();
+        // The projection, the attention (with the Split for the CPU executor), the MLP matmul
+        // with its GELU; in f16 also the casts of the input and the output.
+        let core: Vec<&str> = labels.iter().copied().filter(|l| !l.contains("cast")).collect();
+        assert_eq!(core, ["c_attn", "pv", "c_fc"], "{what}: {steps:?}");
+        let attention = &steps.iter().find(|(l, _)| l == "pv").unwrap().1;
+        assert!(attention.contains(&"Split".to_string()), "{what}: {attention:?}");
+        for (label, ops) in &steps {
+            for op in ["Tanh", "Pow"] {
+                assert!(!ops.contains(&op.to_string()), "{what}: step {label} runs {op}\n{text}");
+            }
+        }
+        // Q, K and V at the offsets of their parts of the one projection buffer.
+        let step = model.program.steps.iter().find(|s| s.label == "pv").unwrap();
+        let Launch::Kernel { args, .. } = &step.launches[0] else { panic!("{what}: a kernel") };
+        let parts: Vec<(BufferId, usize)> = args[..3]
+            .iter()
+            .map(|a| match a {
+                Arg::Buf(b, at) => (*b, *at),
+                other => panic!("{what}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(parts, [(parts[0].0, 0), (parts[0].0, E), (parts[0].0, 2 * E)], "{what}");
+        let tolerance = if what == "f32" { 1e-5 } else { 1e-2 };
+        let worst = assert_compiled_matches(&gpt2_block(), &model, &[1, 2, 3], tolerance, what);
+        eprintln!("{what}: worst relative error {worst:.3e}");
+        nvrtc_compiles(&model);
+    }
+}

@@ -240,6 +240,7 @@ fn unary(op: Unary, x: &str, d: DType) -> Result<String, String> {
         Unary::Log => format!("{}({x})", math("log", d)),
         Unary::Sqrt => format!("{}({x})", math("sqrt", d)),
         Unary::Erf => format!("{}({x})", math("erf", d)),
+        Unary::Tanh if matches!(d, DType::F16 | DType::BF16) => format!("op_tanh_16({x})"),
         Unary::Tanh => format!("{}({x})", math("tanh", d)),
         Unary::Floor => format!("{}({x})", math("floor", d)),
         Unary::Ceil => format!("{}({x})", math("ceil", d)),

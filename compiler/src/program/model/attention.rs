@@ -200,15 +200,17 @@ impl Lowering<'_> {
                     let desc =
                         TensorDesc { dtype: fact.dtype, shape: fact.shape.clone(), strides: chain.strides.clone() };
                     let mut op = self.operand(chain.base)?;
-                    for &n in &chain.nodes {
+                    for (&n, &path) in chain.nodes.iter().zip(&chain.outs) {
                         let cn = &graph.nodes[n];
                         let mut inputs = vec![Some(op)];
                         for c in cn.inputs.iter().skip(1) {
                             inputs.push(c.map(|c| self.operand(c)).transpose()?);
                         }
-                        let out = temp(cn.outputs[0]);
-                        nodes.push(self.node_op(cn, inputs, vec![out.clone()]));
-                        op = out;
+                        // Every output of a Split gets a temporary; the chain goes on from one.
+                        let temps: Vec<Operand> = cn.outputs.iter().map(|&o| temp(o)).collect();
+                        let at = cn.outputs.iter().position(|&o| o == path).unwrap_or(0);
+                        op = temps[at].clone();
+                        nodes.push(self.node_op(cn, inputs, temps));
                     }
                     (desc, Arg::Buf(self.buf(chain.base)?, chain.offset), op)
                 }

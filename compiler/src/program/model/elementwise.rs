@@ -85,6 +85,17 @@ pub(super) fn gelu_erf_expr(x: Expr, t: DType) -> Expr {
     Expr::Binary(Binary::Mul, Box::new(Expr::Binary(Binary::Mul, c(0.5), Box::new(x))), Box::new(one_plus))
 }
 
+/// `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`: GELU's tanh form, in `t`.
+pub(super) fn gelu_tanh_expr(x: Expr, t: DType) -> Expr {
+    let c = |v: f64| Box::new(Expr::Const(v, t));
+    let mul = |a: Box<Expr>, b: Box<Expr>| Box::new(Expr::Binary(Binary::Mul, a, b));
+    let cube = mul(mul(Box::new(x.clone()), Box::new(x.clone())), Box::new(x.clone()));
+    let inner = Expr::Binary(Binary::Add, Box::new(x.clone()), mul(c(0.044715), cube));
+    let tanh = Expr::Unary(Unary::Tanh, mul(c((2.0 / std::f64::consts::PI).sqrt()), Box::new(inner)));
+    let one_plus = Expr::Binary(Binary::Add, c(1.0), Box::new(tanh));
+    Expr::Binary(Binary::Mul, mul(c(0.5), Box::new(x)), Box::new(one_plus))
+}
+
 /// The expression of one elementwise node over its inputs' expressions (its registry entry's).
 pub(super) fn node_expr(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
     match gpu_ops().get(&node.op_type) {
@@ -149,10 +160,11 @@ fn clip(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, Strin
 fn gelu(graph: &Graph, node: &Node, args: &[Option<Expr>]) -> Result<Expr, String> {
     let t = dtype(graph, node, 0)?;
     let x = arg(args, 0)?;
-    if node.attrs.string("approximate", "none").map_err(|e| e.to_string())? != "none" {
-        return Err("Gelu with approximate=tanh is not built".into());
+    match node.attrs.string("approximate", "none").map_err(|e| e.to_string())? {
+        "none" => Ok(gelu_erf_expr(x, t)),
+        "tanh" => Ok(gelu_tanh_expr(x, t)),
+        other => Err(format!("Gelu with approximate={other} is not an ONNX form")),
     }
-    Ok(gelu_erf_expr(x, t))
 }
 
 // The reference's formulas, op for op: clamp(α·x + β, 0, 1), x · clamp(x / 6 + 1/2, 0, 1),

@@ -4,7 +4,7 @@
 //! applied by the call);
 //! a weight pruned whole as its bias broadcast.
 
-use super::elementwise::gelu_erf_expr;
+use super::elementwise::{gelu_erf_expr, gelu_tanh_expr};
 use super::*;
 
 /// `values` as a buffer of float type `dtype` (f32, f16 or bf16; rounded to nearest).
@@ -404,13 +404,13 @@ impl Lowering<'_> {
                     Activation::None => Expr::Unary(Unary::Identity, Box::new(x)),
                     Activation::Relu => Expr::Unary(Unary::Relu, Box::new(x)),
                     Activation::GeluErf => gelu_erf_expr(x, dt),
+                    Activation::Gelu => gelu_tanh_expr(x, dt),
                     Activation::Clip { lo, hi } => {
                         let lo = Expr::Const(lo as f64, dt);
                         let hi = Expr::Const(hi as f64, dt);
                         let low = Expr::Binary(Binary::Max, Box::new(x), Box::new(lo));
                         Expr::Binary(Binary::Min, Box::new(low), Box::new(hi))
                     }
-                    other => return Err(self.node_err(node, format!("no kernel for an all-pruned {other:?} epilogue"))),
                 };
                 let name = format!("pruned_{}", sanitize(&node.name));
                 let k = graph_ops::elementwise(

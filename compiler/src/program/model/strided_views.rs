@@ -1,12 +1,12 @@
 //! Operands read in place by a fused attention: when a Q, K or V operand of an attention is
 //! made from a wider value by data movement alone (a `Slice` of the merged Q/K/V projection
-//! of `rewrite::merge_matmuls`; the heads split out of a packed projection by `Reshape`,
+//! of `rewrite::merge_matmuls`, or a `Split` of a packed one as GPT-2 exports it; the heads split out of a packed projection by `Reshape`,
 //! `Transpose` and a `Gather` of one constant index, as `nn.MultiheadAttention` exports it),
 //! the attention kernel reads the wider value's buffer through an offset and strides instead
 //! of a copy being made first.
 //!
 //! The chain is found by walking up from the operand through nodes that only move data (the
-//! views (`views.rs`), `Slice`, `Transpose`, `Gather` of a one-element constant index; every
+//! views (`views.rs`), `Slice`, `Split`, `Transpose`, `Gather` of a one-element constant index; every
 //! input past the data a constant) to the first value something else computes: the base,
 //! which has a contiguous buffer. Whether the chain is one strided view is not reasoned about
 //! op by op: the chain is evaluated with the ops' own `eval` on the base's element numbers (as
@@ -35,11 +35,13 @@ use std::rc::Rc;
 
 /// An operand read in place: the value `base` seen through the data-movement `nodes` (graph
 /// order), whose output element at index `i` (row-major in the operand's shape) is the base's
-/// element `offset + Σ i_d · strides[d]`.
+/// element `offset + Σ i_d · strides[d]`. `outs[j]`: the output of `nodes[j]` the chain goes
+/// on from (a `Split` has several).
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct ViewChain {
     pub base: ValueId,
     pub nodes: Vec<usize>,
+    pub outs: Vec<ValueId>,
     pub offset: usize,
     pub strides: Vec<usize>,
 }
@@ -90,10 +92,11 @@ pub(super) fn attention_chains(
 }
 
 /// Whether `node` moves data in a way one strided view can express when its inputs past the
-/// data are constants: a view, `Slice`, `Transpose`, or `Gather` of one index.
+/// data are constants: a view, `Slice`, `Split` (each output a slice; GPT-2 splits its packed
+/// Q/K/V projection so), `Transpose`, or `Gather` of one index.
 fn moves_data(l: &Lowering, node: &crate::ir::Node) -> bool {
     match node.op_type.as_str() {
-        "Slice" | "Transpose" => true,
+        "Slice" | "Split" | "Transpose" => true,
         "Gather" => node
             .inputs
             .get(1)
@@ -112,13 +115,14 @@ fn view_chain(l: &Lowering, v: ValueId, shared: bool, taken: &[bool], traces: &m
     let graph = l.graph;
     let producer = |v: ValueId| graph.nodes.iter().position(|n| n.outputs.contains(&v));
     let mut nodes = vec![];
+    let mut outs = vec![];
     let mut cur = v;
     while let Some(p) = producer(cur) {
         let node = &graph.nodes[p];
         let consts = node.inputs.iter().skip(1).flatten().all(|&c| graph.initializers.contains_key(&c));
         if !moves_data(l, node)
             || !consts
-            || node.outputs.len() != 1
+            || (node.outputs.len() != 1 && node.op_type != "Split")
             || taken[p]
             || l.planned.contains_key(node.name.as_str())
         {
@@ -128,9 +132,11 @@ fn view_chain(l: &Lowering, v: ValueId, shared: bool, taken: &[bool], traces: &m
             break;
         }
         nodes.push(p);
+        outs.push(cur);
         cur = node.inputs.first().copied().flatten()?;
     }
     nodes.reverse();
+    outs.reverse();
     let base = cur;
     if nodes.iter().all(|&n| is_view(&graph.nodes[n].op_type)) || l.is_output[v.index()] {
         return None;
@@ -141,7 +147,7 @@ fn view_chain(l: &Lowering, v: ValueId, shared: bool, taken: &[bool], traces: &m
         return None;
     }
     // Start from the deepest value already traced for this base.
-    let out = |i: usize| graph.nodes[nodes[i]].outputs[0];
+    let out = |i: usize| outs[i];
     let from = (0..nodes.len()).rev().find(|&i| traces.contains_key(&(base, out(i))));
     let mut map = match from {
         Some(i) => traces[&(base, out(i))].clone(),
@@ -154,8 +160,9 @@ fn view_chain(l: &Lowering, v: ValueId, shared: bool, taken: &[bool], traces: &m
         let mut refs: Vec<Option<&Tensor>> = vec![Some(&map)];
         refs.extend(consts.iter().map(|t| t.as_ref()));
         let def = registry().get(&node.op_type)?;
-        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
-        let next = Rc::new((def.eval)(&ctx, &refs).ok()?.into_iter().next()?);
+        let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: node.outputs.len() };
+        let at = node.outputs.iter().position(|&o| o == out(i))?;
+        let next = Rc::new((def.eval)(&ctx, &refs).ok()?.into_iter().nth(at)?);
         map = next;
         if l.consumers[out(i).index()].len() > 1 {
             traces.insert((base, out(i)), map.clone());
@@ -163,7 +170,7 @@ fn view_chain(l: &Lowering, v: ValueId, shared: bool, taken: &[bool], traces: &m
     }
     let shape = graph.fact(v).shape.clone();
     let (offset, strides) = fit_strides(&map.to_i64_vec(), &shape)?;
-    Some(ViewChain { base, nodes, offset, strides })
+    Some(ViewChain { base, nodes, outs, offset, strides })
 }
 
 /// The offset and strides that give `map` (row-major over `shape`) as
