@@ -19,6 +19,10 @@
 {%- for i in inputs %}{% if i.used %}
 {%- if i.mode == "rows" %}
     const {{ i.t.st }}* in{{ i.index }}r = in{{ i.index }} + row * {{ cols }};
+{%- elif i.mode == "strided" %}
+    // in{{ i.index }}'s rows lie apart (its row axes permuted or broadcast): the row's coordinates times their strides.
+    const {{ i.idx_t }} rw{{ i.index }} = ({{ i.idx_t }})row;
+    const {{ i.t.st }}* in{{ i.index }}r = in{{ i.index }} + ({{ i.row_start }});
 {%- elif i.mode == "scalar" %}
     const {{ i.t.ct }} v{{ i.index }} = {{ i.t.ld }}(in{{ i.index }}[0]);
 {%- endif %}
@@ -47,7 +51,7 @@
 {%- endif %}
 {%- if inputs %}
 {%- for i in inputs %}{% if i.used and i.mode != "scalar" %}
-        const VecN<{{ i.t.st }}, {{ vec }}> a{{ i.index }} = ld_n<{{ vec }}>(in{{ i.index }}{% if i.mode == "rows" %}r{% endif %} + c, {% if vec > 1 %}aligned{% else %}true{% endif %});
+        const VecN<{{ i.t.st }}, {{ vec }}> a{{ i.index }} = ld_n<{{ vec }}>(in{{ i.index }}{% if i.mode == "rows" or i.mode == "strided" %}r{% endif %} + c, {% if vec > 1 %}aligned{% else %}true{% endif %});
 {%- endif %}{% endfor %}
 #pragma unroll
         for (int j = 0; j < {{ vec }}; ++j) {

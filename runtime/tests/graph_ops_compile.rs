@@ -252,6 +252,23 @@ fn cases() -> Vec<(String, OpKernel)> {
         "layernorm prologue streaming with sum",
         layer_norm_fused("ln_res_long", &[8, 100000], 1, 1e-5, &prologue, Some(F32), None, F32),
     );
+    // ---- layer_norm with a prologue reading rows at strided starts: ViT's attention output in
+    // [seq, batch] order through Transpose[1, 0, 2] (8 at a time), a position embedding
+    // broadcast over the batch; a ragged block-walk row (1 at a time) ----
+    let inputs = [c(F16, &[197, 32, 768]).permuted(&[1, 0, 2]), c(F16, &[32, 197, 768])];
+    let expr = bin(Binary::Add, input(0), input(1));
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    add(
+        "layernorm prologue transposed rows f16 (ViT)",
+        layer_norm_fused("ln_vit_t", &[32, 197, 768], 2, 1e-6, &prologue, Some(F16), Some(F16), F16),
+    );
+    let inputs = [c(F32, &[7, 4, 3001]).permuted(&[1, 0, 2]), c(BF16, &[1, 7, 3001])];
+    let expr = bin(Binary::Add, input(0), Expr::cast(F32, input(1)));
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: false };
+    add(
+        "layernorm prologue transposed and broadcast rows, block ragged",
+        layer_norm_fused("ln_strided_3001", &[4, 7, 3001], 2, 1e-5, &prologue, Some(F32), None, F32),
+    );
     // ---- softmax ----
     add("softmax 49152x128 f32", softmax("sm128", 49152, 128, F32, false));
     add("softmax 49152x128 f16", softmax("sm128h", 49152, 128, F16, false));
@@ -510,6 +527,12 @@ fn generated_ptx_has_the_expected_instructions() {
     assert!(text.contains("ld.global.nc.v4.u32"), "the fp16 LayerNorm does not load 16 bytes at once:\n{text}");
     assert!(text.contains("st.global.v4.u32"), "the fp16 LayerNorm does not store 16 bytes at once");
     assert!(text.contains("shfl.sync.bfly"), "the LayerNorm without warp shuffles");
+    // ViT's: the transposed operand's rows are read 16 bytes at once as well, as many loads.
+    let in_place = text.matches("ld.global.nc.v4.u32").count();
+    let inputs = [c(DType::F16, &[197, 32, 768]).permuted(&[1, 0, 2]), c(DType::F16, &[32, 197, 768])];
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let text = ptx(&layer_norm_fused("ln_t", &[32, 197, 768], 2, 1e-6, &prologue, f16, f16, DType::F16).unwrap());
+    assert_eq!(text.matches("ld.global.nc.v4.u32").count(), in_place, "16-byte loads as in place:\n{text}");
     let relu6 = Activation::Clip { lo: 0.0, hi: 6.0 };
     let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), DType::F32, true, relu6).unwrap());
     assert!(text.contains("ld.global.nc.v4.f32"), "the depthwise conv does not load 4 channels at once");

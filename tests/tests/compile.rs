@@ -60,9 +60,10 @@ fn minilm_l3_compiled_matches_onnxruntime_on_the_cpu_executor() {
     let (graph, model) = compile_with(minilm_l3(), None, &ModelOptions::default(), &APART);
     assert_eq!(model.stats.planned_ops, 18, "every MatMul weight is planned: {:?}", model.stats);
     assert!(model.stats.fused_epilogues >= 18, "biases and GELUs run in epilogues: {:?}", model.stats);
-    // Both residual Adds of each layer run in their LayerNorm's kernel.
-    assert_eq!(model.stats.fused_norms, 6, "{:?}", model.stats);
-    assert_eq!(kernels_named(&model, "layernorm_fused_"), 6);
+    // Both residual Adds of each layer run in their LayerNorm's kernel, and the embeddings' sum
+    // in the first one's (the position embeddings, `[1, S, d]`, read at strided row starts).
+    assert_eq!(model.stats.fused_norms, 7, "{:?}", model.stats);
+    assert_eq!(kernels_named(&model, "layernorm_fused_"), 7);
     // By default Q, K and V are one matmul per layer, 4 planned matmuls per layer, and each
     // attention reads its Q, K and V slices in place: no Slice copy kernel.
     let merged = compile(minilm_l3(), None, &ModelOptions::default()).1;

@@ -1,6 +1,7 @@
 //! `rewrite::channels_last` through model lowering, without a GPU: small models built in the
-//! test (Whisper's Conv1d stem, conv → pool → conv, a DenseNet block's Concats) compile, their
-//! channels-last kernels replace the layout Transposes (counted in the program's steps), and
+//! test (Whisper's Conv1d stem, conv → pool → conv, a DenseNet block's Concats, the end of a
+//! ViT layer's attention) compile, their channels-last kernels (and a LayerNorm reading through
+//! a row Transpose) replace the layout Transposes (counted in the program's steps), and
 //! the compiled program run on the CPU executor matches the reference executor; every kernel
 //! NVRTC-compiles.
 
@@ -8,7 +9,7 @@ use spartac::frontend::{load_model_bytes, LoadOptions};
 use spartac::ir::{DType, Graph, Tensor};
 use spartac::plan::{plan, PlanOptions};
 use spartac::program::model::{lower_model, ModelOptions, ModelProgram};
-use spartac::program::Op;
+use spartac::program::{Op, Operand};
 use spartac::propagate::{propagate, PropagateOptions};
 use spartac::rewrite::{prepare, RewriteOptions, RewriteReport};
 use spartac::tesa::attrs::apply_attrs;
@@ -413,5 +414,54 @@ fn pruned_fire_modules_cut_channels_through_their_concats_and_a_residual_join() 
     let tesa = r#"{"tensors": {"@conv_weights": {"channel_magnitude": {"sparsity": 0.5}}}}"#;
     apply_attrs(&mut pruned, Some(&spartac::tesa::attrs::TesaAttrs::parse(tesa).unwrap())).unwrap();
     assert_compiled_matches(&pruned, &model, &[1, 2], 1e-5, "");
+    nvrtc_compiles(&model);
+}
+
+/// The end of a ViT encoder layer's attention, as torchvision exports it: the output projection
+/// runs in `[seq, batch]` row order, `Transpose[1, 0, 2]` brings it back to batch first, the
+/// residual Add (and here a position-embedding-like constant broadcast over the batch) and the
+/// LayerNorm follow; the sum is read after the LayerNorm too (an output).
+fn vit_residual_norm() -> Vec<u8> {
+    let (batch, seq, d) = (3, 5, 64);
+    let row = |scale: f32| Tensor::from_vec(vec![d], (0..d).map(|i| scale * (i as f32 / d as f32 - 0.5)).collect());
+    ModelBuilder::new("vit_residual_norm", 17)
+        .input("attn", DType::F32, &fixed(&[seq, batch, d]))
+        .input("x", DType::F32, &fixed(&[batch, seq, d]))
+        .output("y", DType::F32, &fixed(&[batch, seq, d]))
+        .output("r", DType::F32, &fixed(&[batch, seq, d]))
+        .init("w", &weights(&[d, d], 3))
+        .init("pos", &weights(&[1, seq, d], 5))
+        .init("g", &row(1.5))
+        .init("b", &row(0.2))
+        .node("proj", "MatMul", &["attn", "w"], &["h"], vec![])
+        .node("back", "Transpose", &["h"], &["t"], vec![("perm", A::Is(vec![1, 0, 2]))])
+        .node("res", "Add", &["t", "x"], &["s"], vec![])
+        .node("embed", "Add", &["s", "pos"], &["r"], vec![])
+        .node("ln", "LayerNormalization", &["r", "g", "b"], &["y"], vec![("axis", A::I(-1)), ("epsilon", A::F(1e-6))])
+        .bytes()
+}
+
+/// A Transpose of the row axes before a LayerNorm's residual Add runs in the LayerNorm's kernel:
+/// one step for the Transpose, both Adds and the LayerNorm, whose kernel reads the projection
+/// through the permuted row strides (row `(b, s)` at `b·64 + s·192`) and the constant at
+/// `s·64`, and writes the sum out; the CPU executor computes the graph's nodes and matches the
+/// reference, and the kernel compiles.
+#[test]
+fn a_row_transpose_before_the_residual_add_runs_in_the_layernorm_kernel() {
+    let original = load_model_bytes(&vit_residual_norm(), "vit_residual_norm", &LoadOptions::default()).unwrap();
+    let (_, _, model) = compile(original.clone());
+    let text = model.program.to_text();
+    assert_eq!(model.stats.fused_norms, 1, "{text}");
+    assert_eq!(model.program.steps.len(), 2, "the projection, then the LayerNorm with its group:\n{text}");
+    let ops = step_ops(&model);
+    assert_eq!(ops[1], ["Transpose", "Add", "Add", "LayerNormalization"], "{text}");
+    let Op::Nodes(nodes) = &model.program.steps[1].op else { panic!("the fused LayerNorm runs its nodes") };
+    assert!(matches!(nodes[2].outputs[0], Operand::Buf { .. }), "the sum is written out");
+    let kernel = model.program.kernels.iter().find(|k| k.name == "layernorm_fused_ln").expect("the fused kernel");
+    let src = &kernel.source;
+    assert!(src.contains("in0r = in0 + ((rw0 / 5) * 64 + (rw0 % 5) * 192);"), "the projection, transposed:\n{src}");
+    assert!(src.contains("in1r = in1 + row * 64;"), "the residual, in place:\n{src}");
+    assert!(src.contains("in2r = in2 + ((rw2 % 5) * 64);"), "the constant, broadcast over the batch:\n{src}");
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
     nvrtc_compiles(&model);
 }

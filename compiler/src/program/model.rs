@@ -40,7 +40,8 @@
 //! - **LayerNorm with its input's group** (`model/norm_fusion.rs`): an elementwise group whose
 //!   output a LayerNormalization reads (the residual `Add` before it) runs inside the LayerNorm's
 //!   kernel as a prologue, the sum never stored, or stored in the same pass when read elsewhere
-//!   too (pre-LN transformers);
+//!   too (pre-LN transformers); a Transpose in it that permutes only the row axes (ViT's
+//!   `[seq, batch] → [batch, seq]`) is read through its strides, as in a plain group;
 //! - **NHWC convolutions and pools** (`model/conv.rs`, `model/pool.rs`): a Conv, MaxPool or
 //!   AveragePool between the Transposes `rewrite::channels_last` puts around it is one step and
 //!   one channels-last kernel (a Conv with the activation after it in its epilogue), the
@@ -257,6 +258,15 @@ impl<'a> Lowering<'a> {
     fn desc(&self, v: ValueId) -> TensorDesc {
         let f = self.graph.fact(v);
         TensorDesc::contiguous(f.dtype, &f.shape)
+    }
+
+    /// `v` as a fused kernel reads it: through `perm` when it is a Transpose's input (the
+    /// kernel never forms the Transpose's output; see `group_expr`), else as is.
+    fn desc_through(&self, v: ValueId, perm: Option<&[usize]>) -> TensorDesc {
+        match perm {
+            Some(p) => self.desc(v).permuted(p),
+            None => self.desc(v),
+        }
     }
 
     fn only_consumer(&self, v: ValueId) -> Option<usize> {

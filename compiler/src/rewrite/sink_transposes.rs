@@ -21,7 +21,8 @@
 //! attention does not fuse after all, the Transpose is a copy of the wider product.
 //!
 //! The Transpose back to batch first after the output projection is left where it is: the
-//! residual Add after it reads it through permuted strides in its own kernel (no copy).
+//! residual Add after it reads it through permuted strides (no copy), in the kernel of the
+//! LayerNorm after it (`program/model/norm_fusion.rs`) or else in its own.
 
 use super::{fresh_name, renumber, transpose_positions};
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, ValueFact, ValueId, ValueKind};

@@ -9,9 +9,12 @@
 //! but computed element by element from an elementwise [`Expr`] over other tensors (the
 //! residual `Add` of a transformer), rounded to the input's type as an elementwise kernel
 //! would store it, and optionally written out as a second output in the same pass.
+//! Each prologue input reads as whole rows ([`RowOperand`]): laid out like the tensor, at
+//! strided row starts (the leading axes permuted by a Transpose the kernel reads through, or
+//! broadcast), one row repeated, or one element.
 
 use super::expr::{render as render_expr, Expr};
-use super::{check_name, spec_error, type_ctx, OpKernel, TensorDesc, TypeCtx};
+use super::{check_name, index_type, offset_expr, spec_error, type_ctx, OpKernel, TensorDesc, TypeCtx};
 use crate::codegen::render::render;
 use crate::codegen::CodegenError;
 use crate::ir::DType;
@@ -98,6 +101,12 @@ fn check_rows(op: &str, name: &str, rows: usize, cols: usize, types: &[(&str, DT
 pub enum RowOperand {
     /// Laid out like the tensor: element `(r, c)` at `r * cols + c`.
     Rows,
+    /// Whole dense rows at their own places: element `(r, c)` at `start(r) + c`, `start(r)` the
+    /// sum over the row axes of `r`'s coordinate times the axis's stride (a Transpose of the
+    /// leading axes, such as ViT's `[seq, batch] → [batch, seq]`, or a broadcast along some of
+    /// them). Every such stride is a multiple of `cols`, so a row starts on a vector boundary
+    /// wherever the base pointer does.
+    StridedRows,
     /// One row repeated (a bias): element `(r, c)` at `c`.
     Cols,
     /// One element for all.
@@ -105,11 +114,16 @@ pub enum RowOperand {
 }
 
 /// How `t` reads when broadcast (numpy rules) to the tensor of `shape` normalized over the
-/// axes from `axis` on; `None` when it reads some other way (a transposed or partly broadcast
-/// view), which a prologue does not take.
+/// axes from `axis` on; `None` when it reads some other way (the normalized axes not dense
+/// and last, a row-axis stride that is not a multiple of the row), which a prologue does not
+/// take.
 pub fn row_operand(t: &TensorDesc, shape: &[usize], axis: usize) -> Option<RowOperand> {
+    if axis > shape.len() || t.check("the input").is_err() {
+        return None;
+    }
     let strides = t.broadcast_strides(shape)?;
     let full = crate::ir::strides(shape);
+    let cols: usize = shape[axis..].iter().product();
     let matters = |d: usize| shape[d] != 1;
     if (0..shape.len()).all(|d| !matters(d) || strides[d] == 0) {
         return Some(RowOperand::Scalar);
@@ -122,9 +136,21 @@ pub fn row_operand(t: &TensorDesc, shape: &[usize], axis: usize) -> Option<RowOp
         Some(RowOperand::Cols)
     } else if (0..axis).all(|d| !matters(d) || strides[d] == full[d]) {
         Some(RowOperand::Rows)
+    } else if (0..axis).all(|d| !matters(d) || strides[d].is_multiple_of(cols)) {
+        Some(RowOperand::StridedRows)
     } else {
         None
     }
+}
+
+/// The C expression of the element offset where row `var` of a [`RowOperand::StridedRows`]
+/// input starts: `var` decomposed over the row axes `shape[..axis]` (row-major), each
+/// coordinate times the input's broadcast stride along it, e.g. `(rw0 / 197) * 768 +
+/// (rw0 % 197) * 24576` for ViT's `[197, 32, 768]` read as `[32, 197, 768]`. Constant
+/// divisors and strides; axes of size 1 or stride 0 drop out.
+fn row_start(t: &TensorDesc, shape: &[usize], axis: usize, var: &str) -> Option<String> {
+    let strides = t.broadcast_strides(shape)?;
+    Some(offset_expr(var, &shape[..axis], &strides[..axis]))
 }
 
 /// A LayerNorm's input computed instead of read ([`layer_norm_fused`]).
@@ -145,8 +171,12 @@ struct PrologueInputCtx {
     index: usize,
     t: TypeCtx,
     used: bool,
-    /// `rows`, `cols` or `scalar` ([`RowOperand`]).
+    /// `rows`, `strided`, `cols` or `scalar` ([`RowOperand`]).
     mode: &'static str,
+    /// `strided` only: the row's start ([`row_start`] of `rw{index}`), and the C type that
+    /// holds it and the row index.
+    row_start: String,
+    idx_t: &'static str,
 }
 
 /// What the row walk reads: `x` itself (no `inputs`), or a prologue.
@@ -269,15 +299,22 @@ fn layer_norm_kernel(
                     ))
                 })?;
                 let used = p.expr.reads(i);
-                let mode = match mode {
-                    RowOperand::Rows => "rows",
-                    RowOperand::Cols => "cols",
-                    RowOperand::Scalar => "scalar",
+                let (mode, row_start, idx_t) = match mode {
+                    RowOperand::Rows => ("rows", String::new(), ""),
+                    RowOperand::StridedRows => {
+                        let start = row_start(t, shape, axis, &format!("rw{i}")).ok_or_else(|| {
+                            fail(format!("prologue input {i} (shape {:?}) does not broadcast to {shape:?}", t.shape))
+                        })?;
+                        ("strided", start, index_type(rows.max(t.max_offset())))
+                    }
+                    RowOperand::Cols => ("cols", String::new(), ""),
+                    RowOperand::Scalar => ("scalar", String::new(), ""),
                 };
                 if used && mode != "scalar" {
                     pointers.push(format!("in{i}"));
                 }
-                io.inputs.push(PrologueInputCtx { index: i, t: type_ctx(t.dtype), used, mode });
+                let t = type_ctx(t.dtype);
+                io.inputs.push(PrologueInputCtx { index: i, t, used, mode, row_start, idx_t });
             }
             io.expr = expr;
             io.round = match x {

@@ -43,10 +43,7 @@ impl Lowering<'_> {
             let parts = node.inputs.iter().flatten().map(|&p| self.desc(p)).collect();
             return EwInput::Concat(ConcatRead { axis, parts });
         }
-        match perm {
-            Some(p) => EwInput::Tensor(self.desc(v).permuted(p)),
-            None => EwInput::Tensor(self.desc(v)),
-        }
+        EwInput::Tensor(self.desc_through(v, perm))
     }
 
     /// The buffers a kernel input reads: a Concat's parts in order, else the value's own.

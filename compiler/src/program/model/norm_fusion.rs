@@ -4,16 +4,22 @@
 //! goes through memory. When the group's output is read elsewhere too (a pre-LN transformer's
 //! residual stream) or is a graph output, the kernel also writes it, in the same pass.
 //!
-//! A group qualifies when it has no Transpose or Expand and every tensor it reads (other than
-//! one-element constants, which are literals) is float and reads as whole rows, one row or
-//! one element of the normalized tensor ([`graph_ops::row_operand`]), and when every other
-//! reader of its output comes after the LayerNorm in graph order (the output is made at the
-//! LayerNorm's step). The step's nodes are the group's and the LayerNorm, so the CPU executor
-//! computes exactly the graph's ops.
+//! A group qualifies when it has no Expand, every Transpose in it reads a value from outside
+//! the group (as every elementwise group's Transpose does: the kernel reads that value through
+//! the permuted strides, as a plain group's kernel does), and every tensor it reads (other
+//! than one-element constants, which are literals) is float and reads as whole rows (in place
+//! or at strided row starts), one row or one element of the normalized tensor
+//! ([`graph_ops::row_operand`], on the strides as read: a Transpose qualifies when it moves
+//! only row axes, the normalized axes staying dense, last and in order, as ViT's
+//! `[seq, batch] → [batch, seq]` before its residual `Add`), and when every other reader of
+//! its output comes after the LayerNorm in graph order (the output is made at the LayerNorm's
+//! step), unless it reads a Concat in place (`concat_reads.rs`), which a prologue does not.
+//! The step's nodes are the group's (the Transposes included) and the LayerNorm, so
+//! the CPU executor computes exactly the graph's ops.
 
-use super::{norm_axis, sanitize, scalar_constant, Lowering};
+use super::{norm_axis, sanitize, scalar_constant, transpose_perm, Lowering};
 use crate::codegen::graph_ops::{self, NormPrologue, TensorDesc};
-use crate::ir::{DType, Node, ValueId};
+use crate::ir::{DType, Graph, Node, ValueId};
 use crate::program::{Op, Operand, ProgramError};
 use std::collections::HashMap;
 
@@ -49,18 +55,34 @@ pub(super) fn norm_geometry(lowering: &Lowering, node: &Node) -> Result<(Vec<usi
     Ok((shape, axis, node.attrs.float("epsilon", 1e-5).unwrap_or(1e-5)))
 }
 
-/// The distinct values the group `members` reads from outside, but for one-element constants.
-fn outside_inputs(graph: &crate::ir::Graph, members: &[usize]) -> Vec<ValueId> {
+/// The distinct values the group `members` reads from outside, but for one-element constants,
+/// each with the permutation it is read through (a Transpose's input), as
+/// `Lowering::group_expr` lists the kernel's inputs.
+fn outside_inputs(graph: &Graph, members: &[usize]) -> Vec<(ValueId, Option<Vec<usize>>)> {
     let inside: Vec<ValueId> = members.iter().flat_map(|&m| graph.nodes[m].outputs.clone()).collect();
-    let mut out: Vec<ValueId> = vec![];
+    let mut out = vec![];
     for &m in members {
-        for &v in graph.nodes[m].inputs.iter().flatten() {
-            if !inside.contains(&v) && scalar_constant(graph, v).is_none() && !out.contains(&v) {
-                out.push(v);
+        let node = &graph.nodes[m];
+        let perm = (node.op_type == "Transpose").then(|| transpose_perm(graph, node));
+        for &v in node.inputs.iter().flatten() {
+            let key = (v, perm.clone());
+            if !inside.contains(&v) && scalar_constant(graph, v).is_none() && !out.contains(&key) {
+                out.push(key);
             }
         }
     }
     out
+}
+
+/// Whether the group `members` has only nodes a prologue computes: one output each, no
+/// Expand, and Transposes only of values from outside (read through their permutation).
+fn prologue_nodes(graph: &Graph, members: &[usize]) -> bool {
+    let inside: Vec<ValueId> = members.iter().flat_map(|&m| graph.nodes[m].outputs.clone()).collect();
+    members.iter().all(|&m| {
+        let node = &graph.nodes[m];
+        let leaf_transpose = node.op_type != "Transpose" || node.inputs.iter().flatten().all(|v| !inside.contains(v));
+        node.op_type != "Expand" && leaf_transpose && node.outputs.len() == 1
+    })
 }
 
 fn is_float(d: DType) -> bool {
@@ -85,17 +107,18 @@ impl Lowering<'_> {
             if !affine_float || !is_float(graph.fact(node.outputs[0]).dtype) {
                 continue;
             }
-            let plain = members.iter().all(|&m| {
-                let op = graph.nodes[m].op_type.as_str();
-                op != "Transpose" && op != "Expand" && graph.nodes[m].outputs.len() == 1
+            let reads_rows = outside_inputs(graph, members).into_iter().all(|(v, perm)| {
+                is_float(graph.fact(v).dtype)
+                    && graph_ops::row_operand(&self.desc_through(v, perm.as_deref()), &shape, axis).is_some()
             });
-            let reads_rows = outside_inputs(graph, members).into_iter().all(|v| {
-                let f = graph.fact(v);
-                is_float(f.dtype)
-                    && graph_ops::row_operand(&TensorDesc::contiguous(f.dtype, &f.shape), &shape, axis).is_some()
-            });
+            // A Concat the group would read in place (ViT's class token and patches before the
+            // position embedding) saves more as such than the LayerNorm's pass over x does.
+            let reads_concat = self.options.concat_reads
+                && members
+                    .iter()
+                    .any(|&m| graph.nodes[m].inputs.iter().flatten().any(|&v| self.concat_read(v, m, last).is_some()));
             let others_later = self.consumers[x.index()].iter().all(|&c| c >= i);
-            if plain && reads_rows && others_later {
+            if prologue_nodes(graph, members) && reads_rows && !reads_concat && others_later {
                 let write_x = self.is_output[x.index()] || self.consumers[x.index()].len() > 1;
                 found.push(NormFusion { norm: i, group: members.clone(), write_x });
             }
@@ -119,7 +142,8 @@ impl Lowering<'_> {
         };
         let mut ext: Vec<(ValueId, Option<Vec<usize>>)> = vec![];
         let (expr, mut nodes) = self.group_expr(&f.group, &mut ext, &HashMap::new(), x_op.clone(), 0)?;
-        let descs: Vec<TensorDesc> = ext.iter().map(|(v, _)| self.desc(*v)).collect();
+        // A Transpose's input is read through its permutation.
+        let descs: Vec<TensorDesc> = ext.iter().map(|(v, perm)| self.desc_through(*v, perm.as_deref())).collect();
         let mut args = vec![];
         for (v, _) in &ext {
             args.push(self.buf(*v)?);

@@ -233,6 +233,61 @@ fn row_kernels_pick_warp_or_block_walks() {
     assert!(error(layer_norm("ln", 4, 8, f32::NAN, F32, None, None, F32)).contains("epsilon"));
 }
 
+/// A LayerNorm prologue input reads as whole rows in place, at strided row starts (ViT's
+/// `[seq, batch, d]` read as `[batch, seq, d]`, a position embedding broadcast over the batch),
+/// as one row or one element; anything whose rows are not dense and last is refused.
+#[test]
+fn layernorm_prologue_inputs_read_rows_at_their_own_starts() {
+    let shape = [3, 5, 64];
+    let vit = c(F16, &[5, 3, 64]).permuted(&[1, 0, 2]);
+    let pos = c(F16, &[1, 5, 64]);
+    assert_eq!(row_operand(&vit, &shape, 2), Some(RowOperand::StridedRows));
+    assert_eq!(row_operand(&pos, &shape, 2), Some(RowOperand::StridedRows));
+    assert_eq!(row_operand(&c(F16, &shape), &shape, 2), Some(RowOperand::Rows));
+    // Moving an axis of size 1 keeps the rows in place.
+    assert_eq!(row_operand(&c(F16, &[3, 1, 5, 64]).permuted(&[1, 0, 2, 3]), &[1, 3, 5, 64], 3), Some(RowOperand::Rows));
+    assert_eq!(row_operand(&c(F16, &[64]), &shape, 2), Some(RowOperand::Cols));
+    assert_eq!(row_operand(&c(F16, &[1, 1]), &shape, 2), Some(RowOperand::Scalar));
+    // The normalized axis moved: its elements are not dense.
+    assert_eq!(row_operand(&c(F16, &[3, 64, 5]).permuted(&[0, 2, 1]), &shape, 2), None);
+    // Normalized over the last two axes: the leading axes may move, the normalized ones not.
+    let shape4 = [2, 3, 5, 64];
+    assert_eq!(row_operand(&c(F16, &[3, 2, 5, 64]).permuted(&[1, 0, 2, 3]), &shape4, 2), Some(RowOperand::StridedRows));
+    assert_eq!(row_operand(&c(F16, &[2, 3, 64, 5]).permuted(&[0, 1, 3, 2]), &shape4, 2), None);
+    // A row stride that is not a multiple of the row (no Transpose makes one) is refused:
+    // rows would start off the vector boundaries.
+    let padded = TensorDesc { dtype: F16, shape: shape.to_vec(), strides: vec![5 * 72, 72, 1] };
+    assert_eq!(row_operand(&padded, &shape, 2), None);
+    assert_eq!(row_operand(&c(F16, &shape), &shape, 4), None, "axis past the rank");
+
+    // Row r = (b, s) of the ViT input starts at b * 64 + s * 192 and of the embedding at s * 64.
+    let expr = Expr::binary(Binary::Add, Expr::binary(Binary::Add, Expr::input(0), Expr::input(1)), Expr::input(2));
+    let inputs = [vit, c(F16, &shape), pos];
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let k = layer_norm_fused("ln", &shape, 2, 1e-6, &prologue, Some(F16), Some(F16), F16).unwrap();
+    let src = &k.source;
+    assert!(src.contains("const unsigned rw0 = (unsigned)row;"), "{src}");
+    assert!(src.contains("const half_t* in0r = in0 + ((rw0 / 5) * 64 + (rw0 % 5) * 192);"), "{src}");
+    assert!(src.contains("const half_t* in1r = in1 + row * 64;"), "{src}");
+    assert!(src.contains("const half_t* in2r = in2 + ((rw2 % 5) * 64);"), "{src}");
+    for i in 0..3 {
+        assert!(src.contains(&format!("ld_n<8>(in{i}r + c, aligned)")), "input {i} reads its row 8 at a time:\n{src}");
+        assert!(src.contains(&format!("aligned_n<8>(in{i})")), "input {i}'s base is checked for alignment");
+    }
+    // A tensor past 2^31 elements indexes in 64 bits.
+    let big = [c(F32, &[40000, 1000, 64]).permuted(&[1, 0, 2])];
+    let expr = Expr::input(0);
+    let prologue = NormPrologue { inputs: &big, expr: &expr, write_x: false };
+    let k = layer_norm_fused("ln_big", &[1000, 40000, 64], 2, 1e-6, &prologue, None, None, F32).unwrap();
+    assert!(k.source.contains("const unsigned long long rw0 = (unsigned long long)row;"), "{}", k.source);
+    assert!(k.source.contains("in0r = in0 + ((rw0 / 40000) * 64 + (rw0 % 40000) * 64000);"), "{}", k.source);
+    // What the kernel cannot read is an error, not a wrong kernel.
+    let moved = [c(F32, &[3, 64, 5]).permuted(&[0, 2, 1])];
+    let prologue = NormPrologue { inputs: &moved, expr: &expr, write_x: false };
+    let e = error(layer_norm_fused("ln_bad", &shape, 2, 1e-6, &prologue, None, None, F32));
+    assert!(e.contains("does not read as rows"), "{e}");
+}
+
 #[test]
 fn reduce_walks_follow_the_memory() {
     let x = c(F32, &[32, 128, 384]);
