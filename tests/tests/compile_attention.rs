@@ -239,24 +239,25 @@ fn a_transpose_before_a_projection_read_by_anything_else_stays() {
 /// One GPT-2 block's data path as the zoo's export has it: the packed Q/K/V `Gemm` on rows,
 /// `Reshape` back to `[B, S, 3E]`, a `Split` into Q, K and V, the heads split by `Reshape` and
 /// `Transpose`, a scaled and additively masked (causal) attention, the heads merged, and the MLP's
-/// first `Gemm` followed by a `Reshape` and GELU in its tanh form, spelled with `Pow(x, 3)`.
-fn gpt2_block() -> Graph {
+/// first `Gemm` followed by a `Reshape` and GELU in its tanh form, spelled with `Pow(x, 3)`;
+/// `S` tokens.
+fn gpt2_block(s: usize) -> Graph {
     let d = E / H;
-    let (rows, f) = ((B * S) as i64, 4 * E);
-    let mask: Vec<f32> = (0..S * S).map(|i| if i % S <= i / S { 0.0 } else { -1e4 }).collect();
+    let (rows, f) = ((B * s) as i64, 4 * E);
+    let mask: Vec<f32> = (0..s * s).map(|i| if i % s <= i / s { 0.0 } else { -1e4 }).collect();
     let scalar = |v: f32| Tensor::from_vec(vec![], vec![v]);
     let mut b = ModelBuilder::new("gpt2_block", 18)
-        .input("x", DType::F32, &fixed(&[B, S, E]))
-        .output("y", DType::F32, &fixed(&[B, S, f]))
+        .input("x", DType::F32, &fixed(&[B, s, E]))
+        .output("y", DType::F32, &fixed(&[B, s, f]))
         .init("w_attn", &seeded(&[E, 3 * E], 11, 0.01))
         .init("b_attn", &seeded(&[3 * E], 13, 0.01))
         .init("w_fc", &seeded(&[E, f], 17, 0.01))
         .init("b_fc", &seeded(&[f], 19, 0.01))
-        .init("mask", &Tensor::from_vec(vec![1, 1, S, S], mask))
+        .init("mask", &Tensor::from_vec(vec![1, 1, s, s], mask))
         .init("shape_rows", &ints(&[rows, E as i64]))
-        .init("shape_packed", &ints(&[B as i64, S as i64, 3 * E as i64]))
-        .init("shape_heads", &ints(&[B as i64, S as i64, H as i64, d as i64]))
-        .init("shape_wide", &ints(&[B as i64, S as i64, f as i64]))
+        .init("shape_packed", &ints(&[B as i64, s as i64, 3 * E as i64]))
+        .init("shape_heads", &ints(&[B as i64, s as i64, H as i64, d as i64]))
+        .init("shape_wide", &ints(&[B as i64, s as i64, f as i64]))
         .init("scale", &scalar(1.0 / (d as f32).sqrt()))
         .init("half", &scalar(0.5))
         .init("three", &scalar(3.0))
@@ -306,7 +307,7 @@ fn gpt2_block() -> Graph {
 /// (no elementwise step), in f32 and f16; the program computes what the graph computes.
 #[test]
 fn gpt2_reads_its_split_projection_in_place_and_fuses_the_tanh_gelu_behind_a_reshape() {
-    for (what, model) in [("f32", compile_f32(gpt2_block())), ("f16", compile_f16(gpt2_block()))] {
+    for (what, model) in [("f32", compile_f32(gpt2_block(S))), ("f16", compile_f16(gpt2_block(S)))] {
         let text = model.program.to_text();
         let steps = step_ops(&model);
         let labels: Vec<&str> = steps.iter().map(|(label, _)| label.as_str()).collect();
@@ -333,8 +334,25 @@ fn gpt2_reads_its_split_projection_in_place_and_fuses_the_tanh_gelu_behind_a_res
             .collect();
         assert_eq!(parts, [(parts[0].0, 0), (parts[0].0, E), (parts[0].0, 2 * E)], "{what}");
         let tolerance = if what == "f32" { 1e-5 } else { 1e-2 };
-        let worst = assert_compiled_matches(&gpt2_block(), &model, &[1, 2, 3], tolerance, what);
+        let worst = assert_compiled_matches(&gpt2_block(S), &model, &[1, 2, 3], tolerance, what);
         eprintln!("{what}: worst relative error {worst:.3e}");
         nvrtc_compiles(&model);
     }
+}
+
+/// A causal mask of 130 tokens: the f16 attention (the wgmma kernel, key tiles of 128, query
+/// tiles of 64) walks one key tile for the first two query tiles and both for the last, the
+/// mask found by evaluating its score expression; the program still computes the graph.
+#[test]
+fn a_causal_attention_walks_only_the_key_tiles_its_queries_see() {
+    let s = 130;
+    let model = compile_f16(gpt2_block(s));
+    let attention = model.program.kernels.iter().find(|k| k.name.starts_with("attention_")).unwrap();
+    assert!(attention.source.contains("KT_END[QT] = { 1, 1, 2 }"), "{}", attention.source);
+    assert_compiled_matches(&gpt2_block(s), &model, &[1], 1e-2, "f16");
+    nvrtc_compiles(&model);
+    // f32 runs the 3xTF32 kernel, which walks every key.
+    let model = compile_f32(gpt2_block(s));
+    let attention = model.program.kernels.iter().find(|k| k.name.starts_with("attention_")).unwrap();
+    assert!(!attention.source.contains("KT_END"));
 }

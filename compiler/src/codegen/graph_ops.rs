@@ -35,7 +35,8 @@ mod rows;
 mod tests;
 
 pub use attention::{
-    attention, attention_fits, attention_smem, attention_with, AttentionEngine, MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM,
+    attention, attention_fits, attention_smem, attention_with, AttentionEngine, MASKED_BELOW,
+    MAX_HEAD_DIM as ATTENTION_MAX_HEAD_DIM, RAW_SCORE_BOUND, SETTLED_ABOVE,
 };
 pub use conv::{
     conv_kernel_label, conv_nhwc, conv_nhwc_with, conv_weight, pack_conv_weight, ConvEngine, ConvShape, ConvWeight,

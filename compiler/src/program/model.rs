@@ -100,6 +100,7 @@ use crate::plan::{OperatorPlan, Plan};
 use std::collections::{BTreeMap, HashMap};
 
 mod attention;
+mod attention_mask;
 mod buffers;
 mod concat_reads;
 mod conv;

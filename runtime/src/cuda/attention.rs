@@ -166,7 +166,11 @@ impl AttentionCase {
             ),
         };
         let name = format!("attn_{}_{}x{}_d{}{}", t, self.sq, self.sk, self.d, self.engine.label());
-        attention_with(&name, &q, &kt, &v, t, &extra, &expr, &out, self.engine)
+        // A causal mask is structural: each query's keys past its diagonal are masked in every
+        // batch entry, so the kernel may stop there (the padding on top of it is not).
+        let key_ends: Option<Vec<usize>> = matches!(self.mask, Mask::Causal | Mask::CausalMin)
+            .then(|| (0..self.sq).map(|i| (i + self.sk - self.sq.min(self.sk) + 1).min(self.sk)).collect());
+        attention_with(&name, &q, &kt, &v, t, &extra, &expr, &out, self.engine, key_ends.as_deref())
             .map_err(|e| CudaError::Kernel(name, e.to_string()))
     }
 

@@ -271,6 +271,10 @@ struct AttentionCtx {
     /// Extra operands that do not vary along the queries are read from shared memory (staged
     /// with the key tile: the wgmma kernel) rather than from global memory a score tile.
     xk_smem: bool,
+    /// Per query tile, the key tiles walked before its rows may stop (wgmma kernel; empty: every
+    /// key tile), and the running maximum above which a row has seen an unmasked key.
+    kt_ends: Vec<usize>,
+    settled: String,
     /// Type of the row and key offsets into the extra operands: 32-bit when every offset fits.
     idx_t: &'static str,
 }
@@ -308,13 +312,27 @@ pub fn attention(
     expr: &Expr,
     out: &TensorDesc,
 ) -> Result<OpKernel, CodegenError> {
-    attention_with(name, q, k, v, score, extra, expr, out, AttentionEngine::Auto)
+    attention_with(name, q, k, v, score, extra, expr, out, AttentionEngine::Auto, None)
 }
+
+/// Raw scores (Q·Kᵀ before the score expression) within `±RAW_SCORE_BOUND` are what skipping
+/// masked keys is exact for (see `attention_with`'s `key_ends`): a score expression value at
+/// most `-MASKED_BELOW` is masked, and a row whose running maximum is above `-SETTLED_ABOVE` has
+/// seen a key that is not, so that a masked score is at least `RAW_SCORE_BOUND` under it and its
+/// exponent is 0 in f32.
+pub const RAW_SCORE_BOUND: f64 = 1000.0;
+pub const MASKED_BELOW: f64 = 3.0 * RAW_SCORE_BOUND;
+pub const SETTLED_ABOVE: f64 = 2.0 * RAW_SCORE_BOUND;
 
 /// [`attention`] on a chosen 16-bit kernel (`kernels attention` compares them). The f32 and
 /// mixed-type path ignores `engine`; asking for `wgmma` key tiles other than 64 or 128 is an
-/// error.
-#[allow(clippy::too_many_arguments)] // attention's operands, and the engine
+/// error. `key_ends[q]` (one per query row): the keys from there on are masked by the score
+/// expression whatever the inputs (`program::model`'s causal-mask analysis, whose module docs
+/// give the exactness conditions); the wgmma kernel then ends a query tile's key walk after the
+/// last key tile one of its rows sees, once every row's running maximum is above
+/// `-SETTLED_ABOVE` (a row that has seen only masked keys walks them all). The other kernels
+/// walk every key.
+#[allow(clippy::too_many_arguments)] // attention's operands, the engine and the key ends
 pub fn attention_with(
     name: &str,
     q: &TensorDesc,
@@ -325,6 +343,7 @@ pub fn attention_with(
     expr: &Expr,
     out: &TensorDesc,
     engine: AttentionEngine,
+    key_ends: Option<&[usize]>,
 ) -> Result<OpKernel, CodegenError> {
     let fail = |m: String| spec_error("attention", name, m);
     check_name(name).map_err(fail)?;
@@ -420,6 +439,18 @@ pub fn attention_with(
         tl = Tiling { bk, dp, dvp, ks: dp, vs: dvp, q_smem: false, smem };
         (k_row, v_row) = (kr, vr);
     }
+    // Key tiles each query tile must walk: to the last one any of its rows sees.
+    let mut kt_ends = vec![];
+    if let (Some(bk), Some(ends)) = (wgmma_bk, key_ends) {
+        if ends.len() != sq {
+            return Err(fail(format!("{} key ends for {sq} queries", ends.len())));
+        }
+        let (k_tiles, per_tile) = (sk.div_ceil(bk), ends.chunks(BQ));
+        kt_ends = per_tile.map(|c| c.iter().map(|&e| e.min(sk).div_ceil(bk)).max().unwrap_or(0).max(1)).collect();
+        if kt_ends.iter().all(|&e| e == k_tiles) {
+            kt_ends.clear();
+        }
+    }
     let rs = |t: &TensorDesc| (t.strides[t.shape.len() - 2], t.strides[t.shape.len() - 1]);
     let (q_rs, q_cs) = rs(q);
     let (k_rs, k_cs) = rs(k);
@@ -499,6 +530,8 @@ pub fn attention_with(
         o_regs: v_row / 4,
         min_ctas,
         xk_smem: wgmma_bk.is_some(),
+        kt_ends,
+        settled: format!("{SETTLED_ABOVE:.1}f"),
     };
     let template = match (mma, wgmma_bk) {
         (Some(_), Some(_)) => "op_attention_wgmma.cu.tera",

@@ -293,8 +293,20 @@ impl Lowering<'_> {
         args.push(Arg::Buf(self.buf(out_v)?, 0));
         let name = format!("attention_{}", sanitize(&pv_node.name));
         let score_t = graph.fact(sv).dtype;
-        let k = graph_ops::attention(&name, &descs[0], &descs[1], &descs[2], score_t, &extras, &expr, &out_desc)
-            .map_err(|e| self.node_err(pv_node, e))?;
+        let key_ends = self.attention_key_ends(sv, &f.group, x);
+        let k = graph_ops::attention_with(
+            &name,
+            &descs[0],
+            &descs[1],
+            &descs[2],
+            score_t,
+            &extras,
+            &expr,
+            &out_desc,
+            graph_ops::AttentionEngine::Auto,
+            key_ends.as_deref(),
+        )
+        .map_err(|e| self.node_err(pv_node, e))?;
         self.stats.fused_nodes += nodes.len();
         self.kernel_step_args(&pv_node.name.clone(), Op::Nodes(nodes), k, args);
         Ok(())

@@ -465,7 +465,7 @@ fn attention_picks_the_tensor_core_kernel_by_element_types() {
     for (dtype, t) in [(F16, "f16"), (BF16, "bf16")] {
         let q = c(dtype, &[2, 4, 100, 32]);
         let kt = c(dtype, &[2, 4, 100, 32]).permuted(&[0, 1, 3, 2]);
-        let run = |engine| attention_with("attn", &q, &kt, &q, dtype, &[], &Expr::input(0), &q, engine);
+        let run = |engine| attention_with("attn", &q, &kt, &q, dtype, &[], &Expr::input(0), &q, engine, None);
         let mma = run(AttentionEngine::MmaSync).unwrap();
         assert!(mma.source.contains(&format!("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32")), "{}", mma.source);
         assert!(mma.source.contains("ldmatrix.sync.aligned.m8n8.x4.trans"), "{}", mma.source);
