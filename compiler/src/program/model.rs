@@ -81,8 +81,9 @@
 //! outputs); `model/` holds the rest: `registry.rs` the GPU op registry (each family registers
 //! its op types in its own file), `fusions.rs` decides what runs inside what (the analysis the
 //! loop follows), `views.rs`, `buffers.rs` the buffers and their reuse, `planned.rs` and
-//! `epilogue.rs` the planned matmuls and the epilogue recognition, `attention.rs` and
-//! `strided_views.rs` the fused attention and its in-place operands, `norm_fusion.rs`,
+//! `epilogue.rs` the planned matmuls and the epilogue recognition, `attention.rs`,
+//! `strided_views.rs` and `attention_mask.rs` the fused attention, its in-place operands and the
+//! keys its mask hides, `norm_fusion.rs`,
 //! `conv.rs`, `pool.rs`, `elementwise.rs` (groups, `node_expr`), `ops.rs` (the other ops) and
 //! `types.rs` (the options, the lowered model and its signatures).
 //!
