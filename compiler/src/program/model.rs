@@ -192,6 +192,9 @@ struct Lowering<'a> {
     /// Concats never formed, keyed by their output: the one elementwise group reading it
     /// reads the Concat node's parts (`model/concat_reads.rs`).
     concat_reads: HashMap<ValueId, usize>,
+    /// The key ends of attentions already analysed, keyed by their computation's text
+    /// (`model/attention_mask.rs`).
+    key_ends_seen: HashMap<String, Option<Vec<usize>>>,
     /// Op types with no GPU lowering, keyed by (unknown to the registry, op type).
     gaps: BTreeMap<(bool, String), Gap>,
     /// Memory reuse: the loop iteration after which each value is no longer read, the last
@@ -236,6 +239,7 @@ impl<'a> Lowering<'a> {
             residuals: HashMap::new(),
             views: HashMap::new(),
             concat_reads: HashMap::new(),
+            key_ends_seen: HashMap::new(),
             gaps: BTreeMap::new(),
             last_use: vec![],
             buf_last: HashMap::new(),

@@ -38,13 +38,11 @@ impl Lowering<'_> {
     /// every batch entry and head (see the module docs). `None` when no key is masked for any
     /// row, or when the analysis does not apply. `group`: the elementwise nodes from the
     /// scores `sv` to the softmax input `x`, in graph order.
-    pub(super) fn attention_key_ends(&self, sv: ValueId, group: &[usize], x: ValueId) -> Option<Vec<usize>> {
+    pub(super) fn attention_key_ends(&mut self, sv: ValueId, group: &[usize], x: ValueId) -> Option<Vec<usize>> {
         let graph = self.graph;
         if group.is_empty() {
             return None;
         }
-        let shape = graph.fact(sv).shape.clone();
-        let (sq, sk) = (shape[shape.len() - 2], shape[shape.len() - 1]);
         // The nodes to run: the group, then upward from its inputs through elementwise nodes.
         let producer = |v: ValueId| graph.nodes.iter().position(|n| n.outputs.contains(&v));
         let mut nodes: HashSet<usize> = group.iter().copied().collect();
@@ -79,6 +77,39 @@ impl Lowering<'_> {
         }
         let mut order: Vec<usize> = nodes.into_iter().collect();
         order.sort_unstable();
+        // The same computation in another layer (GPT-2's twelve attentions read one mask) is
+        // found by its text: each node's op, attributes and inputs, the values the nodes make
+        // named by their position.
+        let made: HashMap<ValueId, usize> =
+            order.iter().enumerate().flat_map(|(i, &n)| graph.nodes[n].outputs.iter().map(move |&o| (o, i))).collect();
+        let name = |v: &Option<ValueId>| match v {
+            Some(v) if *v == sv => "s".to_string(),
+            Some(v) => made.get(v).map_or(format!("%{}", v.0), |i| format!("n{i}")),
+            None => "-".to_string(),
+        };
+        let key: String = order
+            .iter()
+            .map(|&n| {
+                let node = &graph.nodes[n];
+                let ins: Vec<String> = node.inputs.iter().map(name).collect();
+                format!("{} {:?} ({}) {:?};", node.op_type, node.attrs, ins.join(","), graph.fact(sv).shape)
+            })
+            .collect::<String>()
+            + &format!("out {}", name(&Some(x)));
+        if let Some(found) = self.key_ends_seen.get(&key) {
+            return found.clone();
+        }
+        let ends = self.evaluate_key_ends(sv, &order, &leaves, x);
+        self.key_ends_seen.insert(key, ends.clone());
+        ends
+    }
+
+    /// [`Self::attention_key_ends`]'s evaluation: the nodes `order` (graph order) over every
+    /// assignment of the bool `leaves` and both probe scores.
+    fn evaluate_key_ends(&self, sv: ValueId, order: &[usize], leaves: &[ValueId], x: ValueId) -> Option<Vec<usize>> {
+        let graph = self.graph;
+        let shape = graph.fact(sv).shape.clone();
+        let (sq, sk) = (shape[shape.len() - 2], shape[shape.len() - 1]);
         // The probe score: one element of sv's type and rank, broadcast by the ops.
         let sv_t = graph.fact(sv).dtype;
         let probe = |s: f64| Tensor::from_vec(vec![1; shape.len()], vec![s as f32]).cast(sv_t);
@@ -92,7 +123,7 @@ impl Lowering<'_> {
                     let bit = (assignment >> i) & 1 == 1;
                     vals.insert(l, Tensor::from_vec(graph.fact(l).shape.clone(), vec![bit; n]));
                 }
-                for &n in &order {
+                for &n in order {
                     let node = &graph.nodes[n];
                     let ins: Vec<Option<Tensor>> = node
                         .inputs
