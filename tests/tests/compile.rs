@@ -739,6 +739,34 @@ fn sigmoid_after_a_matmul_and_the_hard_activations_compile() {
     nvrtc_compiles(&model);
 }
 
+/// ONNX's Gelu (opset 20) in both forms as elementwise steps (the erf form, and
+/// `approximate="tanh"`), and a Tanh and a Pow by 3 in f16 (the MUFU tanh of 16-bit values,
+/// the cube as products): the compiled model computes what the graph does, in f32 and f16.
+#[test]
+fn gelu_in_both_forms_tanh_and_a_cube_compile_in_f32_and_f16() {
+    let (m, n) = (16, 40);
+    let b = ModelBuilder::new("gelus", 20)
+        .input("x", DType::F32, &fixed(&[m, n]))
+        .output("y", DType::F32, &fixed(&[m, n]))
+        .init("three", &Tensor::from_vec(vec![], vec![3.0f32]))
+        .node("erf_form", "Gelu", &["x"], &["a"], vec![])
+        .node("tanh_form", "Gelu", &["x"], &["b"], vec![("approximate", A::S("tanh"))])
+        .node("sum", "Add", &["a", "b"], &["c"], vec![])
+        .node("th", "Tanh", &["c"], &["d"], vec![])
+        .node("cube", "Pow", &["x", "three"], &["e"], vec![])
+        .node("out", "Add", &["d", "e"], &["y"], vec![]);
+    let original = load_model_bytes(&b.bytes(), "gelus", &LoadOptions::default()).unwrap();
+    let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "f32");
+    nvrtc_compiles(&model);
+    let (_, model) = compile_half(original.clone(), DType::F16);
+    // Past its definition (every kernel includes the helpers), a use.
+    let uses = |k: &spartac::program::KernelCode| k.source.matches("op_tanh_16(").count() - 1;
+    assert!(model.program.kernels.iter().any(|k| uses(k) > 0), "the 16-bit tanh");
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-2, "f16");
+    nvrtc_compiles(&model);
+}
+
 /// DenseNet's order (BatchNorm → Relu → Conv, pools between blocks): the BatchNorm that no Conv
 /// precedes becomes a channel affine (Mul, Add), MaxPool (padded, ceil mode) and AveragePool
 /// (with and without the padding counted) get their GPU kernels, and the compiled model
