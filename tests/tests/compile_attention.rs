@@ -139,6 +139,22 @@ fn step_ops(model: &ModelProgram) -> Vec<(String, Vec<String>)> {
     model.program.steps.iter().map(|s| (s.label.clone(), ops(&s.op))).collect()
 }
 
+/// Asserts that the attention step `pv` reads Q, K and V from one buffer at the offsets of the
+/// three packed parts (0, E, 2E); its kernel.
+fn assert_reads_packed_qkv(model: &ModelProgram, what: &str) -> spartac::program::KernelId {
+    let step = model.program.steps.iter().find(|s| s.label == "pv").unwrap();
+    let Launch::Kernel { kernel, args, .. } = &step.launches[0] else { panic!("{what}: a kernel") };
+    let parts: Vec<(BufferId, usize)> = args[..3]
+        .iter()
+        .map(|a| match a {
+            Arg::Buf(b, at) => (*b, *at),
+            other => panic!("{what}: {other:?}"),
+        })
+        .collect();
+    assert_eq!(parts, [(parts[0].0, 0), (parts[0].0, E), (parts[0].0, 2 * E)], "{what}");
+    *kernel
+}
+
 #[test]
 fn a_multihead_attention_export_reads_q_k_and_v_in_place_with_its_scales() {
     for (what, model) in [("f32", compile_f32(mha_block())), ("f16", compile_f16(mha_block()))] {
@@ -168,16 +184,7 @@ fn a_multihead_attention_export_reads_q_k_and_v_in_place_with_its_scales() {
         assert_eq!(labels.len(), 5, "{what}: {steps:?}");
         // Its kernel reads Q, K and V from the projection's one buffer, at the offsets of the
         // three packed parts, and scales the raw scores by both constants (1/⁴√16 = 0.5).
-        let step = model.program.steps.iter().find(|s| s.label == "pv").unwrap();
-        let Launch::Kernel { kernel, args, .. } = &step.launches[0] else { panic!("{what}: a kernel") };
-        let parts: Vec<(BufferId, usize)> = args[..3]
-            .iter()
-            .map(|a| match a {
-                Arg::Buf(b, at) => (*b, *at),
-                other => panic!("{what}: {other:?}"),
-            })
-            .collect();
-        assert_eq!(parts, [(parts[0].0, 0), (parts[0].0, E), (parts[0].0, 2 * E)], "{what}");
+        let kernel = assert_reads_packed_qkv(&model, what);
         let source = &model.program.kernels[kernel.0 as usize].source;
         assert!(source.contains("((float)(((float)(v0 * (0.5f))) * (0.5f)))"), "{what}: the scales\n{source}");
         let reference = mha_block();
@@ -323,16 +330,7 @@ fn gpt2_reads_its_split_projection_in_place_and_fuses_the_tanh_gelu_behind_a_res
             }
         }
         // Q, K and V at the offsets of their parts of the one projection buffer.
-        let step = model.program.steps.iter().find(|s| s.label == "pv").unwrap();
-        let Launch::Kernel { args, .. } = &step.launches[0] else { panic!("{what}: a kernel") };
-        let parts: Vec<(BufferId, usize)> = args[..3]
-            .iter()
-            .map(|a| match a {
-                Arg::Buf(b, at) => (*b, *at),
-                other => panic!("{what}: {other:?}"),
-            })
-            .collect();
-        assert_eq!(parts, [(parts[0].0, 0), (parts[0].0, E), (parts[0].0, 2 * E)], "{what}");
+        assert_reads_packed_qkv(&model, what);
         let tolerance = if what == "f32" { 1e-5 } else { 1e-2 };
         let worst = assert_compiled_matches(&gpt2_block(S), &model, &[1, 2, 3], tolerance, what);
         eprintln!("{what}: worst relative error {worst:.3e}");

@@ -132,6 +132,18 @@ fn constant(graph: &Graph, v: ValueId) -> Option<Tensor> {
     graph.initializers.get(&v).map(Initializer::to_dense)
 }
 
+/// Node `n`'s first output computed by its reference op, its inputs taken from `vals` or, for
+/// constants, from the graph (the analyses that probe a chain of nodes on chosen values).
+fn eval_node(graph: &Graph, n: usize, vals: &HashMap<ValueId, Tensor>) -> Option<Tensor> {
+    let node = &graph.nodes[n];
+    let ins: Vec<Option<Tensor>> =
+        node.inputs.iter().map(|v| v.and_then(|v| vals.get(&v).cloned().or_else(|| constant(graph, v)))).collect();
+    let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+    let def = registry().get(&node.op_type)?;
+    let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
+    (def.eval)(&ctx, &refs).ok()?.into_iter().next()
+}
+
 /// A one-element constant's value.
 fn scalar_constant(graph: &Graph, v: ValueId) -> Option<(DType, f64)> {
     let init = graph.initializers.get(&v)?;

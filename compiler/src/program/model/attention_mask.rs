@@ -21,10 +21,9 @@
 //! q·k product of 1000 is far past any trained model's; the expression is assumed monotone in
 //! the raw score between the two probes, as scalings, additive masks and soft caps are).
 
-use super::{constant, is_elementwise, Lowering};
+use super::{eval_node, is_elementwise, Lowering};
 use crate::codegen::graph_ops::{MASKED_BELOW, RAW_SCORE_BOUND};
 use crate::ir::{DType, Tensor, ValueId};
-use crate::ops::{registry, NodeCtx};
 use std::collections::{HashMap, HashSet};
 
 /// Most run-time bool inputs enumerated (2^n evaluations), nodes evaluated, and elements of any
@@ -124,21 +123,12 @@ impl Lowering<'_> {
                     vals.insert(l, Tensor::from_vec(graph.fact(l).shape.clone(), vec![bit; n]));
                 }
                 for &n in order {
-                    let node = &graph.nodes[n];
-                    let ins: Vec<Option<Tensor>> = node
-                        .inputs
-                        .iter()
-                        .map(|v| v.and_then(|v| vals.get(&v).cloned().or_else(|| constant(graph, v))))
-                        .collect();
-                    let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
-                    let def = registry().get(&node.op_type)?;
-                    let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
-                    let out = (def.eval)(&ctx, &refs).ok()?.into_iter().next()?;
+                    let out = eval_node(graph, n, &vals)?;
                     // Values are as large as their inputs broadcast (the score a single element).
                     if out.len() > MAX_ELEMENTS {
                         return None;
                     }
-                    vals.insert(node.outputs[0], out);
+                    vals.insert(graph.nodes[n].outputs[0], out);
                 }
                 let f = vals.get(&x)?;
                 let here = masked_pairs(f, sq, sk)?;

@@ -248,20 +248,8 @@ impl Lowering<'_> {
         let mut vals: HashMap<ValueId, Tensor> = HashMap::new();
         vals.insert(z, probe_t);
         for &m in members {
-            let node = &graph.nodes[m];
-            let ins: Vec<Option<Tensor>> = node
-                .inputs
-                .iter()
-                .map(|v| v.and_then(|v| vals.get(&v).cloned().or_else(|| constant(graph, v))))
-                .collect();
-            let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
-            let def = registry().get(&node.op_type)?;
-            let ctx = NodeCtx { name: &node.name, attrs: &node.attrs, opset: node.opset, n_outputs: 1 };
-            let mut outs = (def.eval)(&ctx, &refs).ok()?;
-            if outs.is_empty() {
-                return None;
-            }
-            vals.insert(node.outputs[0], outs.swap_remove(0));
+            let out = eval_node(graph, m, &vals)?;
+            vals.insert(graph.nodes[m].outputs[0], out);
         }
         let got = vals.get(&end)?;
         if got.len() != probes.len() {
