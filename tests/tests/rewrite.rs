@@ -133,3 +133,104 @@ fn the_pipeline_prints_the_ir_after_every_rewrite_pass() {
     let text: String = printed.iter().map(|(pass, ir)| format!("// IR after {pass}\n{ir}\n")).collect();
     insta::assert_snapshot!("ir_after_each_rewrite_pass", text);
 }
+
+/// A ResNet-style block on `x[2,3,8,8]`: stem 3×3 conv → BatchNorm (its own parameters, with a
+/// nonzero shift) → Relu = `s`; conv `a` 1×1 → BatchNorm → Relu → conv `b` 3×3 → BatchNorm,
+/// added to `s` → Relu → head 1×1 conv (6 channels). The two BatchNorms of the block share their
+/// parameter tensors, as an exporter shares equal constants (zero shift).
+fn residual_block() -> Vec<u8> {
+    use spartac::ir::{DType, Tensor};
+    use spartac_tests::builder::{fixed, ModelBuilder, A};
+    let w = |shape: &[usize], seed: usize| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|i| (((i * 7 + seed * 13) % 23) as f32 - 11.0) / 20.0).collect())
+    };
+    let per_channel = |f: &dyn Fn(usize) -> f32| Tensor::from_vec(vec![8], (0..8).map(f).collect());
+    let pad = || vec![("pads", A::Is(vec![1, 1, 1, 1]))];
+    let bn = |name: &str, x: &str, p: [&str; 4], y: &str| {
+        (name.to_string(), x.to_string(), p.map(String::from), y.to_string())
+    };
+    let mut b = ModelBuilder::new("residual", 18)
+        .input("x", DType::F32, &fixed(&[2, 3, 8, 8]))
+        .output("y", DType::F32, &fixed(&[2, 6, 8, 8]))
+        .init("ws", &w(&[8, 3, 3, 3], 1))
+        .init("wa", &w(&[8, 8, 1, 1], 2))
+        .init("wb", &w(&[8, 8, 3, 3], 3))
+        .init("wh", &w(&[6, 8, 1, 1], 4))
+        .init("st.scale", &per_channel(&|c| 0.8 + c as f32 / 10.0))
+        .init("st.beta", &per_channel(&|c| 0.3 - c as f32 / 20.0))
+        .init("st.mean", &per_channel(&|c| 0.1 * c as f32 - 0.2))
+        .init("st.var", &per_channel(&|c| 0.5 + c as f32 / 8.0))
+        .init("sh.scale", &per_channel(&|c| 1.2 - c as f32 / 16.0))
+        .init("sh.zero", &per_channel(&|_| 0.0))
+        .init("sh.var", &per_channel(&|c| 0.9 + c as f32 / 16.0))
+        .node("stem", "Conv", &["x", "ws"], &["c0"], pad())
+        .node("a", "Conv", &["s", "wa"], &["c1"], vec![])
+        .node("b", "Conv", &["a1", "wb"], &["c2"], pad());
+    for (name, x, p, y) in [
+        bn("bn_stem", "c0", ["st.scale", "st.beta", "st.mean", "st.var"], "n0"),
+        bn("bn_a", "c1", ["sh.scale", "sh.zero", "sh.zero", "sh.var"], "n1"),
+        bn("bn_b", "c2", ["sh.scale", "sh.zero", "sh.zero", "sh.var"], "n2"),
+    ] {
+        let ins = [x.as_str(), &p[0], &p[1], &p[2], &p[3]];
+        b = b.node(&name, "BatchNormalization", &ins, &[&y], vec![]);
+    }
+    b.node("relu_s", "Relu", &["n0"], &["s"], vec![])
+        .node("relu_a", "Relu", &["n1"], &["a1"], vec![])
+        .node("residual", "Add", &["n2", "s"], &["r"], vec![])
+        .node("relu_r", "Relu", &["r"], &["rr"], vec![])
+        .node("head", "Conv", &["rr", "wh"], &["y"], vec![])
+        .bytes()
+}
+
+/// The block with half the channels of every conv pruned by `tesa`, propagated.
+fn pruned_block(channel_magnitude: &str) -> Graph {
+    let mut graph = load_model_bytes(&residual_block(), "residual.onnx", &LoadOptions::default()).unwrap();
+    let attrs = format!(r#"{{"tensors": {{"@conv_weights": {{"channel_magnitude": {channel_magnitude}}}}}}}"#);
+    apply_attrs(&mut graph, Some(&TesaAttrs::parse(&attrs).unwrap())).unwrap();
+    zero_pruned_initializers(&mut graph);
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    zero_pruned_initializers(&mut graph);
+    graph
+}
+
+/// The output channels of weight `name` whose filters are all pruned.
+fn dead_filters(graph: &Graph, name: &str) -> Vec<usize> {
+    let v = graph.value(graph.find_value(name).unwrap());
+    let tesa = v.tesa.as_ref().unwrap();
+    let per = v.fact.numel() / v.fact.shape[0];
+    (0..v.fact.shape[0]).filter(|o| (o * per..(o + 1) * per).all(|i| tesa.is_pruned(i))).collect()
+}
+
+/// Independent filter pruning leaves a residual stream mostly whole (a channel is cut only where
+/// the stem and conv `b` both pruned it); coupled pruning picks the same channels for both, so
+/// half the stream is cut. Either way a pruned filter's BatchNorm shift is pruned with it (the
+/// stem's is nonzero: without that its channels would stay live), the BatchNorms sharing their
+/// parameters are cut in copies of their own, and the outputs do not move.
+#[test]
+fn coupled_channel_pruning_cuts_a_residual_stream() {
+    let stream_width = |graph: &Graph| graph.fact(graph.find_value("wh").unwrap()).shape[1];
+    let independent = pruned_block(r#"{"sparsity": 0.5}"#);
+    let coupled = pruned_block(r#"{"sparsity": 0.5, "coupled": true}"#);
+    assert_ne!(dead_filters(&independent, "ws"), dead_filters(&independent, "wb"));
+    assert_eq!(dead_filters(&coupled, "ws"), dead_filters(&coupled, "wb"));
+    assert_eq!(dead_filters(&coupled, "ws").len(), 4);
+    // Coupling does not reach conv `a` (its channels are its own class): ranked alone.
+    assert_eq!(dead_filters(&coupled, "wa"), dead_filters(&independent, "wa"));
+    let mut widths = vec![];
+    for before in [independent, coupled] {
+        let mut graph = before.clone();
+        let report = shrink_channels(&mut graph).unwrap();
+        assert!(worst_gap(&before, &graph) <= 1e-6, "{report:?}");
+        // The shared parameters were copied per BatchNorm and cut: conv a's class is halved.
+        assert_eq!(graph.fact(graph.find_value("wa").unwrap()).shape[0], 4);
+        widths.push(stream_width(&graph));
+        // The whole pipeline (BatchNorms folded into the convs first) cuts the same.
+        let mut prepared = before.clone();
+        let r = spartac::rewrite::prepare_for_lowering(&mut prepared, true).unwrap();
+        assert_eq!(r.shrink.channels_after, report.channels_after, "{r:?}");
+        assert!(worst_gap(&before, &prepared) <= 1e-5);
+    }
+    assert_eq!(widths[1], 4, "coupled pruning cuts half the residual stream");
+    assert!(widths[0] > widths[1], "independent pruning cuts less of it: {widths:?}");
+}

@@ -23,8 +23,8 @@
 //! stay whole).
 //!
 //! A class is left whole (frozen) when one of its values is a graph input or output, is read
-//! or written by an op this pass does not know, or when a weight to cut is shared or not
-//! constant. A class keeps at least one channel (an all-pruned class keeps channel 0, which
+//! or written by an op this pass does not know, or when a weight to cut is not constant. A
+//! weight to cut that other inputs read too is cut in a copy of its own. A class keeps at least one channel (an all-pruned class keeps channel 0, which
 //! is zero).
 
 use super::{gather_tensor, renumber, take_positions};
@@ -94,8 +94,21 @@ const POOLS: &[&str] = &[
     "ReduceMin",
 ];
 
-/// Cuts pruned channels out of `graph` (see the module docs). Run it after propagation.
-pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
+/// The channel structure of a graph: which values carry channels, their classes, what is
+/// frozen, and the weights, groups and shapes to cut with them.
+struct Analysis {
+    chan: Vec<bool>,
+    classes: Classes,
+    frozen: Vec<bool>,
+    cuts: Vec<Cut>,
+    groups: Vec<(usize, ValueId)>,
+    reshapes: Vec<(usize, ValueId)>,
+    concats: Vec<(Vec<ValueId>, ValueId)>,
+}
+
+/// Finds the channel classes of `graph` and what reads and writes them (see the module docs).
+/// Structural only: nothing here looks at TeSA.
+fn analyze(graph: &Graph) -> Analysis {
     let n_values = graph.values.len();
     let mut chan = vec![false; n_values];
     for (i, v) in graph.values.iter().enumerate() {
@@ -264,17 +277,18 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
             _ => freeze_all(&mut frozen),
         }
     }
-    // A weight to cut must be read by its node alone.
+    Analysis { chan, classes, frozen, cuts, groups, reshapes, concats }
+}
+
+/// Cuts pruned channels out of `graph` (see the module docs). Run it after propagation.
+pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
+    let Analysis { chan, mut classes, frozen, cuts, groups, reshapes, concats } = analyze(graph);
+    // A weight to cut that other inputs read too (exporters share equal constants, such as the
+    // BatchNorm parameters of a freshly initialized model) is cut in a copy of its own.
     let mut readers: HashMap<ValueId, usize> = HashMap::new();
     for node in &graph.nodes {
         for v in node.inputs.iter().flatten() {
             *readers.entry(*v).or_default() += 1;
-        }
-    }
-    for cut in &cuts {
-        let w = graph.nodes[cut.node].inputs[cut.input].expect("cut input");
-        if readers[&w] > 1 {
-            frozen[cut.class_value.index()] = true;
         }
     }
     // Classes: members, frozen, channel count, live channels.
@@ -327,6 +341,7 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
         keep.insert(root, kept);
     }
     // Weights first (their cuts read the class's channel list), then the values.
+    let mut copied: Vec<ValueId> = vec![];
     for cut in &cuts {
         let root = classes.find(cut.class_value.index());
         let kept = &keep[&root];
@@ -338,10 +353,26 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
         let (shape, positions) = take_positions(t.shape(), cut.axis, kept);
         report.weight_elements_before += t.len();
         report.weight_elements_after += positions.len();
+        let w = if readers.get(&w).copied().unwrap_or(0) > 1 {
+            copied.push(w);
+            let name = super::fresh_name(graph, &format!("{}.cut", graph.value(w).name));
+            let copy = graph.add_value(name, graph.fact(w).clone(), ValueKind::Initializer);
+            graph.values[copy.index()].tesa = graph.value(w).tesa.clone();
+            graph.nodes[cut.node].inputs[cut.input] = Some(copy);
+            copy
+        } else {
+            w
+        };
         let value = &mut graph.values[w.index()];
         value.tesa = value.tesa.as_ref().map(|tesa| tesa.gather(&shape, &positions));
         value.fact = ValueFact::new(t.dtype(), shape.clone());
         graph.initializers.insert(w, Initializer::Dense(gather_tensor(&t, shape, &positions)));
+    }
+    // A shared weight every reader of which got its own copy is gone.
+    for w in copied {
+        if !graph.nodes.iter().any(|n| n.inputs.contains(&Some(w))) {
+            graph.initializers.remove(&w);
+        }
     }
     for (&root, vals) in &members {
         let kept = &keep[&root];
@@ -441,4 +472,71 @@ fn reduce_axes(graph: &Graph, node: &crate::ir::Node) -> Option<Vec<usize>> {
         return None;
     }
     Some(axes)
+}
+
+/// The channels that [`shrink_channels`] can only cut together (structured pruning's coupled
+/// groups): channel `c` of every value of a channel class is one unit, and a Concat along the
+/// channels joins channel `c` of its input `i` with channel `offset_i + c` of its output. A
+/// group is the set of units so joined. Structural only, like the classes.
+pub struct CoupledChannels {
+    /// Per value: its class's first unit (which names the class) and width (values that carry
+    /// no channels: `None`).
+    unit0: Vec<Option<(usize, usize)>>,
+    /// Per unit: its group (a representative unit).
+    group: Vec<usize>,
+}
+
+impl CoupledChannels {
+    /// The group of channel `channel` of `value`; `None` when it carries no channels.
+    pub fn group(&self, value: ValueId, channel: usize) -> Option<usize> {
+        let (first, width) = self.unit0.get(value.index()).copied().flatten()?;
+        (channel < width).then(|| self.group[first + channel])
+    }
+
+    /// The channel class of `value` (an id shared by the values of one class).
+    pub fn class(&self, value: ValueId) -> Option<usize> {
+        self.unit0.get(value.index()).copied().flatten().map(|(first, _)| first)
+    }
+}
+
+/// The coupled channel groups of `graph` (see [`CoupledChannels`]).
+pub fn coupled_channels(graph: &Graph) -> CoupledChannels {
+    let Analysis { chan, mut classes, concats, .. } = analyze(graph);
+    let mut unit0 = vec![None; graph.values.len()];
+    let mut first: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut n_units = 0;
+    for (i, c) in chan.iter().enumerate() {
+        if !*c {
+            continue;
+        }
+        let root = classes.find(i);
+        let width = graph.values[root].fact.shape.get(1).copied().unwrap_or(0);
+        let at = *first.entry(root).or_insert_with(|| {
+            n_units += width;
+            (n_units - width, width)
+        });
+        // A member wider than its class's root (the pass keeps such a class whole) has no units.
+        if graph.values[i].fact.shape.get(1) == Some(&width) {
+            unit0[i] = Some(at);
+        }
+    }
+    let mut units = Classes { parent: (0..n_units).collect() };
+    for (xs, y) in &concats {
+        let Some((y0, y_width)) = unit0[y.index()] else { continue };
+        let parts: Option<Vec<(usize, usize)>> = xs.iter().map(|x| unit0[x.index()]).collect();
+        let Some(parts) = parts else { continue };
+        let width: usize = parts.iter().map(|p| p.1).sum();
+        if width != y_width || parts.iter().any(|p| p.0 == y0) {
+            continue;
+        }
+        let mut offset = 0;
+        for (x0, n) in &parts {
+            for c in 0..*n {
+                units.union(x0 + c, y0 + offset + c);
+            }
+            offset += n;
+        }
+    }
+    let group = (0..n_units).map(|u| units.find(u)).collect();
+    CoupledChannels { unit0, group }
 }

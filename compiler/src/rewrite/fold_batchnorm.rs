@@ -186,6 +186,13 @@ fn batchnorm_to_affine(graph: &mut Graph) -> Result<usize, Error> {
             ValueFact::new(xf.dtype, xf.shape.clone()),
             ValueKind::NodeOutput(crate::ir::NodeId(bn as u32)),
         );
+        // `x · a` is zero wherever `x` is pruned (so `shrink_channels` still sees the channel
+        // pruned through the affine).
+        graph.values[scaled.index()].tesa = graph.value(x).tesa.as_ref().map(|t| {
+            let mut tesa = crate::ir::tesa::Tesa::for_dtype(&xf.shape, xf.dtype);
+            tesa.prune_bits(&t.pruned_bits());
+            tesa
+        });
         let node = &mut graph.nodes[bn];
         let mut mul = node.clone();
         (mul.name, mul.op_type, mul.attrs) = (format!("{name}.mul"), "Mul".into(), Default::default());

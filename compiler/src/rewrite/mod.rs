@@ -26,7 +26,7 @@ pub mod merge_matmuls;
 pub mod narrow_broadcasts;
 pub mod sink_transposes;
 
-pub use channels::{shrink_channels, ShrinkReport};
+pub use channels::{coupled_channels, shrink_channels, CoupledChannels, ShrinkReport};
 pub use fold_batchnorm::{fold_batchnorm, FoldReport};
 pub use half::{to_half, HalfReport};
 pub use layout::{channels_last, channels_last_with, LayoutReport};

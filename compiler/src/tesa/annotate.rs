@@ -10,6 +10,7 @@ use super::masks::{block_magnitude_mask, nm_mask};
 use super::{ElemAttr, Tesa};
 use crate::ir::{Graph, ValueId};
 use crate::Error;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::TesaAttrs(msg.into())
@@ -159,6 +160,7 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
             chosen[id.index()] = Some((key, spec, usize::MAX));
         }
     }
+    let coupled = coupled_channel_masks(graph, &chosen);
     for (index, choice) in chosen.into_iter().enumerate() {
         let Some((key, spec, _)) = choice else { continue };
         let v = &graph.values[index];
@@ -166,7 +168,8 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
         let values =
             init_ids.iter().find(|id| id.index() == index).map(|id| graph.initializers[id].to_dense().to_f64_vec());
         let reduction = reduction_axis(graph, ValueId(index as u32));
-        apply_spec(&mut tesa, spec, values.as_deref(), reduction).map_err(|msg| {
+        let dead_channels = coupled.get(&ValueId(index as u32)).map(Vec::as_slice);
+        apply_spec(&mut tesa, spec, values.as_deref(), reduction, dead_channels).map_err(|msg| {
             let from = if key == v.name { String::new() } else { format!(" (from {key:?})") };
             bad(format!("{:?}{from}: {msg}", v.name))
         })?;
@@ -179,7 +182,8 @@ pub fn apply_attrs(graph: &mut Graph, attrs: Option<&TesaAttrs>) -> Result<(), E
 }
 
 /// For every Conv or Gemm (weight `[out, ...]`, bias input 2) reading `weight`: prunes
-/// the bias of each output channel whose weights are all pruned.
+/// the bias of each output channel whose weights are all pruned, and the shift of a
+/// BatchNormalization right after such a Conv.
 fn prune_bias_of_dead_channels(graph: &mut Graph, weight: ValueId) {
     let Some(w) = graph.value(weight).tesa.clone() else { return };
     let Some(&n_out) = w.shape().first() else { return };
@@ -194,7 +198,21 @@ fn prune_bias_of_dead_channels(graph: &mut Graph, weight: ValueId) {
         })
         .filter_map(|n| n.inputs.get(2).copied().flatten())
         .collect();
-    for b in biases {
+    // A Conv whose output goes straight into a BatchNormalization: that channel's shift too
+    // (its `B` and `input_mean`), so that the channel is zero after the normalization as well.
+    // Parameters other inputs share stay whole (pruning them would change the other readers).
+    let readers = |v: ValueId| graph.nodes.iter().flat_map(|n| &n.inputs).filter(|i| **i == Some(v)).count();
+    let mut shifts = vec![];
+    for conv in graph.nodes.iter().filter(|n| n.op_type == "Conv" && n.inputs.get(1) == Some(&Some(weight))) {
+        let y = conv.outputs[0];
+        let mut after = graph.nodes.iter().filter(|n| n.inputs.contains(&Some(y)));
+        let (Some(bn), None) = (after.next(), after.next()) else { continue };
+        if bn.op_type != "BatchNormalization" || bn.inputs.first() != Some(&Some(y)) {
+            continue;
+        }
+        shifts.extend([2, 3].iter().filter_map(|&i| bn.inputs.get(i).copied().flatten()).filter(|&p| readers(p) == 1));
+    }
+    for b in biases.into_iter().chain(shifts) {
         let v = &mut graph.values[b.index()];
         if v.fact.numel() != n_out {
             continue;
@@ -230,13 +248,104 @@ pub fn reduction_axis(graph: &Graph, weight: ValueId) -> Option<usize> {
     axes.all(|a| a == first).then_some(first)
 }
 
+/// Channels a coupled pruning keeps in a class of `n`: `(1 - sparsity) · n`, rounded up to a
+/// multiple of [`CHANNEL_ALIGN`] (at most `n`) so that the cut layers keep tensor-core
+/// friendly widths; fewer than [`CHANNEL_ALIGN`] stay as they are.
+pub(crate) fn kept_channels(n: usize, sparsity: f64) -> usize {
+    let k = ((1.0 - sparsity) * n as f64).round() as usize;
+    if k < CHANNEL_ALIGN {
+        return k;
+    }
+    k.div_ceil(CHANNEL_ALIGN).saturating_mul(CHANNEL_ALIGN).min(n)
+}
+
+/// The channel multiple a coupled pruning keeps (8 half-precision channels: one 16-byte row
+/// chunk, one tensor-core k step).
+pub const CHANNEL_ALIGN: usize = 8;
+
+/// The output channels a coupled `channel_magnitude` prunes, per Conv weight it picks.
+///
+/// Each picked weight's filters are scored by their L1 norm over the weight's mean filter
+/// norm (so that layers of different scales weigh alike); a coupled group
+/// ([`crate::rewrite::coupled_channels`]: the same channel of every conv writing one channel
+/// class, the parts of a Concat) scores the sum over the picked convs writing it. In each
+/// class written by picked convs, the groups with the lowest scores are pruned in every
+/// picked weight writing them, keeping [`kept_channels`] of the class (at the largest
+/// `sparsity` among its weights). A weight that is not the single Conv weight of its reader,
+/// or whose output carries no channel classes, is left out (it is ranked alone).
+fn coupled_channel_masks(graph: &Graph, chosen: &[Option<(&str, &TensorSpec, usize)>]) -> HashMap<ValueId, Vec<bool>> {
+    let picks: Vec<(ValueId, f64)> = chosen
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let (_, spec, _) = c.as_ref()?;
+            spec.prune.iter().find_map(|p| match p {
+                PruneSpec::ChannelMagnitude { sparsity, coupled: true, .. } => Some((ValueId(i as u32), *sparsity)),
+                _ => None,
+            })
+        })
+        .filter(|(w, _)| graph.initializers.contains_key(w))
+        .collect();
+    if picks.is_empty() {
+        return HashMap::new();
+    }
+    let coupled = crate::rewrite::coupled_channels(graph);
+    // Per weight: the group of each output channel. Per group: its score and class.
+    let mut writes: Vec<(ValueId, Vec<usize>)> = vec![];
+    let mut score: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut class_of: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut budget: BTreeMap<usize, f64> = BTreeMap::new();
+    for (w, sparsity) in picks {
+        let mut readers = graph.nodes.iter().filter(|n| n.inputs.contains(&Some(w)));
+        let (Some(node), None) = (readers.next(), readers.next()) else { continue };
+        if node.op_type != "Conv" || node.inputs.get(1) != Some(&Some(w)) || node.inputs.first() == Some(&Some(w)) {
+            continue;
+        }
+        let y = node.outputs[0];
+        let Some(class) = coupled.class(y) else { continue };
+        let values = graph.initializers[&w].to_dense().to_f64_vec();
+        let c_out = graph.fact(w).shape.first().copied().unwrap_or(0);
+        let Some(groups) = (0..c_out).map(|o| coupled.group(y, o)).collect::<Option<Vec<usize>>>() else { continue };
+        let per = values.len() / c_out.max(1);
+        let norms: Vec<f64> = values.chunks(per.max(1)).map(|f| f.iter().map(|v| v.abs()).sum()).collect();
+        let mean = norms.iter().sum::<f64>() / c_out.max(1) as f64;
+        for (o, &g) in groups.iter().enumerate() {
+            *score.entry(g).or_default() += if mean > 0.0 { norms[o] / mean } else { 0.0 };
+            class_of.entry(g).or_insert(class);
+        }
+        let b = budget.entry(class).or_default();
+        *b = b.max(sparsity);
+        writes.push((w, groups));
+    }
+    let mut by_class: BTreeMap<usize, Vec<(f64, usize)>> = BTreeMap::new();
+    for (&g, &s) in &score {
+        by_class.entry(class_of[&g]).or_default().push((s, g));
+    }
+    let mut dead: HashSet<usize> = HashSet::new();
+    for (class, mut groups) in by_class {
+        groups.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let n_prune = groups.len() - kept_channels(groups.len(), budget[&class]);
+        dead.extend(groups.iter().take(n_prune).map(|(_, g)| *g));
+    }
+    writes
+        .into_iter()
+        .map(|(w, groups)| {
+            let per = graph.fact(w).numel() / groups.len().max(1);
+            let mask = groups.iter().flat_map(|g| std::iter::repeat_n(dead.contains(g), per)).collect();
+            (w, mask)
+        })
+        .collect()
+}
+
 /// Joins one spec into `tesa`; `values` are the initializer's (None for other tensors);
-/// `reduction` the axis a MatMul/Gemm reading it reduces over (the default axis of `nm`).
+/// `reduction` the axis a MatMul/Gemm reading it reduces over (the default axis of `nm`);
+/// `coupled` the element mask a coupled `channel_magnitude` decided for it, if any.
 fn apply_spec(
     tesa: &mut Tesa,
     spec: &TensorSpec,
     values: Option<&[f64]>,
     reduction: Option<usize>,
+    coupled: Option<&[bool]>,
 ) -> Result<(), String> {
     let shape = tesa.shape().to_vec();
     if spec.bits.is_some() || spec.format.is_some() {
@@ -257,6 +366,9 @@ fn apply_spec(
                     return Err(format!("nm axis {axis} is out of range for shape {shape:?}"));
                 }
                 nm_mask(v, &shape, *n, *m, axis)
+            }
+            (PruneSpec::ChannelMagnitude { coupled: true, .. }, Some(_)) if coupled.is_some() => {
+                coupled.expect("checked").to_vec()
             }
             (PruneSpec::ChannelMagnitude { sparsity, .. }, Some(v)) => channel_magnitude_mask(v, &shape, *sparsity),
             (PruneSpec::Mask(m), _) => {

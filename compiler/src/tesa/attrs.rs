@@ -15,7 +15,9 @@
 //! - `prune: "zeros"`: nothing beyond the zeros (the default).
 //! - `block_magnitude {block, sparsity}`: the `sparsity` fraction of blocks with the
 //!   smallest L1 norm. `channel_magnitude {sparsity}`: the same for output channels
-//!   (axis 0). `nm [n, m]`: keep the `n` largest of every `m` consecutive elements of
+//!   (axis 0); with `"coupled": true` a Conv's channels are ranked and pruned together
+//!   with the channels they are coupled to (one residual stream, a Concat's parts), so
+//!   that `shrink_channels` can cut them. `nm [n, m]`: keep the `n` largest of every `m` consecutive elements of
 //!   the last axis. These need values, so they apply to initializers only.
 //! - `mask`: an element mask of the tensor's shape, **1 = keep, 0 = pruned**: nested
 //!   arrays of 0/1 (or booleans) or `{"npy": "file.npy"}` (any bool, int or float
@@ -89,10 +91,15 @@ pub enum PruneSpec {
     },
     /// Output channels (axis-0 slices) with the smallest L1 norm, up to `sparsity`;
     /// with `bias`, the same channels of the bias of every Conv/Gemm reading the weight
-    /// are pruned too (removing a channel removes its bias).
+    /// are pruned too, and the shift (`B`, `input_mean`) of a BatchNormalization right
+    /// after such a Conv (removing a channel removes its bias and its normalization). With `coupled`, a Conv
+    /// weight's channels are ranked with the channels they are coupled to (the same
+    /// channel of every conv writing one residual stream, a Concat's parts): see
+    /// [`super::annotate`].
     ChannelMagnitude {
         sparsity: f64,
         bias: bool,
+        coupled: bool,
     },
     /// An element mask of the tensor's shape.
     Mask(KeepMask),
@@ -205,16 +212,21 @@ fn parse_spec(obj: &Map<String, Json>, dir: &Path) -> Result<TensorSpec, String>
                 }
             }
             "channel_magnitude" => {
-                let bias = match v.get("bias") {
-                    None => Some(true),
+                let flag = |key: &str, default: bool| match v.get(key) {
+                    None => Some(default),
                     Some(b) => b.as_bool(),
                 };
-                let known = v.as_object().is_some_and(|o| o.keys().all(|k| k == "sparsity" || k == "bias"));
-                match (v.get("sparsity").and_then(|s| s.as_f64()), bias) {
-                    (Some(sparsity), Some(bias)) if known && (0.0..=1.0).contains(&sparsity) => {
-                        spec.prune.push(PruneSpec::ChannelMagnitude { sparsity, bias })
+                let known = v
+                    .as_object()
+                    .is_some_and(|o| o.keys().all(|k| matches!(k.as_str(), "sparsity" | "bias" | "coupled")));
+                match (v.get("sparsity").and_then(|s| s.as_f64()), flag("bias", true), flag("coupled", false)) {
+                    (Some(sparsity), Some(bias), Some(coupled)) if known && (0.0..=1.0).contains(&sparsity) => {
+                        spec.prune.push(PruneSpec::ChannelMagnitude { sparsity, bias, coupled })
                     }
-                    _ => return Err("channel_magnitude expects {\"sparsity\": 0..1, \"bias\": true|false}".into()),
+                    _ => return Err(
+                        "channel_magnitude expects {\"sparsity\": 0..1, \"bias\": true|false, \"coupled\": true|false}"
+                            .into(),
+                    ),
                 }
             }
             "nm" => {

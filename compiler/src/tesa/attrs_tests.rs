@@ -352,3 +352,26 @@ fn magnitude_pruning_needs_an_initializer_but_masks_do_not() {
     let t = g.values[x.index()].tesa.clone().unwrap();
     assert_eq!((pruned(&t), t.max_bits()), (vec![1, 3], 8));
 }
+
+#[test]
+fn coupled_channel_magnitude_parses_and_falls_back_outside_a_conv() {
+    // A weight no Conv reads has no coupled channels: it is ranked alone, as without the flag.
+    let coupled =
+        apply_one(r#"{"tensors": {"w": {"channel_magnitude": {"sparsity": 0.5, "coupled": true}}}}"#, &[4, 2]);
+    let alone = apply_one(r#"{"tensors": {"w": {"channel_magnitude": {"sparsity": 0.5}}}}"#, &[4, 2]);
+    assert_eq!(pruned(&coupled.unwrap()), pruned(&alone.unwrap()));
+    let e = err(r#"{"tensors": {"w": {"channel_magnitude": {"sparsity": 0.5, "coupled": 1}}}}"#, &[4, 2]);
+    assert!(e.contains("\"coupled\": true|false"), "{e}");
+}
+
+#[test]
+fn coupled_pruning_keeps_aligned_widths() {
+    use crate::tesa::annotate::{kept_channels, CHANNEL_ALIGN};
+    assert_eq!(CHANNEL_ALIGN, 8);
+    // (class width, sparsity) → channels kept.
+    for (n, s, kept) in
+        [(64, 0.5, 32), (120, 0.5, 64), (144, 0.5, 72), (8, 0.5, 4), (12, 0.5, 6), (30, 0.5, 16), (16, 1.0, 0)]
+    {
+        assert_eq!(kept_channels(n, s), kept, "{n} channels at {s}");
+    }
+}
