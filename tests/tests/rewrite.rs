@@ -234,3 +234,61 @@ fn coupled_channel_pruning_cuts_a_residual_stream() {
     assert_eq!(widths[1], 4, "coupled pruning cuts half the residual stream");
     assert!(widths[0] > widths[1], "independent pruning cuts less of it: {widths:?}");
 }
+
+/// `x[2,3,8,8]` → conv `a` 1×1 (16) → Relu → grouped 3×3 conv (16 → 16, 4 groups) → Relu →
+/// conv `c` 1×1 (8), the output: RegNet's and ResNeXt's bottleneck without its residual.
+fn grouped_block() -> Vec<u8> {
+    use spartac::ir::{DType, Tensor};
+    use spartac_tests::builder::{fixed, ModelBuilder, A};
+    let w = |shape: &[usize], seed: usize| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|i| (((i * 5 + seed * 11) % 19) as f32 - 9.0) / 16.0).collect())
+    };
+    ModelBuilder::new("grouped", 18)
+        .input("x", DType::F32, &fixed(&[2, 3, 8, 8]))
+        .output("y", DType::F32, &fixed(&[2, 8, 8, 8]))
+        .init("wa", &w(&[16, 3, 1, 1], 1))
+        .init("wg", &w(&[16, 4, 3, 3], 2))
+        .init("wc", &w(&[8, 16, 1, 1], 3))
+        .node("a", "Conv", &["x", "wa"], &["ca"], vec![])
+        .node("relu_a", "Relu", &["ca"], &["ra"], vec![])
+        .node("g", "Conv", &["ra", "wg"], &["cg"], vec![("group", A::I(4)), ("pads", A::Is(vec![1, 1, 1, 1]))])
+        .node("relu_g", "Relu", &["cg"], &["rg"], vec![])
+        .node("c", "Conv", &["rg", "wc"], &["y"], vec![])
+        .bytes()
+}
+
+/// Coupled pruning drops whole groups of a grouped convolution (its inputs, from conv `a`, and
+/// its outputs together); the shrink keeps the groups left, in order, and the outputs do not
+/// move. Filters pruned one by one (not coupled) leave every group live: nothing is cut there.
+#[test]
+fn grouped_convolutions_are_cut_by_whole_groups() {
+    let load = |tesa: &str| {
+        let mut graph = load_model_bytes(&grouped_block(), "grouped.onnx", &LoadOptions::default()).unwrap();
+        let attrs = format!(r#"{{"tensors": {{"@conv_weights": {{"channel_magnitude": {tesa}}}}}}}"#);
+        apply_attrs(&mut graph, Some(&TesaAttrs::parse(&attrs).unwrap())).unwrap();
+        zero_pruned_initializers(&mut graph);
+        propagate(&mut graph, &PropagateOptions::default()).unwrap();
+        zero_pruned_initializers(&mut graph);
+        graph
+    };
+    let coupled = load(r#"{"sparsity": 0.5, "coupled": true}"#);
+    // Two of the four groups, each as its 4 filters of `a` and its 4 filters of the grouped conv.
+    let (dead_a, dead_g) = (dead_filters(&coupled, "wa"), dead_filters(&coupled, "wg"));
+    assert_eq!(dead_a, dead_g);
+    assert_eq!(dead_a.len(), 8);
+    assert!(dead_a.chunks(4).all(|g| g[0] % 4 == 0 && g.windows(2).all(|p| p[1] == p[0] + 1)), "{dead_a:?}");
+    let mut graph = coupled.clone();
+    shrink_channels(&mut graph).unwrap();
+    let g = graph.nodes.iter().find(|n| n.name == "g").unwrap();
+    assert_eq!(g.attrs.int("group", 1).unwrap(), 2);
+    assert_eq!(graph.fact(g.inputs[1].unwrap()).shape, vec![8, 4, 3, 3]);
+    assert_eq!(graph.fact(graph.find_value("wc").unwrap()).shape, vec![8, 8, 1, 1]);
+    assert!(worst_gap(&coupled, &graph) <= 1e-6);
+    let alone = load(r#"{"sparsity": 0.5}"#);
+    let mut graph = alone.clone();
+    shrink_channels(&mut graph).unwrap();
+    let g = graph.nodes.iter().find(|n| n.name == "g").unwrap();
+    assert_eq!(g.attrs.int("group", 1).unwrap(), 4);
+    assert!(worst_gap(&alone, &graph) <= 1e-6);
+}

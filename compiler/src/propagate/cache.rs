@@ -25,7 +25,7 @@ use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
 /// Bumped when the meaning or layout of an entry changes: old entries then miss.
-const KEY_FORMAT: &str = "spartac-propagate-2";
+const KEY_FORMAT: &str = "spartac-propagate-3";
 /// The first bytes of an entry.
 const MAGIC: &[u8; 8] = b"SPTAPROP";
 

@@ -19,8 +19,10 @@
 //! channels does not join its inputs' classes: output channel `offset_i + c` *is* channel `c`
 //! of input `i`, so the two are cut together or kept together, across the classes (a
 //! fixpoint: a channel live on either side is kept on both; SqueezeNet's fire modules, a
-//! DenseNet block's growing Concats). A Concat along another axis is channel-wise. Grouped convolutions other than depthwise ones are not cut (their classes
-//! stay whole).
+//! DenseNet block's growing Concats). A Concat along another axis is channel-wise. A grouped
+//! convolution (other than a depthwise one) is cut by whole groups: a group stays, input and
+//! output channels, when any of its channels is live, and the kept groups keep their order
+//! (RegNet's and ResNeXt's grouped 3×3 convolutions).
 //!
 //! A class is left whole (frozen) when one of its values is a graph input or output, is read
 //! or written by an op this pass does not know, or when a weight to cut is not constant. A
@@ -102,6 +104,8 @@ struct Analysis {
     frozen: Vec<bool>,
     cuts: Vec<Cut>,
     groups: Vec<(usize, ValueId)>,
+    /// Grouped convolutions (not depthwise): node, input, output, groups.
+    grouped: Vec<(usize, ValueId, ValueId, usize)>,
     reshapes: Vec<(usize, ValueId)>,
     concats: Vec<(Vec<ValueId>, ValueId)>,
 }
@@ -118,6 +122,7 @@ fn analyze(graph: &Graph) -> Analysis {
     let mut frozen = vec![false; n_values];
     let mut cuts: Vec<Cut> = vec![];
     let mut groups: Vec<(usize, ValueId)> = vec![];
+    let mut grouped: Vec<(usize, ValueId, ValueId, usize)> = vec![];
     let mut reshapes: Vec<(usize, ValueId)> = vec![];
     // Concats along the channels: (inputs, output); their classes are tied channel by channel.
     let mut concats: Vec<(Vec<ValueId>, ValueId)> = vec![];
@@ -167,6 +172,14 @@ fn analyze(graph: &Graph) -> Analysis {
                         cuts.push(Cut { node: ni, input: 2, axis: 0, class_value: y });
                     }
                     groups.push((ni, y));
+                } else if group > 1 && c_in % group == 0 && c_out % group == 0 && chan[x.index()] {
+                    // Cut by whole groups only (see `keep_whole_groups`): the filters go with
+                    // the output class, each filter's inputs stay those of its group.
+                    cuts.push(Cut { node: ni, input: 1, axis: 0, class_value: y });
+                    if bias.is_some() {
+                        cuts.push(Cut { node: ni, input: 2, axis: 0, class_value: y });
+                    }
+                    grouped.push((ni, x, y, group));
                 } else {
                     freeze_all(&mut frozen);
                 }
@@ -277,12 +290,14 @@ fn analyze(graph: &Graph) -> Analysis {
             _ => freeze_all(&mut frozen),
         }
     }
-    Analysis { chan, classes, frozen, cuts, groups, reshapes, concats }
+    Analysis { chan, classes, frozen, cuts, groups, grouped, reshapes, concats }
 }
 
 /// Cuts pruned channels out of `graph` (see the module docs). Run it after propagation.
 pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
-    let Analysis { chan, mut classes, frozen, cuts, groups, reshapes, concats } = analyze(graph);
+    let Analysis { chan, mut classes, frozen, cuts, groups, grouped, reshapes, concats } = analyze(graph);
+    let before_width: HashMap<usize, usize> =
+        grouped.iter().map(|&(ni, _, y, _)| (ni, graph.fact(y).shape[1])).collect();
     // A weight to cut that other inputs read too (exporters share equal constants, such as the
     // BatchNorm parameters of a freshly initialized model) is cut in a copy of its own.
     let mut readers: HashMap<ValueId, usize> = HashMap::new();
@@ -326,7 +341,13 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
         }
         lives.insert(root, live);
     }
-    tie_concats(&concats, &mut classes, &mut lives);
+    // Concat ties and whole groups, until neither keeps another channel.
+    loop {
+        tie_concats(&concats, &mut classes, &mut lives);
+        if !keep_whole_groups(&grouped, &mut classes, &mut lives) {
+            break;
+        }
+    }
     let mut keep: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut report = ShrinkReport { classes: members.len(), ..Default::default() };
     for &root in members.keys() {
@@ -390,6 +411,12 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
         let c = graph.fact(y).shape[1] as i64;
         graph.nodes[ni].attrs.insert("group", Attr::Int(c));
     }
+    for &(ni, _, y, group) in &grouped {
+        // The channels a group had before, over the whole groups kept.
+        let c_before = before_width[&ni];
+        let kept = graph.fact(y).shape[1] / (c_before / group);
+        graph.nodes[ni].attrs.insert("group", Attr::Int(kept as i64));
+    }
     for (ni, y) in reshapes {
         let shape: Vec<i64> = graph.fact(y).shape.iter().map(|&d| d as i64).collect();
         let old = graph.nodes[ni].inputs[1].expect("reshape shape");
@@ -402,6 +429,36 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
     }
     renumber(graph)?;
     Ok(report)
+}
+
+/// A grouped convolution is cut by whole groups: group `g` (its input channels
+/// `g·cin_g..(g+1)·cin_g` and its output channels `g·cout_g..`) stays when any of those
+/// channels is live, and then all of them are; the groups kept keep their order, so each kept
+/// filter still reads its own group's inputs. Returns true when a channel came back to life.
+fn keep_whole_groups(
+    grouped: &[(usize, ValueId, ValueId, usize)],
+    classes: &mut Classes,
+    lives: &mut HashMap<usize, Vec<bool>>,
+) -> bool {
+    let mut changed = false;
+    for &(_, x, y, group) in grouped {
+        let (rx, ry) = (classes.find(x.index()), classes.find(y.index()));
+        let (wi, wo) = (lives[&rx].len() / group, lives[&ry].len() / group);
+        for g in 0..group {
+            let live =
+                lives[&rx][g * wi..(g + 1) * wi].contains(&true) || lives[&ry][g * wo..(g + 1) * wo].contains(&true);
+            if !live {
+                continue;
+            }
+            for (r, w) in [(rx, wi), (ry, wo)] {
+                for l in &mut lives.get_mut(&r).expect("a class")[g * w..(g + 1) * w] {
+                    changed |= !*l;
+                    *l = true;
+                }
+            }
+        }
+    }
+    changed
 }
 
 /// Ties the classes a Concat along the channels joins: channel `c` of input `i` and channel
@@ -476,8 +533,9 @@ fn reduce_axes(graph: &Graph, node: &crate::ir::Node) -> Option<Vec<usize>> {
 
 /// The channels that [`shrink_channels`] can only cut together (structured pruning's coupled
 /// groups): channel `c` of every value of a channel class is one unit, and a Concat along the
-/// channels joins channel `c` of its input `i` with channel `offset_i + c` of its output. A
-/// group is the set of units so joined. Structural only, like the classes.
+/// channels joins channel `c` of its input `i` with channel `offset_i + c` of its output, and a
+/// grouped convolution the input and output channels of each of its groups. A group is the
+/// set of units so joined. Structural only, like the classes.
 pub struct CoupledChannels {
     /// Per value: its class's first unit (which names the class) and width (values that carry
     /// no channels: `None`).
@@ -493,15 +551,15 @@ impl CoupledChannels {
         (channel < width).then(|| self.group[first + channel])
     }
 
-    /// The channel class of `value` (an id shared by the values of one class).
-    pub fn class(&self, value: ValueId) -> Option<usize> {
-        self.unit0.get(value.index()).copied().flatten().map(|(first, _)| first)
+    /// The channel class of `value` (an id shared by the values of one class) and its width.
+    pub fn class(&self, value: ValueId) -> Option<(usize, usize)> {
+        self.unit0.get(value.index()).copied().flatten()
     }
 }
 
 /// The coupled channel groups of `graph` (see [`CoupledChannels`]).
 pub fn coupled_channels(graph: &Graph) -> CoupledChannels {
-    let Analysis { chan, mut classes, concats, .. } = analyze(graph);
+    let Analysis { chan, mut classes, concats, grouped, .. } = analyze(graph);
     let mut unit0 = vec![None; graph.values.len()];
     let mut first: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     let mut n_units = 0;
@@ -535,6 +593,17 @@ pub fn coupled_channels(graph: &Graph) -> CoupledChannels {
                 units.union(x0 + c, y0 + offset + c);
             }
             offset += n;
+        }
+    }
+    // A grouped convolution's group is one unit of cutting, its inputs and outputs together.
+    for &(_, x, y, groups) in &grouped {
+        let (Some((x0, wx)), Some((y0, wy))) = (unit0[x.index()], unit0[y.index()]) else { continue };
+        let (wi, wo) = (wx / groups, wy / groups);
+        for g in 0..groups {
+            let anchor = x0 + g * wi;
+            for u in (x0 + g * wi..x0 + (g + 1) * wi).chain(y0 + g * wo..y0 + (g + 1) * wo) {
+                units.union(anchor, u);
+            }
         }
     }
     let group = (0..n_units).map(|u| units.find(u)).collect();

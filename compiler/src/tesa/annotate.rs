@@ -295,6 +295,8 @@ fn coupled_channel_masks(graph: &Graph, chosen: &[Option<(&str, &TensorSpec, usi
     let mut score: BTreeMap<usize, f64> = BTreeMap::new();
     let mut class_of: BTreeMap<usize, usize> = BTreeMap::new();
     let mut budget: BTreeMap<usize, f64> = BTreeMap::new();
+    // Per class: its width and its channels in each group.
+    let mut sizes: BTreeMap<usize, (usize, BTreeMap<usize, usize>)> = BTreeMap::new();
     for (w, sparsity) in picks {
         let mut readers = graph.nodes.iter().filter(|n| n.inputs.contains(&Some(w)));
         let (Some(node), None) = (readers.next(), readers.next()) else { continue };
@@ -302,7 +304,7 @@ fn coupled_channel_masks(graph: &Graph, chosen: &[Option<(&str, &TensorSpec, usi
             continue;
         }
         let y = node.outputs[0];
-        let Some(class) = coupled.class(y) else { continue };
+        let Some((class, width)) = coupled.class(y) else { continue };
         let values = graph.initializers[&w].to_dense().to_f64_vec();
         let c_out = graph.fact(w).shape.first().copied().unwrap_or(0);
         let Some(groups) = (0..c_out).map(|o| coupled.group(y, o)).collect::<Option<Vec<usize>>>() else { continue };
@@ -315,17 +317,34 @@ fn coupled_channel_masks(graph: &Graph, chosen: &[Option<(&str, &TensorSpec, usi
         }
         let b = budget.entry(class).or_default();
         *b = b.max(sparsity);
+        sizes.entry(class).or_insert_with(|| {
+            let mut per_group: BTreeMap<usize, usize> = BTreeMap::new();
+            for c in 0..width {
+                *per_group.entry(coupled.group(y, c).expect("a channel of the class")).or_default() += 1;
+            }
+            (width, per_group)
+        });
         writes.push((w, groups));
     }
     let mut by_class: BTreeMap<usize, Vec<(f64, usize)>> = BTreeMap::new();
     for (&g, &s) in &score {
         by_class.entry(class_of[&g]).or_default().push((s, g));
     }
+    // The lowest-scoring groups go while the class keeps its share (a grouped convolution's
+    // group takes all its channels of the class with it).
     let mut dead: HashSet<usize> = HashSet::new();
     for (class, mut groups) in by_class {
         groups.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let n_prune = groups.len() - kept_channels(groups.len(), budget[&class]);
-        dead.extend(groups.iter().take(n_prune).map(|(_, g)| *g));
+        let (width, per_group) = &sizes[&class];
+        let target = kept_channels(*width, budget[&class]);
+        let mut kept = *width;
+        for (_, g) in groups {
+            let n = per_group.get(&g).copied().unwrap_or(0);
+            if kept >= target + n {
+                kept -= n;
+                dead.insert(g);
+            }
+        }
     }
     writes
         .into_iter()
