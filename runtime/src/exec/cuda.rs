@@ -42,6 +42,26 @@ pub fn ptx_cache_dir() -> Option<PathBuf> {
     super::cache_root().map(|r| r.join("ptx"))
 }
 
+/// The PTX of every kernel of `program` for `arch` (from the PTX cache where it has them,
+/// compiled in parallel otherwise), in kernel order, with the counts.
+fn program_ptx(program: &Program, arch: &str) -> Result<(Vec<String>, CompileStats), ExecError> {
+    let dir = ptx_cache_dir();
+    let ptxs: Vec<Result<(String, bool), CudaError>> =
+        program.kernels.par_iter().map(|k| cached_ptx(&k.name, &k.source, arch, dir.as_ref())).collect();
+    let mut compile = CompileStats { kernels: program.kernels.len(), ..Default::default() };
+    let mut out = Vec::with_capacity(ptxs.len());
+    for ptx in ptxs {
+        let (ptx, hit) = ptx?;
+        if hit {
+            compile.from_cache += 1;
+        } else {
+            compile.compiled += 1;
+        }
+        out.push(ptx);
+    }
+    Ok((out, compile))
+}
+
 /// What kernel loading did.
 #[derive(Clone, Debug, Default)]
 pub struct CompileStats {
@@ -252,21 +272,54 @@ impl GpuProgram {
         program.verify().map_err(|e| ExecError::Shape(e.to_string()))?;
         dev.bind()?;
         let started = std::time::Instant::now();
-        let dir = ptx_cache_dir();
-        let arch = dev.arch().to_string();
-        let ptxs: Vec<Result<(String, bool), CudaError>> =
-            program.kernels.par_iter().map(|k| cached_ptx(&k.name, &k.source, &arch, dir.as_ref())).collect();
+        let (ptxs, compile) = program_ptx(program, dev.arch())?;
+        Self::load_compiled(dev, program, &ptxs, compile, started)
+    }
+
+    /// [`GpuProgram::load`] on every device of `devs` at once, one thread each (module loads,
+    /// allocations, uploads and graph builds overlap), the kernels compiled to PTX once per
+    /// architecture. The first error, in device order, is returned.
+    pub fn load_all(devs: &[Arc<CudaDevice>], program: &Program) -> Result<Vec<GpuProgram>, ExecError> {
+        program.verify().map_err(|e| ExecError::Shape(e.to_string()))?;
+        let started = std::time::Instant::now();
+        let mut by_arch: HashMap<String, (Vec<String>, CompileStats)> = HashMap::new();
+        for d in devs {
+            if !by_arch.contains_key(d.arch()) {
+                by_arch.insert(d.arch().to_string(), program_ptx(program, d.arch())?);
+            }
+        }
+        let by_arch = &by_arch;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = devs
+                .iter()
+                .map(|d| {
+                    scope.spawn(move || {
+                        d.bind()?;
+                        let (ptxs, compile) = &by_arch[d.arch()];
+                        Self::load_compiled(d.clone(), program, ptxs, compile.clone(), started)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(ExecError::Shape("loading the program panicked".into()))))
+                .collect()
+        })
+    }
+
+    /// Loads the PTX of `program`'s kernels (in kernel order) on `dev`, bound by the caller,
+    /// then allocates, uploads and builds the graph.
+    fn load_compiled(
+        dev: Arc<CudaDevice>,
+        program: &Program,
+        ptxs: &[String],
+        mut compile: CompileStats,
+        started: std::time::Instant,
+    ) -> Result<GpuProgram, ExecError> {
         let mut modules = vec![];
         let mut funcs = vec![];
-        let mut compile = CompileStats { kernels: program.kernels.len(), ..Default::default() };
         for (k, ptx) in program.kernels.iter().zip(ptxs) {
-            let (ptx, hit) = ptx?;
-            if hit {
-                compile.from_cache += 1;
-            } else {
-                compile.compiled += 1;
-            }
-            let m = dev.load_ptx(ptx)?;
+            let m = dev.load_ptx(ptx.clone())?;
             let f =
                 m.load_function(&k.name).map_err(|source| CudaError::Driver { what: "cuModuleGetFunction", source })?;
             if k.smem_bytes > 48 * 1024 {

@@ -4,9 +4,10 @@
 //! executor (the simulation CI checks) or as one CUDA graph relaunched per batch with the
 //! batch's first image as its parameter ([`run_gpu`]).
 //!
-//! Multi-GPU: [`run_gpu_devices`] gives every device its own copy of the program and graph; the
-//! devices take batches from one shared atomic counter (SNIG's scheme). Batches are balanced by
-//! handing the images over in hashed order (`spartac hpec run --hash-inputs`, seed `001_*`).
+//! Multi-GPU: [`run_gpu_devices`] gives every device its own copy of the program and graph,
+//! loaded on all devices at once (`GpuProgram::load_all`); the devices take batches from one
+//! shared atomic counter (SNIG's scheme). Batches are balanced by handing the images over in
+//! hashed order (`spartac hpec run --hash-inputs`, seed `001_*`).
 //!
 //! Compiled layers can be kept on disk ([`compile_cached`]): keyed by the layer's content and
 //! every setting the compile depends on, checksummed, rebuilt when damaged.
@@ -379,8 +380,8 @@ pub fn run_gpu_devices(
     let batch = batch_rows(program);
     let n_batches = compiled.images.div_ceil(batch);
     let started = Instant::now();
-    let mut gps =
-        devs.iter().map(|d| GpuProgram::load(d.clone(), program).map_err(gpu_err)).collect::<HpecResult<Vec<_>>>()?;
+    // Every device loads the program at once (one thread each, the PTX compiled once).
+    let mut gps = GpuProgram::load_all(&devs, program).map_err(gpu_err)?;
     let load_seconds = started.elapsed().as_secs_f64();
     let mut times = vec![];
     let mut timed: Vec<Dealt> = vec![];
