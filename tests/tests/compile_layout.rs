@@ -465,3 +465,84 @@ fn a_row_transpose_before_the_residual_add_runs_in_the_layernorm_kernel() {
     assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
     nvrtc_compiles(&model);
 }
+
+/// A RegNetY-style residual block, each conv followed by a BatchNorm with nonzero shifts: stem
+/// 3×3 (16) → BN → Relu = `s`; 1×1 (16) → BN → Relu → grouped 3×3 (16, 4 groups) → BN → Relu →
+/// 1×1 (16) → BN, added to `s` → Relu → a last 3×3 conv (5).
+fn grouped_residual_block() -> Vec<u8> {
+    let (n, c, hw) = (2, 16, 6);
+    let stat = |k: usize, base: f32| {
+        Tensor::from_vec(vec![c], (0..c).map(|i| base + ((i * 3 + k) % 7) as f32 / 10.0).collect())
+    };
+    let mut b = ModelBuilder::new("grouped_residual", 18)
+        .input("x", DType::F32, &fixed(&[n, 3, hw, hw]))
+        .output("y", DType::F32, &fixed(&[n, 5, hw, hw]))
+        .init("w_stem", &weights(&[c, 3, 3, 3], 1))
+        .init("w_a", &weights(&[c, c, 1, 1], 2))
+        .init("w_g", &weights(&[c, c / 4, 3, 3], 3))
+        .init("w_c", &weights(&[c, c, 1, 1], 4))
+        .init("w_last", &weights(&[5, c, 3, 3], 5));
+    for (i, bn) in ["stem", "a", "g", "c"].iter().enumerate() {
+        b = b
+            .init(&format!("{bn}.scale"), &stat(i, 0.6))
+            .init(&format!("{bn}.beta"), &stat(i + 1, -0.2))
+            .init(&format!("{bn}.mean"), &stat(i + 2, -0.1))
+            .init(&format!("{bn}.var"), &stat(i + 3, 0.5));
+    }
+    let bn = |b: ModelBuilder, name: &str, x: &str, y: &str| {
+        let p = |what: &str| format!("{name}.{what}");
+        b.node(
+            &format!("bn_{name}"),
+            "BatchNormalization",
+            &[x, &p("scale"), &p("beta"), &p("mean"), &p("var")],
+            &[y],
+            vec![],
+        )
+    };
+    b = conv3x3(b, "stem", "x", "w_stem", "c_stem");
+    b = bn(b, "stem", "c_stem", "n_stem").node("relu_stem", "Relu", &["n_stem"], &["s"], vec![]);
+    b = b.node("a", "Conv", &["s", "w_a"], &["c_a"], vec![]);
+    b = bn(b, "a", "c_a", "n_a").node("relu_a", "Relu", &["n_a"], &["r_a"], vec![]);
+    b = b.node(
+        "g",
+        "Conv",
+        &["r_a", "w_g"],
+        &["c_g"],
+        vec![("group", A::I(4)), ("kernel_shape", A::Is(vec![3, 3])), ("pads", A::Is(vec![1, 1, 1, 1]))],
+    );
+    b = bn(b, "g", "c_g", "n_g").node("relu_g", "Relu", &["n_g"], &["r_g"], vec![]);
+    b = b.node("c", "Conv", &["r_g", "w_c"], &["c_c"], vec![]);
+    b = bn(b, "c", "c_c", "n_c").node("residual", "Add", &["n_c", "s"], &["r"], vec![]).node(
+        "relu_r",
+        "Relu",
+        &["r"],
+        &["rr"],
+        vec![],
+    );
+    conv3x3(b, "last", "rr", "w_last", "y").bytes()
+}
+
+/// Coupled pruning of half the channels through the whole compile: the BatchNorms' shifts go
+/// with their pruned filters (else the channels would stay live), the residual stream and the
+/// grouped conv's class are halved (the grouped conv keeps 2 of its 4 groups), and the program
+/// equals the reference of the pruned model; every kernel NVRTC-compiles.
+#[test]
+fn coupled_pruning_halves_a_grouped_residual_block() {
+    let original = load_model_bytes(&grouped_residual_block(), "grouped_residual", &LoadOptions::default()).unwrap();
+    let tesa = r#"{"tensors": {"@conv_weights": {"channel_magnitude": {"sparsity": 0.5, "coupled": true}}}}"#;
+    let attrs = spartac::tesa::attrs::TesaAttrs::parse(tesa).unwrap();
+    let mut graph = original.clone();
+    apply_attrs(&mut graph, Some(&attrs)).unwrap();
+    let pruned = graph.clone();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+    // Stem/residual, `a`/grouped input and grouped output classes: 16 → 8 each; the input (3)
+    // and output (5) classes stay.
+    assert_eq!((report.shrink.shrunk, report.shrink.channels_before, report.shrink.channels_after), (3, 56, 32));
+    let g = graph.nodes.iter().find(|n| n.attrs.int("group", 1).unwrap_or(1) > 1).expect("the grouped conv");
+    assert_eq!(g.attrs.int("group", 1).unwrap(), 2);
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+    assert_compiled_matches(&pruned, &model, &[1, 2], 1e-5, "");
+    nvrtc_compiles(&model);
+}
