@@ -170,7 +170,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         merge_matmuls: !args.no_merge_qkv,
         dense_pointwise_as_conv: args.pointwise_conv,
     };
-    let RewriteReport { narrow, batchnorm, shrink, layout, merge, .. } =
+    let RewriteReport { narrow, batchnorm, shrink, hidden, layout, merge, .. } =
         rewrite_in(&mut graph, &rewrites, &args.dtype, &mut pipeline)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
@@ -237,6 +237,14 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
                     shrink.weight_elements_before,
                     shrink.weight_elements_after
                 )
+            },
+        ),
+        (
+            "MLP hidden units".into(),
+            if hidden.shrunk == 0 {
+                "none cut".to_string()
+            } else {
+                format!("{} → {} in {} of {} chains", hidden.units_before, hidden.units_after, hidden.shrunk, hidden.chains)
             },
         ),
         (
@@ -338,6 +346,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "merged_sets": merge.sets,
             "channels_before": shrink.channels_before,
             "channels_after": shrink.channels_after,
+            "hidden_units": [hidden.units_before, hidden.units_after],
             "pointwise_convs": layout.pointwise,
             "folded_batchnorms": batchnorm.folded,
             "affine_batchnorms": batchnorm.affine,

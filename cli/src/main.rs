@@ -7,6 +7,7 @@
 //! compiler must not depend on the runtime (which holds CUDA). An error prints as one
 //! `error: ...` line (the cause chain joined, repeats skipped) and exits 1; a panic prints one
 //! "internal error" line instead of a backtrace.
+#![recursion_limit = "256"]
 
 mod compile;
 mod costdb;

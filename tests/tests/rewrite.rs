@@ -292,3 +292,75 @@ fn grouped_convolutions_are_cut_by_whole_groups() {
     assert_eq!(g.attrs.int("group", 1).unwrap(), 4);
     assert!(worst_gap(&alone, &graph) <= 1e-6);
 }
+
+/// A transformer FFN on `x[2,4,8]`: MatMul (8 → 16) → + bias → GELU (erf form, as torch
+/// exports it) → MatMul (16 → 8) → + bias, the output.
+fn ffn() -> Vec<u8> {
+    use spartac::ir::{DType, Tensor};
+    use spartac_tests::builder::{fixed, ModelBuilder};
+    let w = |shape: &[usize], seed: usize| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|i| (((i * 7 + seed * 5) % 17) as f32 - 8.0) / 12.0).collect())
+    };
+    ModelBuilder::new("ffn", 18)
+        .input("x", DType::F32, &fixed(&[2, 4, 8]))
+        .output("y", DType::F32, &fixed(&[2, 4, 8]))
+        .init("w1", &w(&[8, 16], 1))
+        .init("b1", &w(&[16], 2))
+        .init("w2", &w(&[16, 8], 3))
+        .init("b2", &w(&[8], 4))
+        .init("sqrt2", &Tensor::scalar(std::f32::consts::SQRT_2))
+        .init("one", &Tensor::scalar(1.0f32))
+        .init("half", &Tensor::scalar(0.5f32))
+        .node("fc1", "MatMul", &["x", "w1"], &["h0"], vec![])
+        .node("bias1", "Add", &["h0", "b1"], &["h"], vec![])
+        .node("gelu_div", "Div", &["h", "sqrt2"], &["g0"], vec![])
+        .node("gelu_erf", "Erf", &["g0"], &["g1"], vec![])
+        .node("gelu_add", "Add", &["g1", "one"], &["g2"], vec![])
+        .node("gelu_mul", "Mul", &["h", "g2"], &["g3"], vec![])
+        .node("gelu_half", "Mul", &["g3", "half"], &["a"], vec![])
+        .node("fc2", "MatMul", &["a", "w2"], &["o0"], vec![])
+        .node("bias2", "Add", &["o0", "b2"], &["y"], vec![])
+        .bytes()
+}
+
+/// Half the FFN's hidden units pruned as rows of its second weight (their outgoing weights):
+/// propagation finds them unused back through the GELU and the bias to the first weight's
+/// columns, and `shrink_hidden` cuts them from both weights, the bias and every value between;
+/// the outputs do not move. With the hidden values also a graph output nothing is cut.
+#[test]
+fn pruned_ffn_units_are_cut_from_both_matmuls() {
+    use spartac::rewrite::shrink_hidden;
+    let load = |extra_output: bool| {
+        let mut graph = load_model_bytes(&ffn(), "ffn.onnx", &LoadOptions::default()).unwrap();
+        if extra_output {
+            let a = graph.find_value("a").unwrap();
+            graph.outputs.push(a);
+        }
+        let attrs = TesaAttrs::parse(r#"{"tensors": {"w2": {"channel_magnitude": {"sparsity": 0.5}}}}"#).unwrap();
+        apply_attrs(&mut graph, Some(&attrs)).unwrap();
+        zero_pruned_initializers(&mut graph);
+        propagate(&mut graph, &PropagateOptions::default()).unwrap();
+        zero_pruned_initializers(&mut graph);
+        graph
+    };
+    // The selector `@mlp_out_weights` finds the FFN's second weight, and only it.
+    let plain = load_model_bytes(&ffn(), "ffn.onnx", &LoadOptions::default()).unwrap();
+    assert_eq!(spartac::rewrite::hidden::mlp_out_weights(&plain), [plain.find_value("w2").unwrap()]);
+    let before = load(false);
+    let mut graph = before.clone();
+    let report = shrink_hidden(&mut graph).unwrap();
+    assert_eq!((report.chains, report.shrunk, report.units_before, report.units_after), (1, 1, 16, 8));
+    let shape = |g: &Graph, name: &str| g.fact(g.find_value(name).unwrap()).shape.clone();
+    assert_eq!(shape(&graph, "w1"), [8, 8]);
+    assert_eq!(shape(&graph, "b1"), [8]);
+    assert_eq!(shape(&graph, "w2"), [8, 8]);
+    assert_eq!(shape(&graph, "a"), [2, 4, 8]);
+    assert!(worst_gap(&before, &graph) <= 1e-6);
+    // A second run finds nothing left to cut.
+    assert_eq!(shrink_hidden(&mut graph.clone()).unwrap().shrunk, 0);
+    let exposed = load(true);
+    let mut graph = exposed.clone();
+    assert_eq!(shrink_hidden(&mut graph).unwrap().shrunk, 0);
+    assert_eq!(shape(&graph, "w1"), [8, 16]);
+}

@@ -4,7 +4,9 @@
 //!   with all true) goes, its readers broadcasting the other operand instead;
 //! - [`fold_batchnorm`]: a BatchNormalization after a Conv folds into its weights and bias;
 //! - [`shrink_channels`]: channels that propagation pruned in every tensor that carries them
-//!   are cut out, so pruned filters become physically smaller dense operators;
+//!   are cut out, so pruned filters become physically smaller dense operators; with it
+//!   [`shrink_hidden`], the same for the hidden units of an MLP (two matmuls and the
+//!   elementwise ops between them);
 //! - [`channels_last`]: the convolution part of a model (2-D and 1-D) moves to channels last,
 //!   where a 1×1 convolution is the MatMul the planner and the sparse kernels already handle,
 //!   and the other convolutions run as one NHWC kernel each;
@@ -21,6 +23,7 @@
 pub mod channels;
 pub mod fold_batchnorm;
 pub mod half;
+pub mod hidden;
 pub mod layout;
 pub mod merge_matmuls;
 pub mod narrow_broadcasts;
@@ -29,6 +32,7 @@ pub mod sink_transposes;
 pub use channels::{coupled_channels, shrink_channels, CoupledChannels, ShrinkReport};
 pub use fold_batchnorm::{fold_batchnorm, FoldReport};
 pub use half::{to_half, HalfReport};
+pub use hidden::{shrink_hidden, HiddenReport};
 pub use layout::{channels_last, channels_last_with, LayoutReport};
 pub use merge_matmuls::{merge_matmuls, MergeReport};
 pub use narrow_broadcasts::{narrow_broadcasts, NarrowReport};
@@ -68,6 +72,7 @@ pub struct RewriteReport {
     pub narrow: NarrowReport,
     pub batchnorm: FoldReport,
     pub shrink: ShrinkReport,
+    pub hidden: HiddenReport,
     pub layout: LayoutReport,
     pub merge: MergeReport,
     pub sink: SinkReport,
@@ -121,16 +126,17 @@ pub fn prepare_in(
         let line = format!("{} BatchNorms folded, {} as channel affines", r.folded, r.affine);
         Ok((r, line))
     })?;
-    let shrink = pipeline.run("shrink_channels", graph, |g| {
+    let (shrink, hidden) = pipeline.run("shrink_channels", graph, |g| {
         if !options.shrink {
-            return Ok((ShrinkReport::default(), "off (--no-shrink)".to_string()));
+            return Ok(((ShrinkReport::default(), HiddenReport::default()), "off (--no-shrink)".to_string()));
         }
         let r = shrink_channels(g)?;
+        let h = shrink_hidden(g)?;
         let line = format!(
-            "{} of {} channel classes shrunk, {} -> {} channels",
-            r.shrunk, r.classes, r.channels_before, r.channels_after
+            "{} of {} channel classes shrunk, {} -> {} channels; {} of {} MLP hidden chains shrunk, {} -> {} units",
+            r.shrunk, r.classes, r.channels_before, r.channels_after, h.shrunk, h.chains, h.units_before, h.units_after
         );
-        Ok((r, line))
+        Ok(((r, h), line))
     })?;
     let layout = pipeline.run("channels_last", graph, |g| {
         let r = channels_last_with(g, options.dense_pointwise_as_conv)?;
@@ -153,7 +159,7 @@ pub fn prepare_in(
         let line = format!("{} row transposes moved below their projections ({} with the bias)", r.sunk, r.with_bias);
         Ok((r, line))
     })?;
-    Ok(RewriteReport { narrow, batchnorm, shrink, layout, merge, sink })
+    Ok(RewriteReport { narrow, batchnorm, shrink, hidden, layout, merge, sink })
 }
 
 /// The new shape and the flat source positions of `shape` with only the indices `keep` (in

@@ -76,15 +76,21 @@ fn not_found(what: &str, name: &str, close: Vec<String>) -> Error {
 }
 
 /// The selectors a key may start with `@` for (see [`super::attrs`]).
-pub const SELECTORS: &[&str] = &["matmul_weights", "conv_weights"];
+pub const SELECTORS: &[&str] = &["matmul_weights", "conv_weights", "mlp_out_weights"];
 
 /// The initializers a selector names: `matmul_weights` every 2-D initializer read as the
 /// weight of a MatMul (either operand, the other one not constant) or of a Gemm (input 1);
-/// `conv_weights` every initializer read as a Conv's weight (input 1).
+/// `conv_weights` every initializer read as a Conv's weight (input 1); `mlp_out_weights` the
+/// second weight of every MLP (`crate::rewrite::hidden`: a product whose left operand only
+/// elementwise ops compute from another product with a constant weight), whose rows are the
+/// MLP's hidden units.
 fn select_weights(graph: &Graph, selector: &str) -> Result<Vec<ValueId>, String> {
     if !SELECTORS.contains(&selector) {
         let known: Vec<String> = SELECTORS.iter().map(|s| format!("@{s}")).collect();
         return Err(format!("unknown selector \"@{selector}\" (known: {})", known.join(", ")));
+    }
+    if selector == "mlp_out_weights" {
+        return Ok(crate::rewrite::hidden::mlp_out_weights(graph));
     }
     let is_init = |v: Option<ValueId>| v.filter(|v| graph.initializers.contains_key(v));
     let mut out = vec![];

@@ -37,8 +37,9 @@
 //! its exact name's, else the matching glob's with the most literal characters (ties:
 //! the first in byte order of the keys). A key starting with `@` selects by role instead of
 //! by name, below every glob and exact name: `@matmul_weights` (every 2-D constant weight of
-//! a MatMul or Gemm) and `@conv_weights` (every Conv weight), so one file fits a model
-//! whatever its exporter named the tensors. The JSON Schema is `models/tesa.schema.json`;
+//! a MatMul or Gemm), `@conv_weights` (every Conv weight) and `@mlp_out_weights` (the second
+//! weight of every MLP: a transformer FFN's output projection, its rows the hidden units), so
+//! one file fits a model whatever its exporter named the tensors. The JSON Schema is `models/tesa.schema.json`;
 //! applying a parsed file to a graph is [`super::annotate`].
 
 pub use super::annotate::{apply_attrs, zero_pruned_initializers};

@@ -299,7 +299,7 @@ fn selectors_pick_weights_by_role_below_names_and_globs() {
     for (json, want) in [
         (
             r#"{"tensors": {"@weights": {"rows": [0]}}}"#,
-            "unknown selector \"@weights\" (known: @matmul_weights, @conv_weights)",
+            "unknown selector \"@weights\" (known: @matmul_weights, @conv_weights, @mlp_out_weights)",
         ),
         (r#"{"tensors": {"@conv_weights": {"rows": [0]}}}"#, ""),
     ] {
