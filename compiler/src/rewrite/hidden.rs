@@ -4,18 +4,20 @@
 //!
 //! A *hidden chain* starts at a MatMul (or Gemm) with a constant weight, `Y = X · W1`, whose
 //! last axis (`H` units) only elementwise ops then carry ([`super::ELEMENTWISE`]: a bias Add,
-//! GELU in its erf or tanh form, Relu, ...) until one MatMul (or Gemm) with a constant weight
-//! reads it as its left operand, `Z · W2`. Unit `j` only ever meets unit `j` inside the chain,
-//! so it is cut when every value of the chain has it pruned in its TeSA: that is exact, as a
-//! pruned element is zero or unused (propagation's invariant). Cutting it drops column `j` of
-//! `W1` (row `j` of a `transB` Gemm's), entry `j` of every per-unit constant in the chain (a
-//! bias) and row `j` of `W2`. Pruning the rows of `W2` (`channel_magnitude` on it: its axis 0
-//! is the hidden axis) is enough: propagation finds the units unused and prunes them back to
+//! GELU in its erf form, Relu, ...; not `Pow`, so not the tanh GELU's cube) until one MatMul
+//! (or Gemm) with a constant weight reads it as its left operand, `Z · W2`. Unit `j` only ever
+//! meets unit `j` inside the chain, so it is cut when every value of the chain has it pruned
+//! in its TeSA: that is exact, as a pruned element is zero or unused (propagation's
+//! invariant). Cutting it drops column `j` of `W1` (row `j` of a `transB` Gemm's), entry `j`
+//! of every per-unit constant in the chain (a bias) and row `j` of `W2` (column `j` of a
+//! `transB` Gemm's). Pruning the rows of a MatMul's `W2` (`channel_magnitude` on it: its axis
+//! 0 is the hidden axis) is enough: propagation finds the units unused and prunes them back to
 //! `W1`.
 //!
 //! Which dead units go ([`aligned_kept`]): while the weights stay sparse (block pruning: over
-//! a tenth of their live units' elements pruned), only whole aligned groups of 32 units, so the remaining blocks stay on their grid;
-//! once they are dense (neuron pruning), every dead unit, keeping a multiple of 8.
+//! a tenth of their live units' elements pruned), only whole aligned groups of 32 units, so
+//! the remaining blocks stay on their grid; once they are dense (neuron pruning), every dead
+//! unit, keeping a multiple of 8.
 //!
 //! A chain is left whole when a value of it is a graph output or is read outside the chain,
 //! when an op in it reads another activation, a constant that is neither a scalar nor one
