@@ -11,17 +11,25 @@ use spartac::rewrite::{channels_last, channels_last_with, shrink_channels};
 use spartac::tesa::attrs::{apply_attrs, zero_pruned_initializers, TesaAttrs};
 use spartac_tests::builder::small_convnet;
 
-/// The convnet with half the filters of every conv pruned by L1 norm, propagated.
-fn pruned() -> Graph {
-    let mut graph = load_model_bytes(&small_convnet(), "convnet.onnx", &LoadOptions::default()).unwrap();
-    let attrs =
-        TesaAttrs::parse(r#"{"tensors": {"*.weight": {"channel_magnitude": {"sparsity": 0.5}}, "fc.weight": {}}}"#)
-            .unwrap();
-    apply_attrs(&mut graph, Some(&attrs)).unwrap();
+/// The model `bytes` with the attrs file `attrs` applied and propagated, pruned weights zeroed.
+fn propagated(bytes: &[u8], attrs: &str) -> Graph {
+    let mut graph = load_model_bytes(bytes, "model.onnx", &LoadOptions::default()).unwrap();
+    apply_attrs(&mut graph, Some(&TesaAttrs::parse(attrs).unwrap())).unwrap();
     zero_pruned_initializers(&mut graph);
     propagate(&mut graph, &PropagateOptions::default()).unwrap();
     zero_pruned_initializers(&mut graph);
     graph
+}
+
+/// `@conv_weights` pruned by `channel_magnitude` with these settings.
+fn conv_channels(settings: &str) -> String {
+    format!(r#"{{"tensors": {{"@conv_weights": {{"channel_magnitude": {settings}}}}}}}"#)
+}
+
+/// The convnet with half the filters of every conv pruned by L1 norm, propagated.
+fn pruned() -> Graph {
+    let attrs = r#"{"tensors": {"*.weight": {"channel_magnitude": {"sparsity": 0.5}}, "fc.weight": {}}}"#;
+    propagated(&small_convnet(), attrs)
 }
 
 /// Worst relative difference of the outputs of `a` and `b` over three random inputs.
@@ -185,13 +193,7 @@ fn residual_block() -> Vec<u8> {
 
 /// The block with half the channels of every conv pruned by `tesa`, propagated.
 fn pruned_block(channel_magnitude: &str) -> Graph {
-    let mut graph = load_model_bytes(&residual_block(), "residual.onnx", &LoadOptions::default()).unwrap();
-    let attrs = format!(r#"{{"tensors": {{"@conv_weights": {{"channel_magnitude": {channel_magnitude}}}}}}}"#);
-    apply_attrs(&mut graph, Some(&TesaAttrs::parse(&attrs).unwrap())).unwrap();
-    zero_pruned_initializers(&mut graph);
-    propagate(&mut graph, &PropagateOptions::default()).unwrap();
-    zero_pruned_initializers(&mut graph);
-    graph
+    propagated(&residual_block(), &conv_channels(channel_magnitude))
 }
 
 /// The output channels of weight `name` whose filters are all pruned.
@@ -263,15 +265,7 @@ fn grouped_block() -> Vec<u8> {
 /// move. Filters pruned one by one (not coupled) leave every group live: nothing is cut there.
 #[test]
 fn grouped_convolutions_are_cut_by_whole_groups() {
-    let load = |tesa: &str| {
-        let mut graph = load_model_bytes(&grouped_block(), "grouped.onnx", &LoadOptions::default()).unwrap();
-        let attrs = format!(r#"{{"tensors": {{"@conv_weights": {{"channel_magnitude": {tesa}}}}}}}"#);
-        apply_attrs(&mut graph, Some(&TesaAttrs::parse(&attrs).unwrap())).unwrap();
-        zero_pruned_initializers(&mut graph);
-        propagate(&mut graph, &PropagateOptions::default()).unwrap();
-        zero_pruned_initializers(&mut graph);
-        graph
-    };
+    let load = |tesa: &str| propagated(&grouped_block(), &conv_channels(tesa));
     let coupled = load(r#"{"sparsity": 0.5, "coupled": true}"#);
     // Two of the four groups, each as its 4 filters of `a` and its 4 filters of the grouped conv.
     let (dead_a, dead_g) = (dead_filters(&coupled, "wa"), dead_filters(&coupled, "wg"));

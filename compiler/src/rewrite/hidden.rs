@@ -222,8 +222,8 @@ fn aligned_kept(graph: &Graph, chain: &Chain, live: &[bool]) -> Vec<usize> {
         .collect()
 }
 
-/// Cuts pruned hidden units out of `graph` (see the module docs). Run it after propagation.
-pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
+/// The nodes reading each value (each node once).
+fn readers_of(graph: &Graph) -> HashMap<ValueId, Vec<usize>> {
     let mut readers: HashMap<ValueId, Vec<usize>> = HashMap::new();
     for (ni, node) in graph.nodes.iter().enumerate() {
         for v in node.inputs.iter().flatten() {
@@ -233,6 +233,12 @@ pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
             }
         }
     }
+    readers
+}
+
+/// Cuts pruned hidden units out of `graph` (see the module docs). Run it after propagation.
+pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
+    let readers = readers_of(graph);
     let mut uses: HashMap<ValueId, usize> = HashMap::new();
     for v in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
         *uses.entry(*v).or_default() += 1;
@@ -303,15 +309,7 @@ pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
 /// The second weight (`W2`) of every hidden chain of `graph`, in node order: what the TeSA
 /// selector `@mlp_out_weights` picks (its rows, axis 0 of a MatMul weight, are the units).
 pub fn mlp_out_weights(graph: &Graph) -> Vec<ValueId> {
-    let mut readers: HashMap<ValueId, Vec<usize>> = HashMap::new();
-    for (ni, node) in graph.nodes.iter().enumerate() {
-        for v in node.inputs.iter().flatten() {
-            let r = readers.entry(*v).or_default();
-            if !r.contains(&ni) {
-                r.push(ni);
-            }
-        }
-    }
+    let readers = readers_of(graph);
     let mut out = vec![];
     for start in 0..graph.nodes.len() {
         let Some(chain) = chain_from(graph, start, &readers) else { continue };
