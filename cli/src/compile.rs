@@ -291,8 +291,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "fused".into(),
             format!(
-                "{} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group, {} views, {} concats read in place",
-                s.fused_epilogues, s.fused_nodes, s.fused_norms, s.views, s.fused_concats
+                "{} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group, {} views, {} concats read in place, {} data-movement chains as one gather",
+                s.fused_epilogues, s.fused_nodes, s.fused_norms, s.views, s.fused_concats, s.fused_movements
             ),
         ),
         (
@@ -341,6 +341,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "fused_nodes": s.fused_nodes,
             "fused_norms": s.fused_norms,
             "fused_concats": s.fused_concats,
+            "fused_movements": s.fused_movements,
             "views": s.views,
             "merged_matmuls": merge.matmuls,
             "merged_sets": merge.sets,

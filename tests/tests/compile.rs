@@ -730,6 +730,80 @@ fn split_and_zero_pad_run_as_gathers() {
     nvrtc_compiles(&model);
 }
 
+/// Swin's data movement, channels last: a shifted window's roll (two Slices and a Concat per
+/// axis), the window partition's zero Pad, Reshape and Transpose, and a patch merging's four
+/// strided Slices and their Concat; each chain from one tensor is one gather (rows of
+/// channels), exact against the graph; a chain whose middle value is read elsewhere stops
+/// there; NVRTC compiles the gathers.
+#[test]
+fn chains_of_data_movement_from_one_tensor_run_as_one_gather() {
+    let i = |v: &[i64]| Tensor::from_vec(vec![v.len()], v.to_vec());
+    let bytes = ModelBuilder::new("swin_moves", 18)
+        .input("x", DType::F32, &fixed(&[2, 6, 6, 8]))
+        .output("windows", DType::F32, &fixed(&[2, 2, 2, 4, 4, 8]))
+        .output("merged", DType::F32, &fixed(&[2, 3, 3, 32]))
+        .output("shifted", DType::F32, &fixed(&[2, 6, 6, 8]))
+        .output("seen", DType::F32, &fixed(&[2, 6, 6, 8]))
+        .init("s0", &i(&[2]))
+        .init("e0", &i(&[6]))
+        .init("s1", &i(&[0]))
+        .init("e1", &i(&[2]))
+        .init("ax1", &i(&[1]))
+        .init("ax2", &i(&[2]))
+        .init("pads", &i(&[0, 1, 1, 0, 0, 1, 1, 0]))
+        .init("zero", &Tensor::from_vec(vec![], vec![0.0f32]))
+        .init("shape6", &i(&[2, 2, 4, 2, 4, 8]))
+        .init("m0", &i(&[0, 0]))
+        .init("m1", &i(&[1, 0]))
+        .init("m2", &i(&[0, 1]))
+        .init("m3", &i(&[1, 1]))
+        .init("mend", &i(&[6, 6]))
+        .init("max", &i(&[1, 2]))
+        .init("mstep", &i(&[2, 2]))
+        // Roll by 2 along H, then along W.
+        .node("h_a", "Slice", &["x", "s0", "e0", "ax1"], &["ha"], vec![])
+        .node("h_b", "Slice", &["x", "s1", "e1", "ax1"], &["hb"], vec![])
+        .node("h_cat", "Concat", &["ha", "hb"], &["rh"], vec![("axis", A::I(1))])
+        .node("w_a", "Slice", &["rh", "s0", "e0", "ax2"], &["wa"], vec![])
+        .node("w_b", "Slice", &["rh", "s1", "e1", "ax2"], &["wb"], vec![])
+        .node("w_cat", "Concat", &["wa", "wb"], &["shifted"], vec![("axis", A::I(2))])
+        // The shifted tensor is an output too: the window partition starts a chain of its own.
+        .node("pad", "Pad", &["shifted", "pads", "zero"], &["padded"], vec![])
+        .node("split_windows", "Reshape", &["padded", "shape6"], &["r6"], vec![])
+        .node("partition", "Transpose", &["r6"], &["windows"], vec![("perm", A::Is(vec![0, 1, 3, 2, 4, 5]))])
+        // Patch merging: x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2].
+        .node("q0", "Slice", &["x", "m0", "mend", "max", "mstep"], &["x0"], vec![])
+        .node("q1", "Slice", &["x", "m1", "mend", "max", "mstep"], &["x1"], vec![])
+        .node("q2", "Slice", &["x", "m2", "mend", "max", "mstep"], &["x2"], vec![])
+        .node("q3", "Slice", &["x", "m3", "mend", "max", "mstep"], &["x3"], vec![])
+        .node("merge", "Concat", &["x0", "x1", "x2", "x3"], &["merged"], vec![("axis", A::I(-1))])
+        // A Slice whose output another node reads too: no chain through it.
+        .node("cut", "Slice", &["x", "s1", "e0", "ax2"], &["cut"], vec![])
+        .node("cut2", "Slice", &["cut", "s1", "e0", "ax1"], &["seen_a"], vec![])
+        .node("use", "Add", &["cut", "seen_a"], &["seen"], vec![])
+        .bytes();
+    let original = load_model_bytes(&bytes, "swin_moves", &LoadOptions::default()).unwrap();
+    let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+    assert_eq!(model.stats.fused_movements, 3, "{}", model.program.to_text());
+    let names: Vec<&str> = model.program.kernels.iter().map(|k| k.name.as_str()).collect();
+    for chain in ["movement_w_cat", "movement_partition", "movement_merge"] {
+        assert!(names.contains(&chain), "{chain} in {names:?}");
+    }
+    // Roll and partition move rows of 8 channels, the patch merging too: maps of a word per row.
+    let map = |name: &str| model.program.buffers.iter().find(|b| b.name == name).map(|b| b.len);
+    let maps: Vec<Option<usize>> = ["w_cat.map", "partition.map", "merge.map"].into_iter().map(map).collect();
+    assert_eq!(maps, [Some(2 * 6 * 6), Some(2 * 2 * 2 * 4 * 4), Some(2 * 3 * 3 * 4)]);
+    // The Slices around the value read twice stay remaps of their own; a whole-tensor Slice
+    // moves one run.
+    assert_eq!(map("cut.map"), Some(1));
+    assert_compiled_matches(&original, &model, &[1, 2], 0.0, "a gather copies exactly");
+    let unfused =
+        compile(original.clone(), None, &ModelOptions { fuse_elementwise: false, ..ModelOptions::default() }).1;
+    assert_eq!(unfused.stats.fused_movements, 0);
+    assert!(unfused.program.steps.len() >= model.program.steps.len() + 9);
+    nvrtc_compiles(&model);
+}
+
 /// MobileNetV3's and EfficientNet's activations: a Sigmoid after a planned MatMul (the plan notes
 /// it, no kernel fuses it: it runs as its own step instead of failing the kernel choice), then
 /// HardSwish, HardSigmoid (non-default α, β) and LeakyRelu as generated elementwise code; the

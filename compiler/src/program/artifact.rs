@@ -326,6 +326,7 @@ fn stats_vec(s: &LoweringStats) -> Vec<u64> {
         s.library_gemms,
         s.fused_norms,
         s.fused_concats,
+        s.fused_movements,
     ]
     .iter()
     .map(|&x| x as u64)
@@ -830,6 +831,7 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
         library_gemms: st(8),
         fused_norms: st(9),
         fused_concats: st(10),
+        fused_movements: st(11),
     };
     for p in &proto.ptx {
         if p.kernel as usize >= program.kernels.len() {

@@ -46,6 +46,9 @@
 //!   AveragePool between the Transposes `rewrite::channels_last` puts around it is one step and
 //!   one channels-last kernel (a Conv with the activation after it in its epilogue), the
 //!   Transposes never computed on the GPU;
+//! - **chains of data movement** (`model/movement.rs`): Slices, zero Pads, Concats, lone
+//!   Transposes and views between them, every value read only by the next and all of it from
+//!   one tensor (Swin's shifted windows): one gather through the composed source map;
 //! - **other ops** (Gather, LayerNormalization, Softmax, reductions, activation×activation
 //!   MatMul, Concat, channels-first MaxPool and AveragePool through the reference's window
 //!   tables): one step and one generated kernel each.
@@ -108,6 +111,7 @@ mod conv;
 mod elementwise;
 mod epilogue;
 mod fusions;
+mod movement;
 mod norm_fusion;
 mod ops;
 mod planned;
@@ -118,6 +122,7 @@ mod types;
 mod views;
 use attention::AttentionFusion;
 pub use conv::conv_shape;
+use movement::Movement;
 use norm_fusion::NormFusion;
 use registry::{gpu_ops, is_elementwise, GpuOp};
 use strided_views::ViewChain;
@@ -196,6 +201,8 @@ struct Lowering<'a> {
     attention: HashMap<usize, AttentionFusion>,
     /// LayerNorms with their input's elementwise group, keyed by the LayerNorm.
     norms: HashMap<usize, NormFusion>,
+    /// Chains of data movement lowered as one gather, keyed by their last node.
+    movements: HashMap<usize, Movement>,
     /// Residual Adds (and a ReLU) a planned MatMul's library call adds, keyed by the MatMul.
     residuals: HashMap<usize, epilogue::ResidualFusion>,
     /// Attention operands read in place from a wider value (`model/strided_views.rs`), keyed
@@ -248,6 +255,7 @@ impl<'a> Lowering<'a> {
             pools: HashMap::new(),
             attention: HashMap::new(),
             norms: HashMap::new(),
+            movements: HashMap::new(),
             residuals: HashMap::new(),
             views: HashMap::new(),
             concat_reads: HashMap::new(),
@@ -373,7 +381,9 @@ impl<'a> Lowering<'a> {
         done: &mut [bool],
     ) -> Result<(), ProgramError> {
         let node = &self.graph.nodes[i];
-        if let Some(f) = self.attention.get(&i).cloned() {
+        if let Some(mv) = self.movements.get(&i).cloned() {
+            self.lower_movement(&mv)
+        } else if let Some(f) = self.attention.get(&i).cloned() {
             self.lower_attention(&f)
         } else if let Some(f) = self.norms.get(&i).cloned() {
             self.lower_norm_fusion(&f)

@@ -2,7 +2,7 @@
 //! Transposes folded into activation MatMuls, NHWC convolutions and pools with their Transposes,
 //! elementwise groups, attentions (with their constant Q and K scales and their operands read
 //! in place), LayerNorms with their input's group and Concats read in place by the group after
-//! them. The analysis the lowering loop then
+//! them, chains of data movement from one tensor. The analysis the lowering loop then
 //! follows; it also sets the loop iteration each node is computed at, from which buffer
 //! lifetimes are counted.
 
@@ -166,6 +166,19 @@ impl Lowering<'_> {
                         self.stats.fused_concats += 1;
                     }
                 }
+            }
+        }
+        // Chains of data movement from one tensor: one gather (`model/movement.rs`).
+        if self.options.fuse_elementwise {
+            for mv in self.find_movements(&groups, &absorbed) {
+                let last = *mv.members.last().expect("a chain has a node");
+                for &m in &mv.members {
+                    groups.remove(&m);
+                    absorbed[m] = true;
+                    emit_at[m] = last;
+                    done[m] = m != last;
+                }
+                self.movements.insert(last, mv);
             }
         }
         for (&last, members) in &groups {

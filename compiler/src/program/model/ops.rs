@@ -290,7 +290,9 @@ impl Lowering<'_> {
     /// evaluated on the element indices of its input gives, per output, where each element
     /// comes from; each output is a gather through that map, all in one step. Pad's padding
     /// traces to an index past the input, which the gather writes as zero (so only zero
-    /// constant padding is built).
+    /// constant padding is built). Where the map moves whole runs of elements ([`run_length`]:
+    /// a channels-last Slice, Pad or Split of spatial axes moves rows of channels), it names
+    /// runs and the gather copies them, so the map costs a word per run, not per element.
     pub(super) fn lower_remap(&mut self, node: &Node) -> Result<(), ProgramError> {
         let graph = self.graph;
         let x = node.inputs[0].ok_or_else(|| self.node_err(node, "input 0 is missing"))?;
@@ -326,13 +328,22 @@ impl Lowering<'_> {
             if map.len() != ofact.numel() {
                 return Err(self.node_err(node, "its source map does not fit"));
             }
-            let idx: Vec<i32> = map.to_i64_vec().into_iter().map(|v| v as i32).collect();
+            // Whole runs of `run` elements move together (rows of channels, mostly): the map
+            // names source runs, the gather copies them.
+            let map = map.to_i64_vec();
+            let run = run_length(&map, &ofact.shape, xf.numel());
+            let rows = (xf.numel() / run) as i64;
+            let idx: Vec<i32> = map
+                .iter()
+                .step_by(run)
+                .map(|&v| if (0..xf.numel() as i64).contains(&v) { (v / run as i64) as i32 } else { rows as i32 })
+                .collect();
             let suffix = if n_outputs == 1 { String::new() } else { format!("_{j}") };
             let name = format!("remap_{}{suffix}", sanitize(&node.name));
             let k = graph_ops::gather(
                 &name,
-                &TensorDesc::contiguous(xf.dtype, &[xf.numel()]),
-                &TensorDesc::contiguous(DType::I32, &[ofact.numel()]),
+                &TensorDesc::contiguous(xf.dtype, &[xf.numel() / run, run]),
+                &TensorDesc::contiguous(DType::I32, &[idx.len()]),
                 0,
             )
             .map_err(|e| self.node_err(node, e))?;
@@ -347,5 +358,98 @@ impl Lowering<'_> {
         let op = self.node_op(node, operands, outs);
         self.b.step(&node.name.clone(), Op::Nodes(vec![op]), launches);
         Ok(())
+    }
+}
+
+/// The longest run length `L` that `map` (the source element of each output element, outside
+/// `0..n_in` for padding) moves whole: every `L` consecutive outputs read `L` consecutive inputs
+/// starting at a multiple of `L`, or are all padding. Candidates: the products of the trailing
+/// output dims, then the power-of-two divisors of the last dim (a Slice of channels); 1 when
+/// none holds.
+pub(super) fn run_length(map: &[i64], out_shape: &[usize], n_in: usize) -> usize {
+    let whole = |l: usize| -> bool {
+        if l == 0 || !n_in.is_multiple_of(l) || !map.len().is_multiple_of(l) {
+            return false;
+        }
+        let inside = |v: i64| (0..n_in as i64).contains(&v);
+        map.chunks(l).all(|r| {
+            if !inside(r[0]) {
+                return r.iter().all(|&v| !inside(v));
+            }
+            r[0] % l as i64 == 0 && r.iter().enumerate().all(|(k, &v)| v == r[0] + k as i64)
+        })
+    };
+    let mut best = 1;
+    let mut l = 1;
+    for &d in out_shape.iter().rev() {
+        l *= d;
+        if !whole(l) {
+            break;
+        }
+        best = l;
+    }
+    if best == 1 {
+        let last = out_shape.last().copied().unwrap_or(1);
+        let mut p = 1usize << (usize::BITS - 1 - last.max(1).leading_zeros());
+        while p > 1 {
+            if last.is_multiple_of(p) && whole(p) {
+                return p;
+            }
+            p /= 2;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_length;
+
+    /// The source map of a Slice of axis `axis` to `start..end` of a contiguous tensor.
+    fn slice_map(shape: &[usize], axis: usize, start: usize, end: usize) -> (Vec<i64>, Vec<usize>) {
+        let mut out_shape = shape.to_vec();
+        out_shape[axis] = end - start;
+        let n: usize = out_shape.iter().product();
+        let map = (0..n)
+            .map(|mut i| {
+                let mut src = 0;
+                let mut stride = 1;
+                for a in (0..shape.len()).rev() {
+                    let c = i % out_shape[a] + if a == axis { start } else { 0 };
+                    i /= out_shape[a];
+                    src += c * stride;
+                    stride *= shape[a];
+                }
+                src as i64
+            })
+            .collect();
+        (map, out_shape)
+    }
+
+    #[test]
+    fn runs_are_the_rows_a_map_moves_whole() {
+        // NHWC, a Slice of H: rows of W × C move whole, but not whole images.
+        let (map, out) = slice_map(&[2, 4, 3, 8], 1, 1, 3);
+        assert_eq!(run_length(&map, &out, 2 * 4 * 3 * 8), 24);
+        // A Slice of W: rows of C.
+        let (map, out) = slice_map(&[2, 4, 3, 8], 2, 1, 3);
+        assert_eq!(run_length(&map, &out, 2 * 4 * 3 * 8), 8);
+        // The first half of the channels: runs of 4 starting at multiples of 4.
+        let (map, out) = slice_map(&[2, 4, 3, 8], 3, 0, 4);
+        assert_eq!(run_length(&map, &out, 2 * 4 * 3 * 8), 4);
+        // Channels 2..6: runs of 4 that start off a multiple of 4, runs of 2 that do not.
+        let (map, out) = slice_map(&[2, 4, 3, 8], 3, 2, 6);
+        assert_eq!(run_length(&map, &out, 2 * 4 * 3 * 8), 2);
+        // Channels 1..4: single elements.
+        let (map, out) = slice_map(&[2, 4, 3, 8], 3, 1, 4);
+        assert_eq!(run_length(&map, &out, 2 * 4 * 3 * 8), 1);
+        // Padding rows (sources past the input) move as whole runs too; a run that mixes
+        // padding and input does not.
+        let n_in = 6 * 4;
+        let mut map: Vec<i64> = (0..n_in as i64).collect();
+        map.extend([n_in as i64; 4]);
+        assert_eq!(run_length(&map, &[7, 4], n_in), 4);
+        map[n_in] = 0;
+        assert_eq!(run_length(&map, &[7, 4], n_in), 1);
     }
 }

@@ -78,6 +78,8 @@ pub struct LoweringStats {
     pub fused_norms: usize,
     /// Concats never formed: the elementwise step after each reads its parts.
     pub fused_concats: usize,
+    /// Chains of data movement lowered as one gather each.
+    pub fused_movements: usize,
     pub views: usize,
     /// Bytes of the planned weights as dense f32, and as packed for the kernels (values and
     /// index tables).
