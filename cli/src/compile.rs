@@ -271,15 +271,17 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         ),
         (
             "broadcasts".into(),
-            if narrow.dropped == 0 {
+            if narrow.dropped == 0 && narrow.unsplit == 0 {
                 "none narrowed".to_string()
             } else {
                 format!(
-                    "{} identity op{} dropped, {} value{} narrowed (their readers broadcast)",
+                    "{} identity op{} dropped, {} value{} narrowed (their readers broadcast), {} constant Add{} taken out of a split batch axis",
                     narrow.dropped,
                     if narrow.dropped == 1 { "" } else { "s" },
                     narrow.narrowed,
-                    if narrow.narrowed == 1 { "" } else { "s" }
+                    if narrow.narrowed == 1 { "" } else { "s" },
+                    narrow.unsplit,
+                    if narrow.unsplit == 1 { "" } else { "s" }
                 )
             },
         ),
@@ -353,6 +355,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "affine_batchnorms": batchnorm.affine,
             "dropped_identity_ops": narrow.dropped,
             "narrowed_values": narrow.narrowed,
+            "unsplit_adds": narrow.unsplit,
             "nhwc_convs": layout.convs,
             "nhwc_pools": layout.pools,
             "nhwc_concats": layout.concats,

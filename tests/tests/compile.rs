@@ -970,6 +970,59 @@ fn an_all_true_mask_operand_is_dropped_and_the_mask_narrowed() {
     assert_eq!(prepare(&mut graph, &RewriteOptions::default()).unwrap().narrow.dropped, 0);
 }
 
+/// Swin's shifted-window attention: the scores plus a relative position bias, then viewed as
+/// `[images, windows, heads, N, N]` for a per-window mask `[1, windows, 1, N, N]` and viewed
+/// back. The Add between the two Reshapes becomes one Add of a `[images·windows, 1, N, N]`
+/// constant, the attention fuses (one kernel, no Softmax step), and the model computes the
+/// same; a mask that varies per image too is laid out the same way, one that varies along
+/// neither split axis stays `[1, …]`.
+#[test]
+fn a_per_window_mask_between_reshapes_joins_the_fused_attention() {
+    let (imgs, wins, h, n, d) = (2, 4, 2, 16, 32);
+    let b = imgs * wins;
+    let table = |shape: &[usize]| -> Tensor {
+        let len: usize = shape.iter().product();
+        Tensor::from_vec(
+            shape.to_vec(),
+            (0..len).map(|i| if (i * 7) % 5 == 0 { -100.0f32 } else { (i % 3) as f32 * 0.1 }).collect(),
+        )
+    };
+    for (mask_shape, lead) in [(vec![1, wins, 1, n, n], b), (vec![imgs, wins, 1, n, n], b), (vec![1, 1, h, n, n], 1)] {
+        let i = |v: &[i64]| Tensor::from_vec(vec![v.len()], v.to_vec());
+        let bytes = ModelBuilder::new("shifted_windows", 17)
+            .input("q", DType::F32, &fixed(&[b, h, n, d]))
+            .input("k", DType::F32, &fixed(&[b, h, d, n]))
+            .input("v", DType::F32, &fixed(&[b, h, n, d]))
+            .output("o", DType::F32, &fixed(&[b, h, n, d]))
+            .init("bias", &table(&[h, n, n]))
+            .init("mask", &table(&mask_shape))
+            .init("split", &i(&[imgs as i64, wins as i64, h as i64, n as i64, n as i64]))
+            .init("merge", &i(&[b as i64, h as i64, n as i64, n as i64]))
+            .node("qk", "MatMul", &["q", "k"], &["s0"], vec![])
+            .node("add_bias", "Add", &["s0", "bias"], &["s1"], vec![])
+            .node("view5", "Reshape", &["s1", "split"], &["s2"], vec![])
+            .node("add_mask", "Add", &["s2", "mask"], &["s3"], vec![])
+            .node("view4", "Reshape", &["s3", "merge"], &["s4"], vec![])
+            .node("sm", "Softmax", &["s4"], &["p"], vec![("axis", A::I(-1))])
+            .node("pv", "MatMul", &["p", "v"], &["o"], vec![])
+            .bytes();
+        let original = load_model_bytes(&bytes, "shifted_windows", &LoadOptions::default()).unwrap();
+        let mut graph = original.clone();
+        apply_attrs(&mut graph, None).unwrap();
+        let report = prepare(&mut graph, &RewriteOptions::default()).unwrap();
+        assert_eq!(report.narrow.unsplit, 1, "{mask_shape:?}");
+        assert!(graph.nodes.iter().all(|n| n.op_type != "Reshape"), "{mask_shape:?}");
+        let add = graph.nodes.iter().find(|n| n.name == "add_mask").unwrap();
+        let m = add.inputs[1].unwrap();
+        assert_eq!(graph.fact(m).shape, [lead, if lead == 1 { h } else { 1 }, n, n], "{mask_shape:?}");
+        let (_, model) = compile(original.clone(), None, &ModelOptions::default());
+        let kernels = |prefix: &str| model.program.kernels.iter().filter(|k| k.name.starts_with(prefix)).count();
+        assert_eq!((kernels("attention_"), kernels("softmax_")), (1, 0), "{mask_shape:?}: one fused attention");
+        assert_compiled_matches(&original, &model, &[5, 6], 1e-5, &format!("{mask_shape:?}"));
+        nvrtc_compiles(&model);
+    }
+}
+
 /// A model with several ops the GPU runtime lacks fails with one error that names every such
 /// op type, with its node count, first node and opset, and the unknown ones apart.
 #[test]

@@ -118,7 +118,10 @@ pub fn prepare_in(
     crate::tesa::attrs::zero_pruned_initializers(graph);
     let narrow = pipeline.run("narrow_broadcasts", graph, |g| {
         let r = narrow_broadcasts(g)?;
-        let line = format!("{} identity ops dropped, {} values narrowed", r.dropped, r.narrowed);
+        let line = format!(
+            "{} identity ops dropped, {} values narrowed, {} constant Adds unsplit",
+            r.dropped, r.narrowed, r.unsplit
+        );
         Ok((r, line))
     })?;
     let batchnorm = pipeline.run("fold_batchnorm", graph, |g| {

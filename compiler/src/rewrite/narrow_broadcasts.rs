@@ -18,9 +18,15 @@
 //! narrowed in turn (its value retyped, its TeSA the slice at the first index of each axis it
 //! lost: the values are equal along those axes). A graph output never changes shape, and any
 //! other reader keeps the whole chain as it was.
+//!
+//! First, a constant `Add` between a Reshape that splits axis 0 and one that merges it back
+//! (`[B, …] → [B₁, B₂, …] + m → [B, …]`: Swin's shifted-window mask, one mask per window, the
+//! windows of every image on axis 0) becomes one `Add` of the unsplit value and the constant
+//! laid out along the merged axis (`m` repeated over whichever of B₁, B₂ it varies along):
+//! an elementwise op the fused attention's score group takes, where the Reshapes stopped it.
 
 use super::renumber;
-use crate::ir::{broadcast_all, Graph, Initializer, ValueId};
+use crate::ir::{broadcast_all, Graph, Initializer, Tensor, ValueFact, ValueId, ValueKind};
 use crate::Error;
 use std::collections::BTreeMap;
 
@@ -52,6 +58,8 @@ const UNARY: &[&str] =
 pub struct NarrowReport {
     /// Identity nodes dropped.
     pub dropped: usize,
+    /// Constant Adds taken out from between a split and a merge of axis 0.
+    pub unsplit: usize,
     /// Values that became smaller (broadcast by their readers instead).
     pub narrowed: usize,
 }
@@ -130,7 +138,7 @@ fn slice_positions(full: &[usize], narrow: &[usize]) -> Vec<usize> {
 /// Drops identity nodes whose readers can broadcast (see the module docs); the graph stays
 /// verified.
 pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
-    let mut report = NarrowReport::default();
+    let mut report = NarrowReport { unsplit: unsplit_constant_adds(graph)?, ..NarrowReport::default() };
     let mut readers: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
     for (i, n) in graph.nodes.iter().enumerate() {
         for v in n.inputs.iter().flatten() {
@@ -225,4 +233,88 @@ pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
         renumber(graph)?;
     }
     Ok(report)
+}
+
+/// The constant Adds between a split and a merge of axis 0 (see the module docs), rewritten;
+/// how many.
+fn unsplit_constant_adds(graph: &mut Graph) -> Result<usize, Error> {
+    let mut readers: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            readers.entry(*v).or_default().push(i);
+        }
+    }
+    let only_reader = |v: ValueId, op: &str, g: &Graph| -> Option<usize> {
+        match readers.get(&v).map(Vec::as_slice) {
+            Some(&[r]) if g.nodes[r].op_type == op && g.nodes[r].domain.is_empty() && !g.outputs.contains(&v) => {
+                Some(r)
+            }
+            _ => None,
+        }
+    };
+    let mut dropped = vec![false; graph.nodes.len()];
+    let mut count = 0;
+    for split in 0..graph.nodes.len() {
+        let node = &graph.nodes[split];
+        if node.op_type != "Reshape" || !node.domain.is_empty() || dropped[split] {
+            continue;
+        }
+        let (Some(a), y5) = (node.inputs[0], node.outputs[0]) else { continue };
+        let (sa, s5) = (graph.fact(a).shape.clone(), graph.fact(y5).shape.clone());
+        if sa.is_empty() || s5.len() != sa.len() + 1 || s5[0] * s5[1] != sa[0] || s5[2..] != sa[1..] {
+            continue;
+        }
+        let Some(add) = only_reader(y5, "Add", graph) else { continue };
+        let an = &graph.nodes[add];
+        let (Some(x0), Some(x1)) = (an.inputs[0], an.inputs.get(1).copied().flatten()) else { continue };
+        let m = if x0 == y5 { x1 } else { x0 };
+        let Some(Initializer::Dense(mt)) = graph.initializers.get(&m) else { continue };
+        let sum = an.outputs[0];
+        if m == y5 || mt.shape().len() > s5.len() || graph.fact(sum).shape != s5 {
+            continue;
+        }
+        let Some(merge) = only_reader(sum, "Reshape", graph) else { continue };
+        let out = graph.nodes[merge].outputs[0];
+        if graph.fact(out).shape != sa {
+            continue;
+        }
+        // m over the split shape, its own size-1 axes kept past the first two: [B₁ or 1, B₂ or
+        // 1, …] as [B₁·B₂ or 1, …].
+        let mut ms = mt.shape().to_vec();
+        while ms.len() < s5.len() {
+            ms.insert(0, 1);
+        }
+        let lead = if ms[0] == 1 && ms[1] == 1 { 1 } else { s5[0] * s5[1] };
+        let rest: Vec<usize> = ms[2..].to_vec();
+        let inner: usize = rest.iter().product();
+        let positions: Vec<usize> = (0..lead * inner)
+            .map(|e| {
+                let (b, r) = (e / inner, e % inner);
+                let (b1, b2) = if lead == 1 { (0, 0) } else { (b / s5[1], b % s5[1]) };
+                let (b1, b2) = (if ms[0] == 1 { 0 } else { b1 }, if ms[1] == 1 { 0 } else { b2 });
+                (b1 * ms[1] + b2) * inner + r
+            })
+            .collect();
+        let mut shape4 = vec![lead];
+        shape4.extend(rest);
+        let m4 = Tensor::new(shape4, mt.data().gather_flat(&positions)).expect("one position per element");
+        let name = super::fresh_name(graph, &format!("{}.unsplit", graph.value(m).name));
+        let m4_id = graph.add_value(name, ValueFact::of(&m4), ValueKind::Initializer);
+        graph.initializers.insert(m4_id, Initializer::Dense(m4));
+        let an = &mut graph.nodes[add];
+        an.inputs = if x0 == y5 { vec![Some(a), Some(m4_id)] } else { vec![Some(m4_id), Some(a)] };
+        an.outputs[0] = out;
+        dropped[split] = true;
+        dropped[merge] = true;
+        count += 1;
+    }
+    if count > 0 {
+        let mut i = 0;
+        graph.nodes.retain(|_| {
+            i += 1;
+            !dropped[i - 1]
+        });
+        renumber(graph)?;
+    }
+    Ok(count)
 }
