@@ -733,8 +733,9 @@ fn split_and_zero_pad_run_as_gathers() {
 /// Swin's data movement, channels last: a shifted window's roll (two Slices and a Concat per
 /// axis), the window partition's zero Pad, Reshape and Transpose, and a patch merging's four
 /// strided Slices and their Concat; each chain from one tensor is one gather (rows of
-/// channels), exact against the graph; a chain whose middle value is read elsewhere stops
-/// there; NVRTC compiles the gathers.
+/// channels), exact against the graph, a roll's Concat in its chain even where an Add could
+/// read the Concat's parts in place; a chain whose middle value is read elsewhere stops there;
+/// NVRTC compiles the gathers.
 #[test]
 fn chains_of_data_movement_from_one_tensor_run_as_one_gather() {
     let i = |v: &[i64]| Tensor::from_vec(vec![v.len()], v.to_vec());
@@ -744,6 +745,7 @@ fn chains_of_data_movement_from_one_tensor_run_as_one_gather() {
         .output("merged", DType::F32, &fixed(&[2, 3, 3, 32]))
         .output("shifted", DType::F32, &fixed(&[2, 6, 6, 8]))
         .output("seen", DType::F32, &fixed(&[2, 6, 6, 8]))
+        .output("rolled_sum", DType::F32, &fixed(&[2, 6, 6, 8]))
         .init("s0", &i(&[2]))
         .init("e0", &i(&[6]))
         .init("s1", &i(&[0]))
@@ -777,6 +779,12 @@ fn chains_of_data_movement_from_one_tensor_run_as_one_gather() {
         .node("q2", "Slice", &["x", "m2", "mend", "max", "mstep"], &["x2"], vec![])
         .node("q3", "Slice", &["x", "m3", "mend", "max", "mstep"], &["x3"], vec![])
         .node("merge", "Concat", &["x0", "x1", "x2", "x3"], &["merged"], vec![("axis", A::I(-1))])
+        // A roll whose Concat an elementwise Add reads: the chain takes the Concat (one gather,
+        // the Add reading its output) rather than the Add reading the Concat's parts in place.
+        .node("r_a", "Slice", &["x", "s0", "e0", "ax1"], &["ra"], vec![])
+        .node("r_b", "Slice", &["x", "s1", "e1", "ax1"], &["rb"], vec![])
+        .node("r_cat", "Concat", &["ra", "rb"], &["rolled"], vec![("axis", A::I(1))])
+        .node("r_add", "Add", &["rolled", "x"], &["rolled_sum"], vec![])
         // A Slice whose output another node reads too: no chain through it.
         .node("cut", "Slice", &["x", "s1", "e0", "ax2"], &["cut"], vec![])
         .node("cut2", "Slice", &["cut", "s1", "e0", "ax1"], &["seen_a"], vec![])
@@ -784,9 +792,10 @@ fn chains_of_data_movement_from_one_tensor_run_as_one_gather() {
         .bytes();
     let original = load_model_bytes(&bytes, "swin_moves", &LoadOptions::default()).unwrap();
     let (_, model) = compile(original.clone(), None, &ModelOptions::default());
-    assert_eq!(model.stats.fused_movements, 3, "{}", model.program.to_text());
+    assert_eq!(model.stats.fused_movements, 4, "{}", model.program.to_text());
+    assert_eq!(model.stats.fused_concats, 0);
     let names: Vec<&str> = model.program.kernels.iter().map(|k| k.name.as_str()).collect();
-    for chain in ["movement_w_cat", "movement_partition", "movement_merge"] {
+    for chain in ["movement_w_cat", "movement_partition", "movement_merge", "movement_r_cat"] {
         assert!(names.contains(&chain), "{chain} in {names:?}");
     }
     // Roll and partition move rows of 8 channels, the patch merging too: maps of a word per row.

@@ -150,6 +150,21 @@ impl Lowering<'_> {
                 self.residuals.insert(i, rf);
             }
         }
+        // Chains of data movement from one tensor: one gather (`model/movement.rs`); before the
+        // Concats read in place, so that a chain ending in a Concat (Swin's reverse roll) is one
+        // step rather than its Slices each a step of their own.
+        if self.options.fuse_elementwise {
+            for mv in self.find_movements(&groups, &absorbed) {
+                let last = *mv.members.last().expect("a chain has a node");
+                for &m in &mv.members {
+                    groups.remove(&m);
+                    absorbed[m] = true;
+                    emit_at[m] = last;
+                    done[m] = m != last;
+                }
+                self.movements.insert(last, mv);
+            }
+        }
         // A Concat read by one node of a plain group alone: the group's kernel reads its parts.
         if self.options.fuse_elementwise && self.options.concat_reads {
             for (&last, members) in &groups {
@@ -166,19 +181,6 @@ impl Lowering<'_> {
                         self.stats.fused_concats += 1;
                     }
                 }
-            }
-        }
-        // Chains of data movement from one tensor: one gather (`model/movement.rs`).
-        if self.options.fuse_elementwise {
-            for mv in self.find_movements(&groups, &absorbed) {
-                let last = *mv.members.last().expect("a chain has a node");
-                for &m in &mv.members {
-                    groups.remove(&m);
-                    absorbed[m] = true;
-                    emit_at[m] = last;
-                    done[m] = m != last;
-                }
-                self.movements.insert(last, mv);
             }
         }
         for (&last, members) in &groups {
