@@ -47,7 +47,11 @@ impl Lowering<'_> {
             "Pad" => {
                 let mode = node.attrs.string("mode", "constant").unwrap_or("?");
                 let value = node.inputs.get(2).copied().flatten().and_then(|v| constant(graph, v));
-                rest_constant && mode == "constant" && value.is_none_or(|t| t.to_f64_vec().iter().all(|&x| x == 0.0))
+                // Opset 11 on: the pad value is input 2 (the trace sets it past the source).
+                node.opset >= 11
+                    && rest_constant
+                    && mode == "constant"
+                    && value.is_none_or(|t| t.to_f64_vec().iter().all(|&x| x == 0.0))
             }
             t if is_view(t) => rest_constant,
             t => rest_constant && matches!(gpu_ops().get(t), Some(GpuOp::Remap)),
