@@ -139,12 +139,7 @@ fn slice_positions(full: &[usize], narrow: &[usize]) -> Vec<usize> {
 /// verified.
 pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
     let mut report = NarrowReport { unsplit: unsplit_constant_adds(graph)?, ..NarrowReport::default() };
-    let mut readers: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
-    for (i, n) in graph.nodes.iter().enumerate() {
-        for v in n.inputs.iter().flatten() {
-            readers.entry(*v).or_default().push(i);
-        }
-    }
+    let mut readers = readers_of(graph);
     let mut dropped = vec![false; graph.nodes.len()];
     // By index: the body rewrites graph.nodes while it walks them.
     #[allow(clippy::needless_range_loop)]
@@ -225,12 +220,7 @@ pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
         report.dropped += 1;
     }
     if report.dropped > 0 {
-        let mut i = 0;
-        graph.nodes.retain(|_| {
-            i += 1;
-            !dropped[i - 1]
-        });
-        renumber(graph)?;
+        drop_nodes(graph, &dropped)?;
     }
     Ok(report)
 }
@@ -238,12 +228,7 @@ pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
 /// The constant Adds between a split and a merge of axis 0 (see the module docs), rewritten;
 /// how many.
 fn unsplit_constant_adds(graph: &mut Graph) -> Result<usize, Error> {
-    let mut readers: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
-    for (i, n) in graph.nodes.iter().enumerate() {
-        for v in n.inputs.iter().flatten() {
-            readers.entry(*v).or_default().push(i);
-        }
-    }
+    let readers = readers_of(graph);
     let only_reader = |v: ValueId, op: &str, g: &Graph| -> Option<usize> {
         match readers.get(&v).map(Vec::as_slice) {
             Some(&[r]) if g.nodes[r].op_type == op && g.nodes[r].domain.is_empty() && !g.outputs.contains(&v) => {
@@ -309,12 +294,28 @@ fn unsplit_constant_adds(graph: &mut Graph) -> Result<usize, Error> {
         count += 1;
     }
     if count > 0 {
-        let mut i = 0;
-        graph.nodes.retain(|_| {
-            i += 1;
-            !dropped[i - 1]
-        });
-        renumber(graph)?;
+        drop_nodes(graph, &dropped)?;
     }
     Ok(count)
+}
+
+/// The nodes reading each value, in graph order.
+fn readers_of(graph: &Graph) -> BTreeMap<ValueId, Vec<usize>> {
+    let mut readers: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            readers.entry(*v).or_default().push(i);
+        }
+    }
+    readers
+}
+
+/// Removes the nodes marked in `dropped` and renumbers the values.
+fn drop_nodes(graph: &mut Graph, dropped: &[bool]) -> Result<(), Error> {
+    let mut i = 0;
+    graph.nodes.retain(|_| {
+        i += 1;
+        !dropped[i - 1]
+    });
+    renumber(graph)
 }

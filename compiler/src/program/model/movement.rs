@@ -8,10 +8,9 @@
 //! The chain's nodes evaluated with their reference ops on the element numbers of the source
 //! (`Pad`'s padding traced past the source, a zero in the gather) give where each output
 //! element comes from; runs of elements that move whole (rows of channels,
-//! [`super::ops::run_length`]) are gathered by run. The step holds the chain's nodes, so the
+//! `ops::run_length`) are gathered by run. The step holds the chain's nodes, so the
 //! CPU executor computes the graph's ops.
 
-use super::ops::run_length;
 use super::registry::{gpu_ops, is_view, GpuOp};
 use super::*;
 
@@ -153,37 +152,13 @@ impl Lowering<'_> {
             let t = traced.into_iter().next().ok_or_else(|| self.node_err(node, "tracing gave no output"))?;
             vals.insert(node.outputs[0], t);
         }
-        let of = graph.fact(mv.out).clone();
-        let map = vals[&mv.out].to_i64_vec();
-        if map.len() != of.numel() {
-            return Err(self.node_err(last, "its source map does not fit"));
-        }
-        let run = run_length(&map, &of.shape, n_in);
-        let rows = (n_in / run) as i32;
-        let idx: Vec<i32> = map
-            .iter()
-            .step_by(run)
-            .map(|&v| if (0..n_in as i64).contains(&v) { (v / run as i64) as i32 } else { rows })
-            .collect();
         let name = format!("movement_{}", sanitize(&last.name));
-        let k = graph_ops::gather(
-            &name,
-            &TensorDesc::contiguous(sf.dtype, &[n_in / run, run]),
-            &TensorDesc::contiguous(DType::I32, &[idx.len()]),
-            0,
-        )
-        .map_err(|e| self.node_err(last, e))?;
-        let map_buf = self.b.constant(&format!("{}.map", last.name), Data::I32(idx), false);
-        let args = vec![Arg::Buf(self.buf(mv.source)?, 0), Arg::Buf(map_buf, 0), Arg::Buf(self.buf(mv.out)?, 0)];
+        let map = vals[&mv.out].to_i64_vec();
+        let launch = self.gather_launch(last, &name, &format!("{}.map", last.name), mv.source, mv.out, &map)?;
         let nodes = self.fused_nodes(&mv.members, mv.members.len(), mv.out)?;
         self.stats.fused_nodes += mv.members.len();
         self.stats.fused_movements += 1;
-        let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
-        self.b.step(
-            &last.name.clone(),
-            Op::Nodes(nodes),
-            vec![Launch::Kernel { kernel: kid, grid: k.grid, block: k.block, args }],
-        );
+        self.b.step(&last.name.clone(), Op::Nodes(nodes), vec![launch]);
         Ok(())
     }
 }

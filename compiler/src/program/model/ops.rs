@@ -328,29 +328,10 @@ impl Lowering<'_> {
             if map.len() != ofact.numel() {
                 return Err(self.node_err(node, "its source map does not fit"));
             }
-            // Whole runs of `run` elements move together (rows of channels, mostly): the map
-            // names source runs, the gather copies them.
-            let map = map.to_i64_vec();
-            let run = run_length(&map, &ofact.shape, xf.numel());
-            let rows = (xf.numel() / run) as i64;
-            let idx: Vec<i32> = map
-                .iter()
-                .step_by(run)
-                .map(|&v| if (0..xf.numel() as i64).contains(&v) { (v / run as i64) as i32 } else { rows as i32 })
-                .collect();
             let suffix = if n_outputs == 1 { String::new() } else { format!("_{j}") };
             let name = format!("remap_{}{suffix}", sanitize(&node.name));
-            let k = graph_ops::gather(
-                &name,
-                &TensorDesc::contiguous(xf.dtype, &[xf.numel() / run, run]),
-                &TensorDesc::contiguous(DType::I32, &[idx.len()]),
-                0,
-            )
-            .map_err(|e| self.node_err(node, e))?;
-            let map_buf = self.b.constant(&format!("{}.map{suffix}", node.name), Data::I32(idx), false);
-            let args = vec![Arg::Buf(self.buf(x)?, 0), Arg::Buf(map_buf, 0), Arg::Buf(self.buf(out)?, 0)];
-            let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
-            launches.push(Launch::Kernel { kernel: kid, grid: k.grid, block: k.block, args });
+            let map_name = format!("{}.map{suffix}", node.name);
+            launches.push(self.gather_launch(node, &name, &map_name, x, out, &map.to_i64_vec())?);
         }
         let operands =
             node.inputs.iter().map(|v| v.map(|v| self.operand(v)).transpose()).collect::<Result<Vec<_>, _>>()?;
@@ -358,6 +339,47 @@ impl Lowering<'_> {
         let op = self.node_op(node, operands, outs);
         self.b.step(&node.name.clone(), Op::Nodes(vec![op]), launches);
         Ok(())
+    }
+}
+
+impl Lowering<'_> {
+    /// The gather that makes `out` from `src` through `map` (the source element of each output
+    /// element, outside `src` for a zero): by runs ([`run_length`]), the map of runs a constant
+    /// named `map_name`, the kernel `name`; errors name `node`.
+    pub(super) fn gather_launch(
+        &mut self,
+        node: &Node,
+        name: &str,
+        map_name: &str,
+        src: ValueId,
+        out: ValueId,
+        map: &[i64],
+    ) -> Result<Launch, ProgramError> {
+        let (sf, of) = (self.graph.fact(src).clone(), self.graph.fact(out).clone());
+        let n_in = sf.numel();
+        if map.len() != of.numel() {
+            return Err(self.node_err(node, "its source map does not fit"));
+        }
+        // Whole runs of `run` elements move together (rows of channels, mostly): the map names
+        // source runs, the gather copies them.
+        let run = run_length(map, &of.shape, n_in);
+        let rows = (n_in / run) as i32;
+        let idx: Vec<i32> = map
+            .iter()
+            .step_by(run)
+            .map(|&v| if (0..n_in as i64).contains(&v) { (v / run as i64) as i32 } else { rows })
+            .collect();
+        let k = graph_ops::gather(
+            name,
+            &TensorDesc::contiguous(sf.dtype, &[n_in / run, run]),
+            &TensorDesc::contiguous(DType::I32, &[idx.len()]),
+            0,
+        )
+        .map_err(|e| self.node_err(node, e))?;
+        let map_buf = self.b.constant(map_name, Data::I32(idx), false);
+        let args = vec![Arg::Buf(self.buf(src)?, 0), Arg::Buf(map_buf, 0), Arg::Buf(self.buf(out)?, 0)];
+        let kid = self.b.kernel(&k.name, &k.source, k.smem_bytes);
+        Ok(Launch::Kernel { kernel: kid, grid: k.grid, block: k.block, args })
     }
 }
 
