@@ -20,6 +20,7 @@ use std::time::Instant;
 use crate::model_args::{parse_tile, FineTile};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
+use spartac::program::hpec::Precision;
 use spartac_runtime::hpec::{
     self, bundled, CacheConfig, CacheStatus, GeneratorConfig, InferOptions, KernelChoice, NetworkSource,
 };
@@ -248,12 +249,16 @@ pub struct GpuArgs {
     /// Do not hand weight values to the specializer (no value folding).
     #[arg(long)]
     pub no_fold: bool,
-    /// Activations and arithmetic: f32 (the planned fp32 kernels), or f64 (every layer computed
-    /// as the f64 reference computes it, bit for bit: its categories are the reference's on any
-    /// network, at twice the activation bytes and SIMT f64 speed). On the generated 4096-neuron
-    /// networks one image sits on an unstable fixed point and fp32 loses it; f64 does not.
-    #[arg(long, default_value = "f32", value_parser = parse_precision)]
-    pub precision: spartac::program::hpec::Precision,
+    /// Activations and arithmetic. screened (the default): the layers before the tail in fp32
+    /// with weights and bias rounded up, so that no activation falls below the f64 reference's
+    /// (an image dead there is dead); the survivors through every layer rounded down (an image
+    /// alive there is alive); f64 for the few survivors neither decides. The reference's
+    /// categories, at fp32 speed plus a second pass over the surviving images. f32: fp32 throughout, fastest, but an image
+    /// at an unstable fixed point may end on the other side of zero than in the reference (one
+    /// image of the generated 4096-neuron networks does). f64: every layer computed as the f64
+    /// reference computes it, bit for bit.
+    #[arg(long, default_value = "screened", value_parser = hpec::screen::Arithmetic::parse)]
+    pub precision: hpec::screen::Arithmetic,
     /// Fine-kernel engine: auto (the specializer's rule), simt (FP32 FMAs) or tf32x3 (tensor
     /// cores at fp32 accuracy).
     #[arg(long, default_value = "auto", value_parser = parse_engine)]
@@ -615,15 +620,6 @@ fn parse_export_batch(s: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_precision(s: &str) -> Result<spartac::program::hpec::Precision, String> {
-    use spartac::program::hpec::Precision;
-    match s {
-        "f32" => Ok(Precision::F32),
-        "f64" => Ok(Precision::F64),
-        other => Err(format!("unknown precision {other:?} (choose f32 or f64)")),
-    }
-}
-
 fn parse_engine(s: &str) -> Result<spartac::codegen::Engine, String> {
     use spartac::codegen::Engine;
     match s {
@@ -682,6 +678,107 @@ fn base_truth(
     })
 }
 
+/// One compiled program and what running it gave: categories as 1-based positions among its
+/// images, and the GPU's measurements (none on the CPU executor).
+struct Stage {
+    compiled: spartac_runtime::hpec::task_graph::CompiledNetwork,
+    categories: Vec<u32>,
+    run: Option<spartac_runtime::hpec::task_graph::GpuRun>,
+}
+
+/// The lowering options `g` asks for, for `n_images` images in `precision`.
+fn hpec_options(
+    g: &GpuArgs,
+    devices: &[std::sync::Arc<spartac_runtime::cuda::CudaDevice>],
+    network: &hpec::Network,
+    images: &hpec::Images,
+    precision: Precision,
+) -> anyhow::Result<spartac::program::hpec::HpecOptions> {
+    use spartac::program::hpec::HpecOptions;
+    // One batch per GPU by default: a batch's layers cost a launch chain whatever its rows, so
+    // fewer, larger batches win while they fit (`--batch` cuts them smaller).
+    let per_gpu = images.n_images().div_ceil(devices.len().max(1));
+    let batch = g.batch.unwrap_or(per_gpu).min(images.n_images()).max(1);
+    // Weights stay resident while they fit: by default the budget is what the first GPU has
+    // free (less a tenth for the driver and fragmentation) after the activation buffers and the
+    // images; a network over it streams its weights from pinned host memory instead of failing.
+    let weight_budget = match (g.stream_weights, g.weight_budget_mib, devices.first()) {
+        (true, _, _) => 0,
+        (false, Some(mib), _) => mib << 20,
+        (false, None, Some(d)) => {
+            let (free, _) = d.memory()?;
+            let elem = if precision == Precision::F64 { 8 } else { 4 };
+            let activations = 2 * batch * network.neurons * elem + 2 * batch * 4;
+            let inputs = 4 * (images.pixels.offsets.len() + 2 * images.n_nonzeros()) + images.n_images();
+            (free / 10 * 9).saturating_sub(activations + inputs)
+        }
+        (false, None, None) => usize::MAX,
+    };
+    Ok(HpecOptions {
+        batch,
+        compact_every: g.compact_every,
+        compact_first: g.compact_first,
+        fine_tile: match &g.fine_tile {
+            Some(t) => t.0,
+            None => Some(spartac::program::hpec::default_fine_tile_for(network.neurons)),
+        },
+        weight_budget,
+        stream_slots: g.stream_slots,
+        fold_values: !g.no_fold,
+        engine: g.engine,
+        plan_rows: Some(g.plan_rows),
+        sm_count: match devices.first() {
+            Some(d) => d.sm_count()?,
+            None => HpecOptions::default().sm_count,
+        },
+        merge_from: (!g.no_merge).then_some(g.merge_from),
+        few_rows: (g.few_rows > 0).then_some(g.few_rows),
+        // The row-scatter kernel's fixed-point sums err by an absolute amount, which the
+        // screen's relative widening does not cover.
+        scatter_from: (g.scatter_from > 0 && g.precision != hpec::screen::Arithmetic::Screened)
+            .then_some(g.scatter_from),
+        fine_only: g.fine_only,
+        tail_from: (!g.no_tail).then_some(g.tail_from),
+        precision,
+        gather_from: (g.gather_from > 0).then_some(g.gather_from),
+        reorder: !g.no_reorder,
+        permute_from: (g.permute_from > 0).then_some(g.permute_from),
+        compact_in_place: !g.packing_compaction,
+    })
+}
+
+/// Compiles `network` for `images` and runs it on `devices` (the CPU executor when there are
+/// none).
+fn run_stage(
+    args: &RunArgs,
+    devices: &[std::sync::Arc<spartac_runtime::cuda::CudaDevice>],
+    network: &hpec::Network,
+    images: &hpec::Images,
+    options: &spartac::program::hpec::HpecOptions,
+    progress: &(dyn Fn() + Sync),
+) -> anyhow::Result<Stage> {
+    use spartac_runtime::hpec::task_graph;
+    let g = &args.gpu;
+    // Compiled layers are kept under the cache root's layers/ (not with --no-cache).
+    let layer_cache = if args.no_cache { None } else { spartac_runtime::exec::cache_root().map(|r| r.join("layers")) };
+    let mut compiled = task_graph::compile_cached(network, images, options, layer_cache.as_deref(), progress)?;
+    if devices.is_empty() {
+        let t0 = Instant::now();
+        let categories = task_graph::run_cpu(&compiled)?;
+        eprintln!("simulated on the CPU executor in {:.2} s", t0.elapsed().as_secs_f64());
+        return Ok(Stage { compiled, categories, run: None });
+    }
+    let run = task_graph::run_gpu_devices(
+        devices.to_vec(),
+        &compiled,
+        task_graph::GpuRunOptions { graph: !g.no_graph, warmup: g.warmup, repeats: g.repeat, profile: g.profile },
+    )?;
+    // The constants live on the device now: their host copies (the packed tables, ~45 GB
+    // for 16384x1920) go before the next stage and the reference runs.
+    compiled.lowering.program = compiled.lowering.program.skeleton();
+    Ok(Stage { compiled, categories: run.categories.clone(), run: Some(run) })
+}
+
 /// `--backend cuda|sim`: compile every layer, lower to the batch program, run it.
 /// GPUs 0..count, each with its own context.
 fn open_gpus(count: usize) -> anyhow::Result<Vec<std::sync::Arc<spartac_runtime::cuda::CudaDevice>>> {
@@ -706,57 +803,10 @@ fn run_compiled(
     load_seconds: f64,
     truth_kind: &Truth,
 ) -> anyhow::Result<()> {
-    use spartac::program::hpec::HpecOptions;
     use spartac_runtime::hpec::task_graph;
     let g = &args.gpu;
     let backend = if devices.is_empty() { Backend::Sim } else { Backend::Cuda };
-    // One batch per GPU by default: a batch's layers cost a launch chain whatever its rows, so
-    // fewer, larger batches win while they fit (`--batch` cuts them smaller).
-    let per_gpu = images.n_images().div_ceil(devices.len().max(1));
-    let batch = g.batch.unwrap_or(per_gpu).min(images.n_images()).max(1);
-    // Weights stay resident while they fit: by default the budget is what the first GPU has
-    // free (less a tenth for the driver and fragmentation) after the activation buffers and the
-    // images; a network over it streams its weights from pinned host memory instead of failing.
-    let weight_budget = match (g.stream_weights, g.weight_budget_mib, devices.first()) {
-        (true, _, _) => 0,
-        (false, Some(mib), _) => mib << 20,
-        (false, None, Some(d)) => {
-            let (free, _) = d.memory()?;
-            let elem = if g.precision == spartac::program::hpec::Precision::F64 { 8 } else { 4 };
-            let activations = 2 * batch * network.neurons * elem + 2 * batch * 4;
-            let inputs = 4 * (images.pixels.offsets.len() + 2 * images.n_nonzeros()) + images.n_images();
-            (free / 10 * 9).saturating_sub(activations + inputs)
-        }
-        (false, None, None) => usize::MAX,
-    };
-    let options = HpecOptions {
-        batch,
-        compact_every: g.compact_every,
-        compact_first: g.compact_first,
-        fine_tile: match &g.fine_tile {
-            Some(t) => t.0,
-            None => Some(spartac::program::hpec::default_fine_tile_for(network.neurons)),
-        },
-        weight_budget,
-        stream_slots: g.stream_slots,
-        fold_values: !g.no_fold,
-        engine: g.engine,
-        plan_rows: Some(g.plan_rows),
-        sm_count: match devices.first() {
-            Some(d) => d.sm_count()?,
-            None => HpecOptions::default().sm_count,
-        },
-        merge_from: (!g.no_merge).then_some(g.merge_from),
-        few_rows: (g.few_rows > 0).then_some(g.few_rows),
-        scatter_from: (g.scatter_from > 0).then_some(g.scatter_from),
-        fine_only: g.fine_only,
-        tail_from: (!g.no_tail).then_some(g.tail_from),
-        precision: g.precision,
-        gather_from: (g.gather_from > 0).then_some(g.gather_from),
-        reorder: !g.no_reorder,
-        permute_from: (g.permute_from > 0).then_some(g.permute_from),
-        compact_in_place: !g.packing_compaction,
-    };
+    let screened = g.precision == hpec::screen::Arithmetic::Screened;
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -766,32 +816,47 @@ fn run_compiled(
         indicatif::ProgressStyle::with_template("compiling layers {bar:30} {pos}/{len} [{elapsed} < {eta}]")
             .expect("static template"),
     );
-    // Compiled layers are kept under the cache root's layers/ (not with --no-cache).
-    let layer_cache = if args.no_cache { None } else { spartac_runtime::exec::cache_root().map(|r| r.join("layers")) };
     // Input hashing: the program runs the images in hashed order; categories map back below.
     let order = g.hash_inputs.then(|| hpec::hashing::hashed_image_order(images.n_images(), 0));
     let hashed = order.as_ref().map(|o| images.reordered(o)).transpose()?;
     let run_images = hashed.as_ref().unwrap_or(images);
-    let mut compiled =
-        task_graph::compile_cached(network, run_images, &options, layer_cache.as_deref(), &|| bar.inc(1))?;
-    bar.finish_and_clear();
-    let edges = images.n_images() as f64 * network.total_nonzeros() as f64;
-    let (categories, run) = if backend == Backend::Cuda {
-        let run = task_graph::run_gpu_devices(
-            devices,
-            &compiled,
-            task_graph::GpuRunOptions { graph: !g.no_graph, warmup: g.warmup, repeats: g.repeat, profile: g.profile },
-        )?;
-        // The constants live on the device now: their host copies (the packed tables, ~45 GB
-        // for 16384x1920) go before the reference runs.
-        compiled.lowering.program = compiled.lowering.program.skeleton();
-        (run.categories.clone(), Some(run))
-    } else {
-        let t0 = Instant::now();
-        let c = task_graph::run_cpu(&compiled)?;
-        eprintln!("simulated on the CPU executor in {:.2} s", t0.elapsed().as_secs_f64());
-        (c, None)
+    let precision = match g.precision {
+        hpec::screen::Arithmetic::F64 => Precision::F64,
+        _ => Precision::F32,
     };
+    let options = hpec_options(g, &devices, network, run_images, precision)?;
+    let progress = || bar.inc(1);
+    let mut started = false;
+    let mut stage = |net: &hpec::Network, imgs: &hpec::Images, precision: Precision| -> anyhow::Result<_> {
+        let options = hpec_options(g, &devices, net, imgs, precision)?;
+        // Only the first stage's layers are counted: the bar counts the network's layers once.
+        let first = !std::mem::replace(&mut started, true);
+        let s = run_stage(args, &devices, net, imgs, &options, if first { &progress } else { &|| {} })?;
+        Ok((s.categories.clone(), s))
+    };
+    let (first, screen, later, categories) = if screened {
+        // The screen: the layers before the tail, rounded up; the bound: every layer for its
+        // survivors, rounded down; the settle: f64 for the survivors the bound lost.
+        let s = hpec::screen::run_screened(network, run_images, options.tail_start(network.n_layers()), &mut stage)?;
+        let mut stages = s.stages.into_iter();
+        let first = stages.next().expect("the screen always runs");
+        (first.result, Some((s.screen, first.found.len())), stages.collect::<Vec<_>>(), s.categories)
+    } else {
+        let (categories, first) = stage(network, run_images, precision)?;
+        (first, None, vec![], categories)
+    };
+    if let Some((s, _)) = &screen {
+        (s.layers..network.n_layers()).for_each(|_| bar.inc(1));
+    }
+    bar.finish_and_clear();
+    let first_layers = screen.as_ref().map_or(network.n_layers(), |(s, _)| s.layers);
+    let compiled = &first.compiled;
+    let run = first.run.as_ref();
+    let edges = images.n_images() as f64 * network.total_nonzeros() as f64;
+    // The inference: the screen's and the settle's medians (the settle's program is built
+    // and loaded between them, like any program before its first run).
+    let settle_seconds: f64 = later.iter().filter_map(|s| s.result.run.as_ref()).map(|r| r.seconds).sum();
+    let seconds = run.map(|r| r.seconds + settle_seconds);
     let categories = match &order {
         Some(order) => {
             let mut ids: Vec<u32> = categories.iter().map(|&pos| order[pos as usize - 1] + 1).collect();
@@ -810,10 +875,18 @@ fn run_compiled(
             *kinds.entry(part.split(':').take(2).collect::<Vec<_>>().join(" ")).or_default() += 1;
         }
     }
-    let profile =
-        run.as_ref().map(|r| task_graph::profile_by_kind(&compiled.lowering.program, &r.step_ms)).unwrap_or_default();
+    let profile = run.map(|r| task_graph::profile_by_kind(&compiled.lowering.program, &r.step_ms)).unwrap_or_default();
+    // The settle's steps, apart from the screen's.
+    let mut profile = profile;
+    for st in &later {
+        if let Stage { compiled, run: Some(r), .. } = &st.result {
+            for (kind, ms) in task_graph::profile_by_kind(&compiled.lowering.program, &r.step_ms) {
+                *profile.entry(format!("{}: {kind}", st.name)).or_insert(0.0) += ms;
+            }
+        }
+    }
     if args.json {
-        let r = run.as_ref();
+        let r = run;
         let mut value = serde_json::json!({
             "network": network_name,
             "neurons": network.neurons,
@@ -844,9 +917,9 @@ fn run_compiled(
             "layer_kernels": kinds,
             "weight_bytes": low.weight_bytes,
             "device_bytes": low.program.device_bytes(),
-            "seconds": r.map(|r| r.seconds),
+            "seconds": seconds,
             "seconds_all": r.map(|r| r.seconds_all.clone()),
-            "edges_per_second": r.map(|r| edges / r.seconds),
+            "edges_per_second": seconds.map(|s| edges / s),
             "live_rows_last_batch": r.map(|r| r.live_rows.clone()),
             "batches_per_gpu": r.map(|r| r.batches_per_device.clone()),
             "categories": categories.len(),
@@ -862,7 +935,29 @@ fn run_compiled(
         value["tail_from"] =
             serde_json::json!((compiled.tail_start < network.n_layers()).then_some(compiled.tail_start));
         value["few_rows"] = serde_json::json!(options.few_rows);
-        value["precision"] = serde_json::json!(options.precision.name());
+        value["precision"] = serde_json::json!(g.precision.name());
+        if let Some((sc, survivors)) = &screen {
+            let stage_json = |name: &str, images: usize, found: usize, st: &Stage| {
+                serde_json::json!({
+                    "name": name,
+                    "images": images,
+                    "found": found,
+                    "seconds": st.run.as_ref().map(|r| r.seconds),
+                    "seconds_all": st.run.as_ref().map(|r| r.seconds_all.clone()),
+                    "compile_seconds": st.compiled.compile_seconds,
+                    "kernel_load_seconds": st.run.as_ref().map(|r| r.load_seconds),
+                })
+            };
+            let mut stages = vec![stage_json("screen", run_images.n_images(), *survivors, &first)];
+            stages.extend(later.iter().map(|s| stage_json(s.name, s.images, s.found.len(), &s.result)));
+            value["screen"] = serde_json::json!({
+                "layers": sc.layers,
+                "weight_scale": sc.weight_scale,
+                "bias": sc.network.bias,
+                "survivors": survivors,
+                "stages": stages,
+            });
+        }
         value["gather_from"] = serde_json::json!(options.gather_from);
         value["scatter_from"] = serde_json::json!(options.scatter_from);
         value["reordered_layers"] = serde_json::json!(compiled.reordered_layers);
@@ -880,7 +975,7 @@ fn run_compiled(
         let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{v} x {k}")).collect();
         println!(
             "compiled ({}): {:.2} s ({} of {} planned layers from the cache, {} with neurons reordered, {} permuting steps); layer kernels: {}; {} distinct kernels; weights {:.1} MiB {}; batch {}; {} compactions ({} merging identical rows)",
-            options.precision.name(),
+            if screened { "f32 screen" } else { g.precision.name() },
             compiled.compile_seconds,
             compiled.layers_cached,
             compiled.tail_start,
@@ -891,8 +986,8 @@ fn run_compiled(
             low.weight_bytes as f64 / (1 << 20) as f64,
             if low.streamed { "streamed" } else { "resident" },
             options.batch,
-            (0..network.n_layers()).filter(|&l| options.compacts_after(l, network.n_layers())).count(),
-            (0..network.n_layers()).filter(|&l| options.merges_after(l, network.n_layers())).count()
+            (0..first_layers).filter(|&l| options.compacts_after(l, first_layers)).count(),
+            (0..first_layers).filter(|&l| options.merges_after(l, first_layers)).count()
         );
         if let Some(r) = &run {
             println!(
@@ -906,9 +1001,9 @@ fn run_compiled(
                 "inference (cuda x{}, {}): {:.3} ms median of {}, {:.3e} edges/s",
                 r.devices,
                 if g.no_graph { "stream launches" } else { "CUDA graph" },
-                r.seconds * 1e3,
+                (r.seconds + settle_seconds) * 1e3,
                 r.seconds_all.len(),
-                edges / r.seconds
+                edges / (r.seconds + settle_seconds)
             );
             if r.devices > 1 {
                 for (d, ((b, n), busy)) in
@@ -922,6 +1017,36 @@ fn run_compiled(
                 }
             }
         }
+        if let Some((sc, survivors)) = &screen {
+            let ms = |st: &Stage| st.run.as_ref().map(|r| format!(" ({:.3} ms)", r.seconds * 1e3)).unwrap_or_default();
+            let mut line = format!(
+                "screened: layers 0-{} in fp32 rounded up (weights x{:.6}, bias {}): {} of {} images survive{}",
+                sc.layers.saturating_sub(1),
+                sc.weight_scale,
+                sc.network.bias,
+                survivors,
+                run_images.n_images(),
+                ms(&first)
+            );
+            for st in &later {
+                line += &match st.name {
+                    "bound" => format!(
+                        "; all {} layers rounded down: {} of them alive{}",
+                        network.n_layers(),
+                        st.found.len(),
+                        ms(&st.result)
+                    ),
+                    _ => format!(
+                        "; the other {} in f64: {} alive{}, compiled in {:.2} s",
+                        st.images,
+                        st.found.len(),
+                        ms(&st.result),
+                        st.result.compiled.compile_seconds
+                    ),
+                };
+            }
+            println!("{line}");
+        }
         if !profile.is_empty() {
             let total: f64 = profile.values().sum();
             println!("profile (one run as stream launches with events, {total:.3} ms):");
@@ -933,8 +1058,8 @@ fn run_compiled(
     }
     match verdict {
         Some(false) => {
-            let hint = if options.precision == spartac::program::hpec::Precision::F32 && truth_name.contains("f64") {
-                " (fp32 rounding cannot follow an f64 truth on every image; --precision f64 computes as the reference does)"
+            let hint = if g.precision == hpec::screen::Arithmetic::F32 && truth_name.contains("f64") {
+                " (fp32 rounding cannot follow an f64 truth on every image; the default --precision screened computes as the reference does)"
             } else {
                 ""
             };

@@ -213,7 +213,7 @@ fn argument_errors_are_one_line_with_the_usage_and_exit_2() {
         (vec!["plan"], "required arguments were not provided: <MODEL> (usage: spartac plan <MODEL>"),
         (vec!["hpec", "run", "--gpus", "x"], "invalid value 'x' for '--gpus <GPUS>'"),
         (vec!["hpec", "run", "--backend", "foo"], "[possible values: cpu, cuda, sim, auto, reference]"),
-        (vec!["hpec", "run", "--precision", "f16"], "unknown precision \"f16\" (choose f32 or f64)"),
+        (vec!["hpec", "run", "--precision", "f16"], "unknown precision \"f16\" (choose screened, f32 or f64)"),
         (vec!["frobnicate"], "unrecognized subcommand 'frobnicate'"),
     ] {
         let o = spartac(&args);
@@ -270,6 +270,16 @@ fn hpec_sim_backend_runs_the_compiled_program_and_repeated_images_keep_their_tru
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
     assert_eq!((v["precision"].as_str(), v["verdict"].as_str()), (Some("f64"), Some("PASS")), "{v}");
     assert!(v["layer_kernels"].as_object().unwrap().keys().any(|k| k.starts_with("exact_f64")), "{v}");
+    // The default: the fp32 screen of the layers before the tail, then f64 for its survivors.
+    let o = spartac(&[&args[..], &["--image-count", "300", "--tail-from", "16", "--json"]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    assert_eq!((v["precision"].as_str(), v["verdict"].as_str()), (Some("screened"), Some("PASS")), "{v}");
+    let (layers, survivors) = (v["screen"]["layers"].as_u64(), v["screen"]["survivors"].as_u64().unwrap());
+    assert_eq!(v["screen"]["stages"][0]["name"].as_str(), Some("screen"), "{v}");
+    assert_eq!(v["screen"]["stages"][1]["images"].as_u64(), Some(survivors), "{v}");
+    assert_eq!(layers, Some(16), "{v}");
+    assert!(survivors >= v["categories"].as_u64().unwrap() && survivors < 300, "{v}");
+    assert!(v["screen"]["weight_scale"].as_f64().unwrap() > 1.0, "{v}");
 }
 
 #[test]

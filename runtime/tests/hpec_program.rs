@@ -120,6 +120,57 @@ fn where_fp32_loses_an_image_of_the_4096_network_the_f64_program_keeps_the_refer
     let fp32 = run(Precision::F32);
     assert!(!fp32.contains(&lost), "fp32 loses image 42,014 (the case this test exists for): {fp32:?}");
     assert_eq!(run(Precision::F64), reference);
+    // Screened (the default): an upper bound in fp32 over the layers before the tail, a lower
+    // bound over every layer for its survivors, f64 for the survivors the lower bound lost:
+    // image 42,014 and few others. The categories are the reference's.
+    let tail_start = HpecOptions::default().tail_start(network.n_layers());
+    let mut calls = vec![];
+    let screened = hpec::screen::run_screened(&network, &images, tail_start, |net, imgs, precision| {
+        calls.push((net.n_layers(), imgs.n_images(), precision));
+        let opts = HpecOptions { precision, ..options(imgs.n_images()) };
+        task_graph::run_cpu(&task_graph::compile(net, imgs, &opts, &|| {})?).map(|c| (c, ()))
+    })
+    .unwrap();
+    assert_eq!(screened.categories, reference);
+    let names: Vec<&str> = screened.stages.iter().map(|s| s.name).collect();
+    assert_eq!(names, ["screen", "bound", "settle"]);
+    let (survivors, bound, settle) = (&screened.stages[0], &screened.stages[1], &screened.stages[2]);
+    assert!(reference.iter().all(|id| survivors.found.contains(id)), "{:?}", survivors.found);
+    assert!(survivors.found.len() < images.n_images(), "the screen drops the images that die early");
+    assert!(bound.found.iter().all(|id| reference.contains(id)) && !bound.found.contains(&lost));
+    assert!(settle.found.contains(&lost) && settle.images <= 3, "{} settled", settle.images);
+    let n = survivors.found.len();
+    assert_eq!(
+        calls,
+        vec![(tail_start, 50, Precision::F32), (40, n, Precision::F32), (40, settle.images, Precision::F64)]
+    );
+}
+
+#[test]
+fn the_fp32_bounds_never_cross_the_reference() {
+    // Over every layer, the upper bound's categories contain the reference's and the lower
+    // bound's are among them: on the real network's images and on generated networks of other
+    // widths, through the planned 3xTF32 kernels, the few-rows kernels, merging and the tail.
+    use hpec::screen::{bounding_network, Bound};
+    let run = |net: &hpec::Network, imgs: &hpec::Images| {
+        task_graph::run_cpu(&task_graph::compile(net, imgs, &options(imgs.n_images()), &|| {}).unwrap()).unwrap()
+    };
+    let (images, truth) = first_600_with_truth();
+    let network = real_network(120);
+    let upper = run(&bounding_network(&network, 120, Bound::Upper).unwrap().network, &images);
+    let lower = run(&bounding_network(&network, 120, Bound::Lower).unwrap().network, &images);
+    assert!(truth.iter().all(|id| upper.contains(id)), "truth {truth:?}, upper {upper:?}");
+    assert!(lower.iter().all(|id| truth.contains(id)), "truth {truth:?}, lower {lower:?}");
+    assert!(upper.len() <= truth.len() + 6 && lower.len() + 6 >= truth.len(), "{upper:?} {lower:?}");
+    for neurons in [256usize, 2048] {
+        let network = hpec::generate(neurons, 60, 1).unwrap();
+        let all = hpec::mnist::mnist_images(&bundled::mnist_digits().unwrap(), neurons, 400).unwrap();
+        let reference = hpec::reference_categories(&network, &all).unwrap();
+        let upper = run(&bounding_network(&network, 60, Bound::Upper).unwrap().network, &all);
+        let lower = run(&bounding_network(&network, 60, Bound::Lower).unwrap().network, &all);
+        assert!(reference.iter().all(|id| upper.contains(id)), "{neurons}: {reference:?} upper {upper:?}");
+        assert!(lower.iter().all(|id| reference.contains(id)), "{neurons}: {reference:?} lower {lower:?}");
+    }
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! structure-equivalent network; image TSVs, the bundled challenge images or MNIST-derived
 //! images ([`mnist`]) → [`Images`]; then [`infer`] (fp32, data parallel over image blocks,
 //! dead images dropped, row-wise CSR or column-wise CSC SpMM chosen per layer) → [`InferResult`] with the
-//! categories and edges per second; [`reference_categories`] is the slow f64 cross-check.
+//! categories and edges per second; [`reference_categories`] is the slow f64 cross-check; [`screen`] turns the compiled fp32
+//! program into one with the reference's categories (an fp32 screen, then f64 for its survivors).
 //!
 //! Semantics: `Y_{l+1} = min(32, max(0, Y_l · W_l + bias))`; a category is an image whose
 //! last row has any nonzero.
@@ -25,6 +26,7 @@ pub mod network;
 pub mod onnx_export;
 pub mod reference;
 pub mod relabellings;
+pub mod screen;
 pub mod source;
 pub mod sparse;
 pub mod task_graph;
