@@ -502,7 +502,60 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
         layer_hashing_buckets: args.layer_hashing,
         ..InferOptions::default()
     };
-    let result = hpec::infer(&network, &images, &options)?;
+    // The CPU engine is fp32; the f64 reference stands in for the f64 program.
+    let reference = |net: &hpec::Network, imgs: &hpec::Images| -> anyhow::Result<hpec::InferResult> {
+        let t0 = Instant::now();
+        let categories = hpec::reference_categories(net, imgs)?;
+        let seconds = t0.elapsed().as_secs_f64();
+        let edges = imgs.n_images() as f64 * net.total_nonzeros() as f64;
+        Ok(hpec::InferResult {
+            categories,
+            seconds,
+            prepare_seconds: 0.0,
+            images: imgs.n_images(),
+            layers: net.n_layers(),
+            edges,
+            edges_per_second: edges / seconds.max(1e-12),
+            row_wise_steps: 0,
+            column_wise_steps: 0,
+            threads: rayon::current_num_threads(),
+        })
+    };
+    let result = match args.gpu.precision {
+        hpec::screen::Arithmetic::F32 => hpec::infer(&network, &images, &options)?,
+        hpec::screen::Arithmetic::F64 => reference(&network, &images)?,
+        hpec::screen::Arithmetic::Screened => {
+            // The screen over the layers before the default tail start, as on the GPU.
+            let layers = spartac::program::hpec::HpecOptions::default().tail_start(network.n_layers());
+            let screened = hpec::screen::run_screened(&network, &images, layers, |net, imgs, precision| {
+                let r = match precision {
+                    Precision::F64 => reference(net, imgs)?,
+                    Precision::F32 => hpec::infer(net, imgs, &options)?,
+                };
+                anyhow::Ok((r.categories.clone(), r))
+            })?;
+            let summary: Vec<String> = screened
+                .stages
+                .iter()
+                .map(|s| format!("{} {} -> {} ({:.3} s)", s.name, s.images, s.found.len(), s.result.seconds))
+                .collect();
+            if !args.json {
+                println!("screened (fp32 bounds, f64 for what they leave open): {}", summary.join("; "));
+            }
+            let mut stages = screened.stages.into_iter();
+            let mut result = stages.next().expect("the screen always runs").result;
+            for s in stages {
+                result.seconds += s.result.seconds;
+                result.row_wise_steps += s.result.row_wise_steps;
+                result.column_wise_steps += s.result.column_wise_steps;
+            }
+            result.edges = images.n_images() as f64 * network.total_nonzeros() as f64;
+            result.edges_per_second = result.edges / result.seconds.max(1e-12);
+            result.layers = network.n_layers();
+            result.categories = screened.categories;
+            result
+        }
+    };
     let (truth, truth_name) = truth_categories(&truth_kind, &network, &base_images, images.n_images(), args.no_cache)?;
     let verdict = truth.as_ref().map(|t| *t == result.categories);
     report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
@@ -581,6 +634,7 @@ fn report(
             "nonzeros": network.total_nonzeros(),
             "images": images.n_images(),
             "backend": "cpu",
+            "precision": args.gpu.precision.name(),
             "threads": result.threads,
             "load_seconds": load_seconds,
             "prepare_seconds": result.prepare_seconds,

@@ -283,6 +283,18 @@ fn hpec_sim_backend_runs_the_compiled_program_and_repeated_images_keep_their_tru
 }
 
 #[test]
+fn hpec_cpu_engine_is_screened_by_default_and_f32_and_f64_on_request() {
+    for (flags, precision) in
+        [(&[][..], "screened"), (&["--precision", "f32"][..], "f32"), (&["--precision", "f64"][..], "f64")]
+    {
+        let o = spartac(&[&["hpec", "run", "--backend", "cpu", "--no-cache", "--json"][..], flags].concat());
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+        assert_eq!((v["precision"].as_str(), v["verdict"].as_str()), (Some(precision), Some("PASS")), "{v}");
+        assert_eq!(v["categories"].as_array().map(|c| c.len()), Some(19), "{v}");
+    }
+}
+
+#[test]
 fn hpec_generated_network_runs_on_mnist_inputs_and_passes() {
     let o = spartac(&["hpec", "run", "--neurons", "256", "--layers", "12", "--image-count", "60", "--no-cache"]);
     let out = String::from_utf8_lossy(&o.stdout);

@@ -365,6 +365,9 @@ const GATHER_MAX_ROWS: usize = 8;
 /// over CTAs (`blockIdx.y`), so that few rows still occupy several multiprocessors.
 const GATHER_SLICE: usize = 2048;
 
+/// The narrowest column slice [`gather_layer`] cuts for a batch of few rows.
+const GATHER_MIN_SLICE: usize = 256;
+
 /// A layer for [`gather_layer`]: `n × n`, its [`tail_tables`] (one layer) with `slots` per
 /// column; `value` the layer's one nonzero value when it has only one (folded into the code:
 /// no value table), `narrow` for k stored as u16 ([`narrow_idx`]).
@@ -417,10 +420,18 @@ pub fn gather_layer(g: &GatherLayer) -> Result<RowsKernel, CodegenError> {
     let (rows, staged) = if gather_stages(n, g.f64) { (fit.min(GATHER_MAX_ROWS), true) } else { (4, false) };
     let smem = if staged { elem * n * rows } else { 0 };
     let per_sm = if staged { (GATHER_STAGE_BYTES / smem).clamp(1, 2) } else { 2 };
-    let slices = n.div_ceil(GATHER_SLICE);
-    let gx = g.max_rows.div_ceil(rows).clamp(1, (g.sm_count.max(1) * per_sm).div_ceil(slices));
+    // Column slices of 2048, or narrower (down to 256) while even a full batch's row groups
+    // would leave multiprocessors idle: a batch of a few rows (the screened precision's settle)
+    // then still spreads over the GPU.
+    let (groups, want) = (g.max_rows.div_ceil(rows), g.sm_count.max(1) * per_sm);
+    let mut slice = GATHER_SLICE.min(n);
+    while slice > GATHER_MIN_SLICE && groups * n.div_ceil(slice) < want {
+        slice /= 2;
+    }
+    let slices = n.div_ceil(slice);
+    let gx = groups.clamp(1, want.div_ceil(slices));
     let name = format!(
-        "gather_layer_{n}_s{}_r{rows}_m{}_g{gx}{}{}{}",
+        "gather_layer_{n}_s{}_r{rows}_m{}_g{gx}x{slices}{}{}{}",
         g.slots,
         g.max_rows,
         if g.f64 { "_f64" } else { "" },
@@ -435,7 +446,7 @@ pub fn gather_layer(g: &GatherLayer) -> Result<RowsKernel, CodegenError> {
         rows,
         max_rows: g.max_rows,
         threads: GATHER_THREADS,
-        slice: GATHER_SLICE.min(n),
+        slice,
         staged,
         unrolled: g.slots <= TAIL_MAX_SLOTS,
         narrow: g.narrow,
@@ -488,5 +499,30 @@ mod tests {
         let k = tail_layers(6, slots, 2, 10, 32.0, 132, false).unwrap();
         assert!(k.source.contains(&k.name) && k.launch.grid.0 >= 1);
         assert!(tail_layers(6, slots, 0, 10, 32.0, 132, false).is_err());
+    }
+
+    #[test]
+    fn a_gather_over_few_rows_cuts_narrower_column_slices_to_fill_the_gpu() {
+        let layer = |max_rows, f64| GatherLayer {
+            n: 4096,
+            slots: 32,
+            max_rows,
+            clip_hi: 32.0,
+            sm_count: 132,
+            f64,
+            value: Some(0.0625),
+            narrow: true,
+        };
+        // A full batch: 2048-column slices, 132 CTAs (6 staged f64 rows of 32 KiB each).
+        let k = gather_layer(&layer(60_000, true)).unwrap();
+        assert_eq!((k.launch.grid.0, k.launch.grid.1), (66, 2));
+        assert!(k.source.contains("#define SLICE 2048"));
+        // 40 rows: 7 row groups, so 16 slices of 256 columns (112 CTAs) instead of 14 CTAs.
+        let k = gather_layer(&layer(40, true)).unwrap();
+        assert_eq!((k.launch.grid.0, k.launch.grid.1), (7, 16));
+        assert!(k.source.contains("#define SLICE 256") && k.name.contains("g7x16"));
+        // Enough rows to fill the GPU with 2048-column slices keep them.
+        let k = gather_layer(&layer(800, true)).unwrap();
+        assert_eq!(k.launch.grid.1, 2);
     }
 }
