@@ -141,6 +141,19 @@ pub struct RunArgs {
     /// Skip the truth check when no truth file or bundled truth applies.
     #[arg(long)]
     pub no_check: bool,
+    /// Run as one rank of an MPI job: `mpirun -np R spartac hpec run --mpi ...`. Every rank
+    /// loads the network; the images are dealt to the ranks by a hash of their id (seed 001's
+    /// input hashing); each rank runs its share on its backend (with cuda, GPUs local rank x
+    /// --gpus onward); rank 0 gathers the categories, checks them and prints one summary. A
+    /// failing rank fails the job with its error on rank 0. libmpi is opened at run time
+    /// (Open MPI or MPICH; $SPARTAC_MPI_LIB names another).
+    #[cfg(feature = "mpi")]
+    #[arg(long)]
+    pub mpi: bool,
+    /// With --mpi: make this rank fail before its share (tests the failure path).
+    #[cfg(feature = "mpi")]
+    #[arg(long, hide = true, requires = "mpi")]
+    pub mpi_fail_rank: Option<usize>,
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
     #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
@@ -475,6 +488,10 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     if args.gpu.gpus == 0 || args.gpu.repeat == 0 {
         bail!("--gpus and --repeat must be at least 1");
     }
+    #[cfg(feature = "mpi")]
+    if args.mpi {
+        return run_mpi(&args, &network, &network_name, &images, &base_images, &truth_kind);
+    }
     // The GPUs are opened once, here: no driver or too few devices is a one-line error (or,
     // for auto, the CPU engine) before anything is compiled.
     let (backend, devices) = match args.backend {
@@ -491,6 +508,26 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
     if matches!(backend, Backend::Cuda | Backend::Sim) {
         return run_compiled(&args, devices, &network, &network_name, &images, &base_images, load_seconds, &truth_kind);
     }
+    let (result, summary) = cpu_engine(&args, &network, &images)?;
+    if let (Some(line), false) = (summary, args.json) {
+        println!("{line}");
+    }
+    let (truth, truth_name) = truth_categories(&truth_kind, &network, &base_images, images.n_images(), args.no_cache)?;
+    let verdict = truth.as_ref().map(|t| *t == result.categories);
+    report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
+    match verdict {
+        Some(false) => bail!("{}", mismatch(&result.categories, truth.as_deref().unwrap_or(&[]), &truth_name)),
+        _ => Ok(()),
+    }
+}
+
+/// The CPU engine on `images` in the precision `args` asks for (the f64 reference stands in
+/// for f64), with the screened run's one-line summary.
+fn cpu_engine(
+    args: &RunArgs,
+    network: &hpec::Network,
+    images: &hpec::Images,
+) -> anyhow::Result<(hpec::InferResult, Option<String>)> {
     let options = InferOptions {
         threads: args.threads.map(usize::from),
         kernel: match args.kernel {
@@ -521,13 +558,14 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
             threads: rayon::current_num_threads(),
         })
     };
+    let mut line = None;
     let result = match args.gpu.precision {
-        hpec::screen::Arithmetic::F32 => hpec::infer(&network, &images, &options)?,
-        hpec::screen::Arithmetic::F64 => reference(&network, &images)?,
+        hpec::screen::Arithmetic::F32 => hpec::infer(network, images, &options)?,
+        hpec::screen::Arithmetic::F64 => reference(network, images)?,
         hpec::screen::Arithmetic::Screened => {
             // The screen over the layers before the default tail start, as on the GPU.
             let layers = spartac::program::hpec::HpecOptions::default().tail_start(network.n_layers());
-            let screened = hpec::screen::run_screened(&network, &images, layers, |net, imgs, precision| {
+            let screened = hpec::screen::run_screened(network, images, layers, |net, imgs, precision| {
                 let r = match precision {
                     Precision::F64 => reference(net, imgs)?,
                     Precision::F32 => hpec::infer(net, imgs, &options)?,
@@ -539,9 +577,7 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|s| format!("{} {} -> {} ({:.3} s)", s.name, s.images, s.found.len(), s.result.seconds))
                 .collect();
-            if !args.json {
-                println!("screened (fp32 bounds, f64 for what they leave open): {}", summary.join("; "));
-            }
+            line = Some(format!("screened (fp32 bounds, f64 for what they leave open): {}", summary.join("; ")));
             let mut stages = screened.stages.into_iter();
             let mut result = stages.next().expect("the screen always runs").result;
             for s in stages {
@@ -556,11 +592,134 @@ fn run_network(args: RunArgs) -> anyhow::Result<()> {
             result
         }
     };
-    let (truth, truth_name) = truth_categories(&truth_kind, &network, &base_images, images.n_images(), args.no_cache)?;
-    let verdict = truth.as_ref().map(|t| *t == result.categories);
-    report(&args, &network_name, &network, &images, load_seconds, &result, &truth_name, verdict)?;
+    Ok((result, line))
+}
+
+/// `--mpi`: this process is one rank; rank 0 reports (module docs of `hpec::mpi`).
+#[cfg(feature = "mpi")]
+fn run_mpi(
+    args: &RunArgs,
+    network: &hpec::Network,
+    network_name: &str,
+    images: &hpec::Images,
+    base_images: &hpec::Images,
+    truth_kind: &Truth,
+) -> anyhow::Result<()> {
+    use hpec::mpi::{deal, Mpi, RankResult};
+    let mpi = Mpi::init()?;
+    let (rank, ranks) = (mpi.rank(), mpi.size());
+    // The rank on this host (GPUs are numbered per host).
+    let local = ["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse::<usize>().ok())
+        .unwrap_or(rank);
+    let mine = deal(images.n_images(), rank, ranks);
+    let started = Instant::now();
+    let result = (|| -> anyhow::Result<RankResult> {
+        if args.mpi_fail_rank == Some(rank) {
+            bail!("failing on purpose (--mpi-fail-rank {rank})");
+        }
+        let part = images.reordered(&mine)?;
+        let devices = match args.backend {
+            Backend::Cuda => open_gpus_from(local * args.gpu.gpus, args.gpu.gpus)?,
+            Backend::Auto => open_gpus_from(local * args.gpu.gpus, args.gpu.gpus).unwrap_or_default(),
+            Backend::Reference => bail!("--backend reference does not take --mpi"),
+            Backend::Sim | Backend::Cpu => vec![],
+        };
+        let (positions, seconds) = if devices.is_empty() && args.backend != Backend::Sim {
+            let (r, _) = cpu_engine(args, network, &part)?;
+            (r.categories, r.seconds)
+        } else {
+            let computed = compute_compiled(args, &devices, network, &part, &|| {})?;
+            let seconds = computed.seconds().unwrap_or_else(|| started.elapsed().as_secs_f64());
+            (computed.categories, seconds)
+        };
+        let categories = positions.iter().map(|&p| mine[p as usize - 1] + 1).collect();
+        Ok(RankResult::Done { categories, seconds, images: part.n_images() })
+    })()
+    .unwrap_or_else(|e| RankResult::Failed(format!("{e:#}")));
+    let gathered = mpi.gather(&result.to_bytes())?;
+    let outcome = match gathered {
+        Some(messages) => {
+            let results = messages.iter().map(|m| RankResult::from_bytes(m)).collect::<Result<Vec<_>, _>>()?;
+            mpi_report(args, network, network_name, images, base_images, truth_kind, ranks, &results)
+        }
+        None => Ok(()),
+    };
+    // Every rank ends with rank 0's verdict (mpirun's exit status then says it too).
+    let failed = mpi.broadcast(i32::from(outcome.is_err()))?;
+    drop(mpi);
+    match (outcome, failed) {
+        (Err(e), _) => Err(e),
+        (Ok(()), 0) => Ok(()),
+        // Rank 0 printed the error; the other ranks leave quietly with its status.
+        (Ok(()), _) => std::process::exit(1),
+    }
+}
+
+/// Rank 0 of `--mpi`: the gathered results checked and printed (one line, or JSON).
+#[cfg(feature = "mpi")]
+#[allow(clippy::too_many_arguments)]
+fn mpi_report(
+    args: &RunArgs,
+    network: &hpec::Network,
+    network_name: &str,
+    images: &hpec::Images,
+    base_images: &hpec::Images,
+    truth_kind: &Truth,
+    ranks: usize,
+    results: &[hpec::mpi::RankResult],
+) -> anyhow::Result<()> {
+    use hpec::mpi::RankResult;
+    if let Some((r, message)) = results.iter().enumerate().find_map(|(r, x)| match x {
+        RankResult::Failed(m) => Some((r, m)),
+        RankResult::Done { .. } => None,
+    }) {
+        bail!("rank {r} of {ranks} failed: {message}");
+    }
+    let done: Vec<(&Vec<u32>, f64, usize)> = results
+        .iter()
+        .filter_map(|x| match x {
+            RankResult::Done { categories, seconds, images } => Some((categories, *seconds, *images)),
+            RankResult::Failed(_) => None,
+        })
+        .collect();
+    let mut categories: Vec<u32> = done.iter().flat_map(|(c, _, _)| c.iter().copied()).collect();
+    categories.sort_unstable();
+    let (truth, truth_name) = truth_categories(truth_kind, network, base_images, images.n_images(), args.no_cache)?;
+    let verdict = truth.as_ref().map(|t| *t == categories);
+    let slowest = done.iter().map(|d| d.1).fold(0.0, f64::max);
+    let fastest = done.iter().map(|d| d.1).fold(f64::INFINITY, f64::min);
+    if args.json {
+        let value = serde_json::json!({
+            "network": network_name,
+            "neurons": network.neurons,
+            "layers": network.n_layers(),
+            "images": images.n_images(),
+            "mpi_ranks": ranks,
+            "precision": args.gpu.precision.name(),
+            "seconds": slowest,
+            "seconds_per_rank": done.iter().map(|d| d.1).collect::<Vec<_>>(),
+            "images_per_rank": done.iter().map(|d| d.2).collect::<Vec<_>>(),
+            "categories": categories.len(),
+            "truth": truth_name,
+            "verdict": verdict_word(verdict),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!(
+            "mpi: {network_name}, {} images over {ranks} ranks ({}): slowest rank {:.3} ms, fastest {:.3} ms ({} precision); categories: {} images; truth: {truth_name}: {}",
+            images.n_images(),
+            done.iter().map(|d| d.2.to_string()).collect::<Vec<_>>().join(" + "),
+            slowest * 1e3,
+            fastest * 1e3,
+            args.gpu.precision.name(),
+            categories.len(),
+            verdict_word(verdict)
+        );
+    }
     match verdict {
-        Some(false) => bail!("{}", mismatch(&result.categories, truth.as_deref().unwrap_or(&[]), &truth_name)),
+        Some(false) => bail!("{}", mismatch(&categories, truth.as_deref().unwrap_or(&[]), &truth_name)),
         _ => Ok(()),
     }
 }
@@ -833,10 +992,74 @@ fn run_stage(
     Ok(Stage { compiled, categories: run.categories.clone(), run: Some(run) })
 }
 
+/// What the compiled backends computed: the first stage (the whole run unless screened), the
+/// screen with its survivor count, the later stages, the categories (1-based positions among
+/// the images), and the first stage's options.
+struct Computed {
+    first: Stage,
+    screen: Option<(hpec::screen::Screen, usize)>,
+    later: Vec<hpec::screen::Stage<Stage>>,
+    categories: Vec<u32>,
+    options: spartac::program::hpec::HpecOptions,
+}
+
+impl Computed {
+    /// Inference seconds: the stages' GPU medians summed (none on the CPU executor).
+    fn seconds(&self) -> Option<f64> {
+        let later: f64 = self.later.iter().filter_map(|s| s.result.run.as_ref()).map(|r| r.seconds).sum();
+        self.first.run.as_ref().map(|r| r.seconds + later)
+    }
+}
+
+/// Compiles and runs `network` on `images` on `devices` (the CPU executor when there are none)
+/// in the precision `args` asks for; `progress` is called once per layer of the first stage.
+fn compute_compiled(
+    args: &RunArgs,
+    devices: &[std::sync::Arc<spartac_runtime::cuda::CudaDevice>],
+    network: &hpec::Network,
+    images: &hpec::Images,
+    progress: &(dyn Fn() + Sync),
+) -> anyhow::Result<Computed> {
+    let g = &args.gpu;
+    let precision = match g.precision {
+        hpec::screen::Arithmetic::F64 => Precision::F64,
+        _ => Precision::F32,
+    };
+    let options = hpec_options(g, devices, network, images, precision)?;
+    let mut started = false;
+    let mut stage = |net: &hpec::Network, imgs: &hpec::Images, precision: Precision| -> anyhow::Result<_> {
+        let options = hpec_options(g, devices, net, imgs, precision)?;
+        // Only the first stage's layers are counted: the bar counts the network's layers once.
+        let first = !std::mem::replace(&mut started, true);
+        let s = run_stage(args, devices, net, imgs, &options, if first { progress } else { &|| {} })?;
+        Ok((s.categories.clone(), s))
+    };
+    Ok(if g.precision == hpec::screen::Arithmetic::Screened {
+        // The screen: the layers before the tail, rounded up; the bound: every layer for its
+        // survivors, rounded down; the settle: f64 for the survivors the bound lost.
+        let s = hpec::screen::run_screened(network, images, options.tail_start(network.n_layers()), &mut stage)?;
+        let mut stages = s.stages.into_iter();
+        let first = stages.next().expect("the screen always runs");
+        let screen = Some((s.screen, first.found.len()));
+        Computed { first: first.result, screen, later: stages.collect(), categories: s.categories, options }
+    } else {
+        let (categories, first) = stage(network, images, precision)?;
+        Computed { first, screen: None, later: vec![], categories, options }
+    })
+}
+
 /// `--backend cuda|sim`: compile every layer, lower to the batch program, run it.
 /// GPUs 0..count, each with its own context.
 fn open_gpus(count: usize) -> anyhow::Result<Vec<std::sync::Arc<spartac_runtime::cuda::CudaDevice>>> {
-    (0..count)
+    open_gpus_from(0, count)
+}
+
+/// GPUs first..first + count.
+fn open_gpus_from(
+    first: usize,
+    count: usize,
+) -> anyhow::Result<Vec<std::sync::Arc<spartac_runtime::cuda::CudaDevice>>> {
+    (first..first + count)
         .map(|ordinal| {
             spartac_runtime::cuda::CudaDevice::open(ordinal)
                 .map(std::sync::Arc::new)
@@ -874,31 +1097,8 @@ fn run_compiled(
     let order = g.hash_inputs.then(|| hpec::hashing::hashed_image_order(images.n_images(), 0));
     let hashed = order.as_ref().map(|o| images.reordered(o)).transpose()?;
     let run_images = hashed.as_ref().unwrap_or(images);
-    let precision = match g.precision {
-        hpec::screen::Arithmetic::F64 => Precision::F64,
-        _ => Precision::F32,
-    };
-    let options = hpec_options(g, &devices, network, run_images, precision)?;
-    let progress = || bar.inc(1);
-    let mut started = false;
-    let mut stage = |net: &hpec::Network, imgs: &hpec::Images, precision: Precision| -> anyhow::Result<_> {
-        let options = hpec_options(g, &devices, net, imgs, precision)?;
-        // Only the first stage's layers are counted: the bar counts the network's layers once.
-        let first = !std::mem::replace(&mut started, true);
-        let s = run_stage(args, &devices, net, imgs, &options, if first { &progress } else { &|| {} })?;
-        Ok((s.categories.clone(), s))
-    };
-    let (first, screen, later, categories) = if screened {
-        // The screen: the layers before the tail, rounded up; the bound: every layer for its
-        // survivors, rounded down; the settle: f64 for the survivors the bound lost.
-        let s = hpec::screen::run_screened(network, run_images, options.tail_start(network.n_layers()), &mut stage)?;
-        let mut stages = s.stages.into_iter();
-        let first = stages.next().expect("the screen always runs");
-        (first.result, Some((s.screen, first.found.len())), stages.collect::<Vec<_>>(), s.categories)
-    } else {
-        let (categories, first) = stage(network, run_images, precision)?;
-        (first, None, vec![], categories)
-    };
+    let Computed { first, screen, later, categories, options } =
+        compute_compiled(args, &devices, network, run_images, &|| bar.inc(1))?;
     if let Some((s, _)) = &screen {
         (s.layers..network.n_layers()).for_each(|_| bar.inc(1));
     }

@@ -22,6 +22,8 @@ pub mod images;
 pub mod kernels;
 pub mod load;
 pub mod mnist;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod network;
 pub mod onnx_export;
 pub mod reference;
