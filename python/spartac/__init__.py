@@ -1,0 +1,125 @@
+"""spartac from Python: compile an ONNX model with TeSA sparsity, run it on the CPU or the GPU.
+
+    import spartac
+    art = spartac.compile("model.onnx", tesa="attrs.json", dtype="f16",
+                          shapes={"input_ids": [32, 128]})
+    art.save("model.sparta"); art = spartac.load("model.sparta")
+    print(art)
+    sess = spartac.Session(art, backend="cuda")          # or "cpu"
+    out = sess.run({"input_ids": ids, "attention_mask": mask})
+    spartac.hpec.run(neurons=1024, layers=120)           # dict, as `hpec run --json`
+
+Everything runs in this process through the same code as the `spartac` command line (its
+progress and summaries print the same way); a failure raises `spartac.Error` with the
+command line's one-line message. Arrays are numpy arrays (anything `numpy.asarray` takes).
+"""
+
+import io
+import os
+import json
+import tempfile
+from typing import Dict, Iterable, Optional, Union
+
+import numpy as np
+
+from . import _spartac
+
+Error = _spartac.Error
+
+__all__ = ["Error", "Artifact", "Session", "compile", "load", "hpec", "cli"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def cli(*argv: str) -> None:
+    """Runs one `spartac` command line in this process, e.g. `cli("inspect", "m.onnx")`."""
+    _spartac.execute([os.fspath(a) for a in argv])
+
+
+class Artifact:
+    """A compiled model: the bytes of a `.sparta` file, checked."""
+
+    def __init__(self, data: bytes):
+        self._data = bytes(data)
+        inputs, outputs = _spartac.signature(self._data)
+        self.inputs = {name: (dtype, tuple(shape)) for name, dtype, shape in inputs}
+        self.outputs = {name: (dtype, tuple(shape)) for name, dtype, shape in outputs}
+
+    def save(self, path: PathLike) -> None:
+        """Writes the artifact to `path` (atomically: never a partial file)."""
+        _spartac.save(self._data, os.fspath(path))
+
+    def to_bytes(self) -> bytes:
+        return self._data
+
+    def __str__(self) -> str:
+        return _spartac.summary(self._data)
+
+    def __repr__(self) -> str:
+        return f"<spartac.Artifact inputs={list(self.inputs)} outputs={list(self.outputs)}>"
+
+
+def load(path: PathLike) -> Artifact:
+    """Reads a `.sparta` file written by `spartac compile` or `Artifact.save`."""
+    return Artifact(_spartac.load(os.fspath(path)))
+
+
+def compile(
+    model: PathLike,
+    tesa: Optional[PathLike] = None,
+    dtype: str = "f32",
+    shapes: Optional[Dict[str, Iterable[int]]] = None,
+    flags: Iterable[str] = (),
+) -> Artifact:
+    """`spartac compile` in this process: `model` (ONNX) with the TeSA file `tesa`, in
+    `dtype` ("f32", "f16" or "bf16"), input shapes fixed by `shapes` (name -> dims), plus any
+    other command-line `flags` (e.g. ["--no-ptx"])."""
+    argv = ["compile", os.fspath(model), "--dtype", dtype]
+    if tesa is not None:
+        argv += ["--tesa", os.fspath(tesa)]
+    for name, dims in (shapes or {}).items():
+        argv += ["--input-shape", f"{name}={','.join(str(int(d)) for d in dims)}"]
+    with tempfile.TemporaryDirectory(prefix="spartac-") as d:
+        out = os.path.join(d, "model.sparta")
+        _spartac.execute(argv + ["-o", out] + list(flags))
+        return load(out)
+
+
+def _npy(a) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(np.asarray(a)), allow_pickle=False)
+    return buf.getvalue()
+
+
+class Session:
+    """An artifact ready to run on `backend` "cpu" (the CPU executor) or "cuda" (GPU 0, its
+    CUDA graph built once and replayed by every `run`)."""
+
+    def __init__(self, artifact: Artifact, backend: str = "cpu"):
+        if not isinstance(artifact, Artifact):
+            raise TypeError("Session takes a spartac.Artifact (spartac.compile or spartac.load)")
+        self.artifact = artifact
+        self._session = _spartac.Session(artifact.to_bytes(), backend)
+
+    @property
+    def backend(self) -> str:
+        return self._session.backend
+
+    def run(self, inputs: Dict[str, object]) -> Dict[str, np.ndarray]:
+        """Runs on `inputs` (name -> array: dtype and shape as the artifact's inputs say);
+        returns name -> numpy array."""
+        pairs = [(str(name), _npy(a)) for name, a in inputs.items()]
+        return {name: np.load(io.BytesIO(b), allow_pickle=False) for name, b in self._session.run(pairs)}
+
+
+class hpec:
+    """The HPEC Sparse DNN Challenge."""
+
+    @staticmethod
+    def run(neurons: int = 1024, layers: int = 120, backend: str = "auto", flags: Iterable[str] = ()) -> dict:
+        """`spartac hpec run --json` in this process: the result as a dict (raises
+        `spartac.Error` when the categories do not match the truth)."""
+        argv = ["hpec", "run", "--json", "--backend", backend, "--layers", str(layers)]
+        if neurons != 1024:
+            argv += ["--neurons", str(neurons)]
+        return json.loads(_spartac.execute_captured(argv + list(flags)))

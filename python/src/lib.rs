@@ -1,0 +1,230 @@
+//! `spartac._spartac`: the Rust side of the `spartac` Python package.
+//!
+//! Everything the CLI does runs in this process through [`spartac_cli::execute`] (the same
+//! code, the same one-line errors, raised as `spartac.Error`); artifacts are decoded with the
+//! compiler's checks; a [`Session`] keeps a decoded artifact (and, on the GPU, its loaded
+//! program and CUDA graph) between runs. Arrays cross as `.npy` bytes, parsed and written by
+//! the same code as the CLI's `.npz` files, so a Python run and a CLI run see identical inputs.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use spartac::program::artifact::{decode, Artifact};
+use spartac::program::model::ModelProgram;
+use spartac_runtime::exec::model::{run_cpu, GpuModel};
+use std::collections::BTreeMap;
+
+create_exception!(_spartac, Error, PyException, "A spartac failure: the CLI's one-line message.");
+
+fn err(message: impl std::fmt::Display) -> PyErr {
+    let m = message.to_string();
+    Error::new_err(m.strip_prefix("error: ").map(str::to_string).unwrap_or(m))
+}
+
+/// Runs one `spartac` command line (without the program name) in this process, the GIL
+/// released; raises `spartac.Error` with its one-line message when it fails.
+#[pyfunction]
+fn execute(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
+    let result = py.detach(move || spartac_cli::execute(std::iter::once("spartac".to_string()).chain(argv)));
+    result.map(|_| ()).map_err(|f| err(f.message))
+}
+
+/// [`execute`], returning what the command printed to standard output (for `--json`).
+#[pyfunction]
+fn execute_captured(py: Python<'_>, argv: Vec<String>) -> PyResult<String> {
+    let (result, out) = py
+        .detach(move || capture_stdout(|| spartac_cli::execute(std::iter::once("spartac".to_string()).chain(argv))))
+        .map_err(err)?;
+    result.map_err(|f| err(f.message))?;
+    Ok(out)
+}
+
+/// Runs `f` with file descriptor 1 pointed at a temporary file; returns its result and what
+/// was written there. The descriptor is restored whatever `f` returns.
+fn capture_stdout<T>(f: impl FnOnce() -> T) -> Result<(T, String), String> {
+    use std::io::{Read, Seek, Write};
+    let mut file = tempfile_in_tmp().map_err(|e| format!("capturing the output: {e}"))?;
+    std::io::stdout().flush().ok();
+    // SAFETY: plain descriptor calls; 1 is restored from the saved copy below.
+    let saved = unsafe { libc::dup(1) };
+    if saved < 0 {
+        return Err("capturing the output: dup failed".into());
+    }
+    // SAFETY: the file's descriptor is open for writing for the whole call.
+    unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&file), 1) };
+    let value = f();
+    std::io::stdout().flush().ok();
+    // SAFETY: saved is the original descriptor 1, duplicated above.
+    unsafe {
+        libc::dup2(saved, 1);
+        libc::close(saved);
+    }
+    let mut out = String::new();
+    file.rewind().and_then(|_| file.read_to_string(&mut out)).map_err(|e| format!("reading the output: {e}"))?;
+    Ok((value, out))
+}
+
+/// An anonymous temporary file (unlinked at once).
+fn tempfile_in_tmp() -> std::io::Result<std::fs::File> {
+    let dir = std::env::temp_dir();
+    for i in 0..100u32 {
+        let path = dir.join(format!("spartac-py-{}-{i}", std::process::id()));
+        match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+            Ok(f) => {
+                std::fs::remove_file(&path)?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no free temporary file name"))
+}
+
+fn decode_bytes(data: &[u8]) -> PyResult<Artifact> {
+    decode(data).map_err(|e| err(format!("not a valid spartac artifact: {e}")))
+}
+
+/// Reads and checks an artifact file; returns its bytes.
+#[pyfunction]
+fn load<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Bound<'py, PyBytes>> {
+    spartac::contained::check_regular(&path).map_err(|e| err(format!("reading {}: {e}", path.display())))?;
+    let data = std::fs::read(&path).map_err(|e| err(format!("reading {}: {e}", path.display())))?;
+    decode(&data).map_err(|e| err(format!("{}: {e}", path.display())))?;
+    Ok(PyBytes::new(py, &data))
+}
+
+/// Writes artifact bytes to `path` atomically (never a partial file).
+#[pyfunction]
+fn save(data: &[u8], path: std::path::PathBuf) -> PyResult<()> {
+    decode_bytes(data)?;
+    spartac::output::write_atomic(&path, data).map_err(|e| err(format!("writing {}: {e}", path.display())))
+}
+
+fn dims(shape: &[usize]) -> String {
+    shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// The inputs and outputs of an artifact: `(inputs, outputs)`, each a list of
+/// `(name, dtype, shape)`.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn signature(data: &[u8]) -> PyResult<(Vec<(String, String, Vec<usize>)>, Vec<(String, String, Vec<usize>)>)> {
+    let art = decode_bytes(data)?;
+    let list = |s: &[spartac::program::model::Signature]| {
+        s.iter().map(|x| (x.name.clone(), x.dtype.name().to_string(), x.shape.clone())).collect()
+    };
+    Ok((list(&art.model.inputs), list(&art.model.outputs)))
+}
+
+/// A short description of an artifact (what `spartac inspect` opens with).
+#[pyfunction]
+fn summary(data: &[u8]) -> PyResult<String> {
+    let art = decode_bytes(data)?;
+    let p = &art.model.program;
+    let mut s = format!("spartac artifact (program {})\ninputs:\n", p.name);
+    for i in &art.model.inputs {
+        s += &format!("  {:<32} {}[{}]\n", i.name, i.dtype.name(), dims(&i.shape));
+    }
+    s += "outputs:\n";
+    for o in &art.model.outputs {
+        s += &format!("  {:<32} {}[{}]\n", o.name, o.dtype.name(), dims(&o.shape));
+    }
+    s += &format!(
+        "steps: {} ({} distinct kernels; PTX for {} of them); device memory {:.1} MiB",
+        p.steps.len(),
+        p.kernels.len(),
+        art.ptx.len(),
+        p.device_bytes() as f64 / (1 << 20) as f64
+    );
+    Ok(s)
+}
+
+/// A compiled model ready to run: on the CPU executor, or loaded on GPU 0 (its CUDA graph
+/// built once and replayed by every run).
+#[pyclass(unsendable)]
+struct Session {
+    model: ModelProgram,
+    gpu: Option<GpuModel>,
+}
+
+#[pymethods]
+impl Session {
+    #[new]
+    fn new(data: &[u8], backend: &str) -> PyResult<Session> {
+        let Artifact { model, ptx } = decode_bytes(data)?;
+        let gpu = match backend {
+            "cpu" => None,
+            "cuda" => {
+                let dev = spartac_runtime::cuda::CudaDevice::open(0)
+                    .map_err(|e| err(format!("backend \"cuda\": no GPU answered: {e}")))?;
+                let dev = std::sync::Arc::new(dev);
+                let arch = dev.arch().to_string();
+                for p in ptx.iter().filter(|p| p.arch == arch) {
+                    spartac_runtime::exec::cuda::seed_ptx_cache(
+                        &model.program.kernels[p.kernel as usize].source,
+                        &arch,
+                        &p.ptx,
+                    );
+                }
+                Some(GpuModel::load(dev, model.clone()).map_err(err)?)
+            }
+            other => return Err(err(format!("unknown backend {other:?} (choose \"cpu\" or \"cuda\")"))),
+        };
+        Ok(Session { model, gpu })
+    }
+
+    /// "cpu" or "cuda".
+    #[getter]
+    fn backend(&self) -> &'static str {
+        if self.gpu.is_some() {
+            "cuda"
+        } else {
+            "cpu"
+        }
+    }
+
+    /// Runs on `inputs` (`(name, .npy bytes)` pairs); returns the outputs the same way.
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        inputs: Vec<(String, Vec<u8>)>,
+    ) -> PyResult<Vec<(String, Bound<'py, PyBytes>)>> {
+        let mut given = BTreeMap::new();
+        for (name, bytes) in inputs {
+            let t = spartac::npy::parse_npy(&bytes).map_err(|e| err(format!("input {name:?}: {e}")))?;
+            given.insert(name, t);
+        }
+        spartac::program::model::check_model_inputs(&self.model.inputs, &given)
+            .map_err(|e| err(format!("inputs: {e}")))?;
+        let outputs = match &mut self.gpu {
+            Some(gm) => {
+                gm.set_inputs(&given).map_err(err)?;
+                gm.run().map_err(err)?;
+                gm.outputs().map_err(err)?
+            }
+            None => run_cpu(&self.model, &given).map_err(err)?,
+        };
+        outputs
+            .into_iter()
+            .map(|(name, t)| {
+                let bytes = spartac::npy::write_npy(&t).map_err(|e| err(format!("output {name:?}: {e}")))?;
+                Ok((name, PyBytes::new(py, &bytes)))
+            })
+            .collect()
+    }
+}
+
+#[pymodule]
+fn _spartac(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("Error", m.py().get_type::<Error>())?;
+    m.add_function(wrap_pyfunction!(execute, m)?)?;
+    m.add_function(wrap_pyfunction!(execute_captured, m)?)?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(signature, m)?)?;
+    m.add_function(wrap_pyfunction!(summary, m)?)?;
+    m.add_class::<Session>()?;
+    Ok(())
+}
