@@ -185,15 +185,17 @@ impl Session {
         }
     }
 
-    /// Runs on `inputs` (`(name, .npy bytes)` pairs); returns the outputs the same way.
+    /// Runs on `inputs` (`(name, .npy bytes)` pairs); returns the outputs the same way. The
+    /// bytes are read where Python holds them (a `Vec<u8>` argument would convert every byte
+    /// from a Python int: 70 ms for 16 MB).
     fn run<'py>(
         &mut self,
         py: Python<'py>,
-        inputs: Vec<(String, Vec<u8>)>,
+        inputs: Vec<(String, Bound<'py, PyBytes>)>,
     ) -> PyResult<Vec<(String, Bound<'py, PyBytes>)>> {
         let mut given = BTreeMap::new();
         for (name, bytes) in inputs {
-            let t = spartac::npy::parse_npy(&bytes).map_err(|e| err(format!("input {name:?}: {e}")))?;
+            let t = spartac::npy::parse_npy(bytes.as_bytes()).map_err(|e| err(format!("input {name:?}: {e}")))?;
             given.insert(name, t);
         }
         spartac::program::model::check_model_inputs(&self.model.inputs, &given)
