@@ -14,7 +14,7 @@ progress and summaries print the same way); a failure raises `spartac.Error` wit
 command line's one-line message. Arrays are numpy arrays (anything `numpy.asarray` takes).
 """
 
-import io
+import ast
 import os
 import json
 import tempfile
@@ -86,9 +86,26 @@ def compile(
 
 
 def _npy(a) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(np.asarray(a)), allow_pickle=False)
-    return buf.getvalue()
+    """`a` as `.npy` (version 1.0) bytes: the header, then the data in one copy (np.save into a
+    BytesIO took 21 ms for 16 MB; this takes the one memcpy)."""
+    a = np.asarray(a, order="C")
+    if a.dtype.hasobject:
+        raise TypeError("object arrays cannot be model inputs")
+    header = repr({"descr": np.lib.format.dtype_to_descr(a.dtype), "fortran_order": False, "shape": a.shape})
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    head = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
+    return b"".join((head, memoryview(a).cast("B")))
+
+
+def _from_npy(b: bytes) -> np.ndarray:
+    """The array of `.npy` bytes written by the extension (version 1.0, C order), as a
+    writable numpy array."""
+    if b[:6] != b"\x93NUMPY" or b[6] != 1:
+        raise Error("an output is not .npy 1.0 data")
+    end = 10 + int.from_bytes(b[8:10], "little")
+    header = ast.literal_eval(b[10:end].decode("latin1"))
+    dtype = np.lib.format.descr_to_dtype(header["descr"])
+    return np.frombuffer(b, dtype=dtype, offset=end).reshape(header["shape"]).copy()
 
 
 class Session:
@@ -109,7 +126,7 @@ class Session:
         """Runs on `inputs` (name -> array: dtype and shape as the artifact's inputs say);
         returns name -> numpy array."""
         pairs = [(str(name), _npy(a)) for name, a in inputs.items()]
-        return {name: np.load(io.BytesIO(b), allow_pickle=False) for name, b in self._session.run(pairs)}
+        return {name: _from_npy(b) for name, b in self._session.run(pairs)}
 
 
 class hpec:

@@ -97,6 +97,17 @@ def test_hpec_run_returns_the_json_result():
     assert len(r["categories"]) > 0
 
 
+def test_arrays_cross_as_npy_bytes_of_every_dtype_and_layout():
+    import io
+    for a in [np.arange(6, dtype=np.int64).reshape(2, 3), np.ones((3,), np.float16), np.array([[True, False]]),
+              np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4)), np.float32(2.5)]:
+        b = spartac._npy(a)
+        back = np.load(io.BytesIO(b), allow_pickle=False)
+        assert back.dtype == np.asarray(a).dtype and back.shape == np.shape(a) and (back == a).all()
+        again = spartac._from_npy(b)
+        assert again.flags.writeable and (again == a).all()
+
+
 def test_the_package_is_abi3_and_imports_on_this_python():
     assert sys.version_info >= (3, 9)
     assert spartac.Error.__module__.endswith("_spartac")
