@@ -97,6 +97,18 @@ def _npy(a) -> bytes:
     return b"".join((head, memoryview(a).cast("B")))
 
 
+_DTYPES = {"bool": np.bool_, "u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16,
+           "u32": np.uint32, "i32": np.int32, "u64": np.uint64, "i64": np.int64, "f16": np.float16,
+           "f32": np.float32, "f64": np.float64}
+
+
+def _from_raw(dtype: str, shape, b: bytes) -> np.ndarray:
+    """An output's raw little-endian bytes as a writable numpy array."""
+    if dtype not in _DTYPES:
+        raise Error(f"an output of type {dtype} has no numpy type")
+    return np.frombuffer(b, dtype=np.dtype(_DTYPES[dtype]).newbyteorder("<")).reshape(shape).copy()
+
+
 def _from_npy(b: bytes) -> np.ndarray:
     """The array of `.npy` bytes written by the extension (version 1.0, C order), as a
     writable numpy array."""
@@ -126,7 +138,7 @@ class Session:
         """Runs on `inputs` (name -> array: dtype and shape as the artifact's inputs say);
         returns name -> numpy array."""
         pairs = [(str(name), _npy(a)) for name, a in inputs.items()]
-        return {name: _from_npy(b) for name, b in self._session.run(pairs)}
+        return {name: _from_raw(dtype, shape, b) for name, dtype, shape, b in self._session.run(pairs)}
 
 
 class hpec:
