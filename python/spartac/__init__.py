@@ -39,9 +39,9 @@ def cli(*argv: str) -> None:
 class Artifact:
     """A compiled model: the bytes of a `.sparta` file, checked."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, _signature=None):
         self._data = bytes(data)
-        inputs, outputs = _spartac.signature(self._data)
+        inputs, outputs = _signature if _signature is not None else _spartac.signature(self._data)
         self.inputs = {name: (dtype, tuple(shape)) for name, dtype, shape in inputs}
         self.outputs = {name: (dtype, tuple(shape)) for name, dtype, shape in outputs}
 
@@ -61,7 +61,8 @@ class Artifact:
 
 def load(path: PathLike) -> Artifact:
     """Reads a `.sparta` file written by `spartac compile` or `Artifact.save`."""
-    return Artifact(_spartac.load(os.fspath(path)))
+    data, inputs, outputs = _spartac.load(os.fspath(path))
+    return Artifact(data, (inputs, outputs))
 
 
 def compile(

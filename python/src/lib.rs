@@ -86,13 +86,27 @@ fn decode_bytes(data: &[u8]) -> PyResult<Artifact> {
     decode(data).map_err(|e| err(format!("not a valid spartac artifact: {e}")))
 }
 
-/// Reads and checks an artifact file; returns its bytes.
+/// An artifact's inputs or outputs as `(name, dtype, shape)`.
+type SignatureList = Vec<(String, String, Vec<usize>)>;
+
+fn signature_of(art: &Artifact) -> (SignatureList, SignatureList) {
+    let list = |s: &[spartac::program::model::Signature]| {
+        s.iter().map(|x| (x.name.clone(), x.dtype.name().to_string(), x.shape.clone())).collect()
+    };
+    (list(&art.model.inputs), list(&art.model.outputs))
+}
+
+/// Reads and checks an artifact file (decoded once); returns its bytes, inputs and outputs.
 #[pyfunction]
-fn load<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Bound<'py, PyBytes>> {
+fn load<'py>(
+    py: Python<'py>,
+    path: std::path::PathBuf,
+) -> PyResult<(Bound<'py, PyBytes>, SignatureList, SignatureList)> {
     spartac::contained::check_regular(&path).map_err(|e| err(format!("reading {}: {e}", path.display())))?;
     let data = std::fs::read(&path).map_err(|e| err(format!("reading {}: {e}", path.display())))?;
-    decode(&data).map_err(|e| err(format!("{}: {e}", path.display())))?;
-    Ok(PyBytes::new(py, &data))
+    let art = decode(&data).map_err(|e| err(format!("{}: {e}", path.display())))?;
+    let (inputs, outputs) = signature_of(&art);
+    Ok((PyBytes::new(py, &data), inputs, outputs))
 }
 
 /// Writes artifact bytes to `path` atomically (never a partial file).
@@ -109,13 +123,8 @@ fn dims(shape: &[usize]) -> String {
 /// The inputs and outputs of an artifact: `(inputs, outputs)`, each a list of
 /// `(name, dtype, shape)`.
 #[pyfunction]
-#[allow(clippy::type_complexity)]
-fn signature(data: &[u8]) -> PyResult<(Vec<(String, String, Vec<usize>)>, Vec<(String, String, Vec<usize>)>)> {
-    let art = decode_bytes(data)?;
-    let list = |s: &[spartac::program::model::Signature]| {
-        s.iter().map(|x| (x.name.clone(), x.dtype.name().to_string(), x.shape.clone())).collect()
-    };
-    Ok((list(&art.model.inputs), list(&art.model.outputs)))
+fn signature(data: &[u8]) -> PyResult<(SignatureList, SignatureList)> {
+    Ok(signature_of(&decode_bytes(data)?))
 }
 
 /// A short description of an artifact (what `spartac inspect` opens with).
@@ -161,13 +170,7 @@ impl Session {
                     .map_err(|e| err(format!("backend \"cuda\": no GPU answered: {e}")))?;
                 let dev = std::sync::Arc::new(dev);
                 let arch = dev.arch().to_string();
-                for p in ptx.iter().filter(|p| p.arch == arch) {
-                    spartac_runtime::exec::cuda::seed_ptx_cache(
-                        &model.program.kernels[p.kernel as usize].source,
-                        &arch,
-                        &p.ptx,
-                    );
-                }
+                spartac_runtime::exec::cuda::seed_artifact_ptx(&model.program, &ptx, &arch);
                 Some(GpuModel::load(dev, model.clone()).map_err(err)?)
             }
             other => return Err(err(format!("unknown backend {other:?} (choose \"cpu\" or \"cuda\")"))),

@@ -127,13 +127,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         Some(dev) => {
             let dev = std::sync::Arc::new(dev);
             let arch = dev.arch().to_string();
-            for p in ptx.iter().filter(|p| p.arch == arch) {
-                spartac_runtime::exec::cuda::seed_ptx_cache(
-                    &model.program.kernels[p.kernel as usize].source,
-                    &arch,
-                    &p.ptx,
-                );
-            }
+            spartac_runtime::exec::cuda::seed_artifact_ptx(&model.program, &ptx, &arch);
             let reference = if args.check { Some(model.clone()) } else { None };
             let t = Instant::now();
             let mut gm = GpuModel::load(dev.clone(), model.clone())?;

@@ -109,6 +109,20 @@ pub fn seed_ptx_cache(source: &str, arch: &str, ptx: &str) -> bool {
     true
 }
 
+/// Seeds the PTX cache with an artifact's PTX for `arch` (the kernels of `program` it was
+/// compiled from), so that loading the program compiles none of them again.
+pub fn seed_artifact_ptx(
+    program: &spartac::program::Program,
+    ptx: &[spartac::program::artifact::PtxProto],
+    arch: &str,
+) {
+    for p in ptx.iter().filter(|p| p.arch == arch) {
+        if let Some(k) = program.kernels.get(p.kernel as usize) {
+            seed_ptx_cache(&k.source, arch, &p.ptx);
+        }
+    }
+}
+
 /// CUDA events of the bound context, destroyed on drop.
 struct Events(Vec<sys::CUevent>);
 
