@@ -10,14 +10,18 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use spartac::ir::DType;
 use spartac::program::artifact::{decode, Artifact};
 use spartac::program::model::ModelProgram;
+use spartac_runtime::exec::external::{DeviceMemory, DeviceTensor, Event};
 use spartac_runtime::exec::model::{run_cpu, GpuModel};
 use std::collections::BTreeMap;
 
+mod dlpack;
+
 create_exception!(_spartac, Error, PyException, "A spartac failure: the CLI's one-line message.");
 
-fn err(message: impl std::fmt::Display) -> PyErr {
+pub(crate) fn err(message: impl std::fmt::Display) -> PyErr {
     let m = message.to_string();
     Error::new_err(m.strip_prefix("error: ").map(str::to_string).unwrap_or(m))
 }
@@ -150,24 +154,35 @@ fn summary(data: &[u8]) -> PyResult<String> {
     Ok(s)
 }
 
-/// A compiled model ready to run: on the CPU executor, or loaded on GPU 0 (its CUDA graph
+/// A compiled model ready to run: on the CPU executor, or loaded on a GPU (its CUDA graph
 /// built once and replayed by every run).
 #[pyclass(unsendable)]
 struct Session {
     model: ModelProgram,
     gpu: Option<GpuModel>,
+    device: usize,
+}
+
+/// A dtype by its spartac name.
+fn dtype_named(name: &str) -> PyResult<DType> {
+    use DType::*;
+    [Bool, U8, I8, U16, I16, U32, I32, U64, I64, F16, BF16, F32, F64]
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| err(format!("unknown element type {name:?}")))
 }
 
 #[pymethods]
 impl Session {
     #[new]
-    fn new(data: &[u8], backend: &str) -> PyResult<Session> {
+    #[pyo3(signature = (data, backend, device=0))]
+    fn new(data: &[u8], backend: &str, device: usize) -> PyResult<Session> {
         let Artifact { model, ptx } = decode_bytes(data)?;
         let gpu = match backend {
             "cpu" => None,
             "cuda" => {
-                let dev = spartac_runtime::cuda::CudaDevice::open(0)
-                    .map_err(|e| err(format!("backend \"cuda\": no GPU answered: {e}")))?;
+                let dev = spartac_runtime::cuda::CudaDevice::open(device)
+                    .map_err(|e| err(format!("backend \"cuda\": GPU {device} did not answer: {e}")))?;
                 let dev = std::sync::Arc::new(dev);
                 let arch = dev.arch().to_string();
                 spartac_runtime::exec::cuda::seed_artifact_ptx(&model.program, &ptx, &arch);
@@ -175,7 +190,89 @@ impl Session {
             }
             other => return Err(err(format!("unknown backend {other:?} (choose \"cpu\" or \"cuda\")"))),
         };
-        Ok(Session { model, gpu })
+        Ok(Session { model, gpu, device })
+    }
+
+    /// The GPU index (for "cuda").
+    #[getter]
+    fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Times `runs` back-to-back launches of the program's own graph (no copies; what
+    /// `spartac run --repeat` reports): the median milliseconds.
+    fn _time_graph(&mut self, runs: usize) -> PyResult<f64> {
+        let Some(gm) = &mut self.gpu else {
+            return Err(err("timing the graph needs a session on backend \"cuda\""));
+        };
+        let t = gm.time_graph(runs.max(1)).map_err(err)?;
+        Ok(spartac_runtime::cuda::median(&t))
+    }
+
+    /// One run on device tensors, queued on `stream` (a CUstream handle of this GPU; 0 the
+    /// legacy default stream) and not waited for. `inputs` are `(name, address, dtype,
+    /// shape)` of dense tensors on this session's GPU. With `outputs` (`(name, address)`,
+    /// each sized as the artifact's signature says) the results are written there and
+    /// nothing is returned; without, they go to new device memory returned as
+    /// `(name, DeviceArray)`. The addresses must stay valid until the stream has run the work.
+    #[pyo3(signature = (inputs, outputs, stream))]
+    #[allow(clippy::type_complexity)]
+    fn run_device(
+        &mut self,
+        py: Python<'_>,
+        inputs: Vec<(String, u64, String, Vec<usize>)>,
+        outputs: Option<Vec<(String, u64)>>,
+        stream: usize,
+    ) -> PyResult<Vec<(String, Py<dlpack::DeviceArray>)>> {
+        let Some(gm) = &mut self.gpu else {
+            return Err(err("device tensors need a session on backend \"cuda\""));
+        };
+        let mut given = BTreeMap::new();
+        for (name, ptr, dtype, shape) in inputs {
+            given.insert(name, DeviceTensor { ptr, dtype: dtype_named(&dtype)?, shape });
+        }
+        let sig = |name: &str| self.model.outputs.iter().find(|s| s.name == name);
+        let mut outs = BTreeMap::new();
+        let mut owned = vec![];
+        match outputs {
+            Some(list) => {
+                for (name, ptr) in list {
+                    let s = sig(&name).ok_or_else(|| err(format!("unknown output {name:?}")))?;
+                    outs.insert(name, DeviceTensor { ptr, dtype: s.dtype, shape: s.shape.clone() });
+                }
+            }
+            None => {
+                let dev = gm.program.device().clone();
+                for s in &self.model.outputs {
+                    let bytes = s.shape.iter().product::<usize>() * s.dtype.size_bytes();
+                    let mem = std::sync::Arc::new(DeviceMemory::alloc(&dev, bytes).map_err(err)?);
+                    outs.insert(
+                        s.name.clone(),
+                        DeviceTensor { ptr: mem.ptr(), dtype: s.dtype, shape: s.shape.clone() },
+                    );
+                    owned.push((s, mem));
+                }
+            }
+        }
+        let stream = stream as spartac_runtime::exec::external::Stream;
+        // SAFETY: `spartac.Session.run` passes torch's current stream of this GPU (or the
+        // caller's, or the legacy default) and the addresses of tensors on this GPU that it
+        // holds until the call returns; their frameworks' stream-ordered allocators keep the
+        // memory until the stream has run the work (as for a torch op).
+        unsafe { gm.run_on_stream(&given, &outs, stream) }.map_err(|e| err(format!("inputs: {e}")))?;
+        if owned.is_empty() {
+            return Ok(vec![]);
+        }
+        let ready = std::rc::Rc::new(Event::new(gm.program.device()).map_err(err)?);
+        // SAFETY: the stream the run was queued on, above.
+        unsafe { ready.record(stream) }.map_err(err)?;
+        owned
+            .into_iter()
+            .map(|(s, mem)| {
+                let a = dlpack::DeviceArray::new(mem, s.dtype, s.shape.clone(), self.device as i32, ready.clone());
+                Ok((s.name.clone(), Py::new(py, a)?))
+            })
+            .collect()
     }
 
     /// "cpu" or "cuda".
@@ -247,6 +344,7 @@ impl Session {
                     dims(&h.shape)
                 )));
             }
+            gm.wait_stream_runs().map_err(err)?;
             gm.program.write(s.buf, &bytes.as_bytes()[h.data_offset..]).map_err(err)?;
         }
         gm.run().map_err(err)?;
@@ -273,5 +371,7 @@ fn _spartac(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(signature, m)?)?;
     m.add_function(wrap_pyfunction!(summary, m)?)?;
     m.add_class::<Session>()?;
+    m.add_class::<dlpack::DeviceArray>()?;
+    m.add_function(wrap_pyfunction!(dlpack::dlpack_info, m)?)?;
     Ok(())
 }

@@ -15,7 +15,10 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def spartac_binary():
-    """The CLI built by the workspace (`cargo test` builds it first in tests/run-all.sh)."""
+    """The CLI built by the workspace (`cargo test` builds it first in tests/run-all.sh), or
+    $SPARTAC_BIN."""
+    if os.environ.get("SPARTAC_BIN"):
+        return os.environ["SPARTAC_BIN"]
     for profile in ("release", "debug"):
         path = os.path.join(REPO, "target", profile, "spartac")
         if os.path.isfile(path):

@@ -29,7 +29,7 @@ use crate::cuda::cublas::ProgramBlas;
 use crate::cuda::tma::{encode_matrix, TensorMap};
 use crate::cuda::{compile_ptx, CudaDevice, CudaError};
 
-fn drv(what: &'static str, r: sys::CUresult) -> Result<(), CudaError> {
+pub(crate) fn drv(what: &'static str, r: sys::CUresult) -> Result<(), CudaError> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -250,7 +250,43 @@ pub struct GpuProgram {
     /// cuBLAS for the program's library GEMMs and the stream their calls are captured on
     /// (`None` when the program has none).
     blas: Option<(ProgramBlas, Arc<cudarc::driver::CudaStream>)>,
+    /// The graph between copy nodes for a caller's tensors, made by the first
+    /// [`GpuProgram::launch_with_io`] (and again when the buffers it copies change).
+    io: Option<IoGraph>,
     pub compile: CompileStats,
+}
+
+/// The (buffer, bytes) of each output copy.
+type IoKey = Vec<(spartac::program::BufferId, usize)>;
+
+/// One copy of [`GpuProgram::launch_with_io`]: the program's buffer, the caller's address, bytes.
+pub type IoCopy = (spartac::program::BufferId, u64, usize);
+
+/// The program's graph as a child node between copy nodes: the caller's inputs into the
+/// program's buffers before it, the program's outputs to the caller's tensors after it.
+struct IoGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    /// (input copies, output copies) as (buffer, bytes): what the graph was built for.
+    key: (Vec<(spartac::program::BufferId, usize)>, IoKey),
+    /// Per copy node, inputs first: the node and the caller's address it copies from or to.
+    nodes: Vec<(sys::CUgraphNode, u64)>,
+}
+
+impl IoGraph {
+    fn destroy(&mut self) {
+        // SAFETY: created by launch_with_io, destroyed once (the pointers nulled).
+        unsafe {
+            if !self.exec.is_null() {
+                sys::cuGraphExecDestroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                sys::cuGraphDestroy(self.graph);
+            }
+        }
+        self.exec = std::ptr::null_mut();
+        self.graph = std::ptr::null_mut();
+    }
 }
 
 // SAFETY: the raw driver handles (context-owned graph, exec graph, functions, allocations) may be
@@ -268,6 +304,9 @@ impl Drop for GpuProgram {
         // SAFETY: created by this program, destroyed once, after the stream is idle.
         unsafe {
             let _ = self.dev.synchronize();
+            if let Some(io) = &mut self.io {
+                io.destroy();
+            }
             if !self.exec.is_null() {
                 sys::cuGraphExecDestroy(self.exec);
             }
@@ -435,6 +474,7 @@ impl GpuProgram {
             param_nodes: vec![],
             params,
             blas,
+            io: None,
             compile,
         };
         gp.build_graph()?;
@@ -672,6 +712,132 @@ impl GpuProgram {
         // SAFETY: the exec graph belongs to this context; the stream is the device's.
         drv("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.exec, self.dev.stream().cu_stream()) })?;
         Ok(())
+    }
+
+    /// [`GpuProgram::launch`] on `stream`, a stream of this device's context that the caller
+    /// owns (a torch stream, say): the graph runs after the work already queued there.
+    ///
+    /// # Safety
+    /// `stream` must be null (the legacy default stream) or a live stream of this device's
+    /// context.
+    pub unsafe fn launch_on(&mut self, params: &[i32], stream: sys::CUstream) -> Result<(), ExecError> {
+        self.dev.bind()?;
+        self.set_params(params)?;
+        // SAFETY: the exec graph belongs to this context; the caller vouches for the stream.
+        drv("cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.exec, stream) })?;
+        Ok(())
+    }
+
+    /// One run on `stream` that first copies each `(buffer, caller's address, bytes)` of
+    /// `inputs` into the program's buffer and afterwards each of `outputs` from the program's
+    /// buffer to the caller's address: one graph launch (the program's graph as a child node
+    /// between memcpy nodes). The copy nodes are updated in place when only the caller's
+    /// addresses change from the last run. Programs with per-run parameters are refused.
+    ///
+    /// # Safety
+    /// `stream` as for [`GpuProgram::launch_on`]; each caller's address must hold its bytes
+    /// in device memory of this context until the stream has run the launch.
+    pub unsafe fn launch_with_io(
+        &mut self,
+        inputs: &[IoCopy],
+        outputs: &[IoCopy],
+        stream: sys::CUstream,
+    ) -> Result<(), ExecError> {
+        if !self.param_nodes.is_empty() {
+            return Err(ExecError::Shape("a program with per-run parameters cannot run with copy nodes".into()));
+        }
+        self.dev.bind()?;
+        let key = (
+            inputs.iter().map(|&(b, _, n)| (b, n)).collect::<Vec<_>>(),
+            outputs.iter().map(|&(b, _, n)| (b, n)).collect::<Vec<_>>(),
+        );
+        let ctx = self.dev.cu_ctx();
+        let addr = |b: spartac::program::BufferId| -> Result<u64, ExecError> {
+            match &self.mems[b.0 as usize] {
+                Mem::Device(d) => Ok(d.ptr),
+                Mem::Host(_) => Err(ExecError::Shape(format!(
+                    "buffer {} is kept in host memory: it cannot be copied on the device",
+                    self.program.buffer(b).name
+                ))),
+            }
+        };
+        if let Some(&(b, _, n)) = inputs.iter().chain(outputs).find(|&&(b, _, n)| n > self.program.buffer(b).bytes()) {
+            let buf = self.program.buffer(b);
+            return Err(ExecError::Shape(format!("buffer {}: {n} bytes to copy for its {}", buf.name, buf.bytes())));
+        }
+        let mut wanted = vec![];
+        for &(b, at, n) in inputs {
+            wanted.push(self.copy_params(at, false, addr(b)?, false, n));
+        }
+        for &(b, at, n) in outputs {
+            wanted.push(self.copy_params(addr(b)?, false, at, false, n));
+        }
+        let callers: Vec<u64> = inputs.iter().chain(outputs).map(|&(_, at, _)| at).collect();
+        if self.io.as_ref().is_some_and(|io| io.key != key) {
+            if let Some(mut io) = self.io.take() {
+                self.dev.synchronize()?;
+                io.destroy();
+            }
+        }
+        if self.io.is_none() {
+            let mut io = IoGraph { graph: std::ptr::null_mut(), exec: std::ptr::null_mut(), key, nodes: vec![] };
+            // SAFETY: graph calls on handles made here; the parameter structs live across the
+            // calls (the driver copies them); the program's graph is cloned into the child.
+            let built = unsafe {
+                (|| -> Result<(), CudaError> {
+                    drv("cuGraphCreate", sys::cuGraphCreate(&mut io.graph, 0))?;
+                    let mut before = vec![];
+                    for (p, &at) in wanted.iter().zip(&callers).take(inputs.len()) {
+                        let mut node: sys::CUgraphNode = std::ptr::null_mut();
+                        drv(
+                            "cuGraphAddMemcpyNode",
+                            sys::cuGraphAddMemcpyNode(&mut node, io.graph, std::ptr::null(), 0, p, ctx),
+                        )?;
+                        before.push(node);
+                        io.nodes.push((node, at));
+                    }
+                    let mut child: sys::CUgraphNode = std::ptr::null_mut();
+                    drv(
+                        "cuGraphAddChildGraphNode",
+                        sys::cuGraphAddChildGraphNode(&mut child, io.graph, before.as_ptr(), before.len(), self.graph),
+                    )?;
+                    for (p, &at) in wanted.iter().zip(&callers).skip(inputs.len()) {
+                        let mut node: sys::CUgraphNode = std::ptr::null_mut();
+                        drv("cuGraphAddMemcpyNode", sys::cuGraphAddMemcpyNode(&mut node, io.graph, &child, 1, p, ctx))?;
+                        io.nodes.push((node, at));
+                    }
+                    drv("cuGraphInstantiate", sys::cuGraphInstantiateWithFlags(&mut io.exec, io.graph, 0))
+                })()
+            };
+            if let Err(e) = built {
+                io.destroy();
+                return Err(e.into());
+            }
+            self.io = Some(io);
+        } else if let Some(io) = &mut self.io {
+            for ((node, last), (p, &at)) in io.nodes.iter_mut().zip(wanted.iter().zip(&callers)) {
+                if *last != at {
+                    // SAFETY: node is a memcpy node of the graph io.exec was made from.
+                    drv("cuGraphExecMemcpyNodeSetParams", unsafe {
+                        sys::cuGraphExecMemcpyNodeSetParams(io.exec, *node, p, ctx)
+                    })?;
+                    *last = at;
+                }
+            }
+        }
+        let exec = self.io.as_ref().map(|io| io.exec).expect("made above");
+        // SAFETY: an exec graph of this context; the caller vouches for the stream.
+        drv("cuGraphLaunch", unsafe { sys::cuGraphLaunch(exec, stream) })?;
+        Ok(())
+    }
+
+    /// The device address of buffer `buf` and its size in bytes (`None` for a buffer the
+    /// program keeps in pinned host memory).
+    pub fn device_address(&self, buf: spartac::program::BufferId) -> Option<(u64, usize)> {
+        match &self.mems[buf.0 as usize] {
+            Mem::Device(d) => Some((d.ptr, self.program.buffer(buf).bytes())),
+            Mem::Host(_) => None,
+        }
     }
 
     fn set_params(&mut self, params: &[i32]) -> Result<(), ExecError> {

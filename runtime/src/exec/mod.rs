@@ -5,6 +5,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod external;
 pub mod model;
 
 use std::path::PathBuf;

@@ -37,21 +37,24 @@ pub fn run_cpu(model: &ModelProgram, inputs: &BTreeMap<String, Tensor>) -> Resul
 /// A compiled model loaded on a GPU: kernels compiled (or taken from the PTX cache), constants
 /// uploaded, the CUDA graph instantiated.
 pub struct GpuModel {
-    model_inputs: Vec<spartac::program::model::Signature>,
-    model_outputs: Vec<spartac::program::model::Signature>,
+    pub(super) model_inputs: Vec<spartac::program::model::Signature>,
+    pub(super) model_outputs: Vec<spartac::program::model::Signature>,
     pub program: GpuProgram,
+    /// The stream of the last [`GpuModel::run_on_stream`] and an event recorded after it.
+    pub(super) last_stream_run: Option<(usize, super::external::Event)>,
 }
 
 impl GpuModel {
     pub fn load(dev: Arc<CudaDevice>, model: ModelProgram) -> Result<GpuModel, ExecError> {
         let ModelProgram { program, inputs, outputs, .. } = model;
         let program = GpuProgram::load(dev, &program)?;
-        Ok(GpuModel { model_inputs: inputs, model_outputs: outputs, program })
+        Ok(GpuModel { model_inputs: inputs, model_outputs: outputs, program, last_stream_run: None })
     }
 
     /// Copies the inputs to the device.
     pub fn set_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), ExecError> {
         check_model_inputs(&self.model_inputs, inputs).map_err(ExecError::Shape)?;
+        self.wait_stream_runs()?;
         for s in &self.model_inputs {
             self.program.write(s.buf, &bytes_of_tensor(&inputs[&s.name]))?;
         }
@@ -60,12 +63,14 @@ impl GpuModel {
 
     /// One run of the graph, waited for.
     pub fn run(&mut self) -> Result<(), ExecError> {
+        self.wait_stream_runs()?;
         self.program.launch(&[])?;
         self.program.synchronize()
     }
 
     /// The outputs of the last run.
     pub fn outputs(&self) -> Result<Outputs, ExecError> {
+        self.wait_stream_runs()?;
         self.model_outputs
             .iter()
             .map(|s| {
