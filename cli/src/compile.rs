@@ -250,8 +250,9 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "convolutions".into(),
             format!(
-                "{} 1×1 as matmuls, {} as NHWC conv kernels, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled), {} BatchNorms folded, {} as channel affines",
+                "{} 1×1 and {} patch embeddings as matmuls, {} as NHWC conv kernels, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled), {} BatchNorms folded, {} as channel affines",
                 layout.pointwise,
+                layout.patchify,
                 layout.convs,
                 layout.pools,
                 layout.concats,
@@ -351,6 +352,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "channels_after": shrink.channels_after,
             "hidden_units": [hidden.units_before, hidden.units_after],
             "pointwise_convs": layout.pointwise,
+            "patch_convs": layout.patchify,
             "folded_batchnorms": batchnorm.folded,
             "affine_batchnorms": batchnorm.affine,
             "dropped_identity_ops": narrow.dropped,

@@ -546,3 +546,67 @@ fn coupled_pruning_halves_a_grouped_residual_block() {
     assert_compiled_matches(&pruned, &model, &[1, 2], 1e-5, "");
     nvrtc_compiles(&model);
 }
+
+/// A ViT / Swin / ConvNeXt front in miniature: a 4×4-stride-4 patch embedding of the graph
+/// input (with bias), GELU-free Relu, a 2×2-stride-2 downsampling of the channels-last result
+/// (no bias), and ViT's token readout (`flatten(2).transpose(1, 2)`) as the graph output. Both
+/// convolutions become MatMuls of patch rows (none is left a Conv), read from channels first
+/// (rows `(c, kh, kw)`) and channels last (`(kh, kw, c)`), and the model computes what the graph
+/// does; a padded or strided-apart convolution is left a convolution.
+#[test]
+fn patch_embeddings_become_matmuls_of_patch_rows_and_match_the_reference() {
+    let shape = |v: &[i64]| Tensor::from_vec(vec![v.len()], v.to_vec());
+    let b = ModelBuilder::new("patches", 18)
+        .input("x", DType::F32, &fixed(&[2, 3, 16, 24]))
+        .output("tokens", DType::F32, &fixed(&[2, 6, 5]))
+        .init("wp", &weights(&[6, 3, 4, 4], 1))
+        .init("bp", &weights(&[6], 2))
+        .init("wd", &weights(&[5, 6, 2, 2], 3))
+        .init("flat", &shape(&[2, 5, 6]))
+        .node(
+            "patch",
+            "Conv",
+            &["x", "wp", "bp"],
+            &["p"],
+            vec![("kernel_shape", A::Is(vec![4, 4])), ("strides", A::Is(vec![4, 4]))],
+        )
+        .node("relu", "Relu", &["p"], &["r"], vec![])
+        .node(
+            "down",
+            "Conv",
+            &["r", "wd"],
+            &["d"],
+            vec![("kernel_shape", A::Is(vec![2, 2])), ("strides", A::Is(vec![2, 2]))],
+        )
+        .node("flatten", "Reshape", &["d", "flat"], &["f"], vec![])
+        .node("tokens_t", "Transpose", &["f"], &["tokens"], vec![("perm", A::Is(vec![0, 2, 1]))]);
+    let original = load_model_bytes(&b.bytes(), "patches", &LoadOptions::default()).unwrap();
+    let (report, graph, model) = compile(original.clone());
+    assert_eq!((report.layout.patchify, report.layout.convs), (2, 0), "{:?}", report.layout);
+    assert!(!graph.nodes.iter().any(|n| n.op_type == "Conv"));
+    assert_compiled_matches(&original, &model, &[1, 2], 1e-5, "");
+    nvrtc_compiles(&model);
+
+    // Padding, or a stride other than the kernel, keeps the NHWC convolution kernel.
+    for (attrs, out) in [
+        (
+            vec![
+                ("kernel_shape", A::Is(vec![4, 4])),
+                ("strides", A::Is(vec![4, 4])),
+                ("pads", A::Is(vec![1, 1, 1, 1])),
+            ],
+            [2, 6, 4, 6],
+        ),
+        (vec![("kernel_shape", A::Is(vec![4, 4])), ("strides", A::Is(vec![2, 2]))], [2, 6, 7, 11]),
+    ] {
+        let b = ModelBuilder::new("not_patches", 18)
+            .input("x", DType::F32, &fixed(&[2, 3, 16, 24]))
+            .output("p", DType::F32, &fixed(&out))
+            .init("wp", &weights(&[6, 3, 4, 4], 1))
+            .node("patch", "Conv", &["x", "wp"], &["p"], attrs);
+        let original = load_model_bytes(&b.bytes(), "not_patches", &LoadOptions::default()).unwrap();
+        let (report, _, model) = compile(original.clone());
+        assert_eq!((report.layout.patchify, report.layout.convs), (0, 1));
+        assert_compiled_matches(&original, &model, &[3], 1e-5, "");
+    }
+}

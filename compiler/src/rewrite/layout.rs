@@ -5,7 +5,9 @@
 //! MatMul of the activation rows `[N·H·W, C_in]` by the weight `[C_in, C_out]`: the pass
 //! rewrites it into exactly that (`MatMul` with the transposed weight, then `Add` of the bias),
 //! so the planner, the sparse kernels and their fused bias + activation epilogues take
-//! pointwise convolutions as they take any MatMul. Every other Conv becomes `Transpose(NHWC→
+//! pointwise convolutions as they take any MatMul. A convolution whose windows tile its input
+//! (kernel = stride, no padding: a patch embedding) is a MatMul too, of the input's patches
+//! (`Rewriter::patchify`). Every other Conv becomes `Transpose(NHWC→
 //! NCHW) → Conv → Transpose(NCHW→NHWC)` (for 1-D: `perm [0, 2, 1]` both ways), the form model
 //! lowering runs as one NHWC convolution kernel (a 1-D convolution as a 2-D one of height 1).
 //!
@@ -52,6 +54,8 @@ fn convertible_rank(rank: usize) -> bool {
 pub struct LayoutReport {
     /// 1×1 convolutions that became MatMuls.
     pub pointwise: usize,
+    /// Convolutions whose windows tile the input (patch embeddings) that became MatMuls.
+    pub patchify: usize,
     /// Other convolutions, now between transposes.
     pub convs: usize,
     /// MaxPools and AveragePools, now between transposes.
@@ -238,6 +242,9 @@ impl Rewriter<'_> {
             && (auto_pad == "NOTSET" || auto_pad == "VALID")
             && bias.is_none_or(|b| self.graph.initializers.contains_key(&b))
             && !(self.dense_pointwise_as_conv && self.graph.value(w).tesa.as_ref().is_none_or(|t| t.n_pruned() == 0));
+        if !pointwise && self.patchify(node, x, w, bias) {
+            return true;
+        }
         if !pointwise {
             self.between_transposes(node, x);
             self.report.convs += 1;
@@ -269,6 +276,88 @@ impl Rewriter<'_> {
         }
         self.report.pointwise += 1;
         true
+    }
+
+    /// A 2-D convolution whose windows tile its input (kernel = stride, no padding, no
+    /// dilation, one group, sizes divisible: a ViT or Swin patch embedding, ConvNeXt's stem and
+    /// downsampling) as the MatMul it is: the input cut into patch rows (a Reshape, a
+    /// Transpose and a Reshape, which model lowering runs as one gather) times the weight
+    /// flattened to `[patch, C_out]`, plus the bias. From a channels-first input (a graph
+    /// input) a patch row is `(c, kh, kw)` ordered, its runs `kw` elements long; from a
+    /// channels-last one `(kh, kw, c)`, runs of `kw·C`. The output is channels last.
+    fn patchify(&mut self, node: &Node, x: ValueId, w: ValueId, bias: Option<ValueId>) -> bool {
+        let wf = self.graph.fact(w).clone();
+        let xf = self.graph.fact(x).clone();
+        if xf.shape.len() != 4 || wf.shape.len() != 4 {
+            return false;
+        }
+        let (c_out, c_in, kh, kw) = (wf.shape[0], wf.shape[1], wf.shape[2], wf.shape[3]);
+        let (n, c, h, wd) = (xf.shape[0], xf.shape[1], xf.shape[2], xf.shape[3]);
+        let ints = |name: &str| node.attrs.ints_opt(name).ok().flatten().map(|v| v.to_vec());
+        let auto_pad = node.attrs.string("auto_pad", "NOTSET").unwrap_or("NOTSET");
+        let dense = |v: ValueId| self.graph.value(v).tesa.as_ref().is_none_or(|t| t.n_pruned() == 0);
+        let tiles = c == c_in
+            && kh * kw > 1
+            && node.attrs.int("group", 1).unwrap_or(1) == 1
+            && ints("strides").is_some_and(|s| s == [kh as i64, kw as i64])
+            && ints("pads").is_none_or(|p| p.iter().all(|&x| x == 0))
+            && ints("dilations").is_none_or(|d| d.iter().all(|&x| x == 1))
+            && ints("kernel_shape").is_none_or(|k| k == [kh as i64, kw as i64])
+            && (auto_pad == "NOTSET" || auto_pad == "VALID")
+            && h % kh == 0
+            && wd % kw == 0
+            && bias.is_none_or(|b| self.graph.initializers.contains_key(&b))
+            && dense(x);
+        if !tiles {
+            return false;
+        }
+        let (ho, wo, k) = (h / kh, wd / kw, c * kh * kw);
+        let from_first = self.nchw[x.index()];
+        // The weight as [patch, C_out], its patch axis in the rows' order.
+        let perm: &[usize] = if from_first { &[1, 2, 3, 0] } else { &[2, 3, 1, 0] };
+        let (_, positions) = transpose_positions(&wf.shape, perm);
+        let t = self.graph.initializers[&w].to_dense();
+        let wk = gather_tensor(&t, vec![k, c_out], &positions);
+        let tesa = self.graph.value(w).tesa.as_ref().map(|t| t.gather(&[k, c_out], &positions));
+        let wk = self.constant(&format!("{}.patches", self.graph.value(w).name), wk, tesa);
+        let (src, split, perm6, row): (ValueId, [usize; 6], [usize; 6], usize) = if from_first {
+            (x, [n, c, ho, kh, wo, kw], [0, 2, 4, 1, 3, 5], c * kh * kw)
+        } else {
+            (self.nhwc_of(x), [n, ho, kh, wo, kw, c], [0, 1, 3, 2, 4, 5], kh * kw * c)
+        };
+        let dtype = xf.dtype;
+        let name = node.name.clone();
+        let base = self.graph.value(x).name.clone();
+        let split_v = self.new_value(&format!("{base}.windows"), ValueFact::new(dtype, split.to_vec()));
+        self.reshape(&format!("{name}.windows"), src, &split, split_v);
+        let moved: Vec<usize> = perm6.iter().map(|&p| split[p]).collect();
+        let moved_v = self.new_value(&format!("{base}.patches"), ValueFact::new(dtype, moved));
+        let mut attrs = Attrs::new();
+        attrs.insert("perm", Attr::Ints(perm6.iter().map(|&p| p as i64).collect()));
+        self.push(format!("{name}.patches"), "Transpose", attrs, vec![Some(split_v)], vec![moved_v]);
+        let rows = [n, ho, wo, row];
+        let rows_v = self.new_value(&format!("{base}.patch_rows"), ValueFact::new(dtype, rows.to_vec()));
+        self.reshape(&format!("{name}.patch_rows"), moved_v, &rows, rows_v);
+        let y = node.outputs[0];
+        let yh = self.nhwc_value(y);
+        match bias {
+            Some(b) => {
+                let f = self.graph.fact(yh).clone();
+                let mm = self.new_value(&format!("{}.matmul", self.graph.value(y).name), f);
+                self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(rows_v), Some(wk)], vec![mm]);
+                self.push(format!("{name}.bias"), "Add", Attrs::new(), vec![Some(mm), Some(b)], vec![yh]);
+            }
+            None => self.push(format!("{name}.matmul"), "MatMul", Attrs::new(), vec![Some(rows_v), Some(wk)], vec![yh]),
+        }
+        self.report.patchify += 1;
+        true
+    }
+
+    /// `out = Reshape(x, shape)` with the shape as a new constant.
+    fn reshape(&mut self, name: &str, x: ValueId, shape: &[usize], out: ValueId) {
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let s = self.constant(&format!("{name}.shape"), Tensor::from_vec(vec![dims.len()], dims), None);
+        self.push(name.to_string(), "Reshape", Attrs::new(), vec![Some(x), Some(s)], vec![out]);
     }
 
     /// Whether every input of `node` can be read channels-last at `rank`: converted (at that

@@ -8,7 +8,8 @@
 //!   [`shrink_hidden`], the same for the hidden units of an MLP (two matmuls and the
 //!   elementwise ops between them);
 //! - [`channels_last`]: the convolution part of a model (2-D and 1-D) moves to channels last,
-//!   where a 1×1 convolution is the MatMul the planner and the sparse kernels already handle,
+//!   where a 1×1 convolution is the MatMul the planner and the sparse kernels already handle
+//!   (and a convolution whose windows tile its input, a patch embedding, a MatMul of patch rows),
 //!   and the other convolutions run as one NHWC kernel each;
 //! - [`merge_matmuls`]: MatMuls that read one activation with constant weights (Q, K and V)
 //!   become one MatMul over the concatenated weights (and biases), each original output a
@@ -144,8 +145,8 @@ pub fn prepare_in(
     let layout = pipeline.run("channels_last", graph, |g| {
         let r = channels_last_with(g, options.dense_pointwise_as_conv)?;
         let line = format!(
-            "{} 1x1 convolutions as MatMuls, {} NHWC convolutions, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled)",
-            r.pointwise, r.convs, r.pools, r.concats, r.border_transposes, r.transposes_cancelled
+            "{} 1x1 convolutions and {} patch embeddings as MatMuls, {} NHWC convolutions, {} NHWC pools, {} NHWC concats, {} layout transposes ({} cancelled)",
+            r.pointwise, r.patchify, r.convs, r.pools, r.concats, r.border_transposes, r.transposes_cancelled
         );
         Ok((r, line))
     })?;
