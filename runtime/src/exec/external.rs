@@ -235,3 +235,40 @@ impl GpuModel {
 fn tensor_bytes(s: &Signature) -> usize {
     s.shape.iter().product::<usize>() * s.dtype.size_bytes()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spartac::program::BufferId;
+
+    fn sig(name: &str, dtype: DType, shape: &[usize]) -> Signature {
+        Signature { name: name.into(), dtype, shape: shape.to_vec(), buf: BufferId(0), bound: 0 }
+    }
+
+    fn tensor(dtype: DType, shape: &[usize]) -> DeviceTensor {
+        DeviceTensor { ptr: 0x1000, dtype, shape: shape.to_vec() }
+    }
+
+    #[test]
+    fn caller_tensors_must_name_every_input_with_its_type_and_shape() {
+        let inputs = [sig("ids", DType::I64, &[2, 8]), sig("mask", DType::I64, &[2, 8])];
+        let mut given = BTreeMap::new();
+        given.insert("ids".to_string(), tensor(DType::I64, &[2, 8]));
+        let missing = check_tensors("input", &inputs, &given).unwrap_err().to_string();
+        assert_eq!(missing, "input \"mask\" is missing");
+        given.insert("mask".to_string(), tensor(DType::I32, &[2, 8]));
+        let typed = check_tensors("input", &inputs, &given).unwrap_err().to_string();
+        assert_eq!(typed, "input \"mask\": expects i64[2,8] but got i32[2,8]");
+        given.insert("mask".to_string(), tensor(DType::I64, &[2, 8]));
+        assert!(check_tensors("input", &inputs, &given).is_ok());
+        given.insert("extra".to_string(), tensor(DType::F32, &[1]));
+        let unknown = check_tensors("input", &inputs, &given).unwrap_err().to_string();
+        assert_eq!(unknown, "unknown input \"extra\" (the model's inputs: ids, mask)");
+        let outputs = [sig("y", DType::F32, &[2, 8, 4])];
+        let mut out = BTreeMap::new();
+        out.insert("y".to_string(), tensor(DType::F32, &[2, 8, 5]));
+        let shaped = check_tensors("output", &outputs, &out).unwrap_err().to_string();
+        assert_eq!(shaped, "output \"y\": expects f32[2,8,4] but got f32[2,8,5]");
+        assert_eq!(tensor_bytes(&outputs[0]), 2 * 8 * 4 * 4);
+    }
+}
