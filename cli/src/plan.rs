@@ -56,7 +56,7 @@ cover (block shapes, block counts, covered zeros), the predicted time sparse vs 
 the expected speedup, and why (e.g. \"dense: density 0.62 above crossover 0.35\").
 Then every convolution after the rewrites compile runs: its weight before and after
 pruned channels are cut, and what runs it (an NHWC kernel, or the planned MatMul a 1x1
-convolution becomes).";
+convolution or a patch embedding becomes).";
 
 /// Plan a model: sub-operators per operator (SparTA's execution-plan transformation).
 #[derive(Args, Debug)]
@@ -132,8 +132,8 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
 /// The convolutions' section of `explain`: each Conv of `graph` after what `compile` runs
 /// (the propagation, where `propagate` says it has not run yet; the rewrites: BatchNorm
 /// folded, pruned channels cut, channels last), with its weight shape before
-/// and after and what runs it: an NHWC kernel (which one, for f16) or, for a 1×1 convolution,
-/// the planned MatMul it became (its chosen plan and predicted time). Empty without Convs.
+/// and after and what runs it: an NHWC kernel (which one, for f16) or, for a 1×1 convolution
+/// or a patch embedding (windows that tile the input), the planned MatMul it became (its chosen plan and predicted time). Empty without Convs.
 fn explain_convolutions(graph: &Graph, opts: &PlanOptions, propagate_first: bool) -> Result<String> {
     use spartac::codegen::graph_ops::{conv_kernel_label, ConvEngine};
     use std::fmt::Write as _;
@@ -169,7 +169,15 @@ fn explain_convolutions(graph: &Graph, opts: &PlanOptions, propagate_first: bool
             (dims(&rewritten, n), how)
         } else if let Some(o) = planned.operators.iter().find(|o| o.node == matmul) {
             let chosen = o.chosen.map(|c| o.considered[c].split.name()).unwrap_or("nothing");
-            (format!("{}x{}", o.rows, o.cols), format!("1x1 as a planned MatMul: {chosen}, {}", micros(o.planned_s)))
+            // A 1×1 convolution, or one whose windows tile its input (a patch embedding).
+            let pointwise = conv
+                .inputs
+                .get(1)
+                .copied()
+                .flatten()
+                .is_some_and(|w| graph.fact(w).shape.iter().skip(2).all(|&k| k == 1));
+            let what = if pointwise { "1x1" } else { "patches" };
+            (format!("{}x{}", o.rows, o.cols), format!("{what} as a planned MatMul: {chosen}, {}", micros(o.planned_s)))
         } else {
             ("-".into(), "folded away".into())
         };

@@ -715,3 +715,31 @@ fn compile_prints_the_ir_after_the_passes_asked_for() {
     assert!(err.contains("no graph pass \"plan\"") && err.contains("to_half"), "{err}");
     assert!(!out.exists(), "nothing written");
 }
+
+/// `explain` names a patch embedding (a convolution whose windows tile its input) as the
+/// planned MatMul of patch rows it becomes, with its flattened weight.
+#[test]
+fn explain_names_a_patch_embedding_as_a_planned_matmul() {
+    use spartac_tests::builder::A;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("patches.onnx");
+    let w = Tensor::from_vec(vec![8, 3, 4, 4], (0..384).map(|i| ((i % 7) as f32 - 3.0) / 8.0).collect());
+    let bytes = ModelBuilder::new("patches", 18)
+        .input("x", DType::F32, &fixed(&[2, 3, 16, 16]))
+        .output("y", DType::F32, &fixed(&[2, 8, 4, 4]))
+        .init("w", &w)
+        .node(
+            "patch",
+            "Conv",
+            &["x", "w"],
+            &["y"],
+            vec![("kernel_shape", A::Is(vec![4, 4])), ("strides", A::Is(vec![4, 4]))],
+        )
+        .bytes();
+    std::fs::write(&model, bytes).unwrap();
+    let o = spartac(&["explain", model.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out.lines().find(|l| l.starts_with("patch ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("8x3x4x4") && row.contains("48x8") && row.contains("patches as a planned MatMul"), "{row}");
+}
