@@ -79,44 +79,36 @@ pub struct Info {
     pub contiguous: bool,
 }
 
+/// Each spartac type with its DLPack type code (0 int, 1 uint, 2 float, 4 bfloat, 6 bool) and bits.
+const TYPES: [(DType, u8, u8); 13] = [
+    (DType::I8, 0, 8),
+    (DType::I16, 0, 16),
+    (DType::I32, 0, 32),
+    (DType::I64, 0, 64),
+    (DType::U8, 1, 8),
+    (DType::U16, 1, 16),
+    (DType::U32, 1, 32),
+    (DType::U64, 1, 64),
+    (DType::F16, 2, 16),
+    (DType::F32, 2, 32),
+    (DType::F64, 2, 64),
+    (DType::BF16, 4, 16),
+    (DType::Bool, 6, 8),
+];
+
 fn dtype_of(t: DLDataType) -> Result<DType, String> {
     if t.lanes != 1 {
         return Err(format!("vector elements ({} lanes) are not supported", t.lanes));
     }
-    Ok(match (t.code, t.bits) {
-        (0, 8) => DType::I8,
-        (0, 16) => DType::I16,
-        (0, 32) => DType::I32,
-        (0, 64) => DType::I64,
-        (1, 8) => DType::U8,
-        (1, 16) => DType::U16,
-        (1, 32) => DType::U32,
-        (1, 64) => DType::U64,
-        (2, 16) => DType::F16,
-        (2, 32) => DType::F32,
-        (2, 64) => DType::F64,
-        (4, 16) => DType::BF16,
-        (6, 8) => DType::Bool,
-        (code, bits) => return Err(format!("DLPack type code {code} with {bits} bits has no spartac type")),
-    })
+    TYPES
+        .iter()
+        .find(|&&(_, code, bits)| (code, bits) == (t.code, t.bits))
+        .map(|&(d, _, _)| d)
+        .ok_or_else(|| format!("DLPack type code {} with {} bits has no spartac type", t.code, t.bits))
 }
 
 fn dl_dtype(d: DType) -> DLDataType {
-    let (code, bits) = match d {
-        DType::I8 => (0, 8),
-        DType::I16 => (0, 16),
-        DType::I32 => (0, 32),
-        DType::I64 => (0, 64),
-        DType::U8 => (1, 8),
-        DType::U16 => (1, 16),
-        DType::U32 => (1, 32),
-        DType::U64 => (1, 64),
-        DType::F16 => (2, 16),
-        DType::F32 => (2, 32),
-        DType::F64 => (2, 64),
-        DType::BF16 => (4, 16),
-        DType::Bool => (6, 8),
-    };
+    let &(_, code, bits) = TYPES.iter().find(|&&(t, _, _)| t == d).expect("every spartac type is in TYPES");
     DLDataType { code, bits, lanes: 1 }
 }
 

@@ -328,22 +328,12 @@ impl Session {
                 .collect();
         };
         // The same checks as the host path (names, types, shapes), on the headers alone.
-        if let Some(name) = given.keys().find(|n| !self.model.inputs.iter().any(|s| &s.name == *n)) {
-            let names: Vec<&str> = self.model.inputs.iter().map(|s| s.name.as_str()).collect();
-            return Err(err(format!("inputs: unknown input {name:?} (the model's inputs: {})", names.join(", "))));
-        }
+        spartac::program::model::check_signature("input", &self.model.inputs, &given, |(h, _)| {
+            (h.dtype, h.shape.as_slice())
+        })
+        .map_err(|e| err(format!("inputs: {e}")))?;
         for s in &self.model.inputs {
-            let (h, bytes) = given.get(&s.name).ok_or_else(|| err(format!("inputs: input {:?} is missing", s.name)))?;
-            if h.dtype != s.dtype || h.shape != s.shape {
-                return Err(err(format!(
-                    "inputs: input {:?}: expects {}[{}] but got {}[{}]",
-                    s.name,
-                    s.dtype.name(),
-                    dims(&s.shape),
-                    h.dtype.name(),
-                    dims(&h.shape)
-                )));
-            }
+            let (h, bytes) = &given[&s.name];
             gm.wait_stream_runs().map_err(err)?;
             gm.program.write(s.buf, &bytes.as_bytes()[h.data_offset..]).map_err(err)?;
         }

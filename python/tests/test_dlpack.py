@@ -8,15 +8,13 @@ import numpy as np
 import pytest
 
 import spartac
+from conftest import synth_matmul
 from spartac import _spartac
 
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
-    d = tmp_path_factory.mktemp("dl")
-    onnx, tesa = str(d / "mm.onnx"), str(d / "mm.tesa.json")
-    spartac.cli("synth", "matmul", "--m", "8", "--k", "32", "--n", "16", "--pattern", "block8x8@0.5",
-                "--seed", "4", "-o", onnx, "--tesa-out", tesa)
+    onnx, tesa = synth_matmul(tmp_path_factory.mktemp("dl"), 8, 32, 16, "block8x8@0.5", 4)
     return spartac.compile(onnx, tesa=tesa, flags=["--no-ptx"])
 
 

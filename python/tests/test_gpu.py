@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import spartac
+from conftest import synth_matmul
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -16,10 +17,7 @@ if not torch.cuda.is_available():
 
 @pytest.fixture(scope="module")
 def art(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gpu")
-    onnx, tesa = str(d / "mm.onnx"), str(d / "mm.tesa.json")
-    spartac.cli("synth", "matmul", "--m", "256", "--k", "512", "--n", "384", "--pattern", "block32x32@0.75",
-                "--seed", "9", "-o", onnx, "--tesa-out", tesa)
+    onnx, tesa = synth_matmul(tmp_path_factory.mktemp("gpu"), 256, 512, 384, "block32x32@0.75", 9)
     return spartac.compile(onnx, tesa=tesa, dtype="f16")
 
 

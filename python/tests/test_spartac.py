@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import spartac
+from conftest import synth_matmul
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -28,11 +29,7 @@ def spartac_binary():
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("model")
-    onnx, tesa = str(d / "mm.onnx"), str(d / "mm.tesa.json")
-    spartac.cli("synth", "matmul", "--m", "16", "--k", "64", "--n", "32", "--pattern", "block8x8@0.5",
-                "--seed", "3", "-o", onnx, "--tesa-out", tesa)
-    return onnx, tesa
+    return synth_matmul(tmp_path_factory.mktemp("model"), 16, 64, 32, "block8x8@0.5", 3)
 
 
 def test_compile_run_and_match_the_command_line_bit_for_bit(model, tmp_path):

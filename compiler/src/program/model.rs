@@ -126,7 +126,7 @@ use movement::Movement;
 use norm_fusion::NormFusion;
 use registry::{gpu_ops, is_elementwise, GpuOp};
 use strided_views::ViewChain;
-pub use types::{check_model_inputs, LoweringStats, ModelOptions, ModelProgram, Signature};
+pub use types::{check_model_inputs, check_signature, LoweringStats, ModelOptions, ModelProgram, Signature};
 
 fn invalid(message: String) -> ProgramError {
     ProgramError::Invalid { program: "model".into(), message }

@@ -17,7 +17,7 @@ use super::ExecError;
 use crate::cuda::{CudaDevice, CudaError};
 use cudarc::driver::sys;
 use spartac::ir::DType;
-use spartac::program::model::Signature;
+use spartac::program::model::{check_signature, Signature};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -139,30 +139,9 @@ impl Drop for DeviceMemory {
     }
 }
 
-fn dims(shape: &[usize]) -> String {
-    shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
-}
-
 /// Checks that `given` names exactly the tensors of `sig` with their types and shapes.
 fn check_tensors(what: &str, sig: &[Signature], given: &BTreeMap<String, DeviceTensor>) -> Result<(), ExecError> {
-    if let Some(name) = given.keys().find(|n| !sig.iter().any(|s| &s.name == *n)) {
-        let names: Vec<&str> = sig.iter().map(|s| s.name.as_str()).collect();
-        return Err(ExecError::Shape(format!("unknown {what} {name:?} (the model's {what}s: {})", names.join(", "))));
-    }
-    for s in sig {
-        let t = given.get(&s.name).ok_or_else(|| ExecError::Shape(format!("{what} {:?} is missing", s.name)))?;
-        if t.dtype != s.dtype || t.shape != s.shape {
-            return Err(ExecError::Shape(format!(
-                "{what} {:?}: expects {}[{}] but got {}[{}]",
-                s.name,
-                s.dtype.name(),
-                dims(&s.shape),
-                t.dtype.name(),
-                dims(&t.shape)
-            )));
-        }
-    }
-    Ok(())
+    check_signature(what, sig, given, |t| (t.dtype, t.shape.as_slice())).map_err(ExecError::Shape)
 }
 
 impl GpuModel {

@@ -100,22 +100,34 @@ pub struct ModelProgram {
 
 /// Inputs of a lowered model by name, checked against its signature.
 pub fn check_model_inputs(inputs: &[Signature], given: &BTreeMap<String, Tensor>) -> Result<(), String> {
-    for name in given.keys() {
-        if !inputs.iter().any(|s| &s.name == name) {
-            let names: Vec<&str> = inputs.iter().map(|s| s.name.as_str()).collect();
-            return Err(format!("{name} is not an input of the model (inputs: {})", names.join(", ")));
-        }
+    check_signature("input", inputs, given, |t| (t.dtype(), t.shape()))
+}
+
+/// Checks that `given` names exactly the tensors of `sig` (`what`: "input" or "output") with
+/// their types and shapes, `type_of` reading a given value's element type and shape (a host
+/// tensor, an `.npy` header, a caller's device tensor).
+pub fn check_signature<T>(
+    what: &str,
+    sig: &[Signature],
+    given: &BTreeMap<String, T>,
+    type_of: impl Fn(&T) -> (DType, &[usize]),
+) -> Result<(), String> {
+    let dims = |shape: &[usize]| shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
+    if let Some(name) = given.keys().find(|n| !sig.iter().any(|s| &s.name == *n)) {
+        let names: Vec<&str> = sig.iter().map(|s| s.name.as_str()).collect();
+        return Err(format!("unknown {what} {name:?} (the model's {what}s: {})", names.join(", ")));
     }
-    for s in inputs {
-        let t = given.get(&s.name).ok_or_else(|| format!("input {} is missing", s.name))?;
-        if t.dtype() != s.dtype || t.shape() != s.shape.as_slice() {
+    for s in sig {
+        let t = given.get(&s.name).ok_or_else(|| format!("{what} {:?} is missing", s.name))?;
+        let (dtype, shape) = type_of(t);
+        if dtype != s.dtype || shape != s.shape.as_slice() {
             return Err(format!(
-                "input {} expects {}{:?} but got {}{:?}",
+                "{what} {:?}: expects {}[{}] but got {}[{}]",
                 s.name,
                 s.dtype.name(),
-                s.shape,
-                t.dtype().name(),
-                t.shape()
+                dims(&s.shape),
+                dtype.name(),
+                dims(shape)
             ));
         }
     }
