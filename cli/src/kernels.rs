@@ -83,9 +83,10 @@ enum KernelsCommand {
         /// 16-bit engine and the planner's choice, against cuBLAS dense with the bias.
         #[arg(long)]
         transformer: bool,
-        /// Instead of the square sizes: 2:4 weights (along K) on the sparse tensor-core kernel,
-        /// its automatic tile and five forced ones, against cuBLAS dense in the same call, at
-        /// 4096³ and on MiniLM-L6 / BERT-base linear shapes (4096 rows); prints × cuBLAS.
+        /// Instead of the square sizes: 2:4 weights (along K) on the sparse tensor cores (the
+        /// Hopper kernel's automatic tile and six forced ones, then the mma.sp kernel),
+        /// against cuBLAS dense in the same call, at 4096³ and on MiniLM-L6 / BERT-base linear
+        /// shapes (4096 rows); prints × cuBLAS.
         #[arg(long, conflicts_with = "transformer")]
         two_four: bool,
     },

@@ -119,10 +119,11 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
     insta::assert_snapshot!("ptxas_stats", table);
 }
 
-/// The 2:4 kernels of the GPU tests and of the 2:4 bench (every tile it tries), for Hopper
-/// (sm_90a) and Ampere (sm_80): `mma.sp` with ordered metadata in the PTX, fed by cp.async and
-/// ldmatrix, assembled by ptxas without spills, every access in bounds on the CPU replay
-/// (`codegen::two_four_replay`).
+/// The 2:4 kernels of the GPU tests and of the 2:4 bench (every tile it tries): the `mma.sp`
+/// kernel for Hopper (sm_90a) and Ampere (sm_80), `mma.sp` with ordered metadata in the PTX,
+/// fed by cp.async and ldmatrix, every access in bounds on the CPU replay
+/// (`codegen::two_four_replay`); the Hopper kernel for sm_90a, `wgmma.mma_async.sp` fed by TMA
+/// and bulk copies, its epilogue through `stmatrix.trans`. All assembled by ptxas without spills.
 #[test]
 fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
     nvrtc();
@@ -130,31 +131,50 @@ fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
     let bench = [Dtype::F16, Dtype::Bf16].into_iter().flat_map(|d| two_four_cases(d).into_iter().map(|(_, c)| c));
     let cases: Vec<_> = correctness_cases().into_iter().filter(|c| c.cover == Cover::TwoFour).chain(bench).collect();
     let mut seen = std::collections::BTreeSet::new();
+    let mut hopper = 0;
     for case in &cases {
         for spec in case.problem(1).specs.iter().filter(|s| s.two_four) {
             let kernel = specialize(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label()));
-            assert_eq!(kernel.family, spartac::codegen::Family::TwoFour, "{}", case.label());
             if !seen.insert(kernel.source.clone()) {
                 continue;
             }
-            // Every access of the launch replayed on the CPU: in bounds, aligned, inside the
-            // dynamic shared memory the launch reports.
-            spartac::codegen::two_four_replay::replay(&kernel).unwrap_or_else(|e| panic!("{}: {e}", case.label()));
-            for arch in ["sm_90a", "sm_80"] {
+            let (archs, op) = match kernel.family {
+                spartac::codegen::Family::TwoFour => {
+                    // Every access of the launch replayed on the CPU: in bounds, aligned, inside
+                    // the dynamic shared memory the launch reports.
+                    spartac::codegen::two_four_replay::replay(&kernel)
+                        .unwrap_or_else(|e| panic!("{}: {e}", case.label()));
+                    let op = format!(
+                        "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{0}.{0}.f32",
+                        spec.dtype.name()
+                    );
+                    (&["sm_90a", "sm_80"][..], op)
+                }
+                spartac::codegen::Family::TwoFourWgmma => {
+                    hopper += 1;
+                    (&["sm_90a"][..], "wgmma.mma_async.sp.sync.aligned.m64n".to_string())
+                }
+                f => panic!("{}: a 2:4 spec specialized as {f:?}", case.label()),
+            };
+            for arch in archs {
                 let ptx = compile_ptx(&kernel.name, &kernel.source, arch).unwrap_or_else(|e| panic!("{e}"));
-                let op = format!(
-                    "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{0}.{0}.f32",
-                    spec.dtype.name()
-                );
                 assert!(ptx.ptx.contains(&op), "{} ({arch}): no {op} in PTX", kernel.name);
-                assert!(ptx.ptx.contains("ldmatrix") && ptx.ptx.contains("cp.async"), "{}", kernel.name);
+                if kernel.family == spartac::codegen::Family::TwoFour {
+                    assert!(ptx.ptx.contains("ldmatrix") && ptx.ptx.contains("cp.async"), "{}", kernel.name);
+                } else {
+                    assert!(
+                        ptx.ptx.contains("cp.async.bulk.tensor.2d") && ptx.ptx.contains("stmatrix"),
+                        "{}",
+                        kernel.name
+                    );
+                }
                 let (regs, st, ld) = ptxas_for(&format!("tf{}_{arch}", seen.len()), &ptx.ptx, dir.path(), arch);
                 assert!(regs <= 255);
                 assert_eq!((st, ld), (0, 0), "{} ({}, {arch}) spills: {st}/{ld} B", kernel.name, case.label());
             }
         }
     }
-    assert!(seen.len() >= 8, "{} distinct 2:4 kernels", seen.len());
+    assert!(seen.len() >= 12 && hopper >= 4, "{} distinct 2:4 kernels, {hopper} for Hopper", seen.len());
 }
 
 #[test]
@@ -248,4 +268,12 @@ fn rendered_left_kernels_snapshot() {
     let k = specialize(&spec).unwrap();
     assert_eq!(k.family, spartac::codegen::Family::Dense);
     insta::assert_snapshot!("dense_left_bf16", k.source);
+    // The Hopper 2:4 kernel: 64 output columns × 64 rows per item, bias and GELU.
+    let mut spec = SpmmSpec::new(100, 128, 64, Dtype::F16, (1, 1), vec![(0, 0), (5, 1), (70, 63)]);
+    spec.two_four = true;
+    spec.tile = Some(spartac::codegen::Tile { group: 1, ..spartac::codegen::Tile::new(64, 2) });
+    spec.epilogue = Epilogue { bias: true, activation: Activation::Gelu };
+    let k = specialize(&spec).unwrap();
+    assert_eq!(k.family, spartac::codegen::Family::TwoFourWgmma);
+    insta::assert_snapshot!("two_four_wgmma_bias_gelu", k.source);
 }

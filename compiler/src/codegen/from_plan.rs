@@ -214,6 +214,9 @@ fn planned_kernels<W>(
     }
     if out.first().is_some_and(|pk| super::fine_first(pk.spec.dtype)) {
         out.sort_by_key(|pk| pk.spec.block != (1, 1));
+    } else {
+        // A 2:4 part first: the Hopper 2:4 kernel writes C and does not accumulate onto it.
+        out.sort_by_key(|pk| !pk.spec.two_four);
     }
     // The epilogue belongs to the last launch, and only the first one overwrites.
     let last = out.len().saturating_sub(1);
@@ -520,9 +523,9 @@ mod tests {
         assert!(e.contains("weight-only int8"), "{e}");
     }
 
-    /// A 16-bit 2:4 sub-operator (the weight 2:4 along K) runs on the sparse tensor-core
-    /// kernel; the same weight in fp32 stays off it. (The planner prices the 2:4 kernel as
-    /// measured, slower than dense today, so the plan's operator gets the 2:4 part here.)
+    /// A 16-bit 2:4 sub-operator (the weight 2:4 along K) runs on the sparse tensor cores (the
+    /// Hopper kernel: K is whole 64-deep stages); the same weight in fp32 stays off them. (The
+    /// plan's operator gets its 2:4 part here, whatever the cost model would choose.)
     #[test]
     fn a_two_four_part_runs_on_the_two_four_kernel_in_16_bit() {
         use crate::plan::suboperator::{split_two_four, SubOperator};
@@ -541,7 +544,7 @@ mod tests {
         let families: Vec<_> = kernels.iter().map(|pk| super::super::specialize(&pk.spec).unwrap().family).collect();
         assert_eq!(
             families,
-            vec![super::super::Family::TwoFour],
+            vec![super::super::Family::TwoFourWgmma],
             "{:?}",
             kernels.iter().map(|p| &p.spec.block).collect::<Vec<_>>()
         );

@@ -32,6 +32,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("spmm_row_scatter.cu.tera", include_str!("../../../templates/spmm_row_scatter.cu.tera")),
     ("spmm_dense_stream.cu.tera", include_str!("../../../templates/spmm_dense_stream.cu.tera")),
     ("spmm_two_four.cu.tera", include_str!("../../../templates/spmm_two_four.cu.tera")),
+    ("spmm_two_four_wgmma.cu.tera", include_str!("../../../templates/spmm_two_four_wgmma.cu.tera")),
     ("rows_compact.cu.tera", include_str!("../../../templates/rows_compact.cu.tera")),
     ("rows_permute.cu.tera", include_str!("../../../templates/rows_permute.cu.tera")),
     ("rows_drop.cu.tera", include_str!("../../../templates/rows_drop.cu.tera")),

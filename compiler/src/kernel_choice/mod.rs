@@ -94,6 +94,10 @@ pub enum Family {
     /// per kept value, packed in the instruction's register layout. See
     /// `codegen/spmm/two_four/` and [`two_four`].
     TwoFour,
+    /// The same on Hopper: `wgmma.mma_async.sp` m64nNk32, warp-specialized (TMA for A, bulk
+    /// copies for W's shared-memory image and metadata), persistent. See
+    /// `codegen/spmm/two_four/wgmma.rs` and [`two_four::wgmma_tiling`].
+    TwoFourWgmma,
 }
 
 impl Family {
@@ -114,6 +118,7 @@ impl Family {
             Family::RowScatter => "row_scatter",
             Family::DenseStream => "dense_stream",
             Family::TwoFour => "two_four",
+            Family::TwoFourWgmma => "two_four_wgmma",
         }
     }
 }

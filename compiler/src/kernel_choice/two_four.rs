@@ -10,7 +10,7 @@
 //! in memory (k contiguous). Each CTA owns `bn` output columns × `bm` rows of A; its warps
 //! split that into warp tiles of `wn × wm`; every pipeline stage covers `bk` of K.
 
-use super::{Dtype, Orientation, SpecError, Tile};
+use super::{Dtype, Engine, Orientation, SpecError, Tile};
 
 /// Multiprocessors the automatic tile aims to fill (H100/H200 SXM).
 const SMS: usize = 132;
@@ -150,6 +150,164 @@ pub fn tiling(m: usize, k: usize, n: usize, tile: Option<Tile>) -> Result<TwoFou
         )));
     }
     Ok(tiling)
+}
+
+/// Which 2:4 kernel runs a part: the Hopper kernel ([`wgmma_tiling`]) wherever it applies
+/// (sm_90a, K whole 64-deep stages, the fused epilogue not accumulating onto C), else the
+/// `mma.sp` kernel ([`tiling`]). `Engine::MmaSync` forces the latter.
+pub fn takes_wgmma(engine: Engine, k: usize, accumulate: bool) -> bool {
+    engine != Engine::MmaSync && k.is_multiple_of(64) && !accumulate
+}
+
+/// Shared memory per SM a CTA of the Hopper kernel may take (the 227 KiB opt-in less the
+/// CTA's 1 KiB reserve).
+const WGMMA_SMEM_MAX: usize = 232_448;
+/// Tokens (rows of A) a staging slice of the Hopper kernel's epilogue holds.
+pub const WGMMA_SLICE: usize = 64;
+
+/// The tiling of the Hopper 2:4 kernel (`wgmma.mma_async.sp` m64nNk32, `codegen/spmm/two_four/
+/// wgmma.rs`): a work item is `cols()` output columns (W's columns, the instruction's M: `m_tiles`
+/// m64 tiles for each of `warpgroups` consumer warpgroups) × `tn` rows of A (the instruction's N),
+/// streamed through a ring of `stages` stages of 64 logical k.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WgmmaTiling {
+    pub warpgroups: usize,
+    pub m_tiles: usize,
+    pub tn: usize,
+    pub stages: usize,
+}
+
+impl WgmmaTiling {
+    /// Output columns per item.
+    pub fn cols(&self) -> usize {
+        64 * self.warpgroups * self.m_tiles
+    }
+    /// Bytes of one stage's compressed weight: `cols()` rows of 32 kept 16-bit values.
+    pub fn w_bytes(&self) -> usize {
+        64 * self.cols()
+    }
+    /// Bytes of one stage's metadata: 16 words per m64 tile's warp and k32 step.
+    pub fn meta_bytes(&self) -> usize {
+        self.cols() / 16 * 2 * 16 * 4
+    }
+    /// Where a stage's A tile starts (1024-aligned: the 128-byte swizzle's period).
+    pub fn a_offset(&self) -> usize {
+        (self.w_bytes() + self.meta_bytes()).next_multiple_of(1024)
+    }
+    /// Bytes of one stage: the weight, its metadata, `tn` rows of 64 k of A.
+    pub fn stage_bytes(&self) -> usize {
+        self.a_offset() + 128 * self.tn
+    }
+    /// Dynamic shared memory of a CTA: 1024 of alignment slack, the ring, two barriers a
+    /// stage, each consumer warpgroup's epilogue staging.
+    pub fn smem_bytes(&self) -> usize {
+        1024 + self.stages * (self.stage_bytes() + 16) + self.warpgroups * WGMMA_SLICE * self.stg_ld()
+    }
+    /// Work items of an `m × n` product (the last column tile padded with zero columns).
+    pub fn items(&self, m: usize, n: usize) -> usize {
+        n.div_ceil(self.cols()) * m.div_ceil(self.tn)
+    }
+    /// Bytes of one staged row of A in the epilogue: a warpgroup's `64 · m_tiles` output
+    /// columns of 16 bits and 16 bytes of padding, so that the 8 rows of one `stmatrix` matrix
+    /// fall in distinct banks.
+    pub fn stg_ld(&self) -> usize {
+        128 * self.m_tiles + 16
+    }
+    /// fp32 accumulators per consumer thread.
+    pub fn acc_regs(&self) -> usize {
+        self.m_tiles * self.tn / 2
+    }
+}
+
+/// A model of the Hopper kernel's time in SM clocks (for choosing its tile, not for the
+/// planner, which prices parts from measurements): whole rounds of items over the SMs, each
+/// item its stages at the slower of the sparse tensor-core rate and the L2 feed, plus its
+/// pipeline fill and epilogue.
+fn wgmma_clocks(m: usize, k: usize, n: usize, t: &WgmmaTiling) -> f64 {
+    /// Logical (dense-equivalent) flops a clock of one SM on 2:4 operands.
+    const SPARSE_FLOPS_PER_CLK: f64 = 8192.0;
+    /// Bytes a clock one SM takes from L2, with every SM loading.
+    const L2_BYTES_PER_CLK: f64 = 48.0;
+    const ITEM_OVERHEAD_CLK: f64 = 600.0;
+    let stages = (k / 64) as f64;
+    let mma = (2 * t.cols() * t.tn * 64) as f64 / SPARSE_FLOPS_PER_CLK;
+    let feed = (t.w_bytes() + t.meta_bytes() + 128 * t.tn) as f64 / L2_BYTES_PER_CLK;
+    let epilogue = (2 * t.cols() * t.tn) as f64 / 32.0;
+    let rounds = t.items(m, n).div_ceil(SMS) as f64;
+    rounds * (stages * mma.max(feed) + epilogue + ITEM_OVERHEAD_CLK)
+}
+
+/// The Hopper kernel's tiling of an `m × k × n` product: the forced `tile` where given (`rows`:
+/// rows of A per item, 64, 128, 192 or 256; `group`: output columns per item / 64, 1, 2 or 4;
+/// `stages`: 2 to 8; 0 = the default of each), else the tile [`wgmma_clocks`] finds fastest
+/// of those with one m64 tile a warpgroup, as many stages as fit (at most 6).
+pub fn wgmma_tiling(m: usize, k: usize, n: usize, tile: Option<Tile>) -> Result<WgmmaTiling, SpecError> {
+    let err = |msg: String| SpecError(msg);
+    if !k.is_multiple_of(64) {
+        return Err(err(format!("the Hopper 2:4 kernel takes K in whole stages of 64, not {k}")));
+    }
+    let with_stages = |mut t: WgmmaTiling, forced: usize| -> Result<WgmmaTiling, SpecError> {
+        match forced {
+            0 => {
+                t.stages = 2;
+                while t.stages < 6 && (WgmmaTiling { stages: t.stages + 1, ..t }).smem_bytes() <= WGMMA_SMEM_MAX {
+                    t.stages += 1;
+                }
+            }
+            s @ 2..=8 => t.stages = s,
+            s => return Err(err(format!("Hopper 2:4 pipelines have 2 to 8 stages, not {s}"))),
+        }
+        if t.smem_bytes() > WGMMA_SMEM_MAX {
+            return Err(err(format!(
+                "the Hopper 2:4 tile of {} columns x {} rows in {} stages needs {} bytes of shared memory (at most {WGMMA_SMEM_MAX})",
+                t.cols(),
+                t.tn,
+                t.stages,
+                t.smem_bytes()
+            )));
+        }
+        Ok(t)
+    };
+    let shape = |group: usize, tn: usize| -> Option<WgmmaTiling> {
+        let (warpgroups, m_tiles) = match group {
+            1 => (1, 1),
+            2 => (2, 1),
+            4 => (2, 2),
+            _ => return None,
+        };
+        let t = WgmmaTiling { warpgroups, m_tiles, tn, stages: 2 };
+        ([64, 128, 192, 256].contains(&tn) && t.acc_regs() <= 128).then_some(t)
+    };
+    match tile {
+        Some(t) if t.group != 0 || t.rows != 0 => {
+            let (group, tn) = (if t.group == 0 { 2 } else { t.group }, if t.rows == 0 { 128 } else { t.rows });
+            let s = shape(group, tn).ok_or_else(|| {
+                err(format!(
+                    "Hopper 2:4 tiles hold 64, 128 or 256 columns and 64, 128, 192 or 256 rows with at most 128 accumulators a thread, not {} x {tn}",
+                    64 * group
+                ))
+            })?;
+            with_stages(s, t.stages)
+        }
+        _ => {
+            let forced = tile.map_or(0, |t| t.stages);
+            let mut best: Option<(f64, WgmmaTiling)> = None;
+            // Not two m64 tiles a warpgroup: forced, they measured slower than one tile of
+            // twice the rows on every bench shape (c58: 4096³ 0.1243 ms at 256 × 128 against
+            // 0.1204 at 128 × 256; BERT-base ffn1 0.0250 against 0.0239).
+            for group in [2, 1] {
+                for tn in [256, 192, 128, 64] {
+                    let Some(s) = shape(group, tn) else { continue };
+                    let Ok(s) = with_stages(s, forced) else { continue };
+                    let c = wgmma_clocks(m, k, n, &s);
+                    if best.is_none_or(|(b, _)| c < b) {
+                        best = Some((c, s));
+                    }
+                }
+            }
+            best.map(|(_, t)| t).ok_or_else(|| err("no Hopper 2:4 tile fits".into()))
+        }
+    }
 }
 
 #[cfg(test)]

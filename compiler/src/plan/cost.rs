@@ -19,11 +19,27 @@ use crate::kernel_choice::{block_tf32, Dtype, FineTf32Work, Orientation as Kerne
 use crate::Error;
 use serde::{Deserialize, Serialize};
 
-/// The 2:4 kernel's throughput as a fraction of the dense tensor-core rate, counting the dense
-/// product's flops: `kernels bench --two-four` on an H200 (session 6) measured 0.44-0.90× cuBLAS
-/// dense fp16 on 4096³ and the MiniLM / BERT-base linears (0.50× at 4096³), where the hardware
-/// allows 2×. Until the kernel is faster the planner prices it so, and keeps dense parts.
+/// The `mma.sp` 2:4 kernel's throughput as a fraction of the dense tensor-core rate (the DB's
+/// dense entry, cuBLAS's), counting the dense product's flops: `kernels bench --two-four` on an
+/// H200 measured 0.44-0.90× cuBLAS dense fp16 on 4096³ and the MiniLM / BERT-base linears
+/// (0.50× at 4096³), where the hardware allows 2×. It runs only where K is not whole 64-deep
+/// stages (see [`two_four_dense_equivalent`]).
 pub const TWO_FOUR_DENSE_EQUIVALENT: f64 = 0.5;
+/// The same for the Hopper 2:4 kernel (`wgmma.mma_async.sp`): 1168 dense-equivalent TFLOP/s at
+/// 4096³ against the DB's 900 (1.66× cuBLAS in the same call, 1.34-1.88× on the MiniLM and
+/// BERT-base linears; H200, session 14 calls c56-c57, `benches/results/spmm_gpu.md`).
+pub const TWO_FOUR_WGMMA_DENSE_EQUIVALENT: f64 = 1.3;
+
+/// The dense-equivalent rate factor of the 2:4 kernel that runs a `K`-deep part: the Hopper
+/// kernel where the kernel choice takes it (a 2:4 part is its operator's first launch, so it
+/// never accumulates), else the `mma.sp` kernel.
+pub fn two_four_dense_equivalent(k: usize) -> f64 {
+    if crate::kernel_choice::two_four::takes_wgmma(crate::kernel_choice::Engine::Auto, k, false) {
+        TWO_FOUR_WGMMA_DENSE_EQUIVALENT
+    } else {
+        TWO_FOUR_DENSE_EQUIVALENT
+    }
+}
 
 /// Which side the sparse weight is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,8 +525,8 @@ impl CostModel {
         block * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + streamed
     }
 
-    /// A 2:4 sub-operator on our `mma.sp` kernel: the dense product's flops at
-    /// [`TWO_FOUR_DENSE_EQUIVALENT`] times the dense tensor-core rate (what the kernel
+    /// A 2:4 sub-operator on our 2:4 kernels: the dense product's flops at
+    /// [`two_four_dense_equivalent`] times the dense tensor-core rate (what the kernel
     /// measures, not the hardware's 2×), half the weight bytes plus 2 bits of metadata per
     /// kept element. `None` when the format has no sparse tensor cores.
     pub fn two_four_time(&self, nf: &NumberFormat, m: usize, k: usize, n: usize) -> Option<f64> {
@@ -520,7 +536,7 @@ impl CostModel {
         let (mf, kf, nf64) = (m as f64, k as f64, n as f64);
         let weight_bytes = kf * nf64 / 2.0 * (Self::bytes(nf) + 0.25);
         Some(
-            2.0 * mf * kf * nf64 / (TWO_FOUR_DENSE_EQUIVALENT * self.dense_rate(nf))
+            2.0 * mf * kf * nf64 / (two_four_dense_equivalent(k) * self.dense_rate(nf))
                 + (weight_bytes + mf * kf * Self::bytes(nf)) / self.dram()
                 + self.suboperator_fixed(nf, m, n),
         )
@@ -584,9 +600,10 @@ mod tests {
         assert!(cm.block_rate(&f16, BlockShape::new(32, 32), Orientation::WeightRight).1, "f16 32x32 on tensor cores");
         assert!(!cm.block_rate(&f16, BlockShape::new(1, 32), Orientation::WeightRight).1);
         assert!(cm.two_four_time(&f32, 128, 1024, 1024).is_none());
-        // Priced as measured: slower than dense where the math dominates (4096³; skinny products
-        // that read more weight than activations still gain from its halved weight bytes).
-        assert!(cm.two_four_time(&f16, 4096, 4096, 4096).unwrap() > cm.dense_time(&f16, 4096, 4096, 4096));
+        // Priced as measured: the Hopper kernel beats dense at 4096³; where K is not whole
+        // 64-deep stages the mma.sp kernel runs, slower than dense where the math dominates.
+        assert!(cm.two_four_time(&f16, 4096, 4096, 4096).unwrap() < cm.dense_time(&f16, 4096, 4096, 4096));
+        assert!(cm.two_four_time(&f16, 4096, 4128, 4096).unwrap() > cm.dense_time(&f16, 4096, 4128, 4096));
     }
 
     #[test]

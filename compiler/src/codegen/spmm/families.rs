@@ -30,5 +30,6 @@ pub(crate) fn ops(family: Family) -> &'static FamilyOps {
         Family::RowScatter => &row_scatter::OPS,
         Family::DenseStream => &stream::OPS,
         Family::TwoFour => &two_four::OPS,
+        Family::TwoFourWgmma => &two_four::wgmma::OPS,
     }
 }

@@ -90,14 +90,14 @@ pub const TWO_FOUR_SHAPES: &[(&str, (usize, usize, usize))] = &[
     ("bertbase ffn2", (4096, 3072, 768)),
 ];
 
-/// Tiles of the 2:4 kernel the bench tries beside its automatic one: (rows of A, columns / 32,
-/// warps, stages, k / 32 a stage).
-const TWO_FOUR_TILES: &[(usize, usize, usize, usize, usize)] =
-    &[(128, 4, 8, 4, 2), (256, 4, 8, 3, 2), (128, 8, 8, 3, 2), (64, 4, 4, 4, 2), (128, 4, 4, 3, 4)];
+/// Tiles of the Hopper 2:4 kernel the bench tries beside its automatic one: (rows of A,
+/// columns / 64) per item.
+const TWO_FOUR_TILES: &[(usize, usize)] = &[(256, 2), (128, 4), (128, 2), (64, 4), (192, 2), (128, 1)];
 
-/// The 2:4 kernel against cuBLAS dense in the same call, on [`TWO_FOUR_SHAPES`] with the bias
+/// The 2:4 kernels against cuBLAS dense in the same call, on [`TWO_FOUR_SHAPES`] with the bias
 /// the models fuse: cuBLAS first (the reference of the ratio `kernels bench` prints), then the
-/// 2:4 kernel's automatic tile and [`TWO_FOUR_TILES`], and once without the bias.
+/// Hopper kernel's automatic tile, once without the bias, [`TWO_FOUR_TILES`], and the `mma.sp`
+/// kernel's automatic tile.
 pub fn two_four_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
     let mut out = vec![];
     for &(name, mkn) in TWO_FOUR_SHAPES {
@@ -105,12 +105,10 @@ pub fn two_four_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
         let nm = Pattern::NM { n: 2, m: 4 };
         out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias])));
         out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[])));
-        for &(rows, group, warps, stages, k_rows) in TWO_FOUR_TILES {
-            out.push((
-                name,
-                build(mkn, dtype, nm.clone(), TwoFour, &[Bias, SpTile(rows, group, warps, stages, k_rows)]),
-            ));
+        for &(rows, group) in TWO_FOUR_TILES {
+            out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias, SpTile(rows, group, 0, 0, 0)])));
         }
+        out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias, MmaSync])));
     }
     out
 }

@@ -170,9 +170,11 @@ impl Case {
         self.tile = Some(Tile { group, k_rows, ..Tile::new(rows, stages) });
         self
     }
-    /// A tile of the 2:4 kernel: `rows` of A and `group` × 32 output columns per CTA, `warps`,
-    /// a ring of `stages`, `k_rows` × 32 of K a stage (see `kernel_choice::two_four::tiling`;
-    /// 0 = the specializer's choice).
+    /// A tile of a 2:4 kernel. The `mma.sp` kernel (`Engine::MmaSync`): `rows` of A and
+    /// `group` × 32 output columns per CTA, `warps`, a ring of `stages`, `k_rows` × 32 of K a
+    /// stage (see `kernel_choice::two_four::tiling`). The Hopper kernel: `rows` of A and
+    /// `group` × 64 output columns per item, `stages` (`two_four::wgmma_tiling`; it ignores
+    /// `warps` and `k_rows`). 0 = the specializer's choice.
     pub fn with_two_four_tile(mut self, rows: usize, group: usize, warps: usize, stages: usize, k_rows: usize) -> Case {
         self.tile = Some(Tile { group, warps, k_rows, ..Tile::new(rows, stages) });
         self
@@ -395,6 +397,7 @@ impl Case {
                 let mut s = spec((1, 1), SpmmSpec::blocks_of_mask(&mask, rows, cols, (1, 1)));
                 s.two_four = true;
                 s.tile = self.tile;
+                s.engine = self.engine;
                 vec![s]
             }
             Cover::Split(bh, bw) => {

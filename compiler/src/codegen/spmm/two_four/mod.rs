@@ -1,6 +1,8 @@
-//! The 2:4 kernel ([`Family::TwoFour`]): a 16-bit weight 2:4-sparse along K on the sparse
-//! tensor cores, `mma.sp::ordered_metadata` m16n8k32 with fp32 accumulate, on `Cᵀ = Wᵀ·Aᵀ`
-//! (PTX's sparse operand is the instruction's A; see [`crate::kernel_choice::two_four`]).
+//! The 2:4 kernels: a 16-bit weight 2:4-sparse along K on the sparse tensor cores, on
+//! `Cᵀ = Wᵀ·Aᵀ` (PTX's sparse operand is the instruction's A; see
+//! [`crate::kernel_choice::two_four`]). Where [`takes_wgmma`] says so, the Hopper kernel
+//! ([`wgmma`], `wgmma.mma_async.sp`); else the kernel below ([`Family::TwoFour`]),
+//! `mma.sp::ordered_metadata` m16n8k32 with fp32 accumulate.
 //!
 //! The spec lists the kept elements (block (1, 1)); here they become the metadata, packed
 //! once at specialization into the kernel's `idx` table, and [`Kernel::pack_weight`] gathers
@@ -17,12 +19,15 @@ pub mod pack;
 pub mod replay;
 #[cfg(test)]
 pub(crate) mod tests;
+pub mod wgmma;
+#[cfg(test)]
+mod wgmma_tests;
 
 use super::kernel::*;
 use super::shared::*;
 use crate::codegen::render::{render, KernelHead};
 use crate::codegen::{CodegenError, Mode, SpmmSpec};
-use crate::kernel_choice::two_four::{supports, tiling};
+use crate::kernel_choice::two_four::{supports, takes_wgmma, tiling};
 use crate::sparse::WeightLookup;
 use serde::Serialize;
 
@@ -61,6 +66,9 @@ pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     }
     if spec.live_rows || spec.mode == Mode::Unrolled {
         return Err(spec_err("the 2:4 kernel reads a fixed row count and streams its metadata".into()));
+    }
+    if takes_wgmma(spec.engine, k, spec.accumulate) {
+        return wgmma::specialize(spec);
     }
     let t = tiling(m, k, n, spec.tile).map_err(|e| spec_err(e.0))?;
     let grid = (n.div_ceil(t.bn), m.div_ceil(t.bm));

@@ -2,7 +2,7 @@
 //! the dense f64 product, and the specializer's refusals.
 
 use super::{pack, replay};
-use crate::codegen::{specialize, Activation, Dtype, Epilogue, Family, Mode, SpmmSpec, Tile};
+use crate::codegen::{specialize, Activation, Dtype, Engine, Epilogue, Family, Mode, SpmmSpec, Tile};
 use crate::rng::SplitMix64;
 
 /// A random `k × n` weight 2:4 along K (each chunk keeps 0, 1 or 2 elements; -0.0 among the
@@ -28,9 +28,12 @@ pub(crate) fn two_four_weight(k: usize, n: usize, seed: u64) -> (Vec<f32>, Vec<(
     (w, kept)
 }
 
+/// A 2:4 spec on the `mma.sp` kernel (`Engine::MmaSync`; the Hopper kernel has its tests in
+/// `wgmma_tests`).
 fn spec(m: usize, k: usize, n: usize, dtype: Dtype, kept: Vec<(usize, usize)>) -> SpmmSpec {
     let mut s = SpmmSpec::new(m, k, n, dtype, (1, 1), kept);
     s.two_four = true;
+    s.engine = Engine::MmaSync;
     s
 }
 

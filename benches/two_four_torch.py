@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The 2:4 peers through torch, on the shapes of `spartac kernels bench --two-four`, in the same
+device call: cuBLAS dense (`F.linear`, the bias fused) and cuSPARSELt called as torch calls it
+(`torch._cslt_compress` + `torch._cslt_sparse_mm`, its best algorithm found by
+`torch._cslt_sparse_mm_search`, the bias fused), both on C = A·W + bias with A `M × K` and W
+`K × N` 2:4 along K. cuSPARSELt's sparse operand is the left one, so it runs Cᵀ = Wᵀ·Aᵀ with Wᵀ
+(`N × K`, 2:4 along its rows) compressed outside the timing, and returns C itself
+(`transpose_result`) where this torch has it. Each result is checked against the dense product.
+
+usage: two_four_torch.py OUT.json [f16|bf16 ...]
+Timing: CUDA events around each launch, after warm-up, L2 flushed before each (a 256 MiB write),
+the median of 50; the method of `kernels bench`.
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = [
+    ("cube", (4096, 4096, 4096)),
+    ("minilm qkv", (4096, 384, 1152)),
+    ("minilm ffn1", (4096, 384, 1536)),
+    ("minilm ffn2", (4096, 1536, 384)),
+    ("bertbase ffn1", (4096, 768, 3072)),
+    ("bertbase ffn2", (4096, 3072, 768)),
+]
+
+
+def two_four_rows(rows, cols, dtype, gen):
+    """A `rows × cols` matrix keeping 2 of every 4 consecutive elements of each row."""
+    w = torch.randn(rows, cols, generator=gen, device="cuda").to(dtype)
+    scores = torch.rand(rows, cols // 4, 4, generator=gen, device="cuda")
+    keep = torch.zeros_like(scores, dtype=torch.bool)
+    keep.scatter_(2, scores.topk(2, dim=2).indices, True)
+    return w * keep.reshape(rows, cols).to(dtype)
+
+
+def median_ms(fn, runs=50):
+    """Median of `runs` launches, each timed alone by CUDA events after a 256 MiB write that
+    flushes L2 (what `kernels bench` does)."""
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(runs):
+        flush.zero_()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    out_path = sys.argv[1]
+    dtypes = sys.argv[2:] or ["f16"]
+    gen = torch.Generator(device="cuda").manual_seed(46)
+    rows = []
+    for name in dtypes:
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[name]
+        for label, (m, k, n) in SHAPES:
+            a = (torch.randn(m, k, generator=gen, device="cuda") / 4).to(dtype)
+            wt = two_four_rows(n, k, dtype, gen)  # Wᵀ: N × K, 2:4 along K
+            bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
+            want = (a.float() @ wt.float().t() + bias.float())
+            row = {"shape": label, "m": m, "k": k, "n": n, "dtype": name}
+            row["cublas_ms"] = median_ms(lambda: F.linear(a, wt, bias))
+            try:
+                compressed = torch._cslt_compress(wt)
+                at = a.t()
+                try:
+                    alg = torch._cslt_sparse_mm_search(compressed, at, bias=bias, transpose_result=True)
+                except Exception:  # older signatures
+                    alg = 0
+                kwargs = {"bias": bias, "transpose_result": True}
+                if isinstance(alg, int):
+                    kwargs["alg_id"] = alg
+                got = torch._cslt_sparse_mm(compressed, at, **kwargs)
+                if got.shape != (m, n):
+                    got = got.t()
+                err = ((got.float() - want).norm() / want.norm()).item()
+                row["cusparselt_ms"] = median_ms(lambda: torch._cslt_sparse_mm(compressed, at, **kwargs))
+                row["cusparselt_alg"] = alg if isinstance(alg, int) else str(alg)
+                row["cusparselt_rel_err"] = err
+            except Exception as e:  # noqa: BLE001 - the table says why the peer is missing
+                row["cusparselt_error"] = f"{type(e).__name__}: {e}"[:300]
+            rows.append(row)
+            cs = row.get("cusparselt_ms")
+            print(
+                f"{name} {label:14s} {m}x{k}x{n}: cuBLAS {row['cublas_ms']:.4f} ms, cuSPARSELt "
+                + (f"{cs:.4f} ms (err {row['cusparselt_rel_err']:.1e}, {row['cublas_ms'] / cs:.2f}x cuBLAS)" if cs else row.get("cusparselt_error", "-")),
+                flush=True,
+            )
+    meta = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "rows": rows}
+    with open(out_path, "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+//! The Hopper 2:4 kernel's packing against the PTX layouts (the compressed tile read back
+//! through its matrix descriptor, the metadata through the lanes that give it), its choice of
+//! kernel and tile, and what it renders.
+
+use super::tests::two_four_weight;
+use super::{pack, wgmma};
+use crate::codegen::{specialize, Activation, Dtype, Engine, Epilogue, Family, SpmmSpec, Tile};
+use crate::kernel_choice::two_four::wgmma_tiling;
+use crate::rng::SplitMix64;
+
+fn spec(m: usize, k: usize, n: usize, dtype: Dtype, kept: Vec<(usize, usize)>) -> SpmmSpec {
+    let mut s = SpmmSpec::new(m, k, n, dtype, (1, 1), kept);
+    s.two_four = true;
+    s
+}
+
+fn forced(rows: usize, group: usize, stages: usize) -> Option<Tile> {
+    Some(Tile { group, ..Tile::new(rows, stages) })
+}
+
+/// Packed, then read the way the hardware reads it (descriptor addresses, metadata lanes): the
+/// product the dense weight gives, for every tile width, ragged M and N padded to whole tiles.
+#[test]
+fn the_packed_records_multiply_as_the_weight_does() {
+    for (m, k, n, tile, seed) in [
+        (40, 64, 64, forced(64, 1, 2), 1),
+        (17, 256, 128, forced(128, 2, 3), 2),
+        (9, 128, 48, forced(64, 1, 0), 3),
+        (33, 192, 320, forced(128, 4, 0), 4),
+        (20, 128, 1152, None, 5),
+    ] {
+        let (w, kept) = two_four_weight(k, n, seed);
+        let mut s = spec(m, k, n, Dtype::F16, kept);
+        s.tile = tile;
+        let kern = specialize(&s).unwrap();
+        assert_eq!(kern.family, Family::TwoFourWgmma);
+        let cols = kern.ptr[0] as usize;
+        let packed = kern.pack_weight(&w);
+        assert_eq!(packed.len(), n.div_ceil(cols) * cols * k / 2);
+        let meta: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
+        assert_eq!(meta.len(), n.div_ceil(cols) * cols / 16 * k / 32 * 16);
+        let nonzero = w.iter().filter(|v| v.to_bits() != 0).count();
+        assert_eq!(packed.iter().filter(|v| v.to_bits() != 0).count(), nonzero, "every value packed once");
+        let mut rng = SplitMix64::new(seed + 100);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let got = wgmma::emulate(m, k, n, cols, &a, &packed, &meta);
+        for r in 0..m {
+            for c in 0..n {
+                let want: f64 = (0..k).map(|kk| a[r * k + kk] as f64 * w[kk * n + c] as f64).sum();
+                let e = (got[r * n + c] - want).abs();
+                assert!(e <= 1e-12 * (1.0 + want.abs()), "{m}x{k}x{n} ({r}, {c}): {} vs {want}", got[r * n + c]);
+            }
+        }
+    }
+}
+
+/// One element placed by hand: column 9 of a 64-column tile is row 9 of m64 tile 0 (warp 0,
+/// g = 1, upper half), k 82 is stage 1, k32 step 0, chunk 4 (indices 0 and 2: value 1 of the
+/// chunk, stored value 2·4 + 1 = 9: 16-byte chunk 1 of the 64-byte row, which row 9 (64 bytes
+/// into its 512-byte atom, address bit 7 clear) leaves unswizzled); its metadata is the word of
+/// lane 4g + 1 in the stage's first block of 16.
+#[test]
+fn one_element_lands_where_the_ptx_layouts_put_it() {
+    let (k, n) = (128, 64);
+    let mut w = vec![0.0f32; k * n];
+    w[82 * n + 9] = 3.0;
+    let mut s = spec(64, k, n, Dtype::F16, vec![(82, 9)]);
+    s.tile = forced(64, 1, 2);
+    let kern = specialize(&s).unwrap();
+    let words: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
+    let stage1 = 4 * 2 * 16;
+    assert_eq!(words[stage1 + 3], 0x4448_4444);
+    let packed = kern.pack_weight(&w);
+    let at: Vec<usize> = (0..packed.len()).filter(|&i| packed[i] != 0.0).collect();
+    // Stage 1's record starts at 64 rows × 32 values; row 9 is in atom 1 (512 bytes), 64 bytes in.
+    assert_eq!(at, vec![64 * 32 + (512 + 64 + 16) / 2 + 1]);
+}
+
+#[test]
+fn auto_takes_the_hopper_kernel_where_it_applies() {
+    let (_, kept) = two_four_weight(384, 1536, 9);
+    let mut s = spec(4096, 384, 1536, Dtype::Bf16, kept.clone());
+    s.epilogue = Epilogue { bias: true, activation: Activation::GeluErf };
+    let kern = specialize(&s).unwrap();
+    assert_eq!(kern.family, Family::TwoFourWgmma);
+    assert!(kern.source.contains("wgmma.mma_async.sp.sync.aligned.m64n") && kern.source.contains(".f32.bf16.bf16"));
+    assert!(kern.source.contains("erf_16") && kern.source.contains("stmatrix.sync.aligned.m8n8.x4.trans"));
+    assert!(kern.tma_a.is_some_and(|b| b.cols == 64 && b.swizzle_bytes == 128));
+    assert_eq!(kern.flops(), 4096.0 * 384.0 * 1536.0);
+    assert!(kern.launch.grid.0 as usize <= 132 && kern.launch.smem_bytes <= 232_448);
+    // The mma.sp kernel where asked for, where K is not whole 64-deep stages, or where the part
+    // accumulates onto C (the Hopper epilogue writes C).
+    s.engine = Engine::MmaSync;
+    assert_eq!(specialize(&s).unwrap().family, Family::TwoFour);
+    let (_, kept96) = two_four_weight(96, 64, 3);
+    assert_eq!(specialize(&spec(100, 96, 64, Dtype::F16, kept96)).unwrap().family, Family::TwoFour);
+    let mut acc = spec(4096, 384, 1536, Dtype::F16, kept);
+    acc.accumulate = true;
+    assert_eq!(specialize(&acc).unwrap().family, Family::TwoFour);
+}
+
+#[test]
+fn tiles_fit_the_machine_and_forced_ones_are_checked() {
+    for (m, k, n) in [(4096, 4096, 4096), (4096, 384, 1152), (4096, 384, 1536), (4096, 1536, 384), (4096, 3072, 768)] {
+        let t = wgmma_tiling(m, k, n, None).unwrap();
+        assert!(t.acc_regs() <= 128 && t.stages >= 3 && t.smem_bytes() <= 232_448, "{m}x{k}x{n}: {t:?}");
+        assert!(t.items(m, n) >= 96, "{m}x{k}x{n}: {t:?} leaves most SMs idle");
+    }
+    for (rows, group) in [(64, 1), (128, 1), (256, 1), (128, 2), (256, 2), (64, 4), (128, 4), (192, 2)] {
+        let t = wgmma_tiling(4096, 4096, 4096, Some(Tile { group, ..Tile::new(rows, 0) })).unwrap();
+        assert_eq!((t.tn, t.cols()), (rows, 64 * group));
+        assert!(t.smem_bytes() <= 232_448 && t.stages >= 3, "{t:?}");
+    }
+    let e = wgmma_tiling(4096, 4096, 4096, Some(Tile { group: 4, ..Tile::new(256, 0) })).unwrap_err().0;
+    assert!(e.contains("at most 128 accumulators"), "{e}");
+    assert!(wgmma_tiling(4096, 4096, 4096, Some(Tile { group: 3, ..Tile::new(128, 0) })).is_err());
+    assert!(wgmma_tiling(4096, 4096, 4096, Some(Tile { group: 2, ..Tile::new(256, 8) })).is_err(), "8 stages overflow");
+    assert!(wgmma_tiling(4096, 96, 4096, None).is_err());
+}
+
+/// Records are the mma.sp metadata reordered: the same words, by column tile and stage.
+#[test]
+fn records_reorder_the_mma_sp_metadata() {
+    let (k, n) = (128, 64);
+    let (_, kept) = two_four_weight(k, n, 7);
+    let mask = pack::chunk_masks(k, n, &kept).unwrap();
+    let flat = pack::metadata(k, n, &mask);
+    let rec = wgmma::records(k, n, &mask, 64);
+    let mut a = flat.clone();
+    let mut b = rec.clone();
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b);
+    // Stage 0, m64 tile 0, warp 1, step 1 is 16-column tile 1, k32 step 1.
+    let (tile16, q, steps) = (1, 1, k / 32);
+    assert_eq!(rec[(tile16 * 2 + q) * 16..][..16], flat[(tile16 * steps + q) * 16..][..16]);
+}
+/// The automatic tile is the one measured fastest of the bench's (c56 and c58, H200): 128 columns ×
+/// 256 rows at 4096³ and BERT-base ffn1, × 192 rows on MiniLM's qkv and ffn1 and BERT-base
+/// ffn2, × 128 rows on MiniLM's ffn2 (384 columns: 3 column tiles).
+#[test]
+fn the_automatic_tile_is_the_one_measured_fastest() {
+    for ((m, k, n), tn) in [
+        ((4096, 4096, 4096), 256),
+        ((4096, 768, 3072), 256),
+        ((4096, 384, 1152), 192),
+        ((4096, 384, 1536), 192),
+        ((4096, 3072, 768), 192),
+        ((4096, 1536, 384), 128),
+    ] {
+        let t = wgmma_tiling(m, k, n, None).unwrap();
+        assert_eq!((t.cols(), t.tn), (128, tn), "{m}x{k}x{n}: {t:?}");
+    }
+}
