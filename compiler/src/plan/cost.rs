@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 /// (0.50× at 4096³), where the hardware allows 2×. It runs only where K is not whole 64-deep
 /// stages (see [`two_four_dense_equivalent`]).
 pub const TWO_FOUR_DENSE_EQUIVALENT: f64 = 0.5;
-/// The same for the Hopper 2:4 kernel (`wgmma.mma_async.sp`): 1168 dense-equivalent TFLOP/s at
-/// 4096³ against the DB's 900 (1.66× cuBLAS in the same call, 1.34-1.88× on the MiniLM and
-/// BERT-base linears; H200, session 14 calls c56-c57, `benches/results/spmm_gpu.md`).
+/// The same for the Hopper 2:4 kernel (`wgmma.mma_async.sp`): 1,171 dense-equivalent TFLOP/s at
+/// 4096³ against the DB's 900 (1.50× cuBLASLt with the bias fused in the same call, 1.12-1.41×
+/// on the MiniLM and BERT-base linears; H200, call c62, `benches/results/spmm_gpu.md`).
 pub const TWO_FOUR_WGMMA_DENSE_EQUIVALENT: f64 = 1.3;
 
 /// The dense-equivalent rate factor of the 2:4 kernel that runs a `K`-deep part: the Hopper
