@@ -5,8 +5,12 @@
 use super::cases::{round_to, Case, Problem};
 use super::tma::{encode_matrix, TensorMap};
 use super::{median, CudaDevice, CudaError, DriverContext};
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
-use spartac::codegen::{library_gemm, specialize, Dtype, Kernel, LibraryGemm, Mode, Orientation, Prepass};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use spartac::codegen::{
+    library_gemm_fused, specialize, Dtype, Kernel, LibraryEpilogue, LibraryGemm, Mode, Orientation, Prepass,
+};
 use spartac::kernel_choice::Family;
 use spartac::rng::SplitMix64;
 use std::path::Path;
@@ -89,9 +93,12 @@ struct Part<T> {
 /// cuBLAS) followed by the generated epilogue kernel when there is one.
 enum Stage<T> {
     Generated(Box<Part<T>>),
+    /// The dense fallback as the models run it: cuBLASLt with the bias and a ReLU in the call
+    /// where it takes them (`lt`), else cuBLAS after a bias prefill; then its epilogue pass.
     Library {
         gemm: Box<LibraryGemm>,
         blas: std::sync::Arc<super::cublas::Blas>,
+        lt: Option<std::sync::Arc<super::cublas::ProgramBlas>>,
         w: CudaSlice<T>,
         prefill: Option<Box<Part<T>>>,
         epilogue: Option<Box<Part<T>>>,
@@ -216,11 +223,17 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         let part_w = part_weights.as_ref().map_or(&w, |p| &p[i]);
         if case.uses_library(spec) {
             // The dense fallback on the library: the weight as stored, then our epilogue.
-            let gemm = library_gemm(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
+            // The models' dense fallback (`program::model` lowers library parts so).
+            let gemm = library_gemm_fused(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
             let prefill = gemm.prefill.clone().map(|k| compile(k, part_w).map(Box::new)).transpose()?;
             let epilogue = gemm.epilogue.clone().map(|k| compile(k, part_w).map(Box::new)).transpose()?;
             let w_dev = dev.upload(&enc_all(part_w))?;
-            parts.push(Stage::Library { gemm: Box::new(gemm), blas: dev.blas()?, w: w_dev, prefill, epilogue });
+            let lt = if gemm.fused == LibraryEpilogue::None {
+                None
+            } else {
+                Some(std::sync::Arc::new(super::cublas::ProgramBlas::new(dev)?))
+            };
+            parts.push(Stage::Library { gemm: Box::new(gemm), blas: dev.blas()?, lt, w: w_dev, prefill, epilogue });
         } else {
             let kernel = specialize(spec).map_err(|e| CudaError::Kernel(case.label(), e.to_string()))?;
             parts.push(Stage::Generated(Box::new(compile(kernel, part_w)?)));
@@ -262,11 +275,30 @@ fn run_typed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
         for stage in &mut parts {
             match stage {
                 Stage::Generated(p) => launch(p, c)?,
-                Stage::Library { gemm, blas, w, prefill, epilogue } => {
+                Stage::Library { gemm, blas, lt, w, prefill, epilogue } => {
                     if let Some(p) = prefill {
                         launch(p.as_mut(), c)?;
                     }
-                    blas.gemm(gemm, &a_dev, w, c)?;
+                    match lt {
+                        Some(lt) => {
+                            let stream = dev.stream();
+                            let (pa, _ra) = a_dev.device_ptr(stream);
+                            let (pw, _rw) = w.device_ptr(stream);
+                            let (pb, _rb) = bias_dev.device_ptr(stream);
+                            let (pc, _rc) = c.device_ptr_mut(stream);
+                            let pb = if gemm.fused.bias() { pb } else { 0 };
+                            let relu = matches!(gemm.fused, LibraryEpilogue::Relu | LibraryEpilogue::BiasRelu);
+                            lt.gemm_lt_on(
+                                stream.cu_stream(),
+                                gemm.dtype,
+                                (gemm.m, gemm.k, gemm.n),
+                                (pa, pw, pc, pc, pb),
+                                relu,
+                                gemm.accumulate,
+                            )?;
+                        }
+                        None => blas.gemm(gemm, &a_dev, w, c)?,
+                    }
                     if let Some(p) = epilogue {
                         launch(p.as_mut(), c)?;
                     }
