@@ -75,15 +75,25 @@ fn packing_round_trips_exactly_and_the_emulation_matches_the_product() {
                 assert!((nib & 3) < (nib >> 2), "nibble {nib:#x} is not two increasing indices");
             }
         }
-        let mut rng = SplitMix64::new(seed + 100);
-        let a: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let a = random_a(m, k, seed + 100);
         let got = pack::emulate(m, k, n, &a, &packed, &meta);
-        for r in 0..m {
-            for c in 0..n {
-                let want: f64 = (0..k).map(|kk| a[r * k + kk] as f64 * w[kk * n + c] as f64).sum();
-                let e = (got[r * n + c] - want).abs();
-                assert!(e <= 1e-12 * (1.0 + want.abs()), "({r}, {c}): {} vs {want}", got[r * n + c]);
-            }
+        assert_is_the_product((m, k, n), &a, &w, &got);
+    }
+}
+
+/// A random row-major `m × k` dense operand in [-1, 1).
+pub(crate) fn random_a(m: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SplitMix64::new(seed);
+    (0..m * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect()
+}
+
+/// `got` (an emulation of a kernel, f64) is `A·W` to 1e-12 relative, element by element.
+pub(crate) fn assert_is_the_product((m, k, n): (usize, usize, usize), a: &[f32], w: &[f32], got: &[f64]) {
+    for r in 0..m {
+        for c in 0..n {
+            let want: f64 = (0..k).map(|kk| a[r * k + kk] as f64 * w[kk * n + c] as f64).sum();
+            let e = (got[r * n + c] - want).abs();
+            assert!(e <= 1e-12 * (1.0 + want.abs()), "{m}x{k}x{n} ({r}, {c}): {} vs {want}", got[r * n + c]);
         }
     }
 }

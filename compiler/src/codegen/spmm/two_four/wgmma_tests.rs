@@ -2,11 +2,10 @@
 //! through its matrix descriptor, the metadata through the lanes that give it), its choice of
 //! kernel and tile, and what it renders.
 
-use super::tests::two_four_weight;
+use super::tests::{assert_is_the_product, random_a, two_four_weight};
 use super::{pack, wgmma};
 use crate::codegen::{specialize, Activation, Dtype, Engine, Epilogue, Family, SpmmSpec, Tile};
 use crate::kernel_choice::two_four::wgmma_tiling;
-use crate::rng::SplitMix64;
 
 fn spec(m: usize, k: usize, n: usize, dtype: Dtype, kept: Vec<(usize, usize)>) -> SpmmSpec {
     let mut s = SpmmSpec::new(m, k, n, dtype, (1, 1), kept);
@@ -41,16 +40,9 @@ fn the_packed_records_multiply_as_the_weight_does() {
         assert_eq!(meta.len(), n.div_ceil(cols) * cols / 16 * k / 32 * 16);
         let nonzero = w.iter().filter(|v| v.to_bits() != 0).count();
         assert_eq!(packed.iter().filter(|v| v.to_bits() != 0).count(), nonzero, "every value packed once");
-        let mut rng = SplitMix64::new(seed + 100);
-        let a: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let a = random_a(m, k, seed + 100);
         let got = wgmma::emulate(m, k, n, cols, &a, &packed, &meta);
-        for r in 0..m {
-            for c in 0..n {
-                let want: f64 = (0..k).map(|kk| a[r * k + kk] as f64 * w[kk * n + c] as f64).sum();
-                let e = (got[r * n + c] - want).abs();
-                assert!(e <= 1e-12 * (1.0 + want.abs()), "{m}x{k}x{n} ({r}, {c}): {} vs {want}", got[r * n + c]);
-            }
-        }
+        assert_is_the_product((m, k, n), &a, &w, &got);
     }
 }
 
