@@ -8,7 +8,13 @@ device call: cuBLAS dense (`F.linear`, the bias fused) and cuSPARSELt called as 
 (`transpose_result`) where this torch has it. Each result is checked against the dense product.
 The JSON is written after each shape, so a process that a CUDA fault ends keeps what it measured.
 
-usage: two_four_torch.py OUT.json VARIANT [f16|bf16 ...]
+`i8`: symmetric int8 operands (what `kernels bench --two-four --dtypes i8` multiplies, ±127),
+exact int32 sums. cuBLAS dense is cuBLASLt's int8 GEMM as `torch._int_mm` calls it (A row-major,
+W column-major: the TN layout its int8 kernels take), int32 out, no bias and no dequantization:
+less work than ours, which scales, adds the bias and writes fp16 (half the bytes of int32).
+cuSPARSELt is asked for int32 out the same way.
+
+usage: two_four_torch.py OUT.json VARIANT [f16|bf16|i8 ...]
 VARIANT: `search` (the best algorithm, bias fused, C returned transposed back), `plain`
 (algorithm 0, no bias, Cᵀ as computed) or `wrapper` (`to_sparse_semi_structured` with
 cuSPARSELt forced, then `F.linear`). A failing cuSPARSELt can leave the CUDA context unusable,
@@ -32,9 +38,16 @@ SHAPES = [
 ]
 
 
+def operand(rows, cols, dtype, gen, scale=1.0):
+    """A random `rows × cols` matrix: normal × `scale` in a float dtype, uniform in ±127 on int8."""
+    if dtype == torch.int8:
+        return torch.randint(-127, 128, (rows, cols), generator=gen, device="cuda", dtype=torch.int8)
+    return (torch.randn(rows, cols, generator=gen, device="cuda") * scale).to(dtype)
+
+
 def two_four_rows(rows, cols, dtype, gen):
     """A `rows × cols` matrix keeping 2 of every 4 consecutive elements of each row."""
-    w = torch.randn(rows, cols, generator=gen, device="cuda").to(dtype)
+    w = operand(rows, cols, dtype, gen)
     scores = torch.rand(rows, cols // 4, 4, generator=gen, device="cuda")
     keep = torch.zeros_like(scores, dtype=torch.bool)
     keep.scatter_(2, scores.topk(2, dim=2).indices, True)
@@ -70,6 +83,8 @@ def cusparselt(variant, wt, a, bias):
         return lambda: F.linear(a, ws, bias)
     compressed = torch._cslt_compress(wt)
     at = a.t()
+    if wt.dtype == torch.int8:
+        return lambda: torch._cslt_sparse_mm(compressed, at, out_dtype=torch.int32)
     if variant == "plain":
         return lambda: torch._cslt_sparse_mm(compressed, at)
     alg = torch._cslt_sparse_mm_search(compressed, at, bias=bias, transpose_result=True)
@@ -85,22 +100,32 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(46)
     rows = []
     for name in dtypes:
-        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[name]
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "i8": torch.int8}[name]
+        int8 = dtype == torch.int8
         for label, (m, k, n) in SHAPES:
-            a = (torch.randn(m, k, generator=gen, device="cuda") / 4).to(dtype)
+            a = operand(m, k, dtype, gen, 0.25)
             wt = two_four_rows(n, k, dtype, gen)  # Wᵀ: N × K, 2:4 along K
-            bias = torch.randn(n, generator=gen, device="cuda").to(dtype)
-            want = (a.float() @ wt.float().t() + bias.float())
+            # int8: no bias (int32 out); f64 keeps the integer sums exact.
+            bias = None if int8 else torch.randn(n, generator=gen, device="cuda").to(dtype)
+            want = a.double() @ wt.double().t()
+            if bias is not None:
+                want = want + bias.double()
             row = {"shape": label, "m": m, "k": k, "n": n, "dtype": name}
-            row["cublas_ms"] = median_ms(lambda: F.linear(a, wt, bias))
+            if int8:
+                w_cm = wt.t()  # K × N, column-major
+                got = torch._int_mm(a, w_cm)
+                row["cublas_rel_err"] = ((got.double() - want).norm() / want.norm()).item()
+                row["cublas_ms"] = median_ms(lambda: torch._int_mm(a, w_cm))
+            else:
+                row["cublas_ms"] = median_ms(lambda: F.linear(a, wt, bias))
             try:
                 run = cusparselt(variant, wt, a, bias)
                 got = run()
                 if got.shape != (m, n):
                     got = got.t()
-                if variant == "plain":
-                    got = got.float() + bias.float()
-                row["cusparselt_rel_err"] = ((got.float() - want).norm() / want.norm()).item()
+                if variant == "plain" and bias is not None:
+                    got = got.double() + bias.double()
+                row["cusparselt_rel_err"] = ((got.double() - want).norm() / want.norm()).item()
                 row["cusparselt_ms"] = median_ms(run)
             except Exception as e:  # noqa: BLE001 - the table says why the peer is missing
                 row["cusparselt_error"] = f"{type(e).__name__}: {e}"[:300]

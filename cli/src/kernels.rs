@@ -86,7 +86,8 @@ enum KernelsCommand {
         /// Instead of the square sizes: 2:4 weights (along K) on the sparse tensor cores (the
         /// Hopper kernel's automatic tile and six forced ones, then the mma.sp kernel),
         /// against cuBLAS dense in the same call, at 4096³ and on MiniLM-L6 / BERT-base linear
-        /// shapes (4096 rows); prints × cuBLAS.
+        /// shapes (4096 rows); prints × cuBLAS. With `--dtypes i8`: int8 2:4 against our dense
+        /// int8 kernel (benches/two_four_torch.py times cuBLAS's int8 GEMM).
         #[arg(long, conflicts_with = "transformer")]
         two_four: bool,
     },
@@ -323,7 +324,8 @@ fn bench(
     }
     let mut entries = vec![];
     let seed = 2026;
-    // cuBLAS's time per (shape, dtype), for the 2:4 cases' ratio.
+    // The dense reference's time per (shape, dtype), for the 2:4 cases' ratio: cuBLAS on 16
+    // bits, our dense int8 kernel on int8 (cuBLAS is not routed for int8).
     let mut library_ms = std::collections::HashMap::new();
     for (size, id, case) in &cases {
         let (size, case) = (*size, case);
@@ -346,11 +348,14 @@ fn bench(
         let r = run_case(dev, case, seed, Check::Rows(64), Some((10, reps)), d).with_context(|| case.label())?;
         let ok = passes(case, &r);
         let key = (case.m, case.k, case.n, dtype.name());
-        if case.cublas_dense && matches!(case.cover, Cover::Dense(..)) {
+        let int8 = dtype == Dtype::I8;
+        if (case.cublas_dense || int8) && matches!(case.cover, Cover::Dense(..)) {
             library_ms.insert(key, r.ms.unwrap_or(f64::NAN));
         }
         let ratio = match (case.cover, library_ms.get(&key), r.ms) {
-            (Cover::TwoFour, Some(lib), Some(ms)) => format!(" {:.2}x cuBLAS", lib / ms),
+            (Cover::TwoFour, Some(lib), Some(ms)) => {
+                format!(" {:.2}x {}", lib / ms, if int8 { "our int8 dense" } else { "cuBLAS" })
+            }
             _ => String::new(),
         };
         println!(

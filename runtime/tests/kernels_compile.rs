@@ -123,15 +123,17 @@ fn every_kernel_family_compiles_with_nvrtc_and_ptxas_for_sm_90a() {
 /// kernel for Hopper (sm_90a) and Ampere (sm_80), `mma.sp` with ordered metadata in the PTX,
 /// fed by cp.async and ldmatrix, every access in bounds on the CPU replay
 /// (`codegen::two_four_replay`); the Hopper kernel for sm_90a, `wgmma.mma_async.sp` fed by TMA
-/// and bulk copies, its epilogue through `stmatrix.trans`. All assembled by ptxas without spills.
+/// and bulk copies, its epilogue through `stmatrix.trans`, on f16, bf16 and int8 (`k64.s32.s8.s8`).
+/// All assembled by ptxas without spills.
 #[test]
 fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
     nvrtc();
     let dir = tempfile::tempdir().unwrap();
-    let bench = [Dtype::F16, Dtype::Bf16].into_iter().flat_map(|d| two_four_cases(d).into_iter().map(|(_, c)| c));
+    let bench =
+        [Dtype::F16, Dtype::Bf16, Dtype::I8].into_iter().flat_map(|d| two_four_cases(d).into_iter().map(|(_, c)| c));
     let cases: Vec<_> = correctness_cases().into_iter().filter(|c| c.cover == Cover::TwoFour).chain(bench).collect();
     let mut seen = std::collections::BTreeSet::new();
-    let mut hopper = 0;
+    let (mut hopper, mut int8) = (0, 0);
     for case in &cases {
         for spec in case.problem(1).specs.iter().filter(|s| s.two_four) {
             let kernel = specialize(spec).unwrap_or_else(|e| panic!("{}: {e}", case.label()));
@@ -152,7 +154,12 @@ fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
                 }
                 spartac::codegen::Family::TwoFourWgmma => {
                     hopper += 1;
-                    (&["sm_90a"][..], "wgmma.mma_async.sp.sync.aligned.m64n".to_string())
+                    if spec.dtype == Dtype::I8 {
+                        int8 += 1;
+                        (&["sm_90a"][..], "k64.s32.s8.s8".to_string())
+                    } else {
+                        (&["sm_90a"][..], "wgmma.mma_async.sp.sync.aligned.m64n".to_string())
+                    }
                 }
                 f => panic!("{}: a 2:4 spec specialized as {f:?}", case.label()),
             };
@@ -174,7 +181,11 @@ fn two_four_kernels_compile_for_sm_90a_and_sm_80() {
             }
         }
     }
-    assert!(seen.len() >= 12 && hopper >= 4, "{} distinct 2:4 kernels, {hopper} for Hopper", seen.len());
+    assert!(
+        seen.len() >= 12 && hopper >= 4 && int8 >= 4,
+        "{} distinct 2:4 kernels, {hopper} for Hopper, {int8} int8",
+        seen.len()
+    );
 }
 
 #[test]

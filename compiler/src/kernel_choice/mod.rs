@@ -94,8 +94,9 @@ pub enum Family {
     /// per kept value, packed in the instruction's register layout. See
     /// `codegen/spmm/two_four/` and [`two_four`].
     TwoFour,
-    /// The same on Hopper: `wgmma.mma_async.sp` m64nNk32, warp-specialized (TMA for A, bulk
-    /// copies for W's shared-memory image and metadata), persistent. See
+    /// The same on Hopper: `wgmma.mma_async.sp` m64nNk32 (m64nNk64 on int8 operands, with the
+    /// int8 family's dequantizing epilogue), warp-specialized (TMA for A, bulk copies for W's
+    /// shared-memory image and metadata), persistent. See
     /// `codegen/spmm/two_four/wgmma.rs` and [`two_four::wgmma_tiling`].
     TwoFourWgmma,
 }

@@ -152,11 +152,29 @@ pub fn tiling(m: usize, k: usize, n: usize, tile: Option<Tile>) -> Result<TwoFou
     Ok(tiling)
 }
 
-/// Which 2:4 kernel runs a part: the Hopper kernel ([`wgmma_tiling`]) wherever it applies
-/// (sm_90a, K whole 64-deep stages, the fused epilogue not accumulating onto C), else the
-/// `mma.sp` kernel ([`tiling`]). `Engine::MmaSync` forces the latter.
+/// Which 2:4 kernel runs a 16-bit part: the Hopper kernel ([`wgmma_tiling`]) wherever it
+/// applies (sm_90a, K whole 64-deep stages, the fused epilogue not accumulating onto C), else
+/// the `mma.sp` kernel ([`tiling`]). `Engine::MmaSync` forces the latter. An int8 part has the
+/// Hopper kernel only ([`supports_int8`]).
 pub fn takes_wgmma(engine: Engine, k: usize, accumulate: bool) -> bool {
     engine != Engine::MmaSync && k.is_multiple_of(64) && !accumulate
+}
+
+/// Whether the Hopper kernel computes this int8 product (`wgmma.mma_async.sp` m64nNk64 on
+/// s8): the weight on the right, K whole 128-deep stages, N a multiple of 16, the part
+/// writing C (int8 has no `mma.sp` kernel to fall back on).
+pub fn supports_int8(orientation: Orientation, k: usize, n: usize, accumulate: bool) -> bool {
+    orientation == Orientation::Right && k > 0 && n > 0 && k.is_multiple_of(128) && n.is_multiple_of(16) && !accumulate
+}
+
+/// Logical k of one stage of the Hopper kernel: 128 bytes of each row of A (64 16-bit values,
+/// 128 int8 ones), two instructions' worth (k32 on 16 bits, k64 on int8).
+pub fn wgmma_k_stage(dtype: Dtype) -> usize {
+    if dtype == Dtype::I8 {
+        128
+    } else {
+        64
+    }
 }
 
 /// Shared memory per SM a CTA of the Hopper kernel may take (the 227 KiB opt-in less the
@@ -165,16 +183,19 @@ const WGMMA_SMEM_MAX: usize = 232_448;
 /// Tokens (rows of A) a staging slice of the Hopper kernel's epilogue holds.
 pub const WGMMA_SLICE: usize = 64;
 
-/// The tiling of the Hopper 2:4 kernel (`wgmma.mma_async.sp` m64nNk32, `codegen/spmm/two_four/
-/// wgmma.rs`): a work item is `cols()` output columns (W's columns, the instruction's M: `m_tiles`
-/// m64 tiles for each of `warpgroups` consumer warpgroups) × `tn` rows of A (the instruction's N),
-/// streamed through a ring of `stages` stages of 64 logical k.
+/// The tiling of the Hopper 2:4 kernel (`wgmma.mma_async.sp` m64nNk32 on 16 bits, m64nNk64 on
+/// int8, `codegen/spmm/two_four/wgmma.rs`): a work item is `cols()` output columns (W's columns,
+/// the instruction's M: `m_tiles` m64 tiles for each of `warpgroups` consumer warpgroups) × `tn`
+/// rows of A (the instruction's N), streamed through a ring of `stages` stages of `k_stage`
+/// logical k ([`wgmma_k_stage`]). In bytes a stage is the same for both widths, except that
+/// int8 metadata takes twice the words (64 chunks of 4 k a row, not 32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgmmaTiling {
     pub warpgroups: usize,
     pub m_tiles: usize,
     pub tn: usize,
     pub stages: usize,
+    pub k_stage: usize,
 }
 
 impl WgmmaTiling {
@@ -182,13 +203,20 @@ impl WgmmaTiling {
     pub fn cols(&self) -> usize {
         64 * self.warpgroups * self.m_tiles
     }
-    /// Bytes of one stage's compressed weight: `cols()` rows of 32 kept 16-bit values.
+    /// Bytes of one stage's compressed weight: `cols()` rows of 64 bytes (32 kept 16-bit
+    /// values, 64 kept int8 ones).
     pub fn w_bytes(&self) -> usize {
         64 * self.cols()
     }
-    /// Bytes of one stage's metadata: 16 words per m64 tile's warp and k32 step.
+    /// Metadata words per warp and instruction: 16 on 16 bits (lanes 4g and 4g + 1 give
+    /// them), 32 on int8 (every lane).
+    pub fn meta_words(&self) -> usize {
+        16 * self.k_stage / 64
+    }
+    /// Bytes of one stage's metadata: [`Self::meta_words`] per m64 tile's warp and each of
+    /// the stage's two instructions.
     pub fn meta_bytes(&self) -> usize {
-        self.cols() / 16 * 2 * 16 * 4
+        self.cols() / 16 * 2 * self.meta_words() * 4
     }
     /// Where a stage's A tile starts (1024-aligned: the 128-byte swizzle's period).
     pub fn a_offset(&self) -> usize {
@@ -229,7 +257,8 @@ fn wgmma_clocks(m: usize, k: usize, n: usize, t: &WgmmaTiling) -> f64 {
     /// Bytes a clock one SM takes from L2, with every SM loading.
     const L2_BYTES_PER_CLK: f64 = 48.0;
     const ITEM_OVERHEAD_CLK: f64 = 600.0;
-    let stages = (k / 64) as f64;
+    // An int8 stage holds twice the logical k at twice the rate: the same clocks.
+    let stages = (k / t.k_stage) as f64;
     let mma = (2 * t.cols() * t.tn * 64) as f64 / SPARSE_FLOPS_PER_CLK;
     let feed = (t.w_bytes() + t.meta_bytes() + 128 * t.tn) as f64 / L2_BYTES_PER_CLK;
     let epilogue = (2 * t.cols() * t.tn) as f64 / 32.0;
@@ -237,14 +266,23 @@ fn wgmma_clocks(m: usize, k: usize, n: usize, t: &WgmmaTiling) -> f64 {
     rounds * (stages * mma.max(feed) + epilogue + ITEM_OVERHEAD_CLK)
 }
 
-/// The Hopper kernel's tiling of an `m × k × n` product: the forced `tile` where given (`rows`:
-/// rows of A per item, 64, 128, 192 or 256; `group`: output columns per item / 64, 1, 2 or 4;
-/// `stages`: 2 to 8; 0 = the default of each), else the tile [`wgmma_clocks`] finds fastest
-/// of those with one m64 tile a warpgroup, as many stages as fit (at most 6).
-pub fn wgmma_tiling(m: usize, k: usize, n: usize, tile: Option<Tile>) -> Result<WgmmaTiling, SpecError> {
+/// The Hopper kernel's tiling of an `m × k × n` product of `dtype` operands: the forced `tile`
+/// where given (`rows`: rows of A per item, 64, 128, 192 or 256; `group`: output columns per
+/// item / 64, 1, 2 or 4; `stages`: 2 to 8; 0 = the default of each), else the tile
+/// [`wgmma_clocks`] finds fastest of those with one m64 tile a warpgroup, as many stages as
+/// fit (at most 6).
+pub fn wgmma_tiling(
+    dtype: Dtype,
+    (m, k, n): (usize, usize, usize),
+    tile: Option<Tile>,
+) -> Result<WgmmaTiling, SpecError> {
     let err = |msg: String| SpecError(msg);
-    if !k.is_multiple_of(64) {
-        return Err(err(format!("the Hopper 2:4 kernel takes K in whole stages of 64, not {k}")));
+    let k_stage = wgmma_k_stage(dtype);
+    if !k.is_multiple_of(k_stage) {
+        return Err(err(format!(
+            "the Hopper 2:4 kernel takes {} K in whole stages of {k_stage}, not {k}",
+            dtype.name()
+        )));
     }
     let with_stages = |mut t: WgmmaTiling, forced: usize| -> Result<WgmmaTiling, SpecError> {
         match forced {
@@ -275,16 +313,21 @@ pub fn wgmma_tiling(m: usize, k: usize, n: usize, tile: Option<Tile>) -> Result<
             4 => (2, 2),
             _ => return None,
         };
-        let t = WgmmaTiling { warpgroups, m_tiles, tn, stages: 2 };
-        ([64, 128, 192, 256].contains(&tn) && t.acc_regs() <= 128).then_some(t)
+        let t = WgmmaTiling { warpgroups, m_tiles, tn, stages: 2, k_stage };
+        // int8: one m64 tile a warpgroup. With two (and 128 rows), ptxas serializes the
+        // wgmmas (C7513: the next stage's metadata loads define registers of wgmmas still in
+        // flight); the automatic tile never takes two anyway.
+        let int8_ok = dtype != Dtype::I8 || m_tiles == 1;
+        ([64, 128, 192, 256].contains(&tn) && t.acc_regs() <= 128 && int8_ok).then_some(t)
     };
     match tile {
         Some(t) if t.group != 0 || t.rows != 0 => {
             let (group, tn) = (if t.group == 0 { 2 } else { t.group }, if t.rows == 0 { 128 } else { t.rows });
             let s = shape(group, tn).ok_or_else(|| {
                 err(format!(
-                    "Hopper 2:4 tiles hold 64, 128 or 256 columns and 64, 128, 192 or 256 rows with at most 128 accumulators a thread, not {} x {tn}",
-                    64 * group
+                    "Hopper 2:4 tiles hold 64, 128 or 256 columns (int8: 64 or 128) and 64, 128, 192 or 256 rows with at most 128 accumulators a thread, not {} x {tn}{}",
+                    64 * group,
+                    if dtype == Dtype::I8 { " on int8" } else { "" }
                 ))
             })?;
             with_stages(s, t.stages)

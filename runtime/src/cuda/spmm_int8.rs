@@ -6,8 +6,9 @@
 
 use super::cases::{round_to, Case, Problem};
 use super::spmm::{dump_npy, load_function, time_launches, upload_tables, CaseReport, Check, ErrorStats, KernelInfo};
+use super::tma::{encode_matrix, TensorMap};
 use super::{CudaDevice, CudaError, DriverContext};
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use spartac::codegen::quant::{quantize_per_column, quantize_per_tensor, quantize_with_column_scales};
 use spartac::codegen::{specialize, Dtype, Epilogue, Kernel};
 use spartac::rng::SplitMix64;
@@ -19,6 +20,8 @@ struct Part {
     w: CudaSlice<i8>,
     ptr: CudaSlice<i32>,
     idx: CudaSlice<i32>,
+    /// A's tensor map, for a kernel that loads A by TMA (the Hopper 2:4 kernel).
+    tma_a: Option<TensorMap>,
 }
 
 /// fp16 quiet NaN: the poison of the output.
@@ -78,7 +81,14 @@ pub fn run_problem_int8(
         let packed = kernel.pack_weight_i8(&part_q);
         let w_dev = dev.upload(if packed.is_empty() { &[0i8][..] } else { &packed })?;
         let (ptr, idx) = upload_tables(dev, &kernel)?;
-        parts.push(Part { kernel, func, w: w_dev, ptr, idx });
+        let tma_a = match kernel.tma_a {
+            Some(b) => {
+                let (addr, _sync) = a_dev.device_ptr(dev.stream());
+                Some(encode_matrix(addr, m, k, Dtype::I8, b)?)
+            }
+            None => None,
+        };
+        parts.push(Part { kernel, func, w: w_dev, ptr, idx, tma_a });
     }
     let launch_all = |c: &mut CudaSlice<u16>| -> Result<(), CudaError> {
         for p in &parts {
@@ -86,8 +96,12 @@ pub fn run_problem_int8(
             let cfg = LaunchConfig { grid_dim: l.grid, block_dim: l.block, shared_mem_bytes: l.smem_bytes };
             let mut b = dev.stream().launch_builder(&p.func);
             b.arg(&a_dev).arg(&p.w).arg(&p.ptr).arg(&p.idx).arg(&bias_dev).arg(&mut *c).arg(&scale_dev).arg(&scale_a);
-            // SAFETY: the arguments match the int8 signature (see `Kernel`), and the buffers
-            // hold the sizes the launch geometry covers.
+            if let Some(map) = &p.tma_a {
+                b.arg(map);
+            }
+            // SAFETY: the arguments match the int8 signature (see `Kernel`), plus A's tensor
+            // map where the kernel takes one, and the buffers hold the sizes the launch
+            // geometry covers.
             unsafe { b.launch(cfg) }.ctx("cuLaunchKernel")?;
         }
         Ok(())

@@ -31,7 +31,8 @@ pub struct Launch {
 /// f16* C, const float* scale_w, float scale_a)`, with `A_q` row-major, `W_q` packed by
 /// [`Kernel::pack_weight_i8`], `scale_w` one dequantization scale per output column and
 /// `scale_a` the activation's (see [`crate::codegen::quant`]): `C = epilogue(scale_a · scale_w[col] ·
-/// Σ A_q·W_q)`.
+/// Σ A_q·W_q)`. The int8 2:4 kernel ([`Family::TwoFourWgmma`] on [`Dtype::I8`]) has this
+/// signature too, then A's tensor map last.
 #[derive(Clone, Debug, Serialize)]
 pub struct Kernel {
     pub name: String,

@@ -94,21 +94,34 @@ pub const TWO_FOUR_SHAPES: &[(&str, (usize, usize, usize))] = &[
 /// columns / 64) per item.
 const TWO_FOUR_TILES: &[(usize, usize)] = &[(256, 2), (128, 4), (128, 2), (64, 4), (192, 2), (128, 1)];
 
-/// The 2:4 kernels against cuBLAS dense in the same call, on [`TWO_FOUR_SHAPES`] with the bias
-/// the models fuse: cuBLAS first (the reference of the ratio `kernels bench` prints), then the
-/// Hopper kernel's automatic tile, once without the bias, [`TWO_FOUR_TILES`], and the `mma.sp`
-/// kernel's automatic tile.
+/// The 2:4 kernels against dense in the same call, on [`TWO_FOUR_SHAPES`] with the bias the
+/// models fuse: the dense reference first (the ratio `kernels bench` prints: cuBLAS on 16 bits;
+/// on int8, which cuBLAS is not routed for, our dense int8 kernel on its fastest 64×64 tiles,
+/// and `benches/two_four_torch.py` times cuBLASLt's int8 GEMM in the same call), then the
+/// Hopper kernel's automatic tile, once without the bias, [`TWO_FOUR_TILES`], and on 16 bits
+/// the `mma.sp` kernel's automatic tile. int8 would skip a shape whose K is not whole
+/// 128-deep stages (none of these).
 pub fn two_four_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
     let mut out = vec![];
     for &(name, mkn) in TWO_FOUR_SHAPES {
-        out.push((name, build(mkn, dtype, U.at(0.0), Dense(32, 32), &[Bias, Cublas])));
+        if dtype == I8 && !mkn.1.is_multiple_of(128) {
+            continue;
+        }
+        if dtype == I8 {
+            out.push((name, build(mkn, dtype, U.at(0.0), Dense(64, 64), &[Bias])));
+        } else {
+            out.push((name, build(mkn, dtype, U.at(0.0), Dense(32, 32), &[Bias, Cublas])));
+        }
         let nm = Pattern::NM { n: 2, m: 4 };
         out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias])));
         out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[])));
-        for &(rows, group) in TWO_FOUR_TILES {
+        // int8 has one m64 tile a warpgroup: no 256-column items.
+        for &(rows, group) in TWO_FOUR_TILES.iter().filter(|t| dtype != I8 || t.1 < 4) {
             out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias, SpTile(rows, group, 0, 0, 0)])));
         }
-        out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias, MmaSync])));
+        if dtype != I8 {
+            out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias, MmaSync])));
+        }
     }
     out
 }

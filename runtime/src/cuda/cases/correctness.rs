@@ -262,6 +262,18 @@ const CORRECTNESS: &[Row] = &[
     ((300, 256, 320), F16, nm24(), TwoFour, &[Relu, SpTile(64, 1, 0, 2, 0)]),
     ((513, 512, 512), Bf16, nm24(), TwoFour, &[Bias, SpTile(192, 2, 0, 4, 0)]),
     ((100, 64, 64), F16, nm24(), TwoFour, &[SpTile(64, 4, 0, 0, 0)]),
+    // int8 on the Hopper kernel (wgmma.mma_async.sp m64nNk64 s8, exact int32 sums, the
+    // dequantizing epilogue): the goal cube, transformer linears, ragged M and N, every tile
+    // shape (one m64 tile a warpgroup), bias and activations
+    ((4096, 4096, 4096), I8, nm24(), TwoFour, &[Bias]),
+    ((4096, 512, 1536), I8, nm24(), TwoFour, &[Bias, Relu]),
+    ((4096, 1536, 384), I8, nm24(), TwoFour, &[]),
+    ((333, 256, 48), I8, nm24(), TwoFour, &[Bias, Clip(-0.5, 0.5)]),
+    ((1000, 512, 1152), I8, nm24(), TwoFour, &[SpTile(256, 2, 0, 0, 0)]),
+    ((777, 1024, 768), I8, nm24(), TwoFour, &[Bias, Gelu, SpTile(128, 2, 0, 3, 0)]),
+    ((300, 256, 320), I8, nm24(), TwoFour, &[Relu, SpTile(64, 1, 0, 2, 0)]),
+    ((513, 512, 512), I8, nm24(), TwoFour, &[Bias, SpTile(192, 2, 0, 4, 0)]),
+    ((100, 128, 64), I8, nm24(), TwoFour, &[SpTile(64, 1, 0, 0, 0)]),
     ((1024, 512, 512), F16, nm24(), Planned, &[Bias]),
     // NaN, +Inf and -Inf in a few rows of A (issue 47): they reach the output as ONNX gives them
     // (IEEE over the kept weights; ReLU and Clip keep NaN, Clip bounds ±Inf). Block and fine

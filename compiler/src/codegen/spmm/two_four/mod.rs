@@ -1,8 +1,8 @@
-//! The 2:4 kernels: a 16-bit weight 2:4-sparse along K on the sparse tensor cores, on
+//! The 2:4 kernels: a 16-bit or int8 weight 2:4-sparse along K on the sparse tensor cores, on
 //! `Cᵀ = Wᵀ·Aᵀ` (PTX's sparse operand is the instruction's A; see
-//! [`crate::kernel_choice::two_four`]). Where [`takes_wgmma`] says so, the Hopper kernel
-//! ([`wgmma`], `wgmma.mma_async.sp`); else the kernel below ([`Family::TwoFour`]),
-//! `mma.sp::ordered_metadata` m16n8k32 with fp32 accumulate.
+//! [`crate::kernel_choice::two_four`]). int8 parts, and 16-bit ones where [`takes_wgmma`] says
+//! so, run on the Hopper kernel ([`wgmma`], `wgmma.mma_async.sp`); the other 16-bit ones on the
+//! kernel below ([`Family::TwoFour`]), `mma.sp::ordered_metadata` m16n8k32 with fp32 accumulate.
 //!
 //! The spec lists the kept elements (block (1, 1)); here they become the metadata, packed
 //! once at specialization into the kernel's `idx` table, and [`Kernel::pack_weight`] gathers
@@ -26,8 +26,8 @@ mod wgmma_tests;
 use super::kernel::*;
 use super::shared::*;
 use crate::codegen::render::{render, KernelHead};
-use crate::codegen::{CodegenError, Mode, SpmmSpec};
-use crate::kernel_choice::two_four::{supports, takes_wgmma, tiling};
+use crate::codegen::{CodegenError, Dtype, Mode, SpmmSpec};
+use crate::kernel_choice::two_four::{supports, supports_int8, takes_wgmma, tiling};
 use crate::sparse::WeightLookup;
 use serde::Serialize;
 
@@ -54,18 +54,29 @@ struct Ctx {
 /// from the shape (or `spec.tile`), the rendered source.
 pub(crate) fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
     let (m, k, n) = (spec.m, spec.k, spec.n);
+    if spec.block != (1, 1) {
+        return Err(spec_err(format!("a 2:4 spec lists its elements (block 1x1), not {:?} blocks", spec.block)));
+    }
+    if spec.live_rows || spec.mode == Mode::Unrolled {
+        return Err(spec_err("the 2:4 kernel reads a fixed row count and streams its metadata".into()));
+    }
+    if spec.dtype == Dtype::I8 {
+        if !supports_int8(spec.orientation, k, n, spec.accumulate) || spec.engine == crate::codegen::Engine::MmaSync {
+            return Err(spec_err(format!(
+                "the int8 2:4 kernel (Hopper, wgmma.sp) takes weights on the right with K a multiple of 128 and N of 16, writing C, not {:?} {k}x{n}{}{}",
+                spec.orientation,
+                if spec.accumulate { " accumulating" } else { "" },
+                if spec.engine == crate::codegen::Engine::MmaSync { " on mma.sync" } else { "" }
+            )));
+        }
+        return wgmma::specialize(spec);
+    }
     if !supports(spec.dtype, spec.orientation, k, n) {
         return Err(spec_err(format!(
             "the 2:4 kernel takes f16/bf16 weights on the right with K a multiple of 32 and N of 16, not {} {:?} {k}x{n}",
             spec.dtype.name(),
             spec.orientation
         )));
-    }
-    if spec.block != (1, 1) {
-        return Err(spec_err(format!("a 2:4 spec lists its elements (block 1x1), not {:?} blocks", spec.block)));
-    }
-    if spec.live_rows || spec.mode == Mode::Unrolled {
-        return Err(spec_err("the 2:4 kernel reads a fixed row count and streams its metadata".into()));
     }
     if takes_wgmma(spec.engine, k, spec.accumulate) {
         return wgmma::specialize(spec);

@@ -41,7 +41,7 @@ fn the_packed_records_multiply_as_the_weight_does() {
         let nonzero = w.iter().filter(|v| v.to_bits() != 0).count();
         assert_eq!(packed.iter().filter(|v| v.to_bits() != 0).count(), nonzero, "every value packed once");
         let a = random_a(m, k, seed + 100);
-        let got = wgmma::emulate(m, k, n, cols, &a, &packed, &meta);
+        let got = wgmma::emulate(wgmma::Geometry::of(Dtype::F16), (m, k, n), cols, &a, &packed, &meta);
         assert_is_the_product((m, k, n), &a, &w, &got);
     }
 }
@@ -94,20 +94,23 @@ fn auto_takes_the_hopper_kernel_where_it_applies() {
 #[test]
 fn tiles_fit_the_machine_and_forced_ones_are_checked() {
     for (m, k, n) in [(4096, 4096, 4096), (4096, 384, 1152), (4096, 384, 1536), (4096, 1536, 384), (4096, 3072, 768)] {
-        let t = wgmma_tiling(m, k, n, None).unwrap();
+        let t = wgmma_tiling(Dtype::F16, (m, k, n), None).unwrap();
         assert!(t.acc_regs() <= 128 && t.stages >= 3 && t.smem_bytes() <= 232_448, "{m}x{k}x{n}: {t:?}");
         assert!(t.items(m, n) >= 96, "{m}x{k}x{n}: {t:?} leaves most SMs idle");
     }
     for (rows, group) in [(64, 1), (128, 1), (256, 1), (128, 2), (256, 2), (64, 4), (128, 4), (192, 2)] {
-        let t = wgmma_tiling(4096, 4096, 4096, Some(Tile { group, ..Tile::new(rows, 0) })).unwrap();
+        let t = wgmma_tiling(Dtype::F16, (4096, 4096, 4096), Some(Tile { group, ..Tile::new(rows, 0) })).unwrap();
         assert_eq!((t.tn, t.cols()), (rows, 64 * group));
         assert!(t.smem_bytes() <= 232_448 && t.stages >= 3, "{t:?}");
     }
-    let e = wgmma_tiling(4096, 4096, 4096, Some(Tile { group: 4, ..Tile::new(256, 0) })).unwrap_err().0;
+    let e = wgmma_tiling(Dtype::F16, (4096, 4096, 4096), Some(Tile { group: 4, ..Tile::new(256, 0) })).unwrap_err().0;
     assert!(e.contains("at most 128 accumulators"), "{e}");
-    assert!(wgmma_tiling(4096, 4096, 4096, Some(Tile { group: 3, ..Tile::new(128, 0) })).is_err());
-    assert!(wgmma_tiling(4096, 4096, 4096, Some(Tile { group: 2, ..Tile::new(256, 8) })).is_err(), "8 stages overflow");
-    assert!(wgmma_tiling(4096, 96, 4096, None).is_err());
+    assert!(wgmma_tiling(Dtype::F16, (4096, 4096, 4096), Some(Tile { group: 3, ..Tile::new(128, 0) })).is_err());
+    assert!(
+        wgmma_tiling(Dtype::F16, (4096, 4096, 4096), Some(Tile { group: 2, ..Tile::new(256, 8) })).is_err(),
+        "8 stages overflow"
+    );
+    assert!(wgmma_tiling(Dtype::F16, (4096, 96, 4096), None).is_err());
 }
 
 /// Records are the mma.sp metadata reordered: the same words, by column tile and stage.
@@ -117,7 +120,7 @@ fn records_reorder_the_mma_sp_metadata() {
     let (_, kept) = two_four_weight(k, n, 7);
     let mask = pack::chunk_masks(k, n, &kept).unwrap();
     let flat = pack::metadata(k, n, &mask);
-    let rec = wgmma::records(k, n, &mask, 64);
+    let rec = wgmma::records(wgmma::Geometry::of(Dtype::F16), k, n, &mask, 64);
     let mut a = flat.clone();
     let mut b = rec.clone();
     a.sort_unstable();
@@ -140,7 +143,110 @@ fn the_automatic_tile_is_the_one_measured_fastest() {
         ((4096, 3072, 768), 192),
         ((4096, 1536, 384), 128),
     ] {
-        let t = wgmma_tiling(m, k, n, None).unwrap();
+        let t = wgmma_tiling(Dtype::F16, (m, k, n), None).unwrap();
         assert_eq!((t.cols(), t.tn), (128, tn), "{m}x{k}x{n}: {t:?}");
     }
+}
+
+/// An int8 weight 2:4 along K: [`two_four_weight`]'s pattern with integer values in -127..=127.
+fn two_four_weight_i8(k: usize, n: usize, seed: u64) -> (Vec<i8>, Vec<(usize, usize)>) {
+    let (w, kept) = two_four_weight(k, n, seed);
+    (w.iter().map(|v| (v * 127.0).round() as i8).collect(), kept)
+}
+
+/// int8 (m64nNk64, every lane's metadata word): packed, then read the way the hardware reads
+/// it, the exact integer product of the weight, for every tile width, ragged M and N.
+#[test]
+fn int8_records_multiply_as_the_weight_does() {
+    for (m, k, n, tile, seed) in [
+        (40, 128, 64, forced(64, 1, 2), 11),
+        (17, 256, 128, forced(128, 2, 3), 12),
+        (9, 384, 48, forced(64, 1, 0), 13),
+        (33, 256, 320, forced(192, 2, 0), 14),
+        (20, 512, 1152, None, 15),
+    ] {
+        let (w, kept) = two_four_weight_i8(k, n, seed);
+        let mut s = spec(m, k, n, Dtype::I8, kept);
+        s.tile = tile;
+        let kern = specialize(&s).unwrap();
+        assert_eq!(kern.family, Family::TwoFourWgmma);
+        let cols = kern.ptr[0] as usize;
+        let packed = kern.pack_weight_i8(&w);
+        assert_eq!(packed.len(), n.div_ceil(cols) * cols * k / 2);
+        let meta: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
+        assert_eq!(meta.len(), n.div_ceil(cols) * cols / 16 * k / 64 * 32, "32 words per warp and k64 step");
+        let nonzero = w.iter().filter(|&&v| v != 0).count();
+        assert_eq!(packed.iter().filter(|&&v| v != 0).count(), nonzero, "every value packed once");
+        let a: Vec<f32> = random_a(m, k, seed + 100).iter().map(|v| (v * 127.0).round()).collect();
+        let values: Vec<f32> = packed.iter().map(|&v| v as f32).collect();
+        let got = wgmma::emulate(wgmma::Geometry::of(Dtype::I8), (m, k, n), cols, &a, &values, &meta);
+        let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+        assert_is_the_product((m, k, n), &a, &wf, &got);
+    }
+}
+
+/// One int8 element placed by hand: column 9 is row 9 of m64 tile 0 (warp 0, g = 1, h = 1),
+/// k 150 is stage 1 (128 k a stage), k64 step 0, chunk 5, index 2 (indices 0 and 2: the
+/// chunk's value 1, stored byte 2·5 + 1 = 11 of the row's first 16-byte chunk; row 9 is 64
+/// bytes into its 512-byte atom, unswizzled). Its metadata: lane 4g + h + 2·(5 / 8) = 5,
+/// bits 4·5 = 0b1000, the word's other chunks empty (indices 0 and 1).
+#[test]
+fn one_int8_element_lands_where_the_ptx_layouts_put_it() {
+    let (k, n) = (256, 64);
+    let mut w = vec![0i8; k * n];
+    w[150 * n + 9] = 3;
+    let mut s = spec(64, k, n, Dtype::I8, vec![(150, 9)]);
+    s.tile = forced(64, 1, 2);
+    let kern = specialize(&s).unwrap();
+    let words: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
+    // Stage 1 starts after stage 0's 4 warps × 2 steps × 32 words.
+    let stage1 = 4 * 2 * 32;
+    assert_eq!(words[stage1 + 5], 0x4484_4444);
+    assert!(words.iter().enumerate().all(|(i, &x)| i == stage1 + 5 || x == 0x4444_4444), "fillers: indices 0 and 1");
+    let packed = kern.pack_weight_i8(&w);
+    let at: Vec<usize> = (0..packed.len()).filter(|&i| packed[i] != 0).collect();
+    // Stage 1's record starts at 64 rows × 64 bytes; row 9 is in atom 1 (512 bytes), 64 bytes in.
+    assert_eq!(at, vec![64 * 64 + 512 + 64 + 11]);
+}
+
+#[test]
+fn int8_runs_on_the_hopper_kernel_or_is_refused() {
+    let (_, kept) = two_four_weight_i8(512, 1536, 9);
+    let mut s = spec(4096, 512, 1536, Dtype::I8, kept.clone());
+    s.epilogue = Epilogue { bias: true, activation: Activation::Relu };
+    let kern = specialize(&s).unwrap();
+    assert_eq!(kern.family, Family::TwoFourWgmma);
+    assert!(
+        kern.source.contains("k64.s32.s8.s8") && kern.source.contains("scale_w"),
+        "the int8 instruction and scales"
+    );
+    assert!(kern.tma_a.is_some_and(|b| b.cols == 128 && b.swizzle_bytes == 128), "128 int8 k a stage");
+    assert_eq!(kern.flops(), 4096.0 * 512.0 * 1536.0);
+    let t = wgmma_tiling(Dtype::I8, (4096, 512, 1536), None).unwrap();
+    assert_eq!((t.k_stage, t.meta_bytes()), (128, t.cols() / 16 * 2 * 32 * 4));
+    assert!(kern.launch.smem_bytes as usize == t.smem_bytes() && t.smem_bytes() <= 232_448);
+    // No mma.sp kernel on int8: what the Hopper kernel cannot take is an error naming why.
+    let (_, kept64) = two_four_weight_i8(64, 64, 3);
+    let e = specialize(&spec(100, 64, 64, Dtype::I8, kept64)).unwrap_err().to_string();
+    assert!(e.contains("K a multiple of 128"), "{e}");
+    let mut acc = spec(4096, 512, 1536, Dtype::I8, kept.clone());
+    acc.accumulate = true;
+    assert!(specialize(&acc).unwrap_err().to_string().contains("accumulating"));
+    let mut mma = spec(4096, 512, 1536, Dtype::I8, kept);
+    mma.engine = Engine::MmaSync;
+    assert!(specialize(&mma).unwrap_err().to_string().contains("mma.sync"));
+}
+
+#[test]
+fn int8_tiles_hold_one_m64_tile_a_warpgroup() {
+    for (rows, group) in [(64, 1), (128, 1), (256, 1), (128, 2), (256, 2), (192, 2)] {
+        let t = wgmma_tiling(Dtype::I8, (4096, 4096, 4096), Some(Tile { group, ..Tile::new(rows, 0) })).unwrap();
+        assert_eq!((t.tn, t.cols(), t.k_stage), (rows, 64 * group, 128));
+        assert!(t.smem_bytes() <= 232_448 && t.stages >= 3, "{t:?}");
+    }
+    let e = wgmma_tiling(Dtype::I8, (4096, 4096, 4096), Some(Tile { group: 4, ..Tile::new(128, 0) })).unwrap_err().0;
+    assert!(e.contains("on int8"), "{e}");
+    assert!(wgmma_tiling(Dtype::I8, (4096, 320, 1536), None).is_err(), "320 is not whole 128-deep stages");
+    let t = wgmma_tiling(Dtype::I8, (4096, 4096, 4096), None).unwrap();
+    assert_eq!(t.m_tiles, 1);
 }
