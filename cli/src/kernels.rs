@@ -353,7 +353,7 @@ fn bench(
             library_ms.insert(key, r.ms.unwrap_or(f64::NAN));
         }
         let ratio = match (case.cover, library_ms.get(&key), r.ms) {
-            (Cover::TwoFour, Some(lib), Some(ms)) => {
+            (Cover::TwoFour | Cover::Block(..) | Cover::Planned, Some(lib), Some(ms)) => {
                 format!(" {:.2}x {}", lib / ms, if int8 { "our int8 dense" } else { "cuBLAS" })
             }
             _ => String::new(),

@@ -98,9 +98,10 @@ const TWO_FOUR_TILES: &[(usize, usize)] = &[(256, 2), (128, 4), (128, 2), (64, 4
 /// models fuse: the dense reference first (the ratio `kernels bench` prints: cuBLAS on 16 bits;
 /// on int8, which cuBLAS is not routed for, our dense int8 kernel on its fastest 64×64 tiles,
 /// and `benches/two_four_torch.py` times cuBLASLt's int8 GEMM in the same call), then the
-/// Hopper kernel's automatic tile, once without the bias, [`TWO_FOUR_TILES`], and on 16 bits
-/// the `mma.sp` kernel's automatic tile. int8 would skip a shape whose K is not whole
-/// 128-deep stages (none of these).
+/// Hopper kernel's automatic tile, once without the bias, [`TWO_FOUR_TILES`], on 16 bits the
+/// `mma.sp` kernel's automatic tile; then the weight with 30% and 50% of its 32×32 blocks
+/// pruned too, on the 2:4 kernel, the block kernel and (16 bits) the planner's choice. int8
+/// would skip a shape whose K is not whole 128-deep stages (none of these).
 pub fn two_four_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
     let mut out = vec![];
     for &(name, mkn) in TWO_FOUR_SHAPES {
@@ -121,6 +122,16 @@ pub fn two_four_cases(dtype: Dtype) -> Vec<(&'static str, Case)> {
         }
         if dtype != I8 {
             out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias, MmaSync])));
+        }
+        // The weight 2:4 with 30% / 50% of its 32×32 blocks pruned too (SparTA's 2:4 + block
+        // weight): the 2:4 kernel alone, the block kernel alone, and the planner's choice.
+        for s in [0.3, 0.5] {
+            let dead = DeadBlocks(32, 32, s);
+            out.push((name, build(mkn, dtype, nm.clone(), TwoFour, &[Bias, dead])));
+            out.push((name, build(mkn, dtype, nm.clone(), Block(32, 32), &[Bias, dead])));
+            if dtype != I8 {
+                out.push((name, build(mkn, dtype, nm.clone(), Planned, &[Bias, dead])));
+            }
         }
     }
     out

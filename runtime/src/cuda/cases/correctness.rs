@@ -262,6 +262,10 @@ const CORRECTNESS: &[Row] = &[
     ((300, 256, 320), F16, nm24(), TwoFour, &[Relu, SpTile(64, 1, 0, 2, 0)]),
     ((513, 512, 512), Bf16, nm24(), TwoFour, &[Bias, SpTile(192, 2, 0, 4, 0)]),
     ((100, 64, 64), F16, nm24(), TwoFour, &[SpTile(64, 4, 0, 0, 0)]),
+    // 2:4 weights with 32×32 or 64×64 blocks pruned too (whole pieces of the sparse operand zero)
+    ((4096, 768, 3072), F16, nm24(), TwoFour, &[Bias, DeadBlocks(32, 32, 0.5)]),
+    ((1000, 512, 1152), Bf16, nm24(), TwoFour, &[Gelu, SpTile(64, 1, 0, 0, 0), DeadBlocks(64, 64, 0.7)]),
+    ((1000, 512, 1024), I8, nm24(), TwoFour, &[Bias, DeadBlocks(32, 32, 0.3)]),
     // int8 on the Hopper kernel (wgmma.mma_async.sp m64nNk64 s8, exact int32 sums, the
     // dequantizing epilogue): the goal cube, transformer linears, ragged M and N, every tile
     // shape (one m64 tile a warpgroup), bias and activations

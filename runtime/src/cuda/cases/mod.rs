@@ -82,6 +82,9 @@ pub struct Case {
     /// With `uniform`: only the even 32-column groups of the weight take the value, the others
     /// keep random values (a weight with some uniform blocks: the kernel folds just those).
     pub uniform_half: bool,
+    /// `(bh, bw, sparsity)`: blocks of the weight pruned on top of its pattern (a 2:4 weight
+    /// whose blocks are pruned too: the weight of SparTA's 2:4 + block split).
+    pub dead_blocks: Option<(usize, usize, f64)>,
     /// Tensor-core path of fp16/bf16 block kernels.
     pub engine: Engine,
     /// How the right-orientation fine kernel reads A's columns.
@@ -107,6 +110,7 @@ impl Case {
             orientation: Orientation::Right,
             uniform: None,
             uniform_half: false,
+            dead_blocks: None,
             engine: Engine::Auto,
             dense_copy: DenseCopy::Auto,
             nonfinite: false,
@@ -122,6 +126,11 @@ impl Case {
         self
     }
     /// [`Case::with_uniform`] on the even 32-column groups only.
+    /// Prunes `sparsity` of the `bh × bw` blocks of the weight on top of its pattern.
+    pub fn with_dead_blocks(mut self, bh: usize, bw: usize, sparsity: f64) -> Case {
+        self.dead_blocks = Some((bh, bw, sparsity));
+        self
+    }
     pub fn with_uniform_half(mut self, v: f32) -> Case {
         self.uniform = Some(v);
         self.uniform_half = true;
@@ -231,7 +240,7 @@ impl Case {
             Activation::GeluErf => "+gelu_erf",
         };
         format!(
-            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}{}{}",
+            "{}x{}x{} {} {} {}{}{}{}{}{}{}{}{}{}{}{}{}",
             self.m,
             self.k,
             self.n,
@@ -275,7 +284,8 @@ impl Case {
                 DenseCopy::Transposing => " transposing",
                 DenseCopy::Prepass => " prepass",
             },
-            if self.nonfinite { " +nonfinite" } else { "" }
+            if self.nonfinite { " +nonfinite" } else { "" },
+            self.dead_blocks.map(|(bh, bw, s)| format!(" +dead{bh}x{bw}@{s}")).unwrap_or_default()
         )
     }
 
@@ -344,6 +354,13 @@ impl Case {
                 (0..rows * cols).map(|i| t[(i % cols) * rows + i / cols]).collect()
             }
             _ => self.pattern.mask(rows, cols, seed),
+        };
+        let mask: Vec<bool> = match self.dead_blocks {
+            Some((bh, bw, sparsity)) => {
+                let dead = Pattern::Block { bh, bw, sparsity }.mask(rows, cols, seed ^ 0xdead_b10c);
+                mask.iter().zip(&dead).map(|(a, b)| *a || *b).collect()
+            }
+            None => mask,
         };
         let mut rng = SplitMix64::new(seed ^ 0x5_eed0_fa11);
         let w: Vec<f32> = mask

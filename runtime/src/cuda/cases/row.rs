@@ -40,6 +40,8 @@ pub(super) enum Opt {
     Uniform(f32),
     /// [`Case::with_uniform_half`].
     UniformHalf(f32),
+    /// [`Case::with_dead_blocks`]`(bh, bw, sparsity)`.
+    DeadBlocks(usize, usize, f64),
     /// The [`Engine`] forced.
     MmaSync,
     Wgmma,
@@ -75,6 +77,7 @@ impl Opt {
             Left => return case.with_orientation(Orientation::Left),
             Uniform(v) => return case.with_uniform(v),
             UniformHalf(v) => return case.with_uniform_half(v),
+            DeadBlocks(bh, bw, s) => return case.with_dead_blocks(bh, bw, s),
             MmaSync => return case.with_engine(Engine::MmaSync),
             Wgmma => return case.with_engine(Engine::Wgmma),
             WgmmaWs => return case.with_engine(Engine::WgmmaWs),
