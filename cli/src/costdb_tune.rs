@@ -155,6 +155,7 @@ fn groups(samples: &[Sample]) -> Vec<(String, Vec<&Sample>)> {
                     PartKernel::Blocks => "table",
                     PartKernel::Tf32Blocks => "3xTF32 blocks",
                     PartKernel::FineTf32(_) => "3xTF32 fine",
+                    PartKernel::TwoFour => "2:4",
                 };
                 format!("{family} {}x{}", p.shape.h, p.shape.w)
             }

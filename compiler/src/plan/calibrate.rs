@@ -13,7 +13,8 @@
 
 pub use super::cost::Geometry;
 use super::cost::{
-    BlockEntry, BlockKernel, BlockTf32Entry, CostDb, CostModel, DenseEntry, DenseKernel, FineTf32Entry, WaveTerms,
+    BlockEntry, BlockKernel, BlockTf32Entry, CostDb, CostModel, DenseEntry, DenseKernel, FineTf32Entry, TwoFourEntry,
+    WaveTerms,
 };
 use super::cover::BlockShape;
 use super::hardware::NumberFormat;
@@ -44,6 +45,9 @@ pub enum PartKernel {
     Tf32Blocks,
     /// The 3xTF32 fine kernel, with its work (its time follows the work, not `n_blocks`).
     FineTf32(FineTf32Work),
+    /// A 2:4 kernel (`mma.sp` or the Hopper `wgmma.mma_async.sp`): its time follows the dense
+    /// product at the 2:4 rate (`CostModel::two_four_time`), not its kept elements.
+    TwoFour,
 }
 
 /// What [`fit`] returns: the calibrated DB and the quality of each fitted entry.
@@ -104,6 +108,10 @@ pub fn predict(model: &CostModel, s: &Sample) -> Result<f64, Error> {
                     model.sparse_time_on(BlockKernel::Table, nf, p.shape, p.n_blocks, s.m, s.k, s.n)
                         + model.wave_time(model.table_waves(nf, p.shape), g)
                 }
+                // A format without sparse tensor cores never ran one: priced as its 1×1 blocks.
+                PartKernel::TwoFour => model.two_four_time(nf, s.m, s.k, s.n).unwrap_or_else(|| {
+                    model.sparse_time_on(BlockKernel::Table, nf, p.shape, p.n_blocks, s.m, s.k, s.n)
+                }),
             }
         })
         .sum())
@@ -140,11 +148,7 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
         let mut rates = vec![];
         for s in samples.iter().filter(|s| s.dense && s.dtype == dt && dense_kernel(s) == kernel) {
             let (m, k, n) = (s.m as f64, s.k as f64, s.n as f64);
-            let mut rest = (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12) + db.launch_us * 1e-6;
-            if kernel.is_none() && nf.bits == 16 {
-                // The library GEMM's bias prefill (`CostModel::dense_time_on`).
-                rest += db.launch_us * 1e-6 + 2.0 * m * n * bytes / (db.dram_tb_s * 1e12);
-            }
+            let rest = (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12) + db.launch_us * 1e-6;
             let compute = (s.seconds - rest).max(s.seconds * 0.05);
             rates.push((2.0 * m * k * n / compute / 1e12, 2.0 * m * k * n));
         }
@@ -228,7 +232,46 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
     }
     let fine = fit_fine_tf32(model, &mut db, samples)?;
     let block_tf32 = fit_block_tf32(model, &mut db, samples)?;
+    fit_two_four(model, &mut db, samples)?;
     Ok(Fitted { db, rows, fine, block_tf32 })
+}
+
+/// The Hopper 2:4 kernel's rate per dtype from the single-part 2:4 samples on it (K whole
+/// 64-deep stages): each sample's dense-product flops over its time less the model's bytes
+/// and fixed terms; the median of the samples.
+fn fit_two_four(model: &CostModel, db: &mut CostDb, samples: &[Sample]) -> Result<(), Error> {
+    let hopper =
+        |s: &Sample| crate::kernel_choice::two_four::takes_wgmma(crate::kernel_choice::Engine::Auto, s.k, false);
+    let of_two_four: Vec<&Sample> =
+        samples.iter().filter(|s| only_kernel(s) == Some(PartKernel::TwoFour) && hopper(s)).collect();
+    let mut dtypes: Vec<&str> = of_two_four.iter().map(|s| s.dtype.as_str()).collect();
+    dtypes.sort_unstable();
+    dtypes.dedup();
+    // Dense rates and fixed terms as the DB fitted so far has them.
+    let fitted = CostModel::new(model.hw.clone(), db.clone())?;
+    for dt in dtypes {
+        let nf = format_of(model, dt)?;
+        if !nf.sparse_2_4 {
+            continue;
+        }
+        let mut rates: Vec<f64> = of_two_four
+            .iter()
+            .filter(|s| s.dtype == dt)
+            .map(|s| {
+                let flops = 2.0 * (s.m * s.k * s.n) as f64;
+                let rest = fitted.two_four_time(nf, s.m, s.k, s.n).unwrap_or(s.seconds)
+                    - flops / fitted.two_four_rate(nf, s.k);
+                let compute = (s.seconds - rest).max(s.seconds * 0.05);
+                flops / compute
+            })
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        let median = rates[rates.len() / 2];
+        db.two_four.retain(|e| e.dtype != dt);
+        db.two_four.push(TwoFourEntry { dtype: dt.to_string(), tflops: median / 1e12 });
+    }
+    db.two_four.sort_by(|a, b| a.dtype.cmp(&b.dtype));
+    Ok(())
 }
 
 /// The rate of a term the samples put at zero (its time hides under other terms), TFLOP/s or TB/s.
@@ -447,6 +490,47 @@ pub fn validate(model: &CostModel, samples: &[Sample]) -> Result<Vec<(String, f6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 2:4 parts timed by `tune` fit the 2:4 rate (the median over the samples) and leave the
+    /// 1×1 block entry alone: they are not element-sparse kernels.
+    #[test]
+    fn two_four_samples_fit_the_two_four_rate_not_the_fine_table() {
+        let base = CostModel::sm_90();
+        let mut truth_db = base.db.clone();
+        truth_db.two_four = vec![TwoFourEntry { dtype: "f16".into(), tflops: 1234.5 }];
+        let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
+        let nf = base.hw.by_dtype("f16").unwrap();
+        let samples: Vec<Sample> = [(4096, 4096, 4096), (4096, 384, 1536), (4096, 1536, 384), (3072, 768, 3072)]
+            .iter()
+            .map(|&(m, k, n)| Sample {
+                label: format!("2:4 {m}x{k}x{n}"),
+                dtype: "f16".into(),
+                m,
+                k,
+                n,
+                dense: false,
+                parts: vec![Part {
+                    shape: BlockShape::new(1, 1),
+                    n_blocks: k * n / 2,
+                    kernel: PartKernel::TwoFour,
+                    geometry: None,
+                }],
+                seconds: truth.two_four_time(nf, m, k, n).unwrap(),
+            })
+            .collect();
+        let fitted = fit(&base, &samples, "test").unwrap();
+        let e = &fitted.db.two_four;
+        assert_eq!(e.len(), 1);
+        assert!((e[0].tflops - 1234.5).abs() < 1e-6, "{e:?}");
+        assert_eq!(fitted.db.blocks, base.db.blocks, "no block entry fitted from 2:4 parts");
+        let model = CostModel::new(base.hw.clone(), fitted.db).unwrap();
+        for s in &samples {
+            let p = predict(&model, s).unwrap();
+            assert!((p - s.seconds).abs() < 1e-9 * s.seconds, "{}: {p} vs {}", s.label, s.seconds);
+        }
+        // K not whole 64-deep stages runs mma.sp: the constant, not the Hopper kernel's fit.
+        assert!((model.two_four_rate(nf, 96) - 0.5 * model.dense_rate(nf)).abs() < 1.0, "mma.sp: half the dense rate");
+    }
 
     /// Samples generated from a known DB must give that DB back.
     #[test]

@@ -194,6 +194,18 @@ pub struct CostDb {
     pub fine_tf32: Option<FineTf32Entry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_tf32: Option<BlockTf32Entry>,
+    /// The Hopper 2:4 kernel's measured rate per dtype (`tune` fits it from the 2:4 parts it
+    /// timed); without one, [`TWO_FOUR_WGMMA_DENSE_EQUIVALENT`] times the dense rate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub two_four: Vec<TwoFourEntry>,
+}
+
+/// The Hopper 2:4 kernel's rate on one dtype: the dense product's flops per second (TFLOP/s),
+/// measured on its own, not relative to the library's dense rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TwoFourEntry {
+    pub dtype: String,
+    pub tflops: f64,
 }
 
 impl CostDb {
@@ -232,6 +244,9 @@ impl CostDb {
                 bad(field, v, "a fixed cost must be zero or more")
             }
         };
+        for e in &self.two_four {
+            rate(format!("two_four[{}].tflops", e.dtype), e.tflops)?;
+        }
         rate("dram_tb_s".into(), self.dram_tb_s)?;
         rate("l2_tb_s".into(), self.l2_tb_s)?;
         cost("launch_us".into(), self.launch_us)?;
@@ -316,7 +331,7 @@ impl CostModel {
         self.db.launch_us * 1e-6
     }
 
-    fn dense_rate(&self, nf: &NumberFormat) -> f64 {
+    pub(crate) fn dense_rate(&self, nf: &NumberFormat) -> f64 {
         self.db.dense.iter().find(|d| d.dtype == nf.dtype).map_or(nf.tflops, |d| d.tflops) * 1e12
     }
 
@@ -332,16 +347,11 @@ impl CostModel {
             self.db.dense.iter().find(|d| d.dtype == nf.dtype && d.kernel.as_deref() == Some(kern.name()))
         });
         let rate = own.map_or_else(|| self.dense_rate(nf), |d| d.tflops * 1e12);
-        // A 16-bit library GEMM runs after a bias prefill of its output (`codegen::library_gemm`:
-        // the GEMM adds into it, one rounding), a launch and a write of the output more, and
-        // its own read of it (transformer shapes, kernels bench --transformer: without them
-        // the model put cuBLAS 35-50% below its measured time).
-        let prefill = match (kernel, nf.bits == 16) {
-            (None, true) => self.launch() + 2.0 * (m * n) as f64 * Self::bytes(nf) / self.dram(),
-            _ => 0.0,
-        };
+        // The models' library GEMM applies the bias itself (cuBLASLt, `codegen::library_gemm_fused`):
+        // no prefill pass. (Charging one made `tune` fit fp16 cuBLAS at 1,943 TFLOP/s, twice
+        // the H200's peak: call c72.)
         let (m, k, n) = (m as f64, k as f64, n as f64);
-        2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch() + prefill
+        2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch()
     }
 
     /// The per-wave terms of a kernel launched as `geometry`: `waves · (wave_ns + heaviest ·
@@ -525,8 +535,20 @@ impl CostModel {
         block * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + streamed
     }
 
+    /// The rate (dense-product flops per second) of the 2:4 kernel that runs a `K`-deep part
+    /// on `nf`: the DB's fitted entry for the Hopper kernel where it runs and has one, else
+    /// [`two_four_dense_equivalent`] times the dense rate.
+    pub fn two_four_rate(&self, nf: &NumberFormat, k: usize) -> f64 {
+        let hopper = crate::kernel_choice::two_four::takes_wgmma(crate::kernel_choice::Engine::Auto, k, false);
+        let fitted = self.db.two_four.iter().find(|e| e.dtype == nf.dtype).map(|e| e.tflops * 1e12);
+        match fitted {
+            Some(rate) if hopper => rate,
+            _ => two_four_dense_equivalent(k) * self.dense_rate(nf),
+        }
+    }
+
     /// A 2:4 sub-operator on our 2:4 kernels: the dense product's flops at
-    /// [`two_four_dense_equivalent`] times the dense tensor-core rate (what the kernel
+    /// [`Self::two_four_rate`] (what the kernel
     /// measures, not the hardware's 2×), half the weight bytes plus 2 bits of metadata per
     /// kept element. `None` when the format has no sparse tensor cores.
     pub fn two_four_time(&self, nf: &NumberFormat, m: usize, k: usize, n: usize) -> Option<f64> {
@@ -536,7 +558,7 @@ impl CostModel {
         let (mf, kf, nf64) = (m as f64, k as f64, n as f64);
         let weight_bytes = kf * nf64 / 2.0 * (Self::bytes(nf) + 0.25);
         Some(
-            2.0 * mf * kf * nf64 / (two_four_dense_equivalent(k) * self.dense_rate(nf))
+            2.0 * mf * kf * nf64 / self.two_four_rate(nf, k)
                 + (weight_bytes + mf * kf * Self::bytes(nf)) / self.dram()
                 + self.suboperator_fixed(nf, m, n),
         )

@@ -203,7 +203,8 @@ pub fn enumerate(graph: &Graph, site: &Site, opts: &PlanOptions, prune_factor: f
 
 /// The calibration sample of `op`'s kernels: one part per kernel, priced by the model's term for
 /// its family (the 3xTF32 fine kernel by its steps and column tiles, the 3xTF32 block kernel by
-/// its own entry, every other by the per-shape table, element-sparse kernels as 1×1 blocks),
+/// its own entry, the 2:4 kernels by the 2:4 rate, every other by the per-shape table,
+/// element-sparse kernels as 1×1 blocks),
 /// with its launch [`Geometry`]. The dense alternative is a dense sample whose parts say which
 /// dense kernel ran it (the 3xTF32 or the SIMT one: each has its own dense rate). `m`, `k`, `n`
 /// are the planner's (`op.m` and the logical weight's shape).
@@ -226,6 +227,7 @@ pub fn sample_of<W>(op: &OperatorPlan, planned: &[PlannedKernel<W>], kernels: &[
                     heaviest: geometry(k).heaviest,
                 }),
                 Family::BlockTf32 => PartKernel::Tf32Blocks,
+                Family::TwoFour | Family::TwoFourWgmma => PartKernel::TwoFour,
                 _ => PartKernel::Blocks,
             };
             Part { shape: BlockShape::new(h, w), n_blocks: k.live_instances, kernel, geometry: Some(geometry(k)) }
