@@ -1,4 +1,4 @@
-// The row walk shared by op_layernorm and op_softmax: {% if warp %}one warp per row, {{ warps }} rows per CTA{% else %}one CTA of {{ threads }} threads per row{% endif %};
+// The row walk shared by op_layernorm and op_softmax: {% if warp %}{% if rpw > 1 %}{{ rpw }} rows per warp ({{ lanes }} lanes each){% else %}one warp per row{% endif %}, {{ warps * rpw }} rows per CTA{% else %}one CTA of {{ threads }} threads per row{% endif %};
 // each of the row's {{ lanes }} threads holds {{ chunks }} chunk(s) of {{ vec }} consecutive element(s), chunk k at column
 // k * {{ step }} + lane * {{ vec }}{% if cached %}, loaded once into registers{% else %}, reloaded by every pass (the row is too long for registers){% endif %}.
 {%- if inputs %}
@@ -6,9 +6,17 @@
 // rounded to {{ x.st }}{% if sum %} and also written to xs{% endif %}.
 {%- endif %}
 {%- if warp %}
-    const int lane = threadIdx.x % 32;
-    const long long row = (long long)blockIdx.x * {{ warps }} + threadIdx.x / 32;
+    const int lane = threadIdx.x % {{ lanes }};
+{%- if ragged %}
+    // The last warp's rows past the end walk the last row (their lanes take part in the folds,
+    // which shuffle across the whole warp) and store nothing.
+    long long row = ((long long)blockIdx.x * {{ warps }} + threadIdx.x / 32) * {{ rpw }} + (threadIdx.x % 32) / {{ lanes }};
+    const bool live = row < {{ rows }};
+    if (!live) row = {{ rows }} - 1;
+{%- else %}
+    const long long row = ((long long)blockIdx.x * {{ warps }} + threadIdx.x / 32){% if rpw > 1 %} * {{ rpw }} + (threadIdx.x % 32) / {{ lanes }}{% endif %};
     if (row >= {{ rows }}) return;
+{%- endif %}
 {%- else %}
     __shared__ float red[{{ warps }}];
     const int lane = threadIdx.x;
@@ -71,7 +79,7 @@
 {%- if sum %}
     // x itself, the second output (exact: w holds x rounded to its type).
     auto store_sum = [&](int k, const float* w) {
-        if (!valid(k)) return;
+        if (!valid(k){% if ragged %} || !live{% endif %}) return;
         VecN<{{ x.st }}, {{ vec }}> o;
 #pragma unroll
         for (int j = 0; j < {{ vec }}; ++j) o.v[j] = {{ x.store }}(w[j]);

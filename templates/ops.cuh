@@ -75,6 +75,23 @@ __device__ __forceinline__ VecN<T, N> ld_n(const T* p, bool aligned) {
     for (int j = 0; j < N; ++j) r.v[j] = p[j];
     return r;
 }
+// ld_n through the read-only path (ld.global.nc, cached in L1): rows every CTA reads again,
+// such as a LayerNorm's scale and bias.
+template <int N, typename T>
+__device__ __forceinline__ VecN<T, N> ldg_n(const T* p, bool aligned) {
+    VecN<T, N> r;
+    if (aligned && sizeof(r) == 16) {
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+        *reinterpret_cast<uint4*>(&r) = u;
+    } else if (aligned && sizeof(r) == 8) {
+        const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+        *reinterpret_cast<uint2*>(&r) = u;
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) r.v[j] = __ldg(p + j);
+    }
+    return r;
+}
 template <int N, typename T>
 __device__ __forceinline__ void st_n(T* p, const VecN<T, N>& x, bool aligned) {
     if (aligned) {
@@ -175,6 +192,14 @@ template <typename T, typename F>
 __device__ __forceinline__ T warp_fold(T v, F f) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// The same across each aligned group of W lanes (W a power of two up to 32): every lane gets its
+// group's result.
+template <int W, typename T, typename F>
+__device__ __forceinline__ T lanes_fold(T v, F f) {
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 // `red` holds one slot per warp; every thread returns the block's result.

@@ -1,7 +1,10 @@
 //! Row kernels over the last axis of a contiguous `rows × cols` tensor: LayerNormalization
 //! (`templates/op_layernorm.cu.tera`) and Softmax / LogSoftmax (`templates/op_softmax.cu.tera`),
 //! sharing the row walk of `templates/op_rows.cuh`. Rows of up to 1024 columns take one warp
-//! each (eight per CTA) and live in registers, reduced by shuffles; longer rows take a CTA each,
+//! each (eight warps per CTA), or an aligned group of 16, 8, ... of its lanes where that covers
+//! the row with fewer idle lanes (384 16-bit columns: 16 lanes × 3 chunks of 8, two rows a warp,
+//! instead of 32 lanes with half of them idle in the second sweep), and live in registers,
+//! reduced by shuffles within the group; longer rows take a CTA each,
 //! in registers up to 32 values per thread, else reloaded by every pass. Accesses are 16 bytes
 //! where the columns allow (8 elements of a 16-bit LayerNorm, 4 otherwise). Math is f32.
 //!
@@ -46,6 +49,10 @@ struct RowWalk {
     guard: bool,
     /// The row's values stay in registers between passes.
     cached: bool,
+    /// Warp path: rows per warp (`32 / lanes`), and whether the last warp has lanes past the
+    /// last row (they walk the last row without storing).
+    rpw: usize,
+    ragged: bool,
 }
 
 /// The walk of `rows × cols` with accesses of `wide` elements where `cols` allows (else 4, else 1).
@@ -57,9 +64,10 @@ fn row_walk(rows: usize, cols: usize, wide: usize) -> RowWalk {
         c if c <= 16384 => (false, 512),
         _ => (false, 1024),
     };
-    let lanes = if warp { 32 } else { threads };
+    let lanes = if warp { warp_lanes(cols.div_ceil(vec), vec) } else { threads };
     let step = lanes * vec;
     let chunks = cols.div_ceil(step).max(1);
+    let rpw = if warp { 32 / lanes } else { 1 };
     RowWalk {
         rows,
         cols,
@@ -72,12 +80,30 @@ fn row_walk(rows: usize, cols: usize, wide: usize) -> RowWalk {
         step,
         guard: !cols.is_multiple_of(step),
         cached: chunks * vec <= CACHED_VALUES,
+        rpw,
+        ragged: !rows.is_multiple_of(rpw),
     }
+}
+
+/// Lanes of a warp that walk one row of `units` accesses of `vec` elements: the group of 32,
+/// 16, 8, 4, 2 or 1 lanes whose sweeps leave the fewest slots idle (`lanes · chunks - units`,
+/// ties to the wider group), as long as the row stays in registers wherever the whole warp's
+/// walk would keep it there. A narrower group takes several rows a warp.
+fn warp_lanes(units: usize, vec: usize) -> usize {
+    let slots = |lanes: usize| lanes * units.div_ceil(lanes).max(1);
+    let cached = |lanes: usize| units.div_ceil(lanes) * vec <= CACHED_VALUES;
+    let mut best = 32;
+    for lanes in [16, 8, 4, 2, 1] {
+        if slots(lanes) < slots(best) && (cached(lanes) || !cached(32)) {
+            best = lanes;
+        }
+    }
+    best
 }
 
 impl RowWalk {
     fn grid(&self) -> (u32, u32, u32) {
-        let blocks = if self.warp { self.rows.div_ceil(WARPS_PER_CTA) } else { self.rows };
+        let blocks = if self.warp { self.rows.div_ceil(WARPS_PER_CTA * self.rpw) } else { self.rows };
         (blocks.max(1) as u32, 1, 1)
     }
 }
@@ -208,7 +234,14 @@ struct LayerNormCtx {
     scale: Option<TypeCtx>,
     bias: Option<TypeCtx>,
     eps: String,
+    /// Load the lane's scale and bias chunks with the row, before the folds (a second round
+    /// trip after them otherwise): on the warp walk with the row in registers, 16-bit affine
+    /// rows, at most [`EARLY_AFFINE_VALUES`] values a lane (their registers beside the row's).
+    early: bool,
 }
+
+/// Most values of a row a lane holds with its scale and bias chunks loaded early.
+const EARLY_AFFINE_VALUES: usize = 24;
 
 /// ONNX LayerNormalization over the last `cols` of a contiguous `rows × cols` input (mean and
 /// variance in f32, two passes over the row), with optional `scale` and `bias` of `cols`
@@ -332,8 +365,14 @@ fn layer_norm_kernel(
     pointers.extend(scale.map(|_| "scale".to_string()));
     pointers.extend(bias.map(|_| "bias".to_string()));
     io.aligned = aligned_test(walk.vec, &pointers);
+    let early = walk.warp
+        && walk.cached
+        && walk.vec > 1
+        && walk.chunks * walk.vec <= EARLY_AFFINE_VALUES
+        && scale.into_iter().chain(bias).all(|d| d.size_bytes() == 2);
     let ctx = LayerNormCtx {
         kernel_name: name.to_string(),
+        early,
         walk,
         io,
         x: type_ctx(x),

@@ -206,7 +206,7 @@ fn gather_shapes_indices_and_refusals() {
 fn row_kernels_pick_warp_or_block_walks() {
     let k = layer_norm("ln", 4096, 384, 1e-12, F32, Some(F32), Some(F32), F32).unwrap();
     assert_eq!((k.grid, k.block), ((512, 1, 1), (256, 1, 1)), "eight rows (warps) per CTA");
-    assert!(k.source.contains("warp_fold(") && !k.source.contains("block_fold<"));
+    assert!(k.source.contains("lanes_fold<32>(") && !k.source.contains("block_fold<"));
     assert_eq!(
         params(&k.source, "ln"),
         vec![
@@ -216,6 +216,25 @@ fn row_kernels_pick_warp_or_block_walks() {
             "float* __restrict__ y"
         ]
     );
+    // 384 16-bit columns are 48 accesses of 8: 16 lanes × 3 of them, two rows a warp (32 lanes
+    // would leave half of them idle in the second sweep); the affine rows load with the row.
+    let k = layer_norm("ln16", 4096, 384, 1e-12, F16, Some(F16), Some(F16), F16).unwrap();
+    assert_eq!((k.grid, k.block), ((256, 1, 1), (256, 1, 1)), "16 rows per CTA");
+    assert!(k.source.contains("lanes_fold<16>(") && k.source.contains("g[k] = ldg_n<8>(scale + col(k), aligned);"));
+    assert!(k.source.contains("if (row >= 4096) return;") && !k.source.contains("live"), "{}", k.source);
+    // Swin's 96 columns: 4 lanes × 3 accesses, eight rows a warp; an odd row count walks the last
+    // row again in the spare lanes and stores nothing there.
+    let k = layer_norm("ln96", 1001, 96, 1e-5, F16, Some(F16), Some(F16), F16).unwrap();
+    assert_eq!(k.grid, (16, 1, 1), "64 rows per CTA");
+    assert!(k.source.contains("lanes_fold<4>(") && k.source.contains("const bool live = row < 1001;"), "{}", k.source);
+    assert!(k.source.contains("if (!live) return;"));
+    // 768 columns fill 32 lanes × 3 exactly; 1000 f32 columns (250 accesses of 4) keep the
+    // whole warp (8 accesses a lane) rather than 16 lanes past the registers.
+    let k = layer_norm("ln768", 3072, 768, 1e-12, F16, Some(F16), Some(F16), F16).unwrap();
+    assert!(k.source.contains("lanes_fold<32>(") && k.grid == (384, 1, 1));
+    let k = layer_norm("ln1000", 64, 1000, 1e-12, F32, Some(F32), Some(F32), F32).unwrap();
+    assert!(k.source.contains("lanes_fold<32>("));
+    assert!(!k.source.contains("g[k] = ldg_n"), "f32 affine rows load after the folds (their registers)");
     let k = layer_norm("ln_b", 8, 384, 1e-5, F16, None, Some(F16), F16).unwrap();
     assert_eq!(
         params(&k.source, "ln_b"),
