@@ -31,6 +31,13 @@
     // in{{ i.index }}'s rows lie apart (its row axes permuted or broadcast): the row's coordinates times their strides.
     const {{ i.idx_t }} rw{{ i.index }} = ({{ i.idx_t }})row;
     const {{ i.t.st }}* in{{ i.index }}r = in{{ i.index }} + ({{ i.row_start }});
+{%- elif i.mode == "gathered" %}
+    // in{{ i.index }}'s row is a table row, ix{{ i.index }}[row] of {{ i.gather_rows }} (a Gather folded in: a negative
+    // index counts from the end, one outside the table reads zeros).
+    long long gi{{ i.index }} = (long long)ix{{ i.index }}[row];
+    if (gi{{ i.index }} < 0) gi{{ i.index }} += {{ i.gather_rows }};
+    const bool gv{{ i.index }} = gi{{ i.index }} >= 0 && gi{{ i.index }} < {{ i.gather_rows }};
+    const {{ i.t.st }}* in{{ i.index }}r = in{{ i.index }} + (gv{{ i.index }} ? gi{{ i.index }} : 0) * {{ cols }};
 {%- elif i.mode == "scalar" %}
     const {{ i.t.ct }} v{{ i.index }} = {{ i.t.ld }}(in{{ i.index }}[0]);
 {%- endif %}
@@ -59,7 +66,10 @@
 {%- endif %}
 {%- if inputs %}
 {%- for i in inputs %}{% if i.used and i.mode != "scalar" %}
-        const VecN<{{ i.t.st }}, {{ vec }}> a{{ i.index }} = ld_n<{{ vec }}>(in{{ i.index }}{% if i.mode == "rows" or i.mode == "strided" %}r{% endif %} + c, {% if vec > 1 %}aligned{% else %}true{% endif %});
+        {% if i.mode != "gathered" %}const {% endif %}VecN<{{ i.t.st }}, {{ vec }}> a{{ i.index }} = ld_n<{{ vec }}>(in{{ i.index }}{% if i.mode == "rows" or i.mode == "strided" or i.mode == "gathered" %}r{% endif %} + c, {% if vec > 1 %}aligned{% else %}true{% endif %});
+{%- if i.mode == "gathered" %}
+        if (!gv{{ i.index }}) a{{ i.index }} = VecN<{{ i.t.st }}, {{ vec }}>{};
+{%- endif %}
 {%- endif %}{% endfor %}
 #pragma unroll
         for (int j = 0; j < {{ vec }}; ++j) {

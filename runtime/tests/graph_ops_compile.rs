@@ -6,7 +6,7 @@
 use spartac::codegen::graph_ops::{
     attention, concat, conv_nhwc, conv_nhwc_with, elementwise, elementwise_inputs, gather, layer_norm,
     layer_norm_fused, matmul, reduce, reduce_kernels, softmax, Binary, ConcatRead, ConvEngine, ConvShape, EwInput,
-    Expr, NormPrologue, OpKernel, Reduce, ReduceKernels, TensorDesc, Unary,
+    Expr, GatherRows, NormPrologue, OpKernel, Reduce, ReduceKernels, TensorDesc, Unary,
 };
 use spartac::codegen::Activation;
 use spartac::ir::DType;
@@ -232,22 +232,45 @@ fn cases() -> Vec<(String, OpKernel)> {
             let shape = [32, 128, cols];
             let inputs = [c(d, &shape), c(d, &shape), c(d, &[cols])];
             let expr = bin(Binary::Add, bin(Binary::Add, input(0), input(1)), input(2));
-            let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x };
+            let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x, gathers: &[], y_rounded: None };
             let name = format!("ln_res_{tag}_{cols}_{}", if write_x { "sum" } else { "nosum" });
             let kernel = layer_norm_fused(&name, &shape, 2, 1e-12, &prologue, Some(d), Some(d), d);
             add(&format!("layernorm residual {tag} {cols} write_x={write_x}"), kernel);
         }
+        // BERT's embedding LayerNorm: word and token-type rows gathered from their tables by
+        // i64 ids, the position rows broadcast over the batch.
+        {
+            let shape = [32, 128, 384];
+            let inputs = [c(d, &[30522, 384]), c(d, &[2, 384]), c(d, &[1, 128, 384])];
+            let gathers = [GatherRows { input: 0, index: I64 }, GatherRows { input: 1, index: I64 }];
+            let expr = bin(Binary::Add, bin(Binary::Add, input(0), input(1)), input(2));
+            let prologue =
+                NormPrologue { inputs: &inputs, expr: &expr, write_x: false, gathers: &gathers, y_rounded: None };
+            let kernel = layer_norm_fused(&format!("ln_emb_{tag}"), &shape, 2, 1e-12, &prologue, Some(d), Some(d), d);
+            add(&format!("layernorm embedding lookups {tag}"), kernel);
+        }
+        // A 16-bit model's last LayerNorm stored through its Cast to the fp32 output.
+        if d != F32 {
+            let shape = [32, 128, 384];
+            let inputs = [c(d, &shape), c(d, &shape)];
+            let expr = bin(Binary::Add, input(0), input(1));
+            let prologue =
+                NormPrologue { inputs: &inputs, expr: &expr, write_x: false, gathers: &[], y_rounded: Some(d) };
+            let kernel =
+                layer_norm_fused(&format!("ln_res_{tag}_to_f32"), &shape, 2, 1e-12, &prologue, Some(d), Some(d), F32);
+            add(&format!("layernorm residual {tag} stored as f32"), kernel);
+        }
     }
     let inputs = [c(F16, &[64, 3001]), c(F16, &[])];
     let expr = bin(Binary::Mul, input(0), input(1));
-    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true, gathers: &[], y_rounded: None };
     add(
         "layernorm prologue block ragged f16 with sum",
         layer_norm_fused("ln_res_3001", &[64, 3001], 1, 1e-5, &prologue, None, Some(F16), F16),
     );
     let inputs = [c(F32, &[8, 100000]), c(F32, &[8, 100000])];
     let expr = bin(Binary::Sub, input(0), input(1));
-    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true, gathers: &[], y_rounded: None };
     add(
         "layernorm prologue streaming with sum",
         layer_norm_fused("ln_res_long", &[8, 100000], 1, 1e-5, &prologue, Some(F32), None, F32),
@@ -257,14 +280,14 @@ fn cases() -> Vec<(String, OpKernel)> {
     // broadcast over the batch; a ragged block-walk row (1 at a time) ----
     let inputs = [c(F16, &[197, 32, 768]).permuted(&[1, 0, 2]), c(F16, &[32, 197, 768])];
     let expr = bin(Binary::Add, input(0), input(1));
-    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true, gathers: &[], y_rounded: None };
     add(
         "layernorm prologue transposed rows f16 (ViT)",
         layer_norm_fused("ln_vit_t", &[32, 197, 768], 2, 1e-6, &prologue, Some(F16), Some(F16), F16),
     );
     let inputs = [c(F32, &[7, 4, 3001]).permuted(&[1, 0, 2]), c(BF16, &[1, 7, 3001])];
     let expr = bin(Binary::Add, input(0), Expr::cast(F32, input(1)));
-    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: false };
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: false, gathers: &[], y_rounded: None };
     add(
         "layernorm prologue transposed and broadcast rows, block ragged",
         layer_norm_fused("ln_strided_3001", &[4, 7, 3001], 2, 1e-5, &prologue, Some(F32), None, F32),
@@ -521,7 +544,7 @@ fn generated_ptx_has_the_expected_instructions() {
     let shape = [4096, 768];
     let inputs = [c(DType::F16, &shape), c(DType::F16, &shape)];
     let expr = Expr::binary(Binary::Add, Expr::input(0), Expr::input(1));
-    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true, gathers: &[], y_rounded: None };
     let f16 = Some(DType::F16);
     let text = ptx(&layer_norm_fused("ln", &shape, 1, 1e-5, &prologue, f16, f16, DType::F16).unwrap());
     assert!(text.contains("ld.global.nc.v4.u32"), "the fp16 LayerNorm does not load 16 bytes at once:\n{text}");
@@ -530,7 +553,7 @@ fn generated_ptx_has_the_expected_instructions() {
     // ViT's: the transposed operand's rows are read 16 bytes at once as well, as many loads.
     let in_place = text.matches("ld.global.nc.v4.u32").count();
     let inputs = [c(DType::F16, &[197, 32, 768]).permuted(&[1, 0, 2]), c(DType::F16, &[32, 197, 768])];
-    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true, gathers: &[], y_rounded: None };
     let text = ptx(&layer_norm_fused("ln_t", &[32, 197, 768], 2, 1e-6, &prologue, f16, f16, DType::F16).unwrap());
     assert_eq!(text.matches("ld.global.nc.v4.u32").count(), in_place, "16-byte loads as in place:\n{text}");
     let relu6 = Activation::Clip { lo: 0.0, hi: 6.0 };

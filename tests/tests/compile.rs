@@ -409,6 +409,139 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
     }
 }
 
+/// A 16-bit model whose last LayerNorm feeds its fp32 output: the Cast back to fp32 joins the
+/// LayerNorm's step (the kernel rounds each value to fp16 and stores it as f32), one kernel and
+/// no Cast step; the CPU executor runs the same nodes and stays within fp16 rounding of the
+/// reference; in fp32 there is no Cast to join.
+#[test]
+fn a_final_layernorm_stores_through_the_output_cast_in_fp16() {
+    let gamma: Vec<f32> = (0..384).map(|i| 0.5 + (i % 7) as f32 / 7.0).collect();
+    let beta: Vec<f32> = (0..384).map(|i| (i % 5) as f32 / 10.0 - 0.2).collect();
+    let bytes = ModelBuilder::new("final_norm", 17)
+        .input("x", DType::F32, &fixed(&[3, 5, 384]))
+        .input("r", DType::F32, &fixed(&[3, 5, 384]))
+        .output("y", DType::F32, &fixed(&[3, 5, 384]))
+        .init("gamma", &Tensor::from_vec(vec![384], gamma))
+        .init("beta", &Tensor::from_vec(vec![384], beta))
+        .node("res", "Add", &["x", "r"], &["s"], vec![])
+        .node(
+            "ln",
+            "LayerNormalization",
+            &["s", "gamma", "beta"],
+            &["y"],
+            vec![("axis", A::I(-1)), ("epsilon", A::F(1e-5))],
+        )
+        .bytes();
+    let reference = load_model_bytes(&bytes, "final_norm", &LoadOptions::default()).unwrap();
+    for (dtype, cast) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)] {
+        let mut graph = reference.clone();
+        apply_attrs(&mut graph, None).unwrap();
+        prepare_for_lowering(&mut graph, true).unwrap();
+        if dtype != DType::F32 {
+            spartac::rewrite::to_half(&mut graph, dtype).unwrap();
+        }
+        let p = plan(&graph, &PlanOptions::default()).unwrap();
+        let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+        let norm_steps: Vec<Vec<&str>> = model
+            .program
+            .steps
+            .iter()
+            .filter_map(|s| match &s.op {
+                Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "LayerNormalization") => {
+                    Some(nodes.iter().map(|n| n.op_type.as_str()).collect())
+                }
+                _ => None,
+            })
+            .collect();
+        // One step: the inputs' Casts to 16 bits, the Add and the LayerNorm (its prologue), then
+        // the output's Cast.
+        let want: &[&str] = if cast { &["Add", "LayerNormalization", "Cast"] } else { &["Add", "LayerNormalization"] };
+        assert_eq!(model.program.steps.len(), 1, "{dtype}: {}", model.program.to_text());
+        assert!(norm_steps.len() == 1 && norm_steps[0].ends_with(want), "{dtype}: {norm_steps:?}");
+        let kernel = model.program.kernels.iter().find(|k| k.name.starts_with("layernorm_fused")).unwrap();
+        let rounding = match dtype {
+            DType::F16 => "rnd_f16((w[",
+            _ => "rnd_bf16((w[",
+        };
+        assert_eq!(kernel.source.contains(rounding), cast, "{dtype}: {}", kernel.source);
+        assert!(kernel.source.contains("float* __restrict__ y)"), "{dtype}: the kernel stores f32");
+        let tolerance = match dtype {
+            DType::F16 => 1e-2,
+            DType::BF16 => 8e-2,
+            _ => 1e-5,
+        };
+        for seed in [1, 2] {
+            let inputs = spartac::reference::random_inputs(&reference, seed);
+            let want = spartac::reference::execute(&reference, &inputs).unwrap();
+            let got = run_cpu(&model, &inputs).unwrap();
+            let e = relative_error(&got[0].1, &want[0].1);
+            assert!(e <= tolerance, "{dtype} seed {seed}: relative error {e:.3e}");
+        }
+        nvrtc_compiles(&model);
+    }
+}
+
+/// BERT's embedding: word and token-type lookups (Gather along axis 0) summed with a position
+/// row and normalized. Both Gathers join the LayerNorm's step, whose kernel reads the table rows
+/// the ids name; in f32 and fp16 the program matches the reference (ids from the inputs, a
+/// negative id counting from the end as ONNX says), and the kernel compiles.
+#[test]
+fn embedding_lookups_fold_into_the_layernorm() {
+    let table: Vec<f32> = (0..50 * 64).map(|i| ((i * 29 % 97) as f32 - 48.0) / 50.0).collect();
+    let types: Vec<f32> = (0..2 * 64).map(|i| (i % 11) as f32 / 20.0 - 0.25).collect();
+    let pos: Vec<f32> = (0..7 * 64).map(|i| ((i * 13 % 31) as f32 - 15.0) / 40.0).collect();
+    let bytes = ModelBuilder::new("embedding", 17)
+        .input("ids", DType::I64, &fixed(&[3, 7]))
+        .input("tt", DType::I64, &fixed(&[3, 7]))
+        .output("y", DType::F32, &fixed(&[3, 7, 64]))
+        .init("table", &Tensor::from_vec(vec![50, 64], table))
+        .init("types", &Tensor::from_vec(vec![2, 64], types))
+        .init("pos", &Tensor::from_vec(vec![1, 7, 64], pos))
+        .init("gamma", &Tensor::from_vec(vec![64], vec![1.5f32; 64]))
+        .init("minus_one", &Tensor::from_vec(vec![1], vec![-1i64]))
+        .node("neg", "Mul", &["ids", "minus_one"], &["nids"], vec![])
+        .node("word", "Gather", &["table", "nids"], &["w"], vec![("axis", A::I(0))])
+        .node("type", "Gather", &["types", "tt"], &["t"], vec![("axis", A::I(0))])
+        .node("add1", "Add", &["w", "t"], &["s1"], vec![])
+        .node("add2", "Add", &["s1", "pos"], &["s2"], vec![])
+        .node("ln", "LayerNormalization", &["s2", "gamma"], &["y"], vec![("axis", A::I(-1)), ("epsilon", A::F(1e-5))])
+        .bytes();
+    let reference = load_model_bytes(&bytes, "embedding", &LoadOptions::default()).unwrap();
+    for (dtype, tolerance) in [(DType::F32, 1e-6), (DType::F16, 1e-2)] {
+        let mut graph = reference.clone();
+        apply_attrs(&mut graph, None).unwrap();
+        prepare_for_lowering(&mut graph, true).unwrap();
+        if dtype != DType::F32 {
+            spartac::rewrite::to_half(&mut graph, dtype).unwrap();
+        }
+        let p = plan(&graph, &PlanOptions::default()).unwrap();
+        let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+        let text = model.program.to_text();
+        let norm = model
+            .program
+            .steps
+            .iter()
+            .find_map(|s| match &s.op {
+                Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "LayerNormalization") => Some(nodes),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{dtype}: no LayerNorm step\n{text}"));
+        let gathers = norm.iter().filter(|n| n.op_type == "Gather").count();
+        assert_eq!(gathers, 2, "{dtype}: both lookups in the LayerNorm's step\n{text}");
+        assert_eq!(kernels_named(&model, "gather"), 0, "{dtype}: no gather kernel\n{text}");
+        let kernel = model.program.kernels.iter().find(|k| k.name.starts_with("layernorm_fused")).unwrap();
+        assert!(kernel.source.contains("ix0") && kernel.source.contains("ix1"), "{}", kernel.source);
+        for seed in [1, 2] {
+            let inputs = spartac::reference::random_inputs(&reference, seed);
+            let want = spartac::reference::execute(&reference, &inputs).unwrap();
+            let got = run_cpu(&model, &inputs).unwrap();
+            let e = relative_error(&got[0].1, &want[0].1);
+            assert!(e <= tolerance, "{dtype} seed {seed}: relative error {e:.3e}");
+        }
+        nvrtc_compiles(&model);
+    }
+}
+
 /// The pruned convnet in fp16: NHWC conv kernels and planned matmuls on 16-bit activations.
 #[test]
 fn the_pruned_convnet_in_fp16_stays_within_half_precision_of_the_reference() {

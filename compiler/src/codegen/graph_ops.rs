@@ -48,7 +48,7 @@ pub use expr::{Binary, Expr, Unary};
 pub use matmul::matmul;
 pub use pool::pool;
 pub use reduce::{reduce, reduce_kernels, Reduce, ReduceKernels};
-pub use rows::{layer_norm, layer_norm_fused, row_operand, softmax, NormPrologue, RowOperand};
+pub use rows::{layer_norm, layer_norm_fused, row_operand, softmax, GatherRows, NormPrologue, RowOperand};
 
 use super::CodegenError;
 use crate::ir::DType;

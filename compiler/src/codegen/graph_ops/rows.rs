@@ -190,6 +190,24 @@ pub struct NormPrologue<'a> {
     pub expr: &'a Expr,
     /// Also write the computed tensor out (a parameter before `y`).
     pub write_x: bool,
+    /// Inputs whose rows are gathered from a table ([`GatherRows`]); their `inputs` entry is
+    /// the table.
+    pub gathers: &'a [GatherRows],
+    /// The LayerNorm's own output type when `y` is its Cast to another float type (the
+    /// model's last LayerNorm in 16-bit feeding an fp32 output): each value is rounded to it
+    /// before `y`'s store, as the LayerNorm then the Cast would give.
+    pub y_rounded: Option<DType>,
+}
+
+/// A prologue input read through a Gather along axis 0 of a `rows × cols` table (an
+/// embedding lookup): row `r` of the normalized tensor reads table row `index[r]` (a negative
+/// index counts from the end; one outside the table reads zeros, as the Gather kernel gives).
+/// The index tensor holds one index per normalized row, contiguous, of type `index` (i64 or
+/// i32); it is a kernel parameter right after the table's.
+#[derive(Clone, Copy, Debug)]
+pub struct GatherRows {
+    pub input: usize,
+    pub index: DType,
 }
 
 #[derive(Serialize)]
@@ -203,6 +221,9 @@ struct PrologueInputCtx {
     /// holds it and the row index.
     row_start: String,
     idx_t: &'static str,
+    /// `gathered` only: the table's rows and the index type's C name.
+    gather_rows: usize,
+    gather_st: &'static str,
 }
 
 /// What the row walk reads: `x` itself (no `inputs`), or a prologue.
@@ -214,6 +235,9 @@ struct RowInputs {
     round: &'static str,
     /// Write x out to `xs`.
     sum: bool,
+    /// Rounding of each output value to the LayerNorm's own type before y's store (`rnd_f16`,
+    /// `rnd_bf16`), or empty.
+    y_round: &'static str,
     /// The C test that every vector-accessed pointer is aligned to a vector.
     aligned: String,
 }
@@ -325,6 +349,34 @@ fn layer_norm_kernel(
             let (expr, _) = render_expr(p.expr, &dtypes).map_err(fail)?;
             for (i, t) in p.inputs.iter().enumerate() {
                 t.check(&format!("prologue input {i}")).map_err(fail)?;
+                if let Some(g) = p.gathers.iter().find(|g| g.input == i) {
+                    let table_fits = t.shape.len() == 2 && t.shape[1] == cols && t.strides == [cols, 1];
+                    if !table_fits {
+                        return Err(fail(format!(
+                            "prologue input {i} is gathered from a table of shape {:?}, not a contiguous [rows, {cols}]",
+                            t.shape
+                        )));
+                    }
+                    let gather_st = match g.index {
+                        DType::I64 => "long long",
+                        DType::I32 => "int",
+                        d => return Err(fail(format!("gather indices must be i64 or i32, got {d}"))),
+                    };
+                    pointers.push(format!("in{i}"));
+                    let (gather_rows, t) = (t.shape[0], type_ctx(t.dtype));
+                    let (mode, row_start, idx_t, used) = ("gathered", String::new(), "", true);
+                    io.inputs.push(PrologueInputCtx {
+                        index: i,
+                        t,
+                        used,
+                        mode,
+                        row_start,
+                        idx_t,
+                        gather_rows,
+                        gather_st,
+                    });
+                    continue;
+                }
                 let mode = row_operand(t, shape, axis).ok_or_else(|| {
                     fail(format!(
                         "prologue input {i} (shape {:?}, strides {:?}) does not read as rows, a row or a scalar",
@@ -347,7 +399,16 @@ fn layer_norm_kernel(
                     pointers.push(format!("in{i}"));
                 }
                 let t = type_ctx(t.dtype);
-                io.inputs.push(PrologueInputCtx { index: i, t, used, mode, row_start, idx_t });
+                io.inputs.push(PrologueInputCtx {
+                    index: i,
+                    t,
+                    used,
+                    mode,
+                    row_start,
+                    idx_t,
+                    gather_rows: 0,
+                    gather_st: "",
+                });
             }
             io.expr = expr;
             io.round = match x {
@@ -356,6 +417,15 @@ fn layer_norm_kernel(
                 _ => "",
             };
             io.sum = p.write_x;
+            io.y_round = match p.y_rounded {
+                None => "",
+                Some(d) if d == y => "",
+                Some(DType::F16) => "rnd_f16",
+                Some(DType::BF16) => "rnd_bf16",
+                // An f32 value stored as f32 or rounded by a 16-bit store anyway.
+                Some(DType::F32) => "",
+                Some(d) => return Err(fail(format!("a LayerNorm output of {d} is not a float type"))),
+            };
             if p.write_x {
                 pointers.push("xs".into());
             }

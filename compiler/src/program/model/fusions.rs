@@ -115,6 +115,17 @@ impl Lowering<'_> {
         if self.options.fuse_elementwise {
             for f in self.find_norm_fusions(&groups) {
                 groups.remove(f.group.last().expect("a group has a node"));
+                for &(_, g) in &f.gathers {
+                    absorbed[g] = true;
+                    done[g] = true;
+                    emit_at[g] = f.norm;
+                }
+                if let Some(c) = f.cast {
+                    groups.remove(&c);
+                    absorbed[c] = true;
+                    done[c] = true;
+                    emit_at[c] = f.norm;
+                }
                 for &m in &f.group {
                     absorbed[m] = true;
                     done[m] = true;

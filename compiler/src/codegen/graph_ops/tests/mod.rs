@@ -282,7 +282,7 @@ fn layernorm_prologue_inputs_read_rows_at_their_own_starts() {
     // Row r = (b, s) of the ViT input starts at b * 64 + s * 192 and of the embedding at s * 64.
     let expr = Expr::binary(Binary::Add, Expr::binary(Binary::Add, Expr::input(0), Expr::input(1)), Expr::input(2));
     let inputs = [vit, c(F16, &shape), pos];
-    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true };
+    let prologue = NormPrologue { inputs: &inputs, expr: &expr, write_x: true, gathers: &[], y_rounded: None };
     let k = layer_norm_fused("ln", &shape, 2, 1e-6, &prologue, Some(F16), Some(F16), F16).unwrap();
     let src = &k.source;
     assert!(src.contains("const unsigned rw0 = (unsigned)row;"), "{src}");
@@ -296,13 +296,27 @@ fn layernorm_prologue_inputs_read_rows_at_their_own_starts() {
     // A tensor past 2^31 elements indexes in 64 bits.
     let big = [c(F32, &[40000, 1000, 64]).permuted(&[1, 0, 2])];
     let expr = Expr::input(0);
-    let prologue = NormPrologue { inputs: &big, expr: &expr, write_x: false };
+    let prologue = NormPrologue { inputs: &big, expr: &expr, write_x: false, gathers: &[], y_rounded: None };
     let k = layer_norm_fused("ln_big", &[1000, 40000, 64], 2, 1e-6, &prologue, None, None, F32).unwrap();
     assert!(k.source.contains("const unsigned long long rw0 = (unsigned long long)row;"), "{}", k.source);
     assert!(k.source.contains("in0r = in0 + ((rw0 / 40000) * 64 + (rw0 % 40000) * 64000);"), "{}", k.source);
+    // Stored through a Cast to f32: each value rounded to fp16 first (what the LayerNorm then
+    // the Cast compute); a Cast from f32 to fp16 needs no rounding of its own; bf16 to fp16
+    // rounds twice, as the two nodes do.
+    let rows16 = [c(F16, &shape)];
+    let prologue = NormPrologue { inputs: &rows16, expr: &expr, write_x: false, gathers: &[], y_rounded: Some(F16) };
+    let k = layer_norm_fused("ln_cast", &shape, 2, 1e-6, &prologue, Some(F16), None, F32).unwrap();
+    assert!(k.source.contains("rnd_f16((w["), "{}", k.source);
+    let rows32 = [c(F32, &shape)];
+    let prologue = NormPrologue { inputs: &rows32, expr: &expr, write_x: false, gathers: &[], y_rounded: Some(F32) };
+    let k = layer_norm_fused("ln_narrow", &shape, 2, 1e-6, &prologue, None, None, F16).unwrap();
+    assert!(!k.source.contains("rnd_f16((w["), "{}", k.source);
+    let prologue = NormPrologue { inputs: &rows16, expr: &expr, write_x: false, gathers: &[], y_rounded: Some(BF16) };
+    let k = layer_norm_fused("ln_bf_to_h", &shape, 2, 1e-6, &prologue, None, None, F16).unwrap();
+    assert!(k.source.contains("st_f16(rnd_bf16((w["), "{}", k.source);
     // What the kernel cannot read is an error, not a wrong kernel.
     let moved = [c(F32, &[3, 64, 5]).permuted(&[0, 2, 1])];
-    let prologue = NormPrologue { inputs: &moved, expr: &expr, write_x: false };
+    let prologue = NormPrologue { inputs: &moved, expr: &expr, write_x: false, gathers: &[], y_rounded: None };
     let e = error(layer_norm_fused("ln_bad", &shape, 2, 1e-6, &prologue, None, None, F32));
     assert!(e.contains("does not read as rows"), "{e}");
 }
