@@ -20,6 +20,8 @@
 //! A chunk keeping fewer than 2 values is filled with the smallest unused indices (value 0),
 //! since equal indices are invalid metadata.
 
+use super::wgmma::Geometry;
+use crate::codegen::Dtype;
 use crate::sparse::WeightLookup;
 
 /// The chunks of a `k × n` weight, kept positions as a 4-bit mask each (`mask[col * k/4 + chunk]`,
@@ -77,8 +79,12 @@ pub fn chunk_indices(mask: u8) -> [usize; 2] {
 }
 
 /// The metadata words of a `k × n` weight (K a multiple of 32, N of 16) with chunk masks
-/// `mask` ([`chunk_masks`]), in the device order (module docs).
+/// `mask` ([`chunk_masks`]), in the device order (module docs): per 16-column tile and k32
+/// step, the 16 words of `mma.sp`'s lanes, each row's and chunk's slot the one the Hopper
+/// kernel's 16-bit layout gives ([`Geometry::meta_slot`]: the two instructions read their
+/// metadata alike).
 pub fn metadata(k: usize, n: usize, mask: &[u8]) -> Vec<u32> {
+    let g = Geometry::of(Dtype::F16);
     let (chunks, steps) = (k / 4, k / 32);
     let mut out = vec![0u32; n / 16 * steps * 16];
     for tile in 0..n / 16 {
@@ -87,8 +93,8 @@ pub fn metadata(k: usize, n: usize, mask: &[u8]) -> Vec<u32> {
                 for chunk in 0..8 {
                     let [i0, i1] = chunk_indices(mask[(tile * 16 + row) * chunks + step * 8 + chunk]);
                     let nibble = (i0 | i1 << 2) as u32;
-                    let word = (tile * steps + step) * 16 + 2 * (row % 8) + chunk / 4;
-                    out[word] |= nibble << (16 * (row / 8) + 4 * (chunk % 4));
+                    let (word, bit) = g.meta_slot(row, chunk);
+                    out[(tile * steps + step) * 16 + word] |= nibble << bit;
                 }
             }
         }

@@ -17,33 +17,50 @@ fn forced(rows: usize, group: usize, stages: usize) -> Option<Tile> {
     Some(Tile { group, ..Tile::new(rows, stages) })
 }
 
-/// Packed, then read the way the hardware reads it (descriptor addresses, metadata lanes): the
-/// product the dense weight gives, for every tile width, ragged M and N padded to whole tiles.
-#[test]
-fn the_packed_records_multiply_as_the_weight_does() {
-    for (m, k, n, tile, seed) in [
-        (40, 64, 64, forced(64, 1, 2), 1),
-        (17, 256, 128, forced(128, 2, 3), 2),
-        (9, 128, 48, forced(64, 1, 0), 3),
-        (33, 192, 320, forced(128, 4, 0), 4),
-        (20, 128, 1152, None, 5),
-    ] {
+/// Each case's seeded 2:4 weight (integers in -127..=127 for int8) packed by the Hopper kernel of
+/// `dtype`: as many values and metadata words as whole column tiles and stages hold, every
+/// nonzero packed once, and the packed tiles and metadata read the way the hardware reads them
+/// (descriptor addresses, metadata lanes) give the product the dense weight gives.
+fn assert_records_multiply(dtype: Dtype, cases: &[(usize, usize, usize, Option<Tile>, u64)]) {
+    let g = wgmma::Geometry::of(dtype);
+    for &(m, k, n, tile, seed) in cases {
         let (w, kept) = two_four_weight(k, n, seed);
-        let mut s = spec(m, k, n, Dtype::F16, kept);
+        let w_i8: Vec<i8> = w.iter().map(|v| (v * 127.0).round() as i8).collect();
+        let w: Vec<f32> = if dtype == Dtype::I8 { w_i8.iter().map(|&v| v as f32).collect() } else { w };
+        let mut s = spec(m, k, n, dtype, kept);
         s.tile = tile;
         let kern = specialize(&s).unwrap();
         assert_eq!(kern.family, Family::TwoFourWgmma);
         let cols = kern.ptr[0] as usize;
-        let packed = kern.pack_weight(&w);
+        let packed: Vec<f32> = match dtype {
+            Dtype::I8 => kern.pack_weight_i8(&w_i8).iter().map(|&v| v as f32).collect(),
+            _ => kern.pack_weight(&w),
+        };
         assert_eq!(packed.len(), n.div_ceil(cols) * cols * k / 2);
         let meta: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
-        assert_eq!(meta.len(), n.div_ceil(cols) * cols / 16 * k / 32 * 16);
+        assert_eq!(meta.len(), n.div_ceil(cols) * cols / 16 * k / g.k_step() * g.words(), "words per warp and step");
         let nonzero = w.iter().filter(|v| v.to_bits() != 0).count();
         assert_eq!(packed.iter().filter(|v| v.to_bits() != 0).count(), nonzero, "every value packed once");
         let a = random_a(m, k, seed + 100);
-        let got = wgmma::emulate(wgmma::Geometry::of(Dtype::F16), (m, k, n), cols, &a, &packed, &meta);
+        let a: Vec<f32> = if dtype == Dtype::I8 { a.iter().map(|v| (v * 127.0).round()).collect() } else { a };
+        let got = wgmma::emulate(g, (m, k, n), cols, &a, &packed, &meta);
         assert_is_the_product((m, k, n), &a, &w, &got);
     }
+}
+
+/// fp16 (m64nNk32): every tile width, ragged M and N padded to whole tiles.
+#[test]
+fn the_packed_records_multiply_as_the_weight_does() {
+    assert_records_multiply(
+        Dtype::F16,
+        &[
+            (40, 64, 64, forced(64, 1, 2), 1),
+            (17, 256, 128, forced(128, 2, 3), 2),
+            (9, 128, 48, forced(64, 1, 0), 3),
+            (33, 192, 320, forced(128, 4, 0), 4),
+            (20, 128, 1152, None, 5),
+        ],
+    );
 }
 
 /// One element placed by hand: column 9 of a 64-column tile is row 9 of m64 tile 0 (warp 0,
@@ -154,35 +171,20 @@ fn two_four_weight_i8(k: usize, n: usize, seed: u64) -> (Vec<i8>, Vec<(usize, us
     (w.iter().map(|v| (v * 127.0).round() as i8).collect(), kept)
 }
 
-/// int8 (m64nNk64, every lane's metadata word): packed, then read the way the hardware reads
-/// it, the exact integer product of the weight, for every tile width, ragged M and N.
+/// int8 (m64nNk64, every lane's metadata word): the exact integer product, every tile width,
+/// ragged M and N.
 #[test]
 fn int8_records_multiply_as_the_weight_does() {
-    for (m, k, n, tile, seed) in [
-        (40, 128, 64, forced(64, 1, 2), 11),
-        (17, 256, 128, forced(128, 2, 3), 12),
-        (9, 384, 48, forced(64, 1, 0), 13),
-        (33, 256, 320, forced(192, 2, 0), 14),
-        (20, 512, 1152, None, 15),
-    ] {
-        let (w, kept) = two_four_weight_i8(k, n, seed);
-        let mut s = spec(m, k, n, Dtype::I8, kept);
-        s.tile = tile;
-        let kern = specialize(&s).unwrap();
-        assert_eq!(kern.family, Family::TwoFourWgmma);
-        let cols = kern.ptr[0] as usize;
-        let packed = kern.pack_weight_i8(&w);
-        assert_eq!(packed.len(), n.div_ceil(cols) * cols * k / 2);
-        let meta: Vec<u32> = kern.idx.iter().map(|&x| x as u32).collect();
-        assert_eq!(meta.len(), n.div_ceil(cols) * cols / 16 * k / 64 * 32, "32 words per warp and k64 step");
-        let nonzero = w.iter().filter(|&&v| v != 0).count();
-        assert_eq!(packed.iter().filter(|&&v| v != 0).count(), nonzero, "every value packed once");
-        let a: Vec<f32> = random_a(m, k, seed + 100).iter().map(|v| (v * 127.0).round()).collect();
-        let values: Vec<f32> = packed.iter().map(|&v| v as f32).collect();
-        let got = wgmma::emulate(wgmma::Geometry::of(Dtype::I8), (m, k, n), cols, &a, &values, &meta);
-        let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
-        assert_is_the_product((m, k, n), &a, &wf, &got);
-    }
+    assert_records_multiply(
+        Dtype::I8,
+        &[
+            (40, 128, 64, forced(64, 1, 2), 11),
+            (17, 256, 128, forced(128, 2, 3), 12),
+            (9, 384, 48, forced(64, 1, 0), 13),
+            (33, 256, 320, forced(192, 2, 0), 14),
+            (20, 512, 1152, None, 15),
+        ],
+    );
 }
 
 /// One int8 element placed by hand: column 9 is row 9 of m64 tile 0 (warp 0, g = 1, h = 1),
