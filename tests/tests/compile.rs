@@ -409,6 +409,43 @@ fn the_small_block_in_fp16_stays_within_half_precision_of_the_reference() {
     }
 }
 
+/// `reference` (no TeSA) lowered in `dtype`: every value between kernels in that type when it is
+/// 16-bit.
+fn lower_in(reference: &Graph, dtype: DType) -> ModelProgram {
+    let mut graph = reference.clone();
+    apply_attrs(&mut graph, None).unwrap();
+    prepare_for_lowering(&mut graph, true).unwrap();
+    if dtype != DType::F32 {
+        spartac::rewrite::to_half(&mut graph, dtype).unwrap();
+    }
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap()
+}
+
+/// The op types of each step that runs a LayerNormalization.
+fn norm_steps(model: &ModelProgram) -> Vec<Vec<&str>> {
+    let steps = model.program.steps.iter();
+    steps
+        .filter_map(|s| match &s.op {
+            Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "LayerNormalization") => {
+                Some(nodes.iter().map(|n| n.op_type.as_str()).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The single-output `model` on the CPU executor within `tolerance` of `reference`, seeds 1 and 2.
+fn assert_near_reference(reference: &Graph, model: &ModelProgram, tolerance: f64, what: &str) {
+    for seed in [1, 2] {
+        let inputs = spartac::reference::random_inputs(reference, seed);
+        let want = spartac::reference::execute(reference, &inputs).unwrap();
+        let got = run_cpu(model, &inputs).unwrap();
+        let e = relative_error(&got[0].1, &want[0].1);
+        assert!(e <= tolerance, "{what} seed {seed}: relative error {e:.3e}");
+    }
+}
+
 /// A 16-bit model whose last LayerNorm feeds its fp32 output: the Cast back to fp32 joins the
 /// LayerNorm's step (the kernel rounds each value to fp16 and stores it as f32), one kernel and
 /// no Cast step; the CPU executor runs the same nodes and stays within fp16 rounding of the
@@ -434,25 +471,8 @@ fn a_final_layernorm_stores_through_the_output_cast_in_fp16() {
         .bytes();
     let reference = load_model_bytes(&bytes, "final_norm", &LoadOptions::default()).unwrap();
     for (dtype, cast) in [(DType::F16, true), (DType::BF16, true), (DType::F32, false)] {
-        let mut graph = reference.clone();
-        apply_attrs(&mut graph, None).unwrap();
-        prepare_for_lowering(&mut graph, true).unwrap();
-        if dtype != DType::F32 {
-            spartac::rewrite::to_half(&mut graph, dtype).unwrap();
-        }
-        let p = plan(&graph, &PlanOptions::default()).unwrap();
-        let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
-        let norm_steps: Vec<Vec<&str>> = model
-            .program
-            .steps
-            .iter()
-            .filter_map(|s| match &s.op {
-                Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "LayerNormalization") => {
-                    Some(nodes.iter().map(|n| n.op_type.as_str()).collect())
-                }
-                _ => None,
-            })
-            .collect();
+        let model = lower_in(&reference, dtype);
+        let norm_steps = norm_steps(&model);
         // One step: the inputs' Casts to 16 bits, the Add and the LayerNorm (its prologue), then
         // the output's Cast.
         let want: &[&str] = if cast { &["Add", "LayerNormalization", "Cast"] } else { &["Add", "LayerNormalization"] };
@@ -470,13 +490,7 @@ fn a_final_layernorm_stores_through_the_output_cast_in_fp16() {
             DType::BF16 => 8e-2,
             _ => 1e-5,
         };
-        for seed in [1, 2] {
-            let inputs = spartac::reference::random_inputs(&reference, seed);
-            let want = spartac::reference::execute(&reference, &inputs).unwrap();
-            let got = run_cpu(&model, &inputs).unwrap();
-            let e = relative_error(&got[0].1, &want[0].1);
-            assert!(e <= tolerance, "{dtype} seed {seed}: relative error {e:.3e}");
-        }
+        assert_near_reference(&reference, &model, tolerance, &dtype.to_string());
         nvrtc_compiles(&model);
     }
 }
@@ -508,36 +522,16 @@ fn embedding_lookups_fold_into_the_layernorm() {
         .bytes();
     let reference = load_model_bytes(&bytes, "embedding", &LoadOptions::default()).unwrap();
     for (dtype, tolerance) in [(DType::F32, 1e-6), (DType::F16, 1e-2)] {
-        let mut graph = reference.clone();
-        apply_attrs(&mut graph, None).unwrap();
-        prepare_for_lowering(&mut graph, true).unwrap();
-        if dtype != DType::F32 {
-            spartac::rewrite::to_half(&mut graph, dtype).unwrap();
-        }
-        let p = plan(&graph, &PlanOptions::default()).unwrap();
-        let model = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
+        let model = lower_in(&reference, dtype);
         let text = model.program.to_text();
-        let norm = model
-            .program
-            .steps
-            .iter()
-            .find_map(|s| match &s.op {
-                Op::Nodes(nodes) if nodes.iter().any(|n| n.op_type == "LayerNormalization") => Some(nodes),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("{dtype}: no LayerNorm step\n{text}"));
-        let gathers = norm.iter().filter(|n| n.op_type == "Gather").count();
+        let norms = norm_steps(&model);
+        assert_eq!(norms.len(), 1, "{dtype}: one LayerNorm step\n{text}");
+        let gathers = norms[0].iter().filter(|&&t| t == "Gather").count();
         assert_eq!(gathers, 2, "{dtype}: both lookups in the LayerNorm's step\n{text}");
         assert_eq!(kernels_named(&model, "gather"), 0, "{dtype}: no gather kernel\n{text}");
         let kernel = model.program.kernels.iter().find(|k| k.name.starts_with("layernorm_fused")).unwrap();
         assert!(kernel.source.contains("ix0") && kernel.source.contains("ix1"), "{}", kernel.source);
-        for seed in [1, 2] {
-            let inputs = spartac::reference::random_inputs(&reference, seed);
-            let want = spartac::reference::execute(&reference, &inputs).unwrap();
-            let got = run_cpu(&model, &inputs).unwrap();
-            let e = relative_error(&got[0].1, &want[0].1);
-            assert!(e <= tolerance, "{dtype} seed {seed}: relative error {e:.3e}");
-        }
+        assert_near_reference(&reference, &model, tolerance, &dtype.to_string());
         nvrtc_compiles(&model);
     }
 }

@@ -349,66 +349,53 @@ fn layer_norm_kernel(
             let (expr, _) = render_expr(p.expr, &dtypes).map_err(fail)?;
             for (i, t) in p.inputs.iter().enumerate() {
                 t.check(&format!("prologue input {i}")).map_err(fail)?;
-                if let Some(g) = p.gathers.iter().find(|g| g.input == i) {
-                    let table_fits = t.shape.len() == 2 && t.shape[1] == cols && t.strides == [cols, 1];
-                    if !table_fits {
-                        return Err(fail(format!(
-                            "prologue input {i} is gathered from a table of shape {:?}, not a contiguous [rows, {cols}]",
-                            t.shape
-                        )));
+                // A gathered input's rows come from its table; any other reads as rows, a row or
+                // a scalar of the normalized tensor.
+                let (mode, row_start, idx_t, gather_rows, gather_st) = match p.gathers.iter().find(|g| g.input == i) {
+                    Some(g) => {
+                        if !(t.shape.len() == 2 && t.shape[1] == cols && t.strides == [cols, 1]) {
+                            return Err(fail(format!(
+                                "prologue input {i} is gathered from a table of shape {:?}, not a contiguous [rows, {cols}]",
+                                t.shape
+                            )));
+                        }
+                        let gather_st = match g.index {
+                            DType::I64 => "long long",
+                            DType::I32 => "int",
+                            d => return Err(fail(format!("gather indices must be i64 or i32, got {d}"))),
+                        };
+                        ("gathered", String::new(), "", t.shape[0], gather_st)
                     }
-                    let gather_st = match g.index {
-                        DType::I64 => "long long",
-                        DType::I32 => "int",
-                        d => return Err(fail(format!("gather indices must be i64 or i32, got {d}"))),
-                    };
-                    pointers.push(format!("in{i}"));
-                    let (gather_rows, t) = (t.shape[0], type_ctx(t.dtype));
-                    let (mode, row_start, idx_t, used) = ("gathered", String::new(), "", true);
-                    io.inputs.push(PrologueInputCtx {
-                        index: i,
-                        t,
-                        used,
-                        mode,
-                        row_start,
-                        idx_t,
-                        gather_rows,
-                        gather_st,
-                    });
-                    continue;
-                }
-                let mode = row_operand(t, shape, axis).ok_or_else(|| {
-                    fail(format!(
-                        "prologue input {i} (shape {:?}, strides {:?}) does not read as rows, a row or a scalar",
-                        t.shape, t.strides
-                    ))
-                })?;
-                let used = p.expr.reads(i);
-                let (mode, row_start, idx_t) = match mode {
-                    RowOperand::Rows => ("rows", String::new(), ""),
-                    RowOperand::StridedRows => {
-                        let start = row_start(t, shape, axis, &format!("rw{i}")).ok_or_else(|| {
-                            fail(format!("prologue input {i} (shape {:?}) does not broadcast to {shape:?}", t.shape))
+                    None => {
+                        let mode = row_operand(t, shape, axis).ok_or_else(|| {
+                            fail(format!(
+                                "prologue input {i} (shape {:?}, strides {:?}) does not read as rows, a row or a scalar",
+                                t.shape, t.strides
+                            ))
                         })?;
-                        ("strided", start, index_type(rows.max(t.max_offset())))
+                        let (mode, row_start, idx_t) = match mode {
+                            RowOperand::Rows => ("rows", String::new(), ""),
+                            RowOperand::StridedRows => {
+                                let start = row_start(t, shape, axis, &format!("rw{i}")).ok_or_else(|| {
+                                    fail(format!(
+                                        "prologue input {i} (shape {:?}) does not broadcast to {shape:?}",
+                                        t.shape
+                                    ))
+                                })?;
+                                ("strided", start, index_type(rows.max(t.max_offset())))
+                            }
+                            RowOperand::Cols => ("cols", String::new(), ""),
+                            RowOperand::Scalar => ("scalar", String::new(), ""),
+                        };
+                        (mode, row_start, idx_t, 0, "")
                     }
-                    RowOperand::Cols => ("cols", String::new(), ""),
-                    RowOperand::Scalar => ("scalar", String::new(), ""),
                 };
+                let used = p.expr.reads(i);
                 if used && mode != "scalar" {
                     pointers.push(format!("in{i}"));
                 }
                 let t = type_ctx(t.dtype);
-                io.inputs.push(PrologueInputCtx {
-                    index: i,
-                    t,
-                    used,
-                    mode,
-                    row_start,
-                    idx_t,
-                    gather_rows: 0,
-                    gather_st: "",
-                });
+                io.inputs.push(PrologueInputCtx { index: i, t, used, mode, row_start, idx_t, gather_rows, gather_st });
             }
             io.expr = expr;
             io.round = match x {

@@ -25,7 +25,7 @@ fn assert_records_multiply(dtype: Dtype, cases: &[(usize, usize, usize, Option<T
     let g = wgmma::Geometry::of(dtype);
     for &(m, k, n, tile, seed) in cases {
         let (w, kept) = two_four_weight(k, n, seed);
-        let w_i8: Vec<i8> = w.iter().map(|v| (v * 127.0).round() as i8).collect();
+        let (w_i8, _) = two_four_weight_i8(k, n, seed);
         let w: Vec<f32> = if dtype == Dtype::I8 { w_i8.iter().map(|&v| v as f32).collect() } else { w };
         let mut s = spec(m, k, n, dtype, kept);
         s.tile = tile;
