@@ -423,15 +423,19 @@ fn attention_takes_strided_operands_and_refuses_what_does_not_fit() {
     assert_eq!(k.smem_bytes as usize, attention_smem(false, 16, 16));
     let ps = params(&k.source, "attn");
     assert_eq!(ps.len(), 5, "q, k, v, the mask, out: {ps:?}");
-    // The mask broadcast over heads and queries: a batch entry's row (z / 4 heads) once, read
-    // once a key tile for all of a lane's rows (no row pointer), one step a key.
+    // The mask broadcast over heads and queries: a batch entry's row (z / 4 heads) once, each
+    // value read once for both of a lane's rows (no row pointer), one step a key.
     assert!(k.source.contains("in1 + ((z / 4) * 40)"), "{}", k.source);
-    assert!(k.source.contains("xk1[nt][w] = ") && k.source.contains("xb1[(unsigned)j * 1]"), "{}", k.source);
+    assert!(k.source.contains("const float xk1 = ") && k.source.contains("xb1[(unsigned)j * 1]"), "{}", k.source);
     assert!(!k.source.contains("xr1"), "{}", k.source);
     // A mask that varies along the queries is read through a row pointer a query.
     let rows = attention("attn", &q, &kt, &q, F32, &[c(F32, &[2, 1, 40, 40])], &add01(), &out).unwrap();
-    assert!(rows.source.contains("xb1 + (unsigned)(ROWS_RAGGED && gi >= SQ ? 0 : gi) * 40"), "{}", rows.source);
-    assert!(rows.source.contains("xr1[(unsigned)j * 1]") && !rows.source.contains("xk1"), "{}", rows.source);
+    assert!(
+        rows.source.contains("xr1[h] = xb1 + (unsigned)(ROWS_RAGGED && gi >= SQ ? 0 : gi) * 40"),
+        "{}",
+        rows.source
+    );
+    assert!(rows.source.contains("xr1[h][(unsigned)j * 1]") && !rows.source.contains("xk1"), "{}", rows.source);
     // The output goes through the merged-heads strides.
     assert!(k.source.contains("(long long)gi * 64 + (long long)e * 1"), "{}", k.source);
     // A score expression that does not read the mask loads nothing from it.
@@ -491,6 +495,39 @@ fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
     // f32 heads over 64 wide also stage Q (64 rows) in shared memory.
     assert_eq!(attention_smem(false, 128, 128), 4 * (2 * 32 * (132 + 132) + 64 * 132));
     assert!(bert_attention(F32, 1, 1, 256, 128, false).source.contains("float* Qs = Vs + 2 * BK * VS;"));
+}
+
+#[test]
+fn auto_attention_caps_registers_for_three_ctas_only_on_bf16_heads_of_64() {
+    let bounds = |k: &OpKernel| {
+        let at = k.source.find("__launch_bounds__(").expect("launch bounds");
+        k.source[at..].split(')').next().unwrap().to_string()
+    };
+    // bf16, 64-wide heads: capped (ptxas otherwise leaves it at two CTAs an SM).
+    assert_eq!(bounds(&bert_attention(BF16, 2, 12, 384, 64, true)), "__launch_bounds__(128, 3");
+    // fp16 at 64 (three CTAs an SM uncapped; capped it spills), bf16 at 32 and 128: no cap.
+    for (dtype, d) in [(F16, 64), (BF16, 32), (BF16, 128)] {
+        assert_eq!(bounds(&bert_attention(dtype, 2, 12, 384, d, true)), "__launch_bounds__(128", "{dtype} d={d}");
+    }
+    // A causal kernel that stops at the last visible key tile needs more registers: no cap.
+    let split = c(BF16, &[2, 256, 4, 64]).permuted(&[0, 2, 1, 3]);
+    let kt = c(BF16, &[2, 256, 4, 64]).permuted(&[0, 2, 3, 1]);
+    let ends: Vec<usize> = (1..=256).collect();
+    let causal = attention_with(
+        "attn",
+        &split,
+        &kt,
+        &split,
+        BF16,
+        &[c(BF16, &[2, 1, 256, 256])],
+        &add01(),
+        &split,
+        AttentionEngine::Auto,
+        Some(&ends),
+    )
+    .unwrap();
+    assert!(causal.source.contains("KT_END"), "the causal kernel stops early");
+    assert_eq!(bounds(&causal), "__launch_bounds__(128");
 }
 
 #[test]
