@@ -41,7 +41,13 @@
 //!   offsets formed once), and an extra operand that does not vary along the queries (the
 //!   padding mask) is loaded with the tile and read from shared memory by the scores
 //!   (Nsight Compute, call 2: its per-score global loads were the kernel's top stall, and
-//!   staging index arithmetic 37% of its instructions).
+//!   staging index arithmetic 37% of its instructions). The staging code is written out at each
+//!   use (`op_attention_wgmma_stage.cuh`), not called as a lambda: through the lambda NVRTC kept a
+//!   strided operand's staging addresses in registers (BERT-base's merged QKV: 187 registers,
+//!   168 written out; nvcc took 168 either way). The scores walk both of a lane's rows at once,
+//!   so a mask value is read where it is used rather than a tile's worth held in registers. At
+//!   one warpgroup a CTA the registers decide the occupancy (at most 168: three CTAs an SM, 128:
+//!   four); bf16 with 64-wide heads asks ptxas for three ([`auto_min_ctas`]).
 //!   Key tiles of 128 where heads are at most 64 wide, 64 otherwise ([`wgmma_key_tile`]; H200,
 //!   `kernels attention --bench`, session 5 call 1: BERT-base's layer 21.5 µs against 27.4 on
 //!   mma.sync and 24.7 with tiles of 64; d 128 at 1024 keys 150 µs against 183, and 195 with
@@ -60,8 +66,9 @@
 //! split out of the projections, `Kᵀ`, the heads merged back) fold into the kernel. Head
 //! widths `d` and `dv` are at most [`MAX_HEAD_DIM`] (padded to 16 or 8 in the tiles; the Q
 //! fragments and output accumulators live in registers). A causal mask arrives as an extra
-//! operand through the same expression: key tiles wholly masked for a query tile are still
-//! loaded and computed (half the work of a causal attention is wasted that way).
+//! operand through the same expression; given the keys each query sees (`key_ends`), the wgmma
+//! kernel stops a query tile after its last visible key tile (unless a row has seen only masked
+//! keys), while the other two kernels walk every key tile.
 
 use super::expr::{render, Expr};
 use super::{check_name, float_acc, offset_expr, shape_text, spec_error, type_ctx, OpKernel, TensorDesc, TypeCtx};
