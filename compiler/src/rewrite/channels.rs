@@ -402,9 +402,8 @@ pub fn shrink_channels(graph: &mut Graph) -> Result<ShrinkReport, Error> {
         }
         for v in vals {
             let value = &mut graph.values[v.index()];
-            let (shape, positions) = take_positions(&value.fact.shape, 1, kept);
-            value.tesa = value.tesa.as_ref().map(|tesa| tesa.gather(&shape, &positions));
-            value.fact.shape = shape;
+            value.tesa = value.tesa.as_ref().map(|tesa| tesa.take(1, kept));
+            value.fact.shape[1] = kept.len();
         }
     }
     for (ni, y) in groups {

@@ -236,6 +236,31 @@ fn readers_of(graph: &Graph) -> HashMap<ValueId, Vec<usize>> {
     readers
 }
 
+/// Which of a chain's units hold an unpruned element in any of its values (unit `j` of a value is
+/// its elements `e` with `e % units == j`). Row by row, only the units still dead are looked at,
+/// so a value whose units are mostly live costs a row's scan, not one look per element.
+fn live_units(graph: &Graph, chain: &Chain) -> Vec<bool> {
+    let units = chain.units;
+    let mut dead: Vec<usize> = (0..units).collect();
+    for v in &chain.values {
+        let value = graph.value(*v);
+        let Some(tesa) = &value.tesa else { return vec![true; units] };
+        let numel = value.fact.numel();
+        for row in 0..numel.div_ceil(units) {
+            if dead.is_empty() {
+                return vec![true; units];
+            }
+            let e0 = row * units;
+            dead.retain(|&j| e0 + j >= numel || tesa.is_pruned(e0 + j));
+        }
+    }
+    let mut live = vec![true; units];
+    for j in dead {
+        live[j] = false;
+    }
+    live
+}
+
 /// Cuts pruned hidden units out of `graph` (see the module docs). Run it after propagation.
 pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
     let readers = readers_of(graph);
@@ -256,20 +281,7 @@ pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
         if shared || chain.values.iter().any(|v| taken.contains(v)) {
             continue;
         }
-        let mut live = vec![false; chain.units];
-        for v in &chain.values {
-            let value = graph.value(*v);
-            let Some(tesa) = &value.tesa else {
-                live = vec![true; chain.units];
-                break;
-            };
-            for e in 0..value.fact.numel() {
-                let j = e % chain.units;
-                if !live[j] && !tesa.is_pruned(e) {
-                    live[j] = true;
-                }
-            }
-        }
+        let mut live = live_units(graph, &chain);
         // A chain keeps at least one unit (a fully pruned one keeps unit 0, which is zero).
         if !live.contains(&true) {
             live[0] = true;
@@ -297,9 +309,8 @@ pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
         for v in &chain.values {
             let value = &mut graph.values[v.index()];
             let last = value.fact.shape.len() - 1;
-            let (shape, positions) = take_positions(&value.fact.shape, last, kept);
-            value.tesa = value.tesa.as_ref().map(|tesa| tesa.gather(&shape, &positions));
-            value.fact.shape = shape;
+            value.tesa = value.tesa.as_ref().map(|tesa| tesa.take(last, kept));
+            value.fact.shape[last] = kept.len();
         }
     }
     renumber(graph)?;

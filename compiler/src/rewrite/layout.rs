@@ -129,9 +129,7 @@ impl Rewriter<'_> {
 
     /// The value with `v`'s TeSA permuted by `perm`.
     fn permuted_tesa(&self, v: ValueId, perm: &[usize]) -> Option<crate::tesa::Tesa> {
-        let value = self.graph.value(v);
-        let (shape, positions) = transpose_positions(&value.fact.shape, perm);
-        value.tesa.as_ref().map(|t| t.gather(&shape, &positions))
+        self.graph.value(v).tesa.as_ref().map(|t| t.transpose(perm))
     }
 
     /// `v` channels-last, made with a Transpose the first time it is asked for.

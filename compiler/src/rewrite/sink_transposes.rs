@@ -24,7 +24,7 @@
 //! residual Add after it reads it through permuted strides (no copy), in the kernel of the
 //! LayerNorm after it (`program/model/norm_fusion.rs`) or else in its own.
 
-use super::{fresh_name, renumber, transpose_positions};
+use super::{fresh_name, renumber};
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, ValueFact, ValueId, ValueKind};
 use crate::tesa::Tesa;
 use crate::Error;
@@ -228,8 +228,7 @@ fn permute_value(graph: &mut Graph, v: ValueId, perm: &[usize]) {
         value.tesa = Some(if t == Tesa::dense(t.shape(), u.bits(), u.format()) {
             Tesa::dense(&shape, u.bits(), u.format())
         } else {
-            let (shape, positions) = transpose_positions(&value.fact.shape, perm);
-            t.gather(&shape, &positions)
+            t.transpose(perm)
         });
     }
     value.fact = ValueFact::new(value.fact.dtype, shape);

@@ -411,6 +411,121 @@ impl Tesa {
         t
     }
 
+    /// The TeSA of this tensor with only the indices `keep` (in that order) along `axis`: what
+    /// [`Tesa::gather`] gives on `rewrite::take_positions`, without a position per element
+    /// (an activation of a pruned MLP holds tens of millions).
+    ///
+    /// # Panics
+    /// When `axis` is not an axis of the shape or an index in `keep` is out of range.
+    pub fn take(&self, axis: usize, keep: &[usize]) -> Tesa {
+        let n = self.shape[axis];
+        assert!(keep.iter().all(|&k| k < n), "an index past the {n} of axis {axis}");
+        let outer: usize = self.shape[..axis].iter().product();
+        let inner: usize = self.shape[axis + 1..].iter().product();
+        let mut shape = self.shape.clone();
+        shape[axis] = keep.len();
+        let mut t = Tesa::dense(&shape, self.uniform.bits(), self.uniform.format());
+        // Each index kept once (what the shrink passes take): walk the pruned bits and the
+        // overrides, each sent to its place, instead of every element.
+        let mut slot = vec![usize::MAX; n];
+        let mut once = true;
+        for (x, &k) in keep.iter().enumerate() {
+            once &= slot[k] == usize::MAX;
+            slot[k] = x;
+        }
+        if once {
+            let dest = |p: usize| {
+                let (o, r) = (p / (n * inner), p % (n * inner));
+                let x = slot[r / inner];
+                (x != usize::MAX).then(|| (o * keep.len() + x) * inner + r % inner)
+            };
+            for (w, &word) in self.pruned.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let p = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if p >= self.numel {
+                        break;
+                    }
+                    if let Some(j) = dest(p) {
+                        t.pruned[j / 64] |= 1 << (j % 64);
+                    }
+                }
+            }
+            for (&p, &a) in &self.overrides {
+                if let Some(j) = dest(p) {
+                    t.overrides.insert(j, a);
+                }
+            }
+            return t;
+        }
+        let mixed = !self.overrides.is_empty();
+        let mut j = 0;
+        for o in 0..outer {
+            for &k in keep {
+                let base = (o * n + k) * inner;
+                for p in base..base + inner {
+                    if self.is_pruned(p) {
+                        t.pruned[j / 64] |= 1 << (j % 64);
+                    } else if mixed {
+                        if let Some(&a) = self.overrides.get(&p) {
+                            t.overrides.insert(j, a);
+                        }
+                    }
+                    j += 1;
+                }
+            }
+        }
+        t
+    }
+
+    /// The TeSA of this tensor transposed by `perm` (ONNX Transpose: axis `d` of the result is
+    /// axis `perm[d]` of this one): what [`Tesa::gather`] gives on `rewrite::transpose_positions`,
+    /// walking the pruned bits and the overrides instead of a position per element.
+    ///
+    /// # Panics
+    /// When `perm` is not a permutation of the axes.
+    pub fn transpose(&self, perm: &[usize]) -> Tesa {
+        let rank = self.shape.len();
+        let mut seen = vec![false; rank];
+        assert!(
+            perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true)),
+            "{perm:?} is not a permutation of {rank} axes"
+        );
+        let shape: Vec<usize> = perm.iter().map(|&p| self.shape[p]).collect();
+        let mut t = Tesa::dense(&shape, self.uniform.bits(), self.uniform.format());
+        let out_strides = crate::ir::strides(&shape);
+        // Where a step along each source axis lands in the result.
+        let mut step = vec![0; rank];
+        for (d, &p) in perm.iter().enumerate() {
+            step[p] = out_strides[d];
+        }
+        let dest = |mut p: usize| {
+            let mut j = 0;
+            for a in (0..rank).rev() {
+                j += (p % self.shape[a]) * step[a];
+                p /= self.shape[a];
+            }
+            j
+        };
+        for (w, &word) in self.pruned.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let p = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if p >= self.numel {
+                    break;
+                }
+                let j = dest(p);
+                t.pruned[j / 64] |= 1 << (j % 64);
+            }
+        }
+        for (&p, &a) in &self.overrides {
+            t.overrides.insert(dest(p), a);
+        }
+        t
+    }
+
     /// Zeroes the pruned elements of `t` (same shape).
     pub fn apply_to(&self, t: &crate::ir::Tensor) -> crate::ir::Tensor {
         let mut v = t.to_f64_vec();
@@ -454,6 +569,41 @@ mod tests {
         assert!(ElemAttr::PRUNED.is_pruned());
         assert_eq!(ElemAttr::new(200, Format::Float).bits(), 127);
         assert_eq!(std::mem::size_of::<ElemAttr>(), 2);
+    }
+
+    #[test]
+    fn take_keeps_the_indices_along_an_axis_as_gather_does() {
+        let shape = [3, 5, 4];
+        let n: usize = shape.iter().product();
+        let mask: Vec<bool> = (0..n).map(|i| (i * 7 + i / 3) % 5 < 2).collect();
+        let mut t = Tesa::from_mask(&shape, &mask);
+        // Two unpruned elements with their own width travel with their positions.
+        let odd: Vec<usize> = (0..n).filter(|&i| !mask[i]).take(2).collect();
+        for &i in &odd {
+            t.set_attr(i, ElemAttr::new(4, Format::Int));
+        }
+        // Distinct indices walk the pruned bits; a repeated index takes every element's path.
+        for (axis, keep) in [(0, vec![2, 0]), (1, vec![4, 1, 3]), (2, vec![0, 3]), (2, vec![]), (1, vec![3, 3, 0])] {
+            let (shape, positions) = crate::rewrite::take_positions(&shape, axis, &keep);
+            let want = t.gather(&shape, &positions);
+            assert_eq!(t.take(axis, &keep), want, "axis {axis}, keep {keep:?}");
+        }
+    }
+
+    #[test]
+    fn transpose_moves_the_pruned_bits_as_gather_does() {
+        let shape = [2, 3, 5, 4];
+        let n: usize = shape.iter().product();
+        let mask: Vec<bool> = (0..n).map(|i| (i * 11 + i / 7) % 3 == 0).collect();
+        let mut t = Tesa::from_mask(&shape, &mask);
+        let odd: Vec<usize> = (0..n).filter(|&i| !mask[i]).step_by(17).collect();
+        for &i in &odd {
+            t.set_attr(i, ElemAttr::new(8, Format::Int));
+        }
+        for perm in [[0, 1, 2, 3], [3, 2, 1, 0], [0, 2, 3, 1], [1, 0, 3, 2], [2, 0, 1, 3]] {
+            let (shape, positions) = crate::rewrite::transpose_positions(&shape, &perm);
+            assert_eq!(t.transpose(&perm), t.gather(&shape, &positions), "perm {perm:?}");
+        }
     }
 
     #[test]
