@@ -42,9 +42,12 @@ pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<Ptx, CudaErro
         "-lineinfo".to_string(),
     ];
     let fail = |log: String| CudaError::Compile { name: name.to_string(), arch: arch.to_string(), log };
+    // The line info names the program's file; a relative name is taken from the working
+    // directory, so the PTX (and an artifact holding it) would differ with where `compile` ran.
+    let file = format!("/spartac/{name}");
     let prog = cudarc::nvrtc::result::create_program(
         &std::ffi::CString::new(source).map_err(|_| fail("source contains a NUL byte".into()))?,
-        Some(&std::ffi::CString::new(name).map_err(|_| fail("name contains a NUL byte".into()))?),
+        Some(&std::ffi::CString::new(file).map_err(|_| fail("name contains a NUL byte".into()))?),
     )
     .map_err(|e| fail(format!("nvrtcCreateProgram: {e:?}")))?;
     // SAFETY: `prog` is a live program until destroyed below.
