@@ -157,14 +157,14 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
         let tflops = rates.last().map(|r| r.0).unwrap_or(nf.tflops);
         let name = kernel.map(|k| k.name().to_string());
         db.dense.retain(|d| !(d.dtype == dt && d.kernel == name));
-        db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: name });
+        db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: name, overhead_us: None });
         // Without library samples, the dtype's own rate (the planner's dense alternative) is
         // the kernel the tune's dense candidates run by default: the 3xTF32 one on fp32.
         let library = dense_keys.iter().any(|&(d, k)| d == dt && k.is_none());
         let default_kernel = dense_keys.iter().any(|&(d, k)| d == dt && k == Some(DenseKernel::Tf32x3));
         if !library && (kernel == Some(DenseKernel::Tf32x3) || !default_kernel) {
             db.dense.retain(|d| !(d.dtype == dt && d.kernel.is_none()));
-            db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: None });
+            db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: None, overhead_us: None });
         }
     }
     db.dense.sort_by(|a, b| (a.dtype.as_str(), a.kernel.as_deref()).cmp(&(b.dtype.as_str(), b.kernel.as_deref())));
@@ -555,7 +555,7 @@ mod tests {
                 waves: None,
             },
         ];
-        truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0, kernel: None }];
+        truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0, kernel: None, overhead_us: None }];
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let mut samples = vec![];
         for (size, nb32, nb1) in [(1024, 102, 52_429), (1024, 10, 10_486), (4096, 1638, 838_861), (4096, 164, 167_772)]
@@ -730,8 +730,8 @@ mod tests {
         let fine = WaveTerms { wave_ns: 60.0, critical_ns: 50.0, critical_ps_per_fma: 12.0 };
         truth_db.fine_tf32 =
             Some(FineTf32Entry { step_tflops: 60.0, a_tb_s: 9.0, fixed_ns: 2800.0, waves: Some(fine) });
-        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 54.0, kernel: Some("tf32x3".into()) });
-        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 26.0, kernel: Some("simt".into()) });
+        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 54.0, kernel: Some("tf32x3".into()), overhead_us: None });
+        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 26.0, kernel: Some("simt".into()), overhead_us: None });
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let launch = |ctas, per_sm, heaviest, unit_fmas| Some(Geometry { ctas, per_sm, heaviest, unit_fmas });
         let mut samples = vec![];

@@ -62,6 +62,13 @@ pub struct DenseEntry {
     /// the tune times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel: Option<String>,
+    /// Fixed time a call takes on top of the DB's `launch_us`, µs (absent: none). The library's
+    /// 16-bit GEMMs at transformer sizes (M 4096, K and N 384-1536) took 1.6-3.8 µs more than
+    /// their flops at the fitted rate, their bytes and a launch (session 18, 24 cuBLASLt calls
+    /// with the bias timed by `tune` on MiniLM-L6): without it the planner sent pruned linears
+    /// to the library that the block kernel runs faster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead_us: Option<f64>,
 }
 
 /// Our own dense kernels (every block of the block kernels live), each with its own dense rate:
@@ -346,12 +353,14 @@ impl CostModel {
         let own = kernel.and_then(|kern| {
             self.db.dense.iter().find(|d| d.dtype == nf.dtype && d.kernel.as_deref() == Some(kern.name()))
         });
+        let entry = own.or_else(|| self.db.dense.iter().find(|d| d.dtype == nf.dtype && d.kernel.is_none()));
         let rate = own.map_or_else(|| self.dense_rate(nf), |d| d.tflops * 1e12);
+        let overhead = entry.and_then(|d| d.overhead_us).unwrap_or(0.0) * 1e-6;
         // The models' library GEMM applies the bias itself (cuBLASLt, `codegen::library_gemm_fused`):
         // no prefill pass. (Charging one made `tune` fit fp16 cuBLAS at 1,943 TFLOP/s, twice
         // the H200's peak: call c72.)
         let (m, k, n) = (m as f64, k as f64, n as f64);
-        2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch()
+        2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch() + overhead
     }
 
     /// The per-wave terms of a kernel launched as `geometry`: `waves · (wave_ns + heaviest ·
@@ -525,14 +534,25 @@ impl CostModel {
             let fixed = self.block_tf32_entry().fixed_ns * 1e-9;
             return block * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + fixed;
         }
-        let streamed = self
-            .db
-            .blocks
-            .iter()
-            .find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype)
-            .and_then(|e| e.activation_ns_per_k)
-            .map_or(0.0, |ns| ns * 1e-9 * (m * k) as f64 / 1024.0);
+        let streamed = self.activation_ns_per_k(nf, shape).map_or(0.0, |ns| ns * 1e-9 * (m * k) as f64 / 1024.0);
         block * n_blocks as f64 + self.suboperator_fixed(nf, m, n) + streamed
+    }
+
+    /// The activation-streaming term of blocks of `shape` in `nf` (ns per 1,024 elements of the
+    /// `m × k` activation): the shape's DB entry's; for a 16-bit shape without one that the
+    /// warp-specialized wgmma kernel runs, the term of that kernel's fitted entry of the same
+    /// dtype (the kernel streams the activation tiles of its items alike for every block shape:
+    /// left out, 64×64 and 16×16 covers were priced 20-40% below 32×32 ones that measured
+    /// faster, session 18's MiniLM-L6 tune).
+    fn activation_ns_per_k(&self, nf: &NumberFormat, shape: BlockShape) -> Option<f64> {
+        let own = self.db.blocks.iter().find(|e| e.block == [shape.h, shape.w] && e.dtype == nf.dtype);
+        if let Some(e) = own {
+            return e.activation_ns_per_k;
+        }
+        if nf.bits != 16 || !crate::codegen::wgmma_takes_block(shape.h, shape.w) {
+            return None;
+        }
+        self.db.blocks.iter().filter(|e| e.dtype == nf.dtype).find_map(|e| e.activation_ns_per_k)
     }
 
     /// The rate (dense-product flops per second) of the 2:4 kernel that runs a `K`-deep part

@@ -105,7 +105,7 @@ impl CoreLayout {
 /// Whether the wgmma kernel takes `(bh, bw)`: rows of 32, 64 or 128 bytes (one swizzle atom
 /// wide), wgmma N a multiple of 8 up to 64
 /// (one block column per instruction, 32 accumulators per thread at most).
-fn supports(bh: usize, bw: usize) -> bool {
+pub(crate) fn supports(bh: usize, bw: usize) -> bool {
     [16, 32, 64].contains(&bh) && bw.is_multiple_of(8) && (8..=64).contains(&bw)
 }
 
