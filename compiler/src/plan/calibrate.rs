@@ -145,26 +145,30 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
     for &(dt, kernel) in &dense_keys {
         let nf = format_of(model, dt)?;
         let bytes = nf.bits as f64 / 8.0;
+        // The entry's fixed overhead stays (one size class of samples cannot separate it from
+        // the rate); the rate is fitted to what is left.
+        let name = kernel.map(|k| k.name().to_string());
+        let overhead_us = db.dense.iter().find(|d| d.dtype == dt && d.kernel == name).and_then(|d| d.overhead_us);
         let mut rates = vec![];
         for s in samples.iter().filter(|s| s.dense && s.dtype == dt && dense_kernel(s) == kernel) {
             let (m, k, n) = (s.m as f64, s.k as f64, s.n as f64);
-            let rest = (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12) + db.launch_us * 1e-6;
+            let rest = (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12)
+                + (db.launch_us + overhead_us.unwrap_or(0.0)) * 1e-6;
             let compute = (s.seconds - rest).max(s.seconds * 0.05);
             rates.push((2.0 * m * k * n / compute / 1e12, 2.0 * m * k * n));
         }
         // The largest GEMM measures the rate best (least launch and tail effect).
         rates.sort_by(|a, b| a.1.total_cmp(&b.1));
         let tflops = rates.last().map(|r| r.0).unwrap_or(nf.tflops);
-        let name = kernel.map(|k| k.name().to_string());
         db.dense.retain(|d| !(d.dtype == dt && d.kernel == name));
-        db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: name, overhead_us: None });
+        db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: name, overhead_us });
         // Without library samples, the dtype's own rate (the planner's dense alternative) is
         // the kernel the tune's dense candidates run by default: the 3xTF32 one on fp32.
         let library = dense_keys.iter().any(|&(d, k)| d == dt && k.is_none());
         let default_kernel = dense_keys.iter().any(|&(d, k)| d == dt && k == Some(DenseKernel::Tf32x3));
         if !library && (kernel == Some(DenseKernel::Tf32x3) || !default_kernel) {
             db.dense.retain(|d| !(d.dtype == dt && d.kernel.is_none()));
-            db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: None, overhead_us: None });
+            db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: None, overhead_us });
         }
     }
     db.dense.sort_by(|a, b| (a.dtype.as_str(), a.kernel.as_deref()).cmp(&(b.dtype.as_str(), b.kernel.as_deref())));
@@ -555,7 +559,10 @@ mod tests {
                 waves: None,
             },
         ];
-        truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0, kernel: None, overhead_us: None }];
+        // The fit keeps the DB's fixed overhead of the library call and recovers the rate.
+        let overhead_us =
+            base.db.dense.iter().find(|d| d.dtype == "f16" && d.kernel.is_none()).and_then(|d| d.overhead_us);
+        truth_db.dense = vec![DenseEntry { dtype: "f16".into(), tflops: 700.0, kernel: None, overhead_us }];
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let mut samples = vec![];
         for (size, nb32, nb1) in [(1024, 102, 52_429), (1024, 10, 10_486), (4096, 1638, 838_861), (4096, 164, 167_772)]
@@ -730,8 +737,18 @@ mod tests {
         let fine = WaveTerms { wave_ns: 60.0, critical_ns: 50.0, critical_ps_per_fma: 12.0 };
         truth_db.fine_tf32 =
             Some(FineTf32Entry { step_tflops: 60.0, a_tb_s: 9.0, fixed_ns: 2800.0, waves: Some(fine) });
-        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 54.0, kernel: Some("tf32x3".into()), overhead_us: None });
-        truth_db.dense.push(DenseEntry { dtype: "f32".into(), tflops: 26.0, kernel: Some("simt".into()), overhead_us: None });
+        truth_db.dense.push(DenseEntry {
+            dtype: "f32".into(),
+            tflops: 54.0,
+            kernel: Some("tf32x3".into()),
+            overhead_us: None,
+        });
+        truth_db.dense.push(DenseEntry {
+            dtype: "f32".into(),
+            tflops: 26.0,
+            kernel: Some("simt".into()),
+            overhead_us: None,
+        });
         let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
         let launch = |ctas, per_sm, heaviest, unit_fmas| Some(Geometry { ctas, per_sm, heaviest, unit_fmas });
         let mut samples = vec![];

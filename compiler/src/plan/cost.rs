@@ -629,6 +629,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_library_overhead_adds_to_its_dense_time_only() {
+        let mut cm = CostModel::sm_90();
+        let f16 = cm.hw.by_dtype("f16").unwrap().clone();
+        let f32 = cm.hw.by_dtype("f32").unwrap().clone();
+        let with = cm.dense_time(&f16, 4096, 384, 384);
+        let own = cm.dense_time_on(Some(DenseKernel::Tf32x3), &f32, 4096, 384, 384);
+        let f32_library = cm.dense_time(&f32, 4096, 384, 384);
+        let over = cm.db.dense.iter().find(|d| d.dtype == "f16" && d.kernel.is_none()).unwrap().overhead_us.unwrap();
+        assert!(over > 1.0, "the bundled DB prices the 16-bit library's overhead");
+        for d in cm.db.dense.iter_mut() {
+            d.overhead_us = None;
+        }
+        assert!((with - cm.dense_time(&f16, 4096, 384, 384) - over * 1e-6).abs() < 1e-12);
+        // fp32 has no overhead entry: unchanged.
+        assert_eq!(cm.dense_time_on(Some(DenseKernel::Tf32x3), &f32, 4096, 384, 384), own);
+        assert_eq!(cm.dense_time(&f32, 4096, 384, 384), f32_library);
+    }
+
+    #[test]
+    fn sixteen_bit_shapes_without_an_entry_stream_activations_like_the_wgmma_kernels_entry() {
+        let cm = CostModel::sm_90();
+        let f16 = cm.hw.by_dtype("f16").unwrap().clone();
+        let f32 = cm.hw.by_dtype("f32").unwrap().clone();
+        let o = Orientation::WeightRight;
+        let term = cm.activation_ns_per_k(&f16, BlockShape::new(32, 32)).expect("the fitted 32x32 entry");
+        // 64x64 and 16x16 have no entry of their own: the wgmma kernel's term.
+        assert_eq!(cm.activation_ns_per_k(&f16, BlockShape::new(64, 64)), Some(term));
+        assert_eq!(cm.activation_ns_per_k(&f16, BlockShape::new(16, 16)), Some(term));
+        // Shapes the wgmma kernel does not take, and fp32, stream nothing extra.
+        assert_eq!(cm.activation_ns_per_k(&f16, BlockShape::new(1, 1)), None);
+        assert_eq!(cm.activation_ns_per_k(&f32, BlockShape::new(64, 64)), None);
+        // The streaming grows a sub-operator's time with m · k.
+        let t = |k: usize| cm.sparse_time(&f16, BlockShape::new(64, 64), o, 8, 4096, k, 384);
+        let want = term * 1e-9 * 4096.0 * 384.0 / 1024.0;
+        assert!(((t(768) - t(384)) - want).abs() < 1e-12);
+    }
+
+    #[test]
     fn bundled_db_parses_and_bigger_blocks_are_cheaper_per_element() {
         let cm = CostModel::sm_90();
         let f32 = cm.hw.by_dtype("f32").unwrap().clone();
