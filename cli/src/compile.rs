@@ -272,17 +272,19 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         ),
         (
             "broadcasts".into(),
-            if narrow.dropped == 0 && narrow.unsplit == 0 {
+            if narrow.dropped == 0 && narrow.unsplit == 0 && narrow.gathers_as_views == 0 {
                 "none narrowed".to_string()
             } else {
                 format!(
-                    "{} identity op{} dropped, {} value{} narrowed (their readers broadcast), {} constant Add{} taken out of a split batch axis",
+                    "{} identity op{} dropped, {} value{} narrowed (their readers broadcast), {} constant Add{} taken out of a split batch axis, {} in-order GatherND{} as views",
                     narrow.dropped,
                     if narrow.dropped == 1 { "" } else { "s" },
                     narrow.narrowed,
                     if narrow.narrowed == 1 { "" } else { "s" },
                     narrow.unsplit,
-                    if narrow.unsplit == 1 { "" } else { "s" }
+                    if narrow.unsplit == 1 { "" } else { "s" },
+                    narrow.gathers_as_views,
+                    if narrow.gathers_as_views == 1 { "" } else { "s" }
                 )
             },
         ),

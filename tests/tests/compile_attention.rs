@@ -359,6 +359,12 @@ fn a_causal_attention_walks_only_the_key_tiles_its_queries_see() {
 /// it: `Where(And(causal, pad), 0, lowest)` with `pad` a run-time bool input `[B, 1, 1, S]`
 /// (`runtime_float`: the additive mask itself a run-time f32 input `[B, 1, S, S]`).
 fn masked_attention(s: usize, runtime_float: bool) -> Graph {
+    masked_attention_with(s, runtime_float, false)
+}
+
+/// [`masked_attention`]; `pad_int`: the padding a run-time i64 input `[B, 1, 1, S]` cast to
+/// bool (the exporters' `attention_mask.bool()`).
+fn masked_attention_with(s: usize, runtime_float: bool, pad_int: bool) -> Graph {
     let d = E / H;
     let tri: Vec<bool> = (0..s * s).map(|i| i % s <= i / s).collect();
     let scalar = |v: f32| Tensor::from_vec(vec![], vec![v]);
@@ -371,8 +377,18 @@ fn masked_attention(s: usize, runtime_float: bool) -> Graph {
     if runtime_float {
         b = b.input("m", DType::F32, &fixed(&[B, 1, s, s]));
     } else {
+        b = if pad_int {
+            b.input("pad_i", DType::I64, &fixed(&[B, 1, 1, s])).node(
+                "pad_bool",
+                "Cast",
+                &["pad_i"],
+                &["pad"],
+                vec![("to", A::I(9))],
+            )
+        } else {
+            b.input("pad", DType::Bool, &fixed(&[B, 1, 1, s]))
+        };
         b = b
-            .input("pad", DType::Bool, &fixed(&[B, 1, 1, s]))
             .init("tri", &Tensor::from_vec(vec![1, 1, s, s], tri))
             .init("zero", &scalar(0.0))
             .init("lowest", &scalar(f32::MIN))
@@ -407,4 +423,10 @@ fn a_causal_mask_anded_with_runtime_padding_still_ends_the_key_walk() {
     let model = compile_f16(masked_attention(s, true));
     let attention = model.program.kernels.iter().find(|k| k.name.starts_with("attention_")).unwrap();
     assert!(!attention.source.contains("KT_END"), "a run-time float mask");
+    // An integer padding input cast to bool is any bool per element too: the walk still ends.
+    let graph = masked_attention_with(s, false, true);
+    let model = compile_f16(graph.clone());
+    let attention = model.program.kernels.iter().find(|k| k.name.starts_with("attention_")).unwrap();
+    assert!(attention.source.contains("KT_END[QT] = { 1, 1, 2 }"), "{}", attention.source);
+    assert_compiled_matches(&graph, &model, &[1, 2], 1e-2, "f16 i64 padding cast to bool");
 }

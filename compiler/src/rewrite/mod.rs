@@ -120,8 +120,8 @@ pub fn prepare_in(
     let narrow = pipeline.run("narrow_broadcasts", graph, |g| {
         let r = narrow_broadcasts(g)?;
         let line = format!(
-            "{} identity ops dropped, {} values narrowed, {} constant Adds unsplit",
-            r.dropped, r.narrowed, r.unsplit
+            "{} identity ops dropped, {} values narrowed, {} constant Adds unsplit, {} in-order GatherNDs as views",
+            r.dropped, r.narrowed, r.unsplit, r.gathers_as_views
         );
         Ok((r, line))
     })?;

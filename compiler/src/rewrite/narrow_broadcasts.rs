@@ -19,6 +19,11 @@
 //! lost: the values are equal along those axes). A graph output never changes shape, and any
 //! other reader keeps the whole chain as it was.
 //!
+//! Before that, a GatherND whose constant indices name the data's elements in their own order
+//! (the exporters' `mask[:, None, None, :]`: a `[B, S]` mask gathered to `[B, 1, 1, S]`
+//! tuple by tuple) becomes the Reshape it is: a view, so that the Cast before it and the
+//! `Where` after it fuse into one elementwise kernel instead of three steps.
+//!
 //! First, a constant `Add` between a Reshape that splits axis 0 and one that merges it back
 //! (`[B, …] → [B₁, B₂, …] + m → [B, …]`: Swin's shifted-window mask, one mask per window, the
 //! windows of every image on axis 0) becomes one `Add` of the unsplit value and the constant
@@ -62,6 +67,8 @@ pub struct NarrowReport {
     pub unsplit: usize,
     /// Values that became smaller (broadcast by their readers instead).
     pub narrowed: usize,
+    /// GatherNDs that read their data in order, now Reshapes.
+    pub gathers_as_views: usize,
 }
 
 /// Which operand (0 or 1) of node `n` is a constant identity of its op whose other operand
@@ -138,7 +145,9 @@ fn slice_positions(full: &[usize], narrow: &[usize]) -> Vec<usize> {
 /// Drops identity nodes whose readers can broadcast (see the module docs); the graph stays
 /// verified.
 pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
-    let mut report = NarrowReport { unsplit: unsplit_constant_adds(graph)?, ..NarrowReport::default() };
+    let gathers_as_views = identity_gathers(graph)?;
+    let mut report =
+        NarrowReport { unsplit: unsplit_constant_adds(graph)?, gathers_as_views, ..NarrowReport::default() };
     let mut readers = readers_of(graph);
     let mut dropped = vec![false; graph.nodes.len()];
     // By index: the body rewrites graph.nodes while it walks them.
@@ -223,6 +232,111 @@ pub fn narrow_broadcasts(graph: &mut Graph) -> Result<NarrowReport, Error> {
         drop_nodes(graph, &dropped)?;
     }
     Ok(report)
+}
+
+/// Whether GatherND (`batch_dims` 0) of data of `shape` by the integer index tuples `idx`
+/// (`tuples` of `q` each, negative ones counting from the end) reads every element of the data
+/// once, in order: tuple `j` names the `j`-th slice of the data's trailing axes.
+fn gathers_in_order(shape: &[usize], idx: &[i64], q: usize) -> bool {
+    if q == 0 || q > shape.len() || !idx.len().is_multiple_of(q) {
+        return false;
+    }
+    let tuples = idx.len() / q;
+    let inner: usize = shape[q..].iter().product();
+    if tuples * inner != shape.iter().product::<usize>() {
+        return false;
+    }
+    let strides = crate::ir::strides(shape);
+    idx.chunks(q).enumerate().all(|(j, t)| {
+        let mut at = 0usize;
+        for (k, &i) in t.iter().enumerate() {
+            let d = shape[k] as i64;
+            let i = if i < 0 { i + d } else { i };
+            if !(0..d).contains(&i) {
+                return false;
+            }
+            at += i as usize * strides[k];
+        }
+        at == j * inner
+    })
+}
+
+/// Rewrites every GatherND that reads its data in order ([`gathers_in_order`]) as a Reshape
+/// to its output's shape (a new constant shape input); how many.
+fn identity_gathers(graph: &mut Graph) -> Result<usize, Error> {
+    let mut done = 0;
+    for n in 0..graph.nodes.len() {
+        let node = &graph.nodes[n];
+        if node.op_type != "GatherND" || !node.domain.is_empty() || node.inputs.len() != 2 || node.outputs.len() != 1 {
+            continue;
+        }
+        if node.attrs.int("batch_dims", 0).ok() != Some(0) {
+            continue;
+        }
+        let (Some(data), Some(indices)) = (node.inputs[0], node.inputs[1]) else { continue };
+        let Some(Initializer::Dense(t)) = graph.initializers.get(&indices) else { continue };
+        let ishape = graph.value(indices).fact.shape.clone();
+        let Some(&q) = ishape.last() else { continue };
+        let idx: Vec<i64> = t.to_f64_vec().iter().map(|&x| x as i64).collect();
+        let dshape = graph.value(data).fact.shape.clone();
+        if !gathers_in_order(&dshape, &idx, q) {
+            continue;
+        }
+        let out_shape = graph.value(node.outputs[0]).fact.shape.clone();
+        let dims: Vec<i64> = out_shape.iter().map(|&d| d as i64).collect();
+        let shape_t = Tensor::from_vec(vec![dims.len()], dims);
+        let name = super::fresh_name(graph, &format!("{}.shape", node.name));
+        let s = graph.add_value(name, ValueFact::of(&shape_t), ValueKind::Initializer);
+        graph.initializers.insert(s, Initializer::Dense(shape_t));
+        let node = &mut graph.nodes[n];
+        node.op_type = "Reshape".to_string();
+        node.attrs = Default::default();
+        node.inputs = vec![Some(data), Some(s)];
+        done += 1;
+        view_before_unary(graph, n);
+    }
+    if done > 0 {
+        // The index tensors nobody reads any more go with the renumbering.
+        renumber(graph)?;
+    }
+    Ok(done)
+}
+
+/// Where the data of Reshape node `r` is the output of a one-input shape-keeping op `u`
+/// (`UNARY`: the mask's Cast) that nothing else reads, swaps the two (`u(x) → view` becomes
+/// `view(x) → u`, the same elements): the view then reads `x` in place and `u` joins the
+/// elementwise group of its readers. `u` takes `r`'s place in the node order (after it, as its
+/// output's readers), the value between them `x`'s type at the view's shape.
+fn view_before_unary(graph: &mut Graph, r: usize) {
+    let Some(b) = graph.nodes[r].inputs[0] else { return };
+    let Some(u) = graph.nodes.iter().position(|nd| nd.outputs.contains(&b)) else { return };
+    let un = &graph.nodes[u];
+    let single_reader = graph.nodes.iter().filter(|nd| nd.inputs.contains(&Some(b))).count() == 1;
+    if !UNARY.contains(&un.op_type.as_str())
+        || !un.domain.is_empty()
+        || un.inputs.len() != 1
+        || un.outputs.len() != 1
+        || !single_reader
+        || graph.outputs.contains(&b)
+    {
+        return;
+    }
+    let Some(x) = un.inputs[0] else { return };
+    let c = graph.nodes[r].outputs[0];
+    let (x_fact, c_shape) = (graph.value(x).fact.clone(), graph.value(c).fact.shape.clone());
+    let n: usize = c_shape.iter().product();
+    let tesa = graph.value(x).tesa.as_ref().map(|t| t.gather(&c_shape, &(0..n).collect::<Vec<_>>()));
+    let bv = &mut graph.values[b.index()];
+    bv.fact = ValueFact::new(x_fact.dtype, c_shape);
+    bv.tesa = tesa;
+    let mut view = graph.nodes[r].clone();
+    view.inputs[0] = Some(x);
+    view.outputs = vec![b];
+    let mut unary = graph.nodes[u].clone();
+    unary.inputs = vec![Some(b)];
+    unary.outputs = vec![c];
+    graph.nodes[u] = view;
+    graph.nodes[r] = unary;
 }
 
 /// The constant Adds between a split and a merge of axis 0 (see the module docs), rewritten;
@@ -318,4 +432,71 @@ fn drop_nodes(graph: &mut Graph, dropped: &[bool]) -> Result<(), Error> {
         !dropped[i - 1]
     });
     renumber(graph)
+}
+
+#[cfg(test)]
+mod gather_tests {
+    use super::*;
+
+    #[test]
+    fn in_order_tuples_are_a_view_and_any_other_order_is_not() {
+        // [2, 3] gathered by (b, s) tuples in order to [2, 1, 1, 3]: the exporters' mask.
+        let tuples: Vec<i64> = (0..2).flat_map(|b| (0..3).flat_map(move |s| [b, s])).collect();
+        assert!(gathers_in_order(&[2, 3], &tuples, 2));
+        // Negative indices count from the end.
+        let neg: Vec<i64> = tuples.iter().enumerate().map(|(i, &x)| if i % 2 == 1 { x - 3 } else { x }).collect();
+        assert!(gathers_in_order(&[2, 3], &neg, 2));
+        // Whole rows (q = 1) in order.
+        assert!(gathers_in_order(&[4, 5], &[0, 1, 2, 3], 1));
+        // Swapped, repeated, missing or out of range: a real gather.
+        let mut swapped = tuples.clone();
+        swapped.swap(0, 2);
+        swapped.swap(1, 3);
+        assert!(!gathers_in_order(&[2, 3], &swapped, 2));
+        assert!(!gathers_in_order(&[4, 5], &[0, 1, 1, 3], 1));
+        assert!(!gathers_in_order(&[4, 5], &[0, 1, 2], 1));
+        assert!(!gathers_in_order(&[4, 5], &[0, 1, 2, 4], 1));
+        assert!(!gathers_in_order(&[4, 5], &[0, 1, 2, 3], 3));
+    }
+
+    #[test]
+    fn an_in_order_gather_nd_becomes_a_reshape_that_computes_the_same() {
+        let mut b = crate::propagate::tests::G::new();
+        let x = b.input("x", &[2, 3]);
+        let tuples: Vec<i64> = (0..2).flat_map(|b| (0..3).flat_map(move |s| [b, s])).collect();
+        let idx = b.init("idx", Tensor::from_vec(vec![2, 1, 1, 3, 2], tuples));
+        let y = b.node("GatherND", &[x, idx], crate::ir::Attrs::new());
+        let mut g = b.finish(&[y]);
+        let input = Tensor::from_vec(vec![2, 3], (0..6).map(|i| i as f32 * 0.5 - 1.0).collect::<Vec<f32>>());
+        let feeds = BTreeMap::from([("x".to_string(), input)]);
+        let before = crate::reference::execute(&g, &feeds).unwrap();
+        let r = narrow_broadcasts(&mut g).unwrap();
+        assert_eq!(r.gathers_as_views, 1);
+        assert_eq!(g.nodes[0].op_type, "Reshape");
+        assert_eq!(g.value(g.outputs[0]).fact.shape, vec![2, 1, 1, 3]);
+        crate::ir::verify(&g).unwrap();
+        assert_eq!(crate::reference::execute(&g, &feeds).unwrap(), before);
+    }
+
+    #[test]
+    fn a_cast_before_the_view_moves_after_it() {
+        let mut b = crate::propagate::tests::G::new();
+        let x = b.input("x", &[2, 3]);
+        let mut to = crate::ir::Attrs::new();
+        to.insert("to", crate::ir::Attr::Int(9));
+        let c = b.node("Cast", &[x], to);
+        let tuples: Vec<i64> = (0..2).flat_map(|b| (0..3).flat_map(move |s| [b, s])).collect();
+        let idx = b.init("idx", Tensor::from_vec(vec![2, 1, 1, 3, 2], tuples));
+        let y = b.node("GatherND", &[c, idx], crate::ir::Attrs::new());
+        let mut g = b.finish(&[y]);
+        let input = Tensor::from_vec(vec![2, 3], vec![0.0f32, 1.0, 0.0, 2.0, 0.0, -1.0]);
+        let feeds = BTreeMap::from([("x".to_string(), input)]);
+        let before = crate::reference::execute(&g, &feeds).unwrap();
+        narrow_broadcasts(&mut g).unwrap();
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Reshape", "Cast"]);
+        crate::ir::verify(&g).unwrap();
+        assert_eq!(g.value(g.nodes[0].outputs[0]).fact, ValueFact::new(crate::ir::DType::F32, vec![2, 1, 1, 3]));
+        assert_eq!(crate::reference::execute(&g, &feeds).unwrap(), before);
+    }
 }

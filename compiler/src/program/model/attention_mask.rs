@@ -6,7 +6,7 @@
 //! The mask is found by evaluation, not by matching a pattern. The score group's nodes and the
 //! elementwise nodes that make its other inputs, back to constants and to run-time values, are
 //! run with the reference ops: the raw score as a one-element tensor of `±RAW_SCORE_BOUND`,
-//! every run-time value that is bool as all-true or all-false (every combination; each element
+//! every run-time value that is bool (or a run-time value cast to bool) as all-true or all-false (every combination; each element
 //! of an elementwise subgraph reads one element of each input, so the uniform assignments cover
 //! every combination an element can see). A pair is masked when every evaluation gives at most
 //! `-MASKED_BELOW` for it. A run-time input that is not bool (an additive float mask) gives no
@@ -55,6 +55,16 @@ impl Lowering<'_> {
             }
             match producer(v) {
                 Some(p) if nodes.contains(&p) => {}
+                // A run-time value cast to bool is any bool per element, as a bool input is:
+                // a leaf (the padding mask's Cast, which the rewrites may have moved after its
+                // view, would otherwise lead back to an integer input that gives no structure).
+                Some(p)
+                    if graph.nodes[p].op_type == "Cast"
+                        && graph.fact(v).dtype == DType::Bool
+                        && graph.nodes[p].inputs.iter().flatten().all(|i| !graph.initializers.contains_key(i)) =>
+                {
+                    leaves.push(v)
+                }
                 Some(p)
                     if is_elementwise(&graph.nodes[p].op_type)
                         && graph.nodes[p].outputs.len() == 1
@@ -67,6 +77,29 @@ impl Lowering<'_> {
             }
             if nodes.len() > MAX_NODES {
                 return None;
+            }
+        }
+        // A run-time leaf that is not bool but only cast to bool by the nodes to run: those
+        // Casts' outputs are the leaves instead (the Cast fused into the group itself).
+        let mut i = 0;
+        while i < leaves.len() {
+            let l = leaves[i];
+            let readers: Vec<usize> =
+                nodes.iter().copied().filter(|&n| graph.nodes[n].inputs.contains(&Some(l))).collect();
+            let casts_to_bool = !readers.is_empty()
+                && graph.fact(l).dtype != DType::Bool
+                && readers.iter().all(|&n| {
+                    let nd = &graph.nodes[n];
+                    nd.op_type == "Cast" && nd.inputs.len() == 1 && graph.fact(nd.outputs[0]).dtype == DType::Bool
+                });
+            if casts_to_bool {
+                leaves.remove(i);
+                for n in readers {
+                    nodes.remove(&n);
+                    leaves.push(graph.nodes[n].outputs[0]);
+                }
+            } else {
+                i += 1;
             }
         }
         let evaluated = |v: ValueId| graph.fact(v).numel() <= MAX_ELEMENTS;
