@@ -34,7 +34,11 @@ const fn pass(name: &'static str, graph: bool, summary: &'static str) -> PassInf
 pub const PASSES: &[PassInfo] = &[
     pass("frontend", true, "ONNX to IR: static shapes, shape inference, constant folding"),
     pass("propagate", true, "TeSA attributes applied, then propagated to a fixpoint (or from the cache)"),
-    pass("narrow_broadcasts", true, "identity ops that only broadcast dropped (a mask's all-true And)"),
+    pass(
+        "narrow_broadcasts",
+        true,
+        "identity ops that only broadcast dropped (a mask's all-true And), in-order GatherNDs as views",
+    ),
     pass("fold_batchnorm", true, "BatchNorms after a Conv folded into its weight and bias"),
     pass("shrink_channels", true, "channels pruned in a whole channel class cut out"),
     pass("channels_last", true, "convolutions to NHWC, 1x1 convolutions as MatMuls"),

@@ -355,7 +355,15 @@ impl CostModel {
         });
         let entry = own.or_else(|| self.db.dense.iter().find(|d| d.dtype == nf.dtype && d.kernel.is_none()));
         let rate = own.map_or_else(|| self.dense_rate(nf), |d| d.tflops * 1e12);
-        let overhead = entry.and_then(|d| d.overhead_us).unwrap_or(0.0) * 1e-6;
+        // The library's overhead is the library's: a skinny 16-bit product (K or N under 64)
+        // that our streaming kernel runs instead (`codegen::library_takes`) does not pay it.
+        let streamed = kernel.is_none()
+            && (k < 64 || n < 64)
+            && [Dtype::F16, Dtype::Bf16]
+                .into_iter()
+                .find(|d| d.name() == nf.dtype)
+                .is_some_and(|d| crate::kernel_choice::stream::auto_takes(d, KernelOrientation::Right, k, n));
+        let overhead = if streamed { 0.0 } else { entry.and_then(|d| d.overhead_us).unwrap_or(0.0) * 1e-6 };
         // The models' library GEMM applies the bias itself (cuBLASLt, `codegen::library_gemm_fused`):
         // no prefill pass. (Charging one made `tune` fit fp16 cuBLAS at 1,943 TFLOP/s, twice
         // the H200's peak: call c72.)
@@ -634,6 +642,7 @@ mod tests {
         let f16 = cm.hw.by_dtype("f16").unwrap().clone();
         let f32 = cm.hw.by_dtype("f32").unwrap().clone();
         let with = cm.dense_time(&f16, 4096, 384, 384);
+        let skinny = cm.dense_time(&f16, 6000, 43, 11);
         let own = cm.dense_time_on(Some(DenseKernel::Tf32x3), &f32, 4096, 384, 384);
         let f32_library = cm.dense_time(&f32, 4096, 384, 384);
         let over = cm.db.dense.iter().find(|d| d.dtype == "f16" && d.kernel.is_none()).unwrap().overhead_us.unwrap();
@@ -642,6 +651,8 @@ mod tests {
             d.overhead_us = None;
         }
         assert!((with - cm.dense_time(&f16, 4096, 384, 384) - over * 1e-6).abs() < 1e-12);
+        // A skinny product runs on our streaming kernel, not the library: no overhead.
+        assert_eq!(cm.dense_time(&f16, 6000, 43, 11), skinny);
         // fp32 has no overhead entry: unchanged.
         assert_eq!(cm.dense_time_on(Some(DenseKernel::Tf32x3), &f32, 4096, 384, 384), own);
         assert_eq!(cm.dense_time(&f32, 4096, 384, 384), f32_library);

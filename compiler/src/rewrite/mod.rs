@@ -1,7 +1,8 @@
 //! Graph rewrites between propagation and the plan, each a pass over the IR that keeps what
 //! the graph computes (with every pruned element zeroed):
 //! - [`narrow_broadcasts`]: an elementwise op with a constant identity operand (a mask `And`
-//!   with all true) goes, its readers broadcasting the other operand instead;
+//!   with all true) goes, its readers broadcasting the other operand instead; a GatherND that
+//!   reads its data in order becomes a Reshape (a Cast before it moved after it);
 //! - [`fold_batchnorm`]: a BatchNormalization after a Conv folds into its weights and bias;
 //! - [`shrink_channels`]: channels that propagation pruned in every tensor that carries them
 //!   are cut out, so pruned filters become physically smaller dense operators; with it
