@@ -439,24 +439,7 @@ impl Tesa {
                 let x = slot[r / inner];
                 (x != usize::MAX).then(|| (o * keep.len() + x) * inner + r % inner)
             };
-            for (w, &word) in self.pruned.iter().enumerate() {
-                let mut bits = word;
-                while bits != 0 {
-                    let p = w * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    if p >= self.numel {
-                        break;
-                    }
-                    if let Some(j) = dest(p) {
-                        t.pruned[j / 64] |= 1 << (j % 64);
-                    }
-                }
-            }
-            for (&p, &a) in &self.overrides {
-                if let Some(j) = dest(p) {
-                    t.overrides.insert(j, a);
-                }
-            }
+            self.move_into(&mut t, dest);
             return t;
         }
         let mixed = !self.overrides.is_empty();
@@ -506,8 +489,16 @@ impl Tesa {
                 j += (p % self.shape[a]) * step[a];
                 p /= self.shape[a];
             }
-            j
+            Some(j)
         };
+        self.move_into(&mut t, dest);
+        t
+    }
+
+    /// Sends each pruned element and each override of this TeSA to its place `dest(p)` in `t`
+    /// (`None`: dropped), walking the set pruned bits instead of every element: what
+    /// [`Tesa::take`] and [`Tesa::transpose`] share.
+    fn move_into(&self, t: &mut Tesa, dest: impl Fn(usize) -> Option<usize>) {
         for (w, &word) in self.pruned.iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
@@ -516,14 +507,16 @@ impl Tesa {
                 if p >= self.numel {
                     break;
                 }
-                let j = dest(p);
-                t.pruned[j / 64] |= 1 << (j % 64);
+                if let Some(j) = dest(p) {
+                    t.pruned[j / 64] |= 1 << (j % 64);
+                }
             }
         }
         for (&p, &a) in &self.overrides {
-            t.overrides.insert(dest(p), a);
+            if let Some(j) = dest(p) {
+                t.overrides.insert(j, a);
+            }
         }
-        t
     }
 
     /// Zeroes the pruned elements of `t` (same shape).
