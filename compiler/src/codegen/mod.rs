@@ -38,11 +38,6 @@ pub mod loopnest;
 pub mod quant;
 mod render;
 pub use render::templates_hash;
-
-/// Whether the wgmma block kernels take blocks of `bh × bw` (16-bit).
-pub fn wgmma_takes_block(bh: usize, bw: usize) -> bool {
-    spmm::wgmma::supports(bh, bw)
-}
 pub mod rows;
 mod spmm;
 

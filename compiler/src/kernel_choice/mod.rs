@@ -13,6 +13,7 @@
 //!   ([`Family`]);
 //! - the rules `Engine::Auto` applies where the cost model needs the answer too:
 //!   [`block_tf32::auto_takes`] (fp32 blocks on the 3xTF32 block kernel),
+//!   [`block_wgmma::supports`] (16-bit block shapes on the wgmma kernels),
 //!   [`fine_tf32::auto_prefers`] (element-sparse fp32 on the 3xTF32 fine kernel),
 //!   [`dismantled::applies`] (the fine weight dismantled to the element),
 //!   [`stream::auto_takes`] (skinny dense 16-bit products on the streaming kernel) and
@@ -27,6 +28,7 @@
 //! types, so `codegen::SpmmSpec` and the rest keep their paths.
 
 pub mod block_tf32;
+pub mod block_wgmma;
 pub mod dismantled;
 pub mod fine_tf32;
 mod spec;

@@ -557,7 +557,7 @@ impl CostModel {
         if let Some(e) = own {
             return e.activation_ns_per_k;
         }
-        if nf.bits != 16 || !crate::codegen::wgmma_takes_block(shape.h, shape.w) {
+        if nf.bits != 16 || !crate::kernel_choice::block_wgmma::supports(shape.h, shape.w) {
             return None;
         }
         self.db.blocks.iter().filter(|e| e.dtype == nf.dtype).find_map(|e| e.activation_ns_per_k)

@@ -55,16 +55,6 @@ impl Lowering<'_> {
             }
             match producer(v) {
                 Some(p) if nodes.contains(&p) => {}
-                // A run-time value cast to bool is any bool per element, as a bool input is:
-                // a leaf (the padding mask's Cast, which the rewrites may have moved after its
-                // view, would otherwise lead back to an integer input that gives no structure).
-                Some(p)
-                    if graph.nodes[p].op_type == "Cast"
-                        && graph.fact(v).dtype == DType::Bool
-                        && graph.nodes[p].inputs.iter().flatten().all(|i| !graph.initializers.contains_key(i)) =>
-                {
-                    leaves.push(v)
-                }
                 Some(p)
                     if is_elementwise(&graph.nodes[p].op_type)
                         && graph.nodes[p].outputs.len() == 1
@@ -80,7 +70,8 @@ impl Lowering<'_> {
             }
         }
         // A run-time leaf that is not bool but only cast to bool by the nodes to run: those
-        // Casts' outputs are the leaves instead (the Cast fused into the group itself).
+        // Casts' outputs are the leaves instead, any bool per element as a bool input is (the
+        // padding mask's `attention_mask.bool()`, in the score group or in the mask's own).
         let mut i = 0;
         while i < leaves.len() {
             let l = leaves[i];

@@ -28,6 +28,7 @@ use crate::codegen::spmm::kernel::{
 };
 use crate::codegen::spmm::shared::{block_tables, kernel_head, kernel_literals, resolve_mode, spec_err, value_bits};
 use crate::codegen::{CodegenError, Dtype, Engine, Mode, Orientation, SpmmSpec, Tile};
+use crate::kernel_choice::block_wgmma::supports;
 use crate::sparse::WeightLookup;
 
 /// SMs the persistent grid is sized for (H100/H200 SXM: 132). More CTAs than fit only queue;
@@ -100,13 +101,6 @@ impl CoreLayout {
         let a = start + (row / 8) * sbo + (row % 8) * width + k * elem_bytes;
         a ^ (((a >> 7) & mask) << 4)
     }
-}
-
-/// Whether the wgmma kernel takes `(bh, bw)`: rows of 32, 64 or 128 bytes (one swizzle atom
-/// wide), wgmma N a multiple of 8 up to 64
-/// (one block column per instruction, 32 accumulators per thread at most).
-pub(crate) fn supports(bh: usize, bw: usize) -> bool {
-    [16, 32, 64].contains(&bh) && bw.is_multiple_of(8) && (8..=64).contains(&bw)
 }
 
 /// The wgmma kernel for `spec` if its engine and block shape select it; `None` hands the spec
