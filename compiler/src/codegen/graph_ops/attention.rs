@@ -163,6 +163,31 @@ impl AttentionEngine {
     }
 }
 
+/// One operand tile (K or V) as the wgmma kernel stages it: the kernel's names for its shared
+/// tile, source pointer, base pointer, cp.async row step, swizzled row bytes, the thread's first
+/// key row and destination offset, width and padded width, and whether its columns are whole
+/// chunks; the key stride, the element's offset (`c` the column, `j` the key), whether cp.async
+/// may stage it (and the kernel's run-time flag for that), and whether the plain loop walks the
+/// columns fastest. K and V differ only in these, so one template loop stages both.
+#[derive(Clone, Debug, Serialize)]
+struct StagedTile {
+    tile: &'static str,
+    src: &'static str,
+    base: &'static str,
+    step: &'static str,
+    row: &'static str,
+    j: &'static str,
+    dst: &'static str,
+    width: &'static str,
+    padded: &'static str,
+    col_ok: &'static str,
+    key_stride: usize,
+    elem: String,
+    asynchronous: bool,
+    flag: &'static str,
+    columns_fast: bool,
+}
+
 /// The wgmma kernel's key tile for heads `dp` (q, k) and `dvp` (v) wide once padded: 128 keys
 /// where both are at most 64 (the scores and the output then take 64 + 32 accumulators a
 /// thread), 64 otherwise (64 + 64).
@@ -287,6 +312,8 @@ struct AttentionCtx {
     vn: usize,
     s_regs: usize,
     o_regs: usize,
+    /// The K and V tiles as the wgmma kernel stages them (`op_attention_wgmma_stage.cuh`).
+    staged: [StagedTile; 2],
     /// CTAs an SM the wgmma kernel's registers must allow.
     min_ctas: usize,
     /// Extra operands that do not vary along the queries are read from shared memory (staged
@@ -488,6 +515,7 @@ pub fn attention_with(
     };
     let k_async = chunk(k).is_some_and(|c| chunked(d, k_rs, k_cs, &kb, c));
     let v_async = chunk(v).is_some_and(|c| chunked(dv, v_cs, v_rs, &vb, c));
+    let (k_d_fast, v_e_fast) = (k_rs == 1 && k_cs != 1, v_cs == 1 || v_rs != 1);
     let q_pair = mma.is_some() && chunked(d, q_cs, q_rs, &qb, 2);
     let o_pair = mma.is_some() && chunked(dv, o_cs, o_rs, &ob, 2);
     let ctx = AttentionCtx {
@@ -535,8 +563,8 @@ pub fn attention_with(
         v_cs,
         o_rs,
         o_cs,
-        k_d_fast: k_rs == 1 && k_cs != 1,
-        v_e_fast: v_cs == 1 || v_rs != 1,
+        k_d_fast,
+        v_e_fast,
         k_async,
         v_async,
         q_pair,
@@ -552,6 +580,42 @@ pub fn attention_with(
         vn: v_row / 2,
         s_regs: tl.bk / 2,
         o_regs: v_row / 4,
+        staged: [
+            StagedTile {
+                tile: "kd",
+                src: "ksrc",
+                base: "kb",
+                step: "K_STEP",
+                row: "K_ROW",
+                j: "kj",
+                dst: "kdst",
+                width: "D",
+                padded: "DP",
+                col_ok: "k_col_ok",
+                key_stride: k_cs,
+                elem: format!("(long long)c * {k_rs} + (long long)j * {k_cs}"),
+                asynchronous: k_async,
+                flag: "k_async",
+                columns_fast: k_d_fast,
+            },
+            StagedTile {
+                tile: "vd",
+                src: "vsrc",
+                base: "vb",
+                step: "V_STEP",
+                row: "V_ROW",
+                j: "vj",
+                dst: "vdst",
+                width: "DV",
+                padded: "DVP",
+                col_ok: "v_col_ok",
+                key_stride: v_rs,
+                elem: format!("(long long)j * {v_rs} + (long long)c * {v_cs}"),
+                asynchronous: v_async,
+                flag: "v_async",
+                columns_fast: v_e_fast,
+            },
+        ],
         min_ctas,
         xk_smem: wgmma_bk.is_some(),
         kt_ends,
