@@ -131,7 +131,9 @@ pub fn dense_kernel(s: &Sample) -> Option<DenseKernel> {
 /// dtype with dense samples; returns the calibrated DB (a copy of `model.db` with those
 /// entries replaced) and the per-entry fit quality. Shapes need samples at two or more
 /// different `m · area` per block to separate rate from overhead; with one, the overhead
-/// stays at the DB default and only the rate is fitted.
+/// stays at the DB default and only the rate is fitted. Dense entries likewise: their rate and
+/// fixed overhead together from three or more sizes spanning 4× in flops, else the rate alone
+/// from the largest GEMM.
 pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted, Error> {
     let mut db = model.db.clone();
     db.source = source.to_string();
@@ -145,21 +147,43 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
     for &(dt, kernel) in &dense_keys {
         let nf = format_of(model, dt)?;
         let bytes = nf.bits as f64 / 8.0;
-        // The entry's fixed overhead stays (one size class of samples cannot separate it from
-        // the rate); the rate is fitted to what is left.
         let name = kernel.map(|k| k.name().to_string());
-        let overhead_us = db.dense.iter().find(|d| d.dtype == dt && d.kernel == name).and_then(|d| d.overhead_us);
-        let mut rates = vec![];
-        for s in samples.iter().filter(|s| s.dense && s.dtype == dt && dense_kernel(s) == kernel) {
+        let mut overhead_us = db.dense.iter().find(|d| d.dtype == dt && d.kernel == name).and_then(|d| d.overhead_us);
+        let group: Vec<&Sample> =
+            samples.iter().filter(|s| s.dense && s.dtype == dt && dense_kernel(s) == kernel).collect();
+        let flops = |s: &Sample| 2.0 * s.m as f64 * s.k as f64 * s.n as f64;
+        // What the measured time leaves once the bytes and the launch are taken out.
+        let left = |s: &Sample| {
             let (m, k, n) = (s.m as f64, s.k as f64, s.n as f64);
-            let rest = (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12)
-                + (db.launch_us + overhead_us.unwrap_or(0.0)) * 1e-6;
-            let compute = (s.seconds - rest).max(s.seconds * 0.05);
-            rates.push((2.0 * m * k * n / compute / 1e12, 2.0 * m * k * n));
+            s.seconds - (k * n + m * k + m * n) * bytes / (db.dram_tb_s * 1e12) - db.launch_us * 1e-6
+        };
+        let pays = |s: &Sample| !CostModel::streamed(kernel, nf, s.k, s.n);
+        // One size class cannot separate the overhead from the rate: the entry's overhead
+        // stays and the rate is fitted to what is left of the largest GEMM (least launch and
+        // tail effect).
+        let over = overhead_us.unwrap_or(0.0) * 1e-6;
+        let largest = group.iter().max_by(|a, b| flops(a).total_cmp(&flops(b)));
+        let mut tflops = largest.map_or(nf.tflops, |s| {
+            let compute = (left(s) - if pays(s) { over } else { 0.0 }).max(s.seconds * 0.05);
+            flops(s) / compute / 1e12
+        });
+        // Where the sizes separate them (three samples or more whose flops span 4× or more,
+        // one that pays the overhead), rate and overhead together: least squares on relative
+        // residuals of `left = flops / rate + overhead`, the overhead where the cost model
+        // charges it; kept when the rate is positive and at most twice the format's prior or
+        // the estimate above.
+        let (lo, hi) = group.iter().map(|s| flops(s)).fold((f64::INFINITY, 0.0f64), |(a, b), f| (a.min(f), b.max(f)));
+        if group.len() >= 3 && hi >= 4.0 * lo && group.iter().any(|s| pays(s)) {
+            let eqs: Vec<([f64; 2], f64)> = group
+                .iter()
+                .map(|s| ([flops(s) / s.seconds, if pays(s) { 1.0 / s.seconds } else { 0.0 }], left(s) / s.seconds))
+                .collect();
+            let [inv_rate, over] = nonneg_least_squares(&eqs);
+            if inv_rate > 0.0 && 1.0 / inv_rate / 1e12 <= 2.0 * nf.tflops.max(tflops) {
+                tflops = 1.0 / inv_rate / 1e12;
+                overhead_us = Some(over * 1e6);
+            }
         }
-        // The largest GEMM measures the rate best (least launch and tail effect).
-        rates.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let tflops = rates.last().map(|r| r.0).unwrap_or(nf.tflops);
         db.dense.retain(|d| !(d.dtype == dt && d.kernel == name));
         db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: name, overhead_us });
         // Without library samples, the dtype's own rate (the planner's dense alternative) is
@@ -901,5 +925,50 @@ mod tests {
             seconds: 20e-6,
         };
         assert!(fit(&base, &[s], "bad").unwrap_err().to_string().contains("f7"));
+    }
+
+    /// Dense library samples of several sizes give the rate and the fixed overhead back
+    /// together (a skinny product that our streaming kernel runs charged no overhead); samples
+    /// of one size keep the DB's overhead and fit the rate alone.
+    #[test]
+    fn dense_samples_of_several_sizes_fit_rate_and_overhead_together() {
+        let base = CostModel::sm_90();
+        let mut truth_db = base.db.clone();
+        truth_db.dense.retain(|d| d.dtype != "f16");
+        truth_db.dense.push(DenseEntry { dtype: "f16".into(), tflops: 640.0, kernel: None, overhead_us: Some(3.1) });
+        let truth = CostModel::new(base.hw.clone(), truth_db).unwrap();
+        let sample = |m: usize, k: usize, n: usize| {
+            let mut s = Sample {
+                label: format!("{m}x{k}x{n}"),
+                dtype: "f16".into(),
+                m,
+                k,
+                n,
+                dense: true,
+                parts: vec![],
+                seconds: 0.0,
+            };
+            s.seconds = predict(&truth, &s).unwrap();
+            s
+        };
+        let shapes = [(4096, 384, 384), (4096, 384, 1536), (4096, 1536, 384), (4096, 4096, 4096), (6000, 43, 11)];
+        let samples: Vec<Sample> = shapes.iter().map(|&(m, k, n)| sample(m, k, n)).collect();
+        assert!(CostModel::streamed(None, base.hw.by_dtype("f16").unwrap(), 43, 11), "the skinny one is streamed");
+        let fitted = fit(&base, &samples, "test").unwrap();
+        let e = fitted.db.dense.iter().find(|d| d.dtype == "f16" && d.kernel.is_none()).unwrap();
+        assert!((e.tflops - 640.0).abs() < 0.5, "rate {}", e.tflops);
+        assert!((e.overhead_us.unwrap() - 3.1).abs() < 0.01, "overhead {:?}", e.overhead_us);
+        let model = CostModel::new(base.hw.clone(), fitted.db).unwrap();
+        for s in &samples {
+            assert!((predict(&model, s).unwrap() - s.seconds).abs() < 1e-3 * s.seconds, "{}", s.label);
+        }
+        // One size class: the DB's overhead stays, the rate absorbs the rest.
+        let small: Vec<Sample> = (0..3).map(|_| sample(4096, 384, 384)).collect();
+        let fitted = fit(&base, &small, "test").unwrap();
+        let e = fitted.db.dense.iter().find(|d| d.dtype == "f16" && d.kernel.is_none()).unwrap();
+        let db_overhead =
+            base.db.dense.iter().find(|d| d.dtype == "f16" && d.kernel.is_none()).and_then(|d| d.overhead_us);
+        assert_eq!(e.overhead_us, db_overhead);
+        assert!(e.tflops < 640.0, "the rate takes what the smaller overhead leaves: {}", e.tflops);
     }
 }

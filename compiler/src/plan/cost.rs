@@ -355,20 +355,28 @@ impl CostModel {
         });
         let entry = own.or_else(|| self.db.dense.iter().find(|d| d.dtype == nf.dtype && d.kernel.is_none()));
         let rate = own.map_or_else(|| self.dense_rate(nf), |d| d.tflops * 1e12);
-        // The library's overhead is the library's: a skinny 16-bit product (K or N under 64)
-        // that our streaming kernel runs instead (`codegen::library_takes`) does not pay it.
-        let streamed = kernel.is_none()
-            && (k < 64 || n < 64)
-            && [Dtype::F16, Dtype::Bf16]
-                .into_iter()
-                .find(|d| d.name() == nf.dtype)
-                .is_some_and(|d| crate::kernel_choice::stream::auto_takes(d, KernelOrientation::Right, k, n));
-        let overhead = if streamed { 0.0 } else { entry.and_then(|d| d.overhead_us).unwrap_or(0.0) * 1e-6 };
+        let overhead = if Self::streamed(kernel, nf, k, n) {
+            0.0
+        } else {
+            entry.and_then(|d| d.overhead_us).unwrap_or(0.0) * 1e-6
+        };
         // The models' library GEMM applies the bias itself (cuBLASLt, `codegen::library_gemm_fused`):
         // no prefill pass. (Charging one made `tune` fit fp16 cuBLAS at 1,943 TFLOP/s, twice
         // the H200's peak: call c72.)
         let (m, k, n) = (m as f64, k as f64, n as f64);
         2.0 * m * k * n / rate + (k * n + m * k + m * n) * Self::bytes(nf) / self.dram() + self.launch() + overhead
+    }
+
+    /// Whether a dense product priced for the library (`kernel` None) runs on our streaming
+    /// kernel instead and so does not pay the library's fixed overhead: a skinny 16-bit product
+    /// (K or N under 64) that `codegen::library_takes` leaves to it.
+    pub fn streamed(kernel: Option<DenseKernel>, nf: &NumberFormat, k: usize, n: usize) -> bool {
+        kernel.is_none()
+            && (k < 64 || n < 64)
+            && [Dtype::F16, Dtype::Bf16]
+                .into_iter()
+                .find(|d| d.name() == nf.dtype)
+                .is_some_and(|d| crate::kernel_choice::stream::auto_takes(d, KernelOrientation::Right, k, n))
     }
 
     /// The per-wave terms of a kernel launched as `geometry`: `waves · (wave_ns + heaviest ·
