@@ -168,11 +168,19 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
             let compute = (left(s) - if pays(s) { over } else { 0.0 }).max(s.seconds * 0.05);
             flops(s) / compute / 1e12
         });
+        // A model's GEMMs (L2-warm operands, a few microseconds each) cannot measure a rate
+        // above the DB's own, fitted on large ones: what looks faster is the bytes term
+        // over-charged. So no rate is taken above it (without an entry: above twice the
+        // format's prior or the estimate above), so that a partial tune does not price the
+        // library under the block kernels for the operators it did not time (c99: BERT-base's
+        // refit said 1,078 TFLOP/s fp16, above the H200's dense peak).
+        let ceiling = prior.as_ref().map_or(2.0 * nf.tflops.max(tflops), |p| p.tflops);
+        tflops = tflops.min(ceiling);
         // Where the sizes separate them (three samples or more whose flops span 4× or more,
         // one that pays the overhead), rate and overhead together: least squares on relative
         // residuals of `left = flops / rate + overhead`, the overhead where the cost model
-        // charges it; kept when the rate is positive and at most twice the format's prior or
-        // the estimate above.
+        // charges it; taken when the rate is positive and under the ceiling (else the two
+        // belong together and neither is kept).
         let (lo, hi) = group.iter().map(|s| flops(s)).fold((f64::INFINITY, 0.0f64), |(a, b), f| (a.min(f), b.max(f)));
         if group.len() >= 3 && hi >= 4.0 * lo && group.iter().any(|s| pays(s)) {
             let eqs: Vec<([f64; 2], f64)> = group
@@ -180,19 +188,10 @@ pub fn fit(model: &CostModel, samples: &[Sample], source: &str) -> Result<Fitted
                 .map(|s| ([flops(s) / s.seconds, if pays(s) { 1.0 / s.seconds } else { 0.0 }], left(s) / s.seconds))
                 .collect();
             let [inv_rate, over] = nonneg_least_squares(&eqs);
-            if inv_rate > 0.0 && 1.0 / inv_rate / 1e12 <= 2.0 * nf.tflops.max(tflops) {
+            if inv_rate > 0.0 && 1.0 / inv_rate / 1e12 <= ceiling {
                 tflops = 1.0 / inv_rate / 1e12;
                 overhead_us = Some(over * 1e6);
             }
-        }
-        // A model's GEMMs (L2-warm operands, a few microseconds each) cannot measure a rate
-        // above the DB's own, fitted on large ones: what looks faster is the bytes term
-        // over-charged. Capped there, so that a partial tune does not price the library under
-        // the block kernels for the operators it did not time (c99: BERT-base's refit said
-        // 1,078 TFLOP/s fp16, above the H200's dense peak, and its 22 untimed operators took
-        // 10 library parts: 1.032 ms against 0.982 untuned).
-        if let Some(p) = &prior {
-            tflops = tflops.min(p.tflops);
         }
         db.dense.retain(|d| !(d.dtype == dt && d.kernel == name));
         db.dense.push(DenseEntry { dtype: dt.to_string(), tflops, kernel: name, overhead_us });
