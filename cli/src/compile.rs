@@ -89,6 +89,11 @@ pub struct CompileArgs {
     /// (DenseNet's BatchNorm and ReLU) could read its parts in place (for ablations).
     #[arg(long)]
     pub no_concat_reads: bool,
+    /// Run each LayerNorm between two sparse fp16/bf16 matmuls as a step of its own instead of
+    /// inside them (the first writes the sum and its rows' statistics, the next reads the sum
+    /// and normalizes; for ablations).
+    #[arg(long)]
+    pub no_defer_norms: bool,
     /// Run skinny dense fp16/bf16 matmuls (1×1 convolutions) on cuBLAS too instead of the
     /// streaming kernel (for ablations).
     #[arg(long)]
@@ -194,6 +199,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         stream_dense: !args.no_stream,
         implicit_gemm_conv: !args.direct_conv,
         concat_reads: !args.no_concat_reads,
+        defer_norms: !args.no_defer_norms,
     };
     let model = lower_model(&graph, &plan, &options, &mut |done, total| {
         bar.set_message(format!("specializing kernels: node {done}/{total}"));
@@ -296,8 +302,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         (
             "fused".into(),
             format!(
-                "{} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group, {} views, {} concats read in place, {} data-movement chains as one gather",
-                s.fused_epilogues, s.fused_nodes, s.fused_norms, s.views, s.fused_concats, s.fused_movements
+                "{} epilogues, {} nodes in fused steps, {} LayerNorms with their input's group, {} done by the matmuls around them, {} views, {} concats read in place, {} data-movement chains as one gather",
+                s.fused_epilogues, s.fused_nodes, s.fused_norms, s.deferred_norms, s.views, s.fused_concats, s.fused_movements
             ),
         ),
         (
@@ -345,6 +351,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "fused_epilogues": s.fused_epilogues,
             "fused_nodes": s.fused_nodes,
             "fused_norms": s.fused_norms,
+            "deferred_norms": s.deferred_norms,
             "fused_concats": s.fused_concats,
             "fused_movements": s.fused_movements,
             "views": s.views,

@@ -1264,3 +1264,154 @@ fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() 
         }
     }
 }
+
+/// Post-LN layers (BERT's order), 128 wide, 256 rows: `h0 = LN0(x·W0 + b0 + x)`,
+/// `u = relu(h0·W1 + b1)` (256 wide), `h2 = LN2(u·W2 + b2 + h0)`, `o = LN3(h2·W3 + h2)` (no β).
+fn post_ln_layers() -> Graph {
+    let w = |rows: usize, cols: usize, seed: usize| -> Tensor {
+        Tensor::from_vec(vec![rows, cols], (0..rows * cols).map(|i| ((i * seed % 97) as f32 - 48.0) / 400.0).collect())
+    };
+    let row = |n: usize, scale: f32, shift: f32| {
+        Tensor::from_vec(vec![n], (0..n).map(|i| shift + scale * (i as f32 / n as f32 - 0.5)).collect())
+    };
+    let bytes = ModelBuilder::new("post_ln_layers", 17)
+        .input("x", DType::F32, &fixed(&[4, 64, 128]))
+        .output("o", DType::F32, &fixed(&[4, 64, 128]))
+        .init("w0", &w(128, 128, 31))
+        .init("w1", &w(128, 256, 53))
+        .init("w2", &w(256, 128, 71))
+        .init("w3", &w(128, 128, 29))
+        .init("b0", &row(128, 0.2, 0.1))
+        .init("b1", &row(256, -0.3, 0.05))
+        .init("b2", &row(128, 0.4, -0.1))
+        .init("g0", &row(128, 0.8, 1.0))
+        .init("be0", &row(128, 0.2, 0.1))
+        .init("g2", &row(128, -0.6, 0.9))
+        .init("be2", &row(128, 0.3, -0.2))
+        .init("g3", &row(128, 0.5, 1.1))
+        .node("mm0", "MatMul", &["x", "w0"], &["p0"], vec![])
+        .node("bias0", "Add", &["p0", "b0"], &["a0"], vec![])
+        .node("res0", "Add", &["a0", "x"], &["s0"], vec![])
+        .node("ln0", "LayerNormalization", &["s0", "g0", "be0"], &["h0"], vec![("axis", A::I(-1))])
+        .node("mm1", "MatMul", &["h0", "w1"], &["p1"], vec![])
+        .node("bias1", "Add", &["p1", "b1"], &["a1"], vec![])
+        .node("relu1", "Relu", &["a1"], &["u"], vec![])
+        .node("mm2", "MatMul", &["u", "w2"], &["p2"], vec![])
+        .node("bias2", "Add", &["p2", "b2"], &["a2"], vec![])
+        .node("res2", "Add", &["a2", "h0"], &["s2"], vec![])
+        .node("ln2", "LayerNormalization", &["s2", "g2", "be2"], &["h2"], vec![("axis", A::I(-1))])
+        .node("mm3", "MatMul", &["h2", "w3"], &["p3"], vec![])
+        .node("res3", "Add", &["p3", "h2"], &["s3"], vec![])
+        .node("ln3", "LayerNormalization", &["s3", "g3"], &["o"], vec![("axis", A::I(-1))])
+        .bytes();
+    load_model_bytes(&bytes, "post_ln_layers", &LoadOptions::default()).unwrap()
+}
+
+/// A pre-LN pair (GPT-2's order), 128 wide: `r1 = x + LN1(x)·W1 + b1` (the sum an output too),
+/// `y = r1 + LN2(r1)·W2 + b2`.
+fn pre_ln_layers() -> Graph {
+    let w = |seed: usize| -> Tensor {
+        Tensor::from_vec(vec![128, 128], (0..128 * 128).map(|i| ((i * seed % 97) as f32 - 48.0) / 300.0).collect())
+    };
+    let row = |scale: f32, shift: f32| {
+        Tensor::from_vec(vec![128], (0..128).map(|i| shift + scale * (i as f32 / 128.0 - 0.5)).collect())
+    };
+    let bytes = ModelBuilder::new("pre_ln_layers", 17)
+        .input("x", DType::F32, &fixed(&[4, 64, 128]))
+        .output("y", DType::F32, &fixed(&[4, 64, 128]))
+        .output("r1", DType::F32, &fixed(&[4, 64, 128]))
+        .init("w1", &w(31))
+        .init("w2", &w(53))
+        .init("b1", &row(0.2, 0.0))
+        .init("b2", &row(-0.3, 0.1))
+        .init("g1", &row(1.0, 1.0))
+        .init("be1", &row(0.1, 0.0))
+        .init("g2", &row(-1.5, 1.2))
+        .init("be2", &row(0.4, -0.1))
+        .node("ln1", "LayerNormalization", &["x", "g1", "be1"], &["n1"], vec![("axis", A::I(-1))])
+        .node("mm1", "MatMul", &["n1", "w1"], &["h1"], vec![])
+        .node("bias1", "Add", &["h1", "b1"], &["a1"], vec![])
+        .node("res1", "Add", &["a1", "x"], &["r1"], vec![])
+        .node("ln2", "LayerNormalization", &["r1", "g2", "be2"], &["n2"], vec![("axis", A::I(-1))])
+        .node("mm2", "MatMul", &["n2", "w2"], &["h2"], vec![])
+        .node("bias2", "Add", &["h2", "b2"], &["a2"], vec![])
+        .node("res2", "Add", &["a2", "r1"], &["y"], vec![])
+        .bytes();
+    load_model_bytes(&bytes, "pre_ln_layers", &LoadOptions::default()).unwrap()
+}
+
+/// `compile`'s pipeline with a TeSA, in a 16-bit type.
+fn compile_half_tesa(mut graph: Graph, tesa: &str, dtype: DType, options: &ModelOptions) -> ModelProgram {
+    apply_attrs(&mut graph, Some(&TesaAttrs::parse(tesa).unwrap())).unwrap();
+    propagate(&mut graph, &PropagateOptions::default()).unwrap();
+    prepare_for_lowering(&mut graph, true).unwrap();
+    spartac::rewrite::to_half(&mut graph, dtype).unwrap();
+    let p = plan(&graph, &PlanOptions::default()).unwrap();
+    let model = lower_model(&graph, &p, options, &mut |_, _| {}).unwrap();
+    let back = decode(&encode(&model, &[]).unwrap()).unwrap().model;
+    assert_eq!(back, model, "the artifact reads back as written");
+    back
+}
+
+/// LayerNorms between block-sparse 16-bit products are no steps: the product before writes
+/// the sum and its rows' statistics, the products after read the sum and normalize, and a
+/// post-LN skip connection is normalized as the next producer reads it. Post-LN: LN0 (read by
+/// a product and by LN2's residual) and LN2 (read by a product and by the last residual; the
+/// last LayerNorm, an output, stays a step and reads the sum mm3 writes); pre-LN: LN2 (LN1
+/// reads the input). In fp16 and bf16 the CPU executor stays within 16-bit rounding of the reference of
+/// the pruned model, as it does without the deferral (`--no-defer-norms`), and every kernel
+/// compiles.
+#[test]
+fn layernorms_between_block_sparse_16_bit_products_run_inside_them() {
+    const BLOCK75: &str = r#"{ "tensors": { "w*": { "block_magnitude": { "block": [32, 32], "sparsity": 0.75 } } } }"#;
+    let off = ModelOptions { defer_norms: false, ..Default::default() };
+    for (build, deferred, norms) in [(post_ln_layers as fn() -> Graph, 2, 3), (pre_ln_layers, 1, 2)] {
+        for dtype in [DType::F16, DType::BF16] {
+            let model = compile_half_tesa(build(), BLOCK75, dtype, &ModelOptions::default());
+            let name = build().name.clone();
+            let what = format!("{name} {}", dtype.name());
+            assert_eq!(model.stats.deferred_norms, deferred, "{what}\n{}", model.program.to_text());
+            let text = model.program.to_text();
+            assert_eq!(norm_steps(&model).len(), norms - deferred, "{what}: LayerNorm steps left\n{text}");
+            assert_eq!(text.matches("row_stats(").count(), deferred, "{what}\n{text}");
+            assert_eq!(text.matches("norm_input(").count(), deferred, "{what}\n{text}");
+            let mut pruned = build();
+            apply_attrs(&mut pruned, Some(&TesaAttrs::parse(BLOCK75).unwrap())).unwrap();
+            let tol = if dtype == DType::F16 { 1e-2 } else { 4e-2 };
+            let worst = assert_compiled_matches(&pruned, &model, &[1, 2], tol, &what);
+            let plain = compile_half_tesa(build(), BLOCK75, dtype, &off);
+            assert_eq!(plain.stats.deferred_norms, 0);
+            assert_eq!(norm_steps(&plain).len(), norms, "{what}: --no-defer-norms keeps the steps");
+            let worst_plain = assert_compiled_matches(&pruned, &plain, &[1, 2], tol, &what);
+            assert!(worst <= 2.0 * worst_plain + 1e-3, "{what}: deferred {worst:.3e} against {worst_plain:.3e}");
+            nvrtc_compiles(&model);
+        }
+    }
+    // Post-LN: mm2 and mm3 read LN0's and LN2's sums as their residuals, normalized; LN3's
+    // step reads the sum mm3 wrote (no Add) and stores through the output's Cast.
+    let model = compile_half_tesa(post_ln_layers(), BLOCK75, DType::F16, &ModelOptions::default());
+    assert_eq!(model.program.to_text().matches("(normalized stats=").count(), 2, "{}", model.program.to_text());
+    assert_eq!(norm_steps(&model), [["LayerNormalization", "Cast"]]);
+}
+
+/// MiniLM-L3 in fp16 with 90% of its matmul blocks pruned: the five LayerNorms before the last
+/// are done by the products around them (28 steps where there were 32), and its outputs on the
+/// CPU executor stay within fp16 rounding of the reference of the pruned model, as they are
+/// without the deferral.
+#[test]
+fn minilm_l3_in_fp16_defers_all_but_its_last_layernorm() {
+    let block90 =
+        std::fs::read_to_string(spartac_tests::repo_root().join("models/tesa/matmul-block32-90.json")).unwrap();
+    let model = compile_half_tesa(minilm_l3(), &block90, DType::F16, &ModelOptions::default());
+    let off = ModelOptions { defer_norms: false, ..Default::default() };
+    let plain = compile_half_tesa(minilm_l3(), &block90, DType::F16, &off);
+    assert_eq!(model.stats.deferred_norms, 5, "{:?}", model.stats);
+    // Five LayerNorm steps fewer, one step more that zeroes their row sums.
+    assert_eq!(plain.program.steps.len() - model.program.steps.len(), 4);
+    assert_eq!(model.program.steps.iter().filter(|s| s.label == "zero LayerNorm row sums").count(), 1);
+    let mut pruned = minilm_l3();
+    apply_attrs(&mut pruned, Some(&TesaAttrs::parse(&block90).unwrap())).unwrap();
+    let worst = assert_compiled_matches(&pruned, &model, &[3], 1e-2, "deferred");
+    let worst_plain = assert_compiled_matches(&pruned, &plain, &[3], 1e-2, "not deferred");
+    assert!(worst <= 2.0 * worst_plain + 1e-3, "deferred {worst:.3e} against {worst_plain:.3e}");
+}

@@ -44,8 +44,8 @@ mod spmm;
 // The spec, its field types and the kernel families live below both `plan` and `codegen`
 // (`kernel_choice`); their `codegen::` paths stay.
 pub use crate::kernel_choice::{
-    tf32_exact, Activation, DenseCopy, Dtype, Engine, Epilogue, Family, FineTf32Work, Mode, Orientation, SpmmSpec,
-    Tile, DEFAULT_UNROLL_BUDGET,
+    tf32_exact, Activation, DenseCopy, Dtype, Engine, Epilogue, Family, FineTf32Work, Mode, Orientation, RowNorm,
+    RowStatsIn, SpmmSpec, Tile, DEFAULT_UNROLL_BUDGET,
 };
 pub use library::{library_gemm, library_gemm_fused, library_takes, library_takes_dense, LibraryEpilogue, LibraryGemm};
 pub use loopnest::{Dismantled, Level, LoopNest};

@@ -388,6 +388,17 @@ pub struct WgmmaWsCtx {
     /// commit (groups of up to `MASK_PATHS_MAX_GROUP` columns); empty for wider groups, which
     /// branch per slot.
     pub mask_paths: Vec<MaskPath>,
+    /// LayerNorm work around the epilogue (`codegen::RowNorm`): whether there is any, the
+    /// epsilons of the statistics it reads as float literals, and where its shared memory
+    /// starts (bytes after the staging rows' start).
+    pub row_norm: crate::codegen::RowNorm,
+    pub norm_any: bool,
+    pub in_eps: String,
+    pub res_eps: String,
+    pub norm_off: usize,
+    /// The store loop's residual chunks are loaded before the main loop (at most two per
+    /// thread).
+    pub res_prefetch: bool,
 }
 
 /// A set of live slots of a warp-specialized step: its mask and the slots in it.

@@ -37,7 +37,7 @@ pub mod two_four;
 
 pub use fine_tf32::FineTf32Work;
 pub use spec::{
-    tf32_exact, Activation, DenseCopy, Dtype, Engine, Epilogue, Mode, Orientation, SpmmSpec, Tile,
+    tf32_exact, Activation, DenseCopy, Dtype, Engine, Epilogue, Mode, Orientation, RowNorm, RowStatsIn, SpmmSpec, Tile,
     DEFAULT_UNROLL_BUDGET,
 };
 

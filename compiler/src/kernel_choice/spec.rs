@@ -257,6 +257,40 @@ pub struct SpmmSpec {
     /// [`super::two_four::supports`]). Its tile reads `rows`, `group`, `warps`, `stages` and
     /// `k_rows` ([`super::two_four::tiling`]).
     pub two_four: bool,
+    /// LayerNorm work around the epilogue (`program::SpmmNorm` states what it computes): the
+    /// warp-specialized wgmma kernel takes it, no other kernel does.
+    pub row_norm: RowNorm,
+}
+
+/// The LayerNorm work a 16-bit block product's kernel does around its epilogue, so that a
+/// LayerNorm between two products needs no step of its own (`program::model::norm_defer`).
+/// Row statistics pass between kernels as each row's sum and sum of squares (f64).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RowNorm {
+    /// A holds a LayerNorm's input `s` (its rows' sums, the LayerNorm's `eps`): before
+    /// the epilogue, `acc ← rstd·(acc − mean·colsum)` with each column's sum of the weight
+    /// (which holds diag(γ)·W), so that the product is the normalized rows' (the epilogue's
+    /// bias carries βᵀW).
+    pub input: Option<RowStatsIn>,
+    /// A residual added after the epilogue (the epilogue's value rounded to the output type,
+    /// plus the residual, rounded again).
+    pub residual: bool,
+    /// The residual is a LayerNorm's input, normalized as it is read: `(r − mean)·rstd·γ + β`.
+    pub residual_affine: Option<RowStatsIn>,
+    /// The output rows' sums added (f64 atomics; zero before the kernel).
+    pub stats: bool,
+}
+
+/// Row statistics a kernel reads: the LayerNorm's epsilon.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RowStatsIn {
+    pub eps: f32,
+}
+
+impl RowNorm {
+    pub fn any(&self) -> bool {
+        self.input.is_some() || self.residual || self.stats
+    }
 }
 
 /// Whether every value is exactly a TF32 number (what [`SpmmSpec::w_tf32_exact`] states): the
@@ -289,6 +323,7 @@ impl SpmmSpec {
             live_above: 0,
             w_tf32_exact: false,
             two_four: false,
+            row_norm: RowNorm::default(),
         }
     }
 

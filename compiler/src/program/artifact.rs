@@ -13,15 +13,15 @@
 
 use super::model::{LoweringStats, ModelProgram, Signature};
 use super::{
-    checksum, Arg, Buffer, BufferId, Csr, Data, Elem, KernelCode, KernelId, Launch, NodeOp, Op, Operand, Param,
-    ParamId, Program, Rows, Step, Storage,
+    checksum, Arg, Buffer, BufferId, Csr, Data, Elem, KernelCode, KernelId, Launch, NodeOp, NormInput, NormResidual,
+    NormStats, Op, Operand, Param, ParamId, Program, RowAffine, RowStats, Rows, SpmmNorm, Step, Storage,
 };
 use crate::codegen::{Activation, Epilogue, TmaBox};
 use crate::ir::{Attr, Attrs, DType, Tensor};
 use prost::Message;
 
 pub const ARTIFACT_MAGIC: &[u8; 8] = b"SPARTAC\0";
-pub const ARTIFACT_VERSION: u32 = 3;
+pub const ARTIFACT_VERSION: u32 = 4;
 
 /// PTX of one kernel for one arch.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -166,6 +166,90 @@ struct SpmmProto {
     clip_hi: f32,
     #[prost(bool, tag = "13")]
     accumulate: bool,
+    /// The LayerNorm work around the epilogue (`SpmmNorm`), when there is any.
+    #[prost(message, optional, tag = "14")]
+    norm: Option<SpmmNormProto>,
+}
+
+/// `SpmmNorm`: each part present when its buffers are.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SpmmNormProto {
+    #[prost(message, optional, tag = "1")]
+    input: Option<RowStatsProto>,
+    #[prost(uint32, optional, tag = "2")]
+    input_colsum: Option<u32>,
+    #[prost(uint32, optional, tag = "3")]
+    residual: Option<u32>,
+    #[prost(message, optional, tag = "4")]
+    residual_stats: Option<RowStatsProto>,
+    #[prost(uint32, optional, tag = "5")]
+    residual_gamma: Option<u32>,
+    #[prost(uint32, optional, tag = "6")]
+    residual_beta: Option<u32>,
+    #[prost(uint32, optional, tag = "7")]
+    stats: Option<u32>,
+    #[prost(uint64, tag = "8")]
+    stats_at: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RowStatsProto {
+    #[prost(uint32, tag = "1")]
+    sums: u32,
+    #[prost(uint64, tag = "2")]
+    at: u64,
+    #[prost(float, tag = "3")]
+    eps: f32,
+}
+
+fn row_stats_proto(s: RowStats) -> RowStatsProto {
+    RowStatsProto { sums: s.sums.0, at: s.at as u64, eps: s.eps }
+}
+
+fn norm_proto(nm: &SpmmNorm) -> SpmmNormProto {
+    let af = nm.residual.and_then(|r| r.affine);
+    SpmmNormProto {
+        input: nm.input.map(|i| row_stats_proto(i.stats)),
+        input_colsum: nm.input.map(|i| i.colsum.0),
+        residual: nm.residual.map(|r| r.buf.0),
+        residual_stats: af.map(|a| row_stats_proto(a.stats)),
+        residual_gamma: af.map(|a| a.gamma.0),
+        residual_beta: af.map(|a| a.beta.0),
+        stats: nm.stats.map(|s| s.sums.0),
+        stats_at: nm.stats.map_or(0, |s| s.at as u64),
+    }
+}
+
+/// `SpmmNorm` from its record: a part is present when all its buffers are, and a part with
+/// some of them only is an error.
+fn norm_of(
+    p: &SpmmNormProto,
+    buf_id: impl Fn(u32) -> Result<BufferId, ArtifactError>,
+) -> Result<SpmmNorm, ArtifactError> {
+    let incomplete = |what: &str| bad(format!("a LayerNorm record's {what} is incomplete"));
+    let stats_of = |s: &RowStatsProto| -> Result<RowStats, ArtifactError> {
+        Ok(RowStats { sums: buf_id(s.sums)?, at: usize_of(s.at, "row sums offset")?, eps: s.eps })
+    };
+    let input = match (&p.input, p.input_colsum) {
+        (None, None) => None,
+        (Some(s), Some(c)) => Some(NormInput { stats: stats_of(s)?, colsum: buf_id(c)? }),
+        _ => return Err(incomplete("input")),
+    };
+    let affine = match (&p.residual_stats, p.residual_gamma, p.residual_beta) {
+        (None, None, None) => None,
+        (Some(s), Some(g), Some(b)) => Some(RowAffine { stats: stats_of(s)?, gamma: buf_id(g)?, beta: buf_id(b)? }),
+        _ => return Err(incomplete("residual")),
+    };
+    let residual = match p.residual {
+        Some(r) => Some(NormResidual { buf: buf_id(r)?, affine }),
+        None if affine.is_some() => return Err(incomplete("residual")),
+        None => None,
+    };
+    let stats = match p.stats {
+        Some(s) => Some(NormStats { sums: buf_id(s)?, at: usize_of(p.stats_at, "row sums offset")? }),
+        None => None,
+    };
+    Ok(SpmmNorm { input, residual, stats })
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -327,6 +411,7 @@ fn stats_vec(s: &LoweringStats) -> Vec<u64> {
         s.fused_norms,
         s.fused_concats,
         s.fused_movements,
+        s.deferred_norms,
     ]
     .iter()
     .map(|&x| x as u64)
@@ -415,7 +500,7 @@ pub fn encode(model: &ModelProgram, ptx: &[PtxProto]) -> Result<Vec<u8>, Artifac
         };
         match &s.op {
             Op::Move => sp.op = 0,
-            Op::Spmm { a, c, rows: Rows::All(m), weight, packed, bias, epilogue, accumulate } => {
+            Op::Spmm { a, c, rows: Rows::All(m), weight, packed, bias, epilogue, accumulate, norm } => {
                 let (activation, clip_lo, clip_hi) = activation_code(epilogue.activation);
                 sp.op = 1;
                 sp.spmm = Some(SpmmProto {
@@ -432,6 +517,7 @@ pub fn encode(model: &ModelProgram, ptx: &[PtxProto]) -> Result<Vec<u8>, Artifac
                     clip_lo,
                     clip_hi,
                     accumulate: *accumulate,
+                    norm: norm.as_deref().map(norm_proto),
                 });
             }
             Op::Nodes(nodes) => {
@@ -700,6 +786,10 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
                     bias: p.bias.map(buf_id).transpose()?,
                     epilogue: Epilogue { bias: p.epilogue_bias, activation },
                     accumulate: p.accumulate,
+                    norm: match &p.norm {
+                        Some(nm) => Some(Box::new(norm_of(nm, buf_id)?)),
+                        None => None,
+                    },
                 }
             }
             2 => {
@@ -832,6 +922,7 @@ pub fn decode(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
         fused_norms: st(9),
         fused_concats: st(10),
         fused_movements: st(11),
+        deferred_norms: st(12),
     };
     for p in &proto.ptx {
         if p.kernel as usize >= program.kernels.len() {

@@ -320,6 +320,8 @@ pub enum Op {
         bias: Option<BufferId>,
         epilogue: Epilogue,
         accumulate: bool,
+        /// LayerNorm work around the epilogue ([`SpmmNorm`]), one part's kernel doing it all.
+        norm: Option<Box<SpmmNorm>>,
     },
     /// Several square `n × n` layers in one step (a batched network's converged tail): layer `l`
     /// multiplies the live rows of one buffer into the other (`a` into `c` for even `l`, `c` into
@@ -399,6 +401,63 @@ pub enum Op {
     Nodes(Vec<NodeOp>),
     /// A plain copy or fill ([`Launch::Copy`] / [`Launch::Zero`]): the op is its launch.
     Move,
+}
+
+/// The LayerNorm work of a planned product's step, so that a LayerNorm between two products
+/// is no step of its own (`model/norm_defer.rs`). Row statistics pass between steps as each
+/// row's sum and sum of squares (f64 pairs); a reader takes each row's mean and
+/// 1/sqrt(var + eps) from them. In order, on the rows of the product:
+/// 1. `input`: `a` holds a LayerNorm's input `s` (not its output), `W` (the step's weight) is
+///    diag(γ)·W₀ and the bias βᵀW₀ + bias₀: the product is `rstd·(s·W − mean·colsum)` with
+///    `s`'s statistics and `colsum` (f32, the column sums of `W`), then the epilogue (bias,
+///    activation): the normalized rows times W₀ plus bias₀;
+/// 2. `residual`: the epilogue's value rounded to C's type plus the residual (a buffer of C's
+///    type, or, with `affine`, its rows normalized as read: `(r − mean)·rstd·γ + β`), rounded;
+/// 3. `stats`: the sums of C's rows as stored (on the GPU, added into a range an earlier step
+///    zeroed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpmmNorm {
+    pub input: Option<NormInput>,
+    pub residual: Option<NormResidual>,
+    pub stats: Option<NormStats>,
+}
+
+/// Row sums (see [`SpmmNorm`]): the buffer, the element the rows' pairs start at, and the
+/// epsilon of the LayerNorm they serve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowStats {
+    pub sums: BufferId,
+    pub at: usize,
+    pub eps: f32,
+}
+
+/// [`SpmmNorm::input`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormInput {
+    pub stats: RowStats,
+    pub colsum: BufferId,
+}
+
+/// [`SpmmNorm::residual`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormResidual {
+    pub buf: BufferId,
+    pub affine: Option<RowAffine>,
+}
+
+/// A LayerNorm applied as a value is read: its rows' statistics, γ and β (f32).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowAffine {
+    pub stats: RowStats,
+    pub gamma: BufferId,
+    pub beta: BufferId,
+}
+
+/// [`SpmmNorm::stats`]: where C's rows' sums go.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormStats {
+    pub sums: BufferId,
+    pub at: usize,
 }
 
 /// Identical rows merged by a compaction: once the activations of a batched network converge,
@@ -562,10 +621,27 @@ impl Program {
             Rows::Live { count, at, .. } => Some(Access { buf: *count, at: *at, len: 1, write: false }),
         };
         match &step.op {
-            Op::Spmm { a, c, rows, weight, packed, bias, accumulate, .. } => {
+            Op::Spmm { a, c, rows, weight, packed, bias, accumulate, norm, .. } => {
                 let m = self.matrices[*weight].rows;
                 let n = self.matrices[*weight].cols;
                 let rmax = rows.max();
+                if let Some(nm) = norm {
+                    let read = |buf: BufferId, len: usize| Access { buf, at: 0, len, write: false };
+                    let read_at = |buf: BufferId, at: usize, len: usize| Access { buf, at, len, write: false };
+                    if let Some(i) = &nm.input {
+                        out.extend([read_at(i.stats.sums, i.stats.at, 2 * rmax), read(i.colsum, n)]);
+                    }
+                    if let Some(r) = &nm.residual {
+                        out.push(read(r.buf, rmax * n));
+                        if let Some(af) = &r.affine {
+                            let st = af.stats;
+                            out.extend([read_at(st.sums, st.at, 2 * rmax), read(af.gamma, n), read(af.beta, n)]);
+                        }
+                    }
+                    if let Some(st) = &nm.stats {
+                        out.push(Access { buf: st.sums, at: st.at, len: 2 * rmax, write: true });
+                    }
+                }
                 out.push(Access { buf: *a, at: 0, len: rmax * m, write: false });
                 if *accumulate {
                     out.push(Access { buf: *c, at: 0, len: rmax * n, write: false });

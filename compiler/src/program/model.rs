@@ -42,6 +42,10 @@
 //!   kernel as a prologue, the sum never stored, or stored in the same pass when read elsewhere
 //!   too (pre-LN transformers); a Transpose in it that permutes only the row axes (ViT's
 //!   `[seq, batch] → [batch, seq]`) is read through its strides, as in a plain group;
+//! - **LayerNorms between 16-bit block products** (`model/norm_defer.rs`): no step; the product
+//!   before adds the residual and the rows' sums ([`SpmmNorm`]), the products after read the sum
+//!   with their weight scaled by γ and normalize before their epilogue, and a skip connection is
+//!   normalized where the next producer reads it (`--no-defer-norms` keeps them steps);
 //! - **NHWC convolutions and pools** (`model/conv.rs`, `model/pool.rs`): a Conv, MaxPool or
 //!   AveragePool between the Transposes `rewrite::channels_last` puts around it is one step and
 //!   one channels-last kernel (a Conv with the activation after it in its epilogue), the
@@ -86,7 +90,7 @@
 //! loop follows), `views.rs`, `buffers.rs` the buffers and their reuse, `planned.rs` and
 //! `epilogue.rs` the planned matmuls and the epilogue recognition, `attention.rs`,
 //! `strided_views.rs` and `attention_mask.rs` the fused attention, its in-place operands and the
-//! keys its mask hides, `norm_fusion.rs`,
+//! keys its mask hides, `norm_fusion.rs`, `norm_defer.rs`,
 //! `conv.rs`, `pool.rs`, `elementwise.rs` (groups, `node_expr`), `ops.rs` (the other ops) and
 //! `types.rs` (the options, the lowered model and its signatures).
 //!
@@ -95,7 +99,10 @@
 //! weights sum to the pruned weight, and the CSR the CPU multiplies is that sum); every graph
 //! output has a buffer of storage `Output` of its own.
 
-use super::{Arg, BufferId, Csr, Data, Elem, Launch, NodeOp, Op, Operand, ProgramBuilder, ProgramError, Rows, Storage};
+use super::{
+    Arg, BufferId, Csr, Data, Elem, Launch, NodeOp, NormInput, NormResidual, NormStats, Op, Operand, ProgramBuilder,
+    ProgramError, RowAffine, Rows, SpmmNorm, Storage,
+};
 use crate::codegen::graph_ops::{self, Binary, Expr, OpKernel, Reduce, TensorDesc, Unary};
 use crate::codegen::{Activation, Epilogue, Family};
 use crate::ir::{DType, Graph, Initializer, Node, Tensor, ValueId};
@@ -112,6 +119,7 @@ mod elementwise;
 mod epilogue;
 mod fusions;
 mod movement;
+mod norm_defer;
 mod norm_fusion;
 mod ops;
 mod planned;
@@ -205,6 +213,14 @@ struct Lowering<'a> {
     movements: HashMap<usize, Movement>,
     /// Residual Adds (and a ReLU) a planned MatMul's library call adds, keyed by the MatMul.
     residuals: HashMap<usize, epilogue::ResidualFusion>,
+    /// LayerNorms the products around them do (`model/norm_defer.rs`), keyed by the producer;
+    /// the values they leave unstored (the output, views of it), with their producer; and
+    /// their buffers once the producer's step is made.
+    deferred: HashMap<usize, norm_defer::DeferredNorm>,
+    deferred_reads: HashMap<ValueId, usize>,
+    deferred_bufs: HashMap<usize, norm_defer::DeferredBufs>,
+    /// The deferred LayerNorms' row sums: one buffer, each producer's offset, the first producer.
+    ln_sums: Option<(BufferId, HashMap<usize, usize>, usize)>,
     /// Attention operands read in place from a wider value (`model/strided_views.rs`), keyed
     /// by the operand (the value a folded Transpose reads, or the MatMul's input).
     views: HashMap<ValueId, ViewChain>,
@@ -257,6 +273,10 @@ impl<'a> Lowering<'a> {
             norms: HashMap::new(),
             movements: HashMap::new(),
             residuals: HashMap::new(),
+            deferred: HashMap::new(),
+            deferred_reads: HashMap::new(),
+            deferred_bufs: HashMap::new(),
+            ln_sums: None,
             views: HashMap::new(),
             concat_reads: HashMap::new(),
             key_ends_seen: HashMap::new(),

@@ -57,19 +57,38 @@ fn rows_text(r: &Rows) -> String {
     }
 }
 
+fn norm_text(nm: &super::SpmmNorm) -> String {
+    let stats = |s: &super::RowStats| format!("buf%{}[{}..] eps={:e}", s.sums.0, s.at, s.eps);
+    let mut out = String::new();
+    if let Some(i) = &nm.input {
+        out += &format!(" norm_input(stats={} colsum=buf%{})", stats(&i.stats), i.colsum.0);
+    }
+    if let Some(r) = &nm.residual {
+        out += &format!(" residual=buf%{}", r.buf.0);
+        if let Some(af) = &r.affine {
+            out += &format!("(normalized stats={} gamma=buf%{} beta=buf%{})", stats(&af.stats), af.gamma.0, af.beta.0);
+        }
+    }
+    if let Some(st) = &nm.stats {
+        out += &format!(" row_stats(out=buf%{}[{}..])", st.sums.0, st.at);
+    }
+    out
+}
+
 fn op_text(op: &Op) -> String {
     match op {
-        Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate } => {
+        Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate, norm } => {
             let packed: Vec<String> = packed.iter().map(|(b, len, _)| format!("buf%{}[..{len}]", b.0)).collect();
             format!(
-                "spmm c=buf%{} a=buf%{} rows={} w=matrix#{weight} packed=[{}] bias={} epilogue={:?}{}",
+                "spmm c=buf%{} a=buf%{} rows={} w=matrix#{weight} packed=[{}] bias={} epilogue={:?}{}{}",
                 c.0,
                 a.0,
                 rows_text(rows),
                 packed.join(","),
                 bias.map_or("none".into(), |b| format!("buf%{}", b.0)),
                 epilogue,
-                if *accumulate { " accumulate" } else { "" }
+                if *accumulate { " accumulate" } else { "" },
+                norm.as_deref().map_or(String::new(), norm_text)
             )
         }
         Op::SpmmChain { a, c, rows, layers, n, slots, idx, w, bias, epilogue } => format!(

@@ -322,11 +322,81 @@ fn spmm_rows(
     out
 }
 
+/// A product with LayerNorm work around its epilogue (`SpmmNorm`, in its order): the rows of
+/// C's type as stored (values rounded to `elem`).
+fn spmm_norm(
+    program: &Program,
+    mem: &CpuMemory,
+    nm: &spartac::program::SpmmNorm,
+    (w, av, live): (&spartac::program::Csr, &[f64], usize),
+    bias: &[f32],
+    epilogue: &spartac::codegen::Epilogue,
+    elem: Elem,
+) -> Vec<f64> {
+    let n = w.cols;
+    let round = |x: f64| -> f64 {
+        match elem {
+            Elem::F16 => half::f16::from_f64(x).to_f64(),
+            Elem::BF16 => half::bf16::from_f64(x).to_f64(),
+            _ => x as f32 as f64,
+        }
+    };
+    let mut out = match &nm.input {
+        Some(input) => {
+            // The sums rounded to f32 as the kernel accumulates them, then the normalization.
+            let plain = spartac::codegen::Epilogue { bias: false, activation: spartac::codegen::Activation::None };
+            let mut out = spmm_rows(w, av, live, &vec![0.0; n], &plain, None, true);
+            let stats = combined_stats(mem, &input.stats, live, w.rows);
+            let colsum = mem.floats(input.colsum, Elem::F32);
+            for (r, row) in out.chunks_mut(n).enumerate() {
+                let (mean, rstd) = stats[r];
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = epilogue.apply(rstd * (*o - mean * colsum[j] as f64), bias[j] as f64);
+                }
+            }
+            out
+        }
+        None => spmm_rows(w, av, live, bias, epilogue, None, true),
+    };
+    if let Some(res) = &nm.residual {
+        let rv = mem.floats(res.buf, program.buffer(res.buf).elem);
+        let affine = res.affine.map(|af| {
+            (combined_stats(mem, &af.stats, live, n), mem.floats(af.gamma, Elem::F32), mem.floats(af.beta, Elem::F32))
+        });
+        for (r, row) in out.chunks_mut(n).enumerate() {
+            for (j, o) in row.iter_mut().enumerate() {
+                let x = rv[r * n + j] as f64;
+                let x = match &affine {
+                    Some((st, g, b)) => (x - st[r].0) * st[r].1 * g[j] as f64 + b[j] as f64,
+                    None => x,
+                };
+                *o = round(round(*o) + x);
+            }
+        }
+    } else {
+        out.iter_mut().for_each(|o| *o = round(*o));
+    }
+    out
+}
+
+/// Each of the first `live` rows' (mean, 1/sqrt(var + eps)) from its sums in `st` (rows of `n`
+/// columns).
+fn combined_stats(mem: &CpuMemory, st: &spartac::program::RowStats, live: usize, n: usize) -> Vec<(f64, f64)> {
+    let s = mem.f64s(st.sums);
+    (0..live)
+        .map(|r| {
+            let mean = s[st.at + 2 * r] / n as f64;
+            let var = (s[st.at + 2 * r + 1] / n as f64 - mean * mean).max(0.0);
+            (mean, 1.0 / (var + st.eps as f64).sqrt())
+        })
+        .collect()
+}
+
 fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Result<(), String> {
     match op {
         Op::Move => Ok(()),
         Op::Nodes(nodes) => run_nodes(mem, nodes),
-        Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate } => {
+        Op::Spmm { a, c, rows, weight, packed, bias, epilogue, accumulate, norm } => {
             check_packed(program, mem, packed)?;
             let w = &program.matrices[*weight];
             let live = live_rows(mem, rows)?;
@@ -346,7 +416,23 @@ fn run_op(program: &Program, mem: &mut CpuMemory, op: &Op, params: &[i32]) -> Re
             };
             let av = widened(*a);
             let prev = if *accumulate { widened(*c) } else { vec![] };
-            let out = spmm_rows(w, &av, live, &bias, epilogue, accumulate.then_some(&prev[..]), !f64);
+            let out = match norm {
+                Some(nm) => {
+                    if f64 || *accumulate {
+                        return Err("LayerNorm work around an f64 or accumulating product".into());
+                    }
+                    spmm_norm(program, mem, nm, (w, &av, live), &bias, epilogue, c_elem)
+                }
+                None => spmm_rows(w, &av, live, &bias, epilogue, accumulate.then_some(&prev[..]), !f64),
+            };
+            if let Some(st) = norm.as_ref().and_then(|nm| nm.stats) {
+                let mut sums = mem.f64s(st.sums);
+                for (r, row) in out.chunks(w.cols).enumerate() {
+                    sums[st.at + 2 * r] = row.iter().sum();
+                    sums[st.at + 2 * r + 1] = row.iter().map(|x| x * x).sum();
+                }
+                mem.store_f64s(st.sums, &sums);
+            }
             if f64 {
                 mem.store_f64s(*c, &out);
             } else {

@@ -72,6 +72,23 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
             "live rows (a run-time row count) are built for right-orientation fp32 kernels only".into(),
         ));
     }
+    if spec.row_norm.any() {
+        // Only the warp-specialized wgmma kernel does the LayerNorm work.
+        let tensor = matches!(spec.dtype, Dtype::F16 | Dtype::Bf16);
+        if spec.two_four || spec.orientation != Orientation::Right || !tensor || spec.live_rows || spec.accumulate {
+            return Err(spec_err(
+                "LayerNorm work around the epilogue is built for 16-bit right-orientation block kernels that write C"
+                    .into(),
+            ));
+        }
+        if !matches!(spec.engine, Engine::Auto | Engine::WgmmaWs)
+            || !crate::kernel_choice::block_wgmma::supports(bh, bw)
+        {
+            return Err(spec_err(format!(
+                "LayerNorm work around the epilogue needs the warp-specialized wgmma kernel, not {bh}x{bw} blocks"
+            )));
+        }
+    }
     if spec.two_four {
         return two_four::specialize(spec);
     }
@@ -127,6 +144,7 @@ pub fn specialize(spec: &SpmmSpec) -> Result<Kernel, CodegenError> {
         && spec.engine == Engine::Auto
         && !spec.live_rows
         && !spec.accumulate
+        && !spec.row_norm.any()
         && crate::kernel_choice::stream::auto_takes(spec.dtype, spec.orientation, k, n)
     {
         return stream::specialize(spec);

@@ -317,6 +317,7 @@ pub fn lower(
                 bias: Some(bias_buf),
                 epilogue: Epilogue { bias: true, activation: Activation::Clip { lo: 0.0, hi: YMAX } },
                 accumulate: false,
+                norm: None,
             },
             launches,
         );

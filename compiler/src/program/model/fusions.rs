@@ -134,6 +134,32 @@ impl Lowering<'_> {
                 self.norms.insert(f.norm, f);
             }
         }
+        // LayerNorms between planned 16-bit block products: the products do their work
+        // (`model/norm_defer.rs`); the residual Add, the LayerNorm and views of its output
+        // are no step.
+        let mut deferred = vec![];
+        if self.options.fuse_epilogues && self.options.fuse_elementwise && self.options.defer_norms {
+            deferred = self.find_deferred_norms(&groups, &emit_at);
+            for d in &deferred {
+                if !d.defer_ln && self.norms.contains_key(&d.ln) {
+                    // The LayerNorm's step reads the sum the producer writes.
+                    let f = self.norms.get_mut(&d.ln).expect("checked");
+                    f.group.clear();
+                    f.write_x = false;
+                } else if self.norms.remove(&d.ln).is_none() {
+                    for &m in &d.members {
+                        if groups.get(&m).is_some_and(|g| g[..] == [m]) {
+                            groups.remove(&m);
+                        }
+                    }
+                }
+                for &m in &d.members {
+                    absorbed[m] = true;
+                    done[m] = true;
+                    emit_at[m] = d.producer;
+                }
+            }
+        }
         // A residual Add (and a ReLU after it) that is a group of its own, after a planned
         // dense 16-bit MatMul, its other operand made by an earlier step: the MatMul's library
         // call adds it (`Lowering::residual_after`, `lower_planned`).
@@ -200,6 +226,17 @@ impl Lowering<'_> {
             }
         }
         self.last_use = last_uses(graph, &emit_at);
+        // A deferred LayerNorm's sum is read where its output is.
+        for d in deferred {
+            let last = d.outs.iter().map(|v| self.last_use[v.index()]).max().unwrap_or(0);
+            let s = &mut self.last_use[d.sum.index()];
+            *s = (*s).max(last);
+            for &v in &d.outs {
+                self.deferred_reads.insert(v, d.producer);
+            }
+            self.stats.deferred_norms += usize::from(d.defer_ln);
+            self.deferred.insert(d.producer, d);
+        }
         (done, groups)
     }
 }

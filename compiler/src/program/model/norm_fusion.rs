@@ -201,7 +201,9 @@ impl Lowering<'_> {
         let xf = graph.fact(x).clone();
         // The group's values are temporaries 0.., x is one past them unless it is written out.
         let n_temps = f.group.len() as u32;
-        let x_op = if f.write_x {
+        // No group: the LayerNorm reads its stored input (a deferred residual's producer wrote
+        // it, `model/norm_defer.rs`).
+        let x_op = if f.write_x || f.group.is_empty() {
             self.operand(x)?
         } else {
             Operand::Temp { id: n_temps, dtype: xf.dtype, shape: xf.shape.clone() }
@@ -224,7 +226,12 @@ impl Lowering<'_> {
             temps.insert(v, t);
         }
         let mut ext: Vec<(ValueId, Option<Vec<usize>>)> = vec![];
-        let (expr, group_nodes) = self.group_expr(&f.group, &mut ext, &temps, x_op.clone(), 0)?;
+        let (expr, group_nodes) = if f.group.is_empty() {
+            ext.push((x, None));
+            (graph_ops::Expr::Input(0), vec![])
+        } else {
+            self.group_expr(&f.group, &mut ext, &temps, x_op.clone(), 0)?
+        };
         let mut nodes = gather_ops;
         nodes.extend(group_nodes);
         // A Transpose's input is read through its permutation; a gathered input is its table.

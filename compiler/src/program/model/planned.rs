@@ -108,15 +108,35 @@ impl Lowering<'_> {
                 self.stats.fused_epilogues += 1;
             }
         }
-        let epilogue = Epilogue { bias: bias.is_some(), activation };
+        // A deferred LayerNorm's output as this product's rows (`model/norm_defer.rs`): the
+        // product reads its sum and normalizes; or this product writes one's sum and statistics.
+        let norm_input = match self.deferred_reads.get(&x) {
+            Some(p) => {
+                let bufs = *self
+                    .deferred_bufs
+                    .get(p)
+                    .ok_or_else(|| self.node_err(node, "reads a deferred LayerNorm before its producer's step"))?;
+                let d = &self.deferred[p];
+                Some((bufs, d.gamma.clone(), d.beta.clone()))
+            }
+            None => None,
+        };
+        let deferred = self.deferred.get(&i).cloned();
+        if let Some(d) = &deferred {
+            out = d.sum;
+        }
+        let mut epilogue = Epilogue { bias: bias.is_some() || norm_input.is_some(), activation };
         let mut planned_op = op.clone();
         planned_op.m = m;
         // The kernels' epilogue is the lowering's own (set on the last part below); the plan's
         // note of an activation after the site (Sigmoid, Tanh, ... that no kernel fuses) must
         // not reach the kernel choice: such an activation runs as its own elementwise step.
         planned_op.epilogue.activation = None;
-        let planned =
+        let mut planned =
             crate::codegen::from_plan::kernels_for_operator(&planned_op, &w).map_err(|e| self.node_err(node, e))?;
+        if (norm_input.is_some() || deferred.is_some()) && planned.len() != 1 {
+            return Err(self.node_err(node, "a deferred LayerNorm needs a plan of one block-sparse part"));
+        }
         if planned.is_empty() {
             // Every weight element pruned: the output is the epilogue of zero.
             return self.lower_all_pruned(node, x, out, (m, k, n), bias, activation);
@@ -126,18 +146,60 @@ impl Lowering<'_> {
         for pk in &planned {
             pruned.iter_mut().zip(&pk.weight).for_each(|(a, b)| *a += b);
         }
+        // Reading a deferred LayerNorm's sum: the weight becomes diag(γ)·W (rounded to the
+        // activations' type, as the kernel reads it), the bias βᵀW + bias, and the columns' sums
+        // of the new weight go to the kernel.
+        let mut colsum = None;
+        if let Some((_, gamma, beta)) = &norm_input {
+            let mut shift: Vec<f64> = bias.as_ref().map_or(vec![0.0; n], |b| b.iter().map(|&x| x as f64).collect());
+            for kk in 0..k {
+                for (j, s) in shift.iter_mut().enumerate() {
+                    *s += beta[kk] as f64 * pruned[kk * n + j] as f64;
+                }
+            }
+            bias = Some(shift.into_iter().map(|x| x as f32).collect());
+            let round = |x: f32| match act_dtype {
+                DType::BF16 => half::bf16::from_f32(x).to_f32(),
+                _ => half::f16::from_f32(x).to_f32(),
+            };
+            // Row kk of the weight (k × n, row-major) times γ[kk].
+            let scale = |w: &mut [f32]| {
+                for (row, &g) in w.chunks_mut(n).zip(gamma.iter()) {
+                    row.iter_mut().for_each(|x| *x = round(g * *x));
+                }
+            };
+            for pk in &mut planned {
+                scale(&mut pk.weight);
+                if let Some(v) = &mut pk.spec.values {
+                    scale(v);
+                }
+            }
+            pruned = planned[0].weight.clone();
+            let mut sums = vec![0.0f64; n];
+            for kk in 0..k {
+                for (j, s) in sums.iter_mut().enumerate() {
+                    *s += pruned[kk * n + j] as f64;
+                }
+            }
+            colsum = Some(sums.into_iter().map(|x| x as f32).collect::<Vec<f32>>());
+            epilogue.bias = true;
+        }
         let csr = Csr::from_dense(&pruned, k, n);
         if csr.nnz() < k * n {
             self.stats.sparse_ops += 1;
         }
         self.stats.planned_ops += 1;
         self.stats.dense_weight_bytes += 4 * k * n;
-        let a_buf = self.buf(x)?;
+        let a_buf = match &norm_input {
+            Some((bufs, _, _)) => bufs.sum,
+            None => self.buf(x)?,
+        };
         let c_buf = self.buf(out)?;
         let bias_buf = match &bias {
             Some(b) => Some(self.b.constant(&format!("{}.bias", node.name), float_data(act_dtype, b), false)),
             None => None,
         };
+        let norm = self.spmm_norm(node, c_buf, &norm_input, colsum, deferred.as_ref())?;
         let last = planned.len() - 1;
         let mut launches = vec![];
         let mut packed = vec![];
@@ -152,13 +214,22 @@ impl Lowering<'_> {
             }
             if p == last {
                 spec.epilogue = epilogue;
+                if let Some(nm) = &norm {
+                    let read = |st: crate::program::RowStats| crate::codegen::RowStatsIn { eps: st.eps };
+                    spec.row_norm = crate::codegen::RowNorm {
+                        input: nm.input.map(|i| read(i.stats)),
+                        residual: nm.residual.is_some(),
+                        residual_affine: nm.residual.and_then(|r| r.affine).map(|a| read(a.stats)),
+                        stats: nm.stats.is_some(),
+                    };
+                }
             }
             let library = if self.options.stream_dense {
                 crate::codegen::library_takes(&spec, self.options.library_epilogue)
             } else {
                 crate::codegen::library_takes_dense(&spec)
             };
-            if self.options.library_dense && library {
+            if self.options.library_dense && library && !spec.row_norm.any() {
                 self.lower_library_part(
                     node,
                     p,
@@ -235,6 +306,26 @@ impl Lowering<'_> {
                 Arg::Buf(bias_buf.unwrap_or(wb), 0),
                 Arg::Buf(c_buf, 0),
             ];
+            if let Some(nm) = &norm {
+                // The LayerNorm work's operands (an absent one as C, never read).
+                let input = nm.input.map(|i| ((i.stats.sums, i.stats.at), (i.colsum, 0)));
+                let affine = nm.residual.and_then(|r| r.affine);
+                args.extend(
+                    [
+                        input.map(|i| i.0),
+                        input.map(|i| i.1),
+                        nm.residual.map(|r| (r.buf, 0)),
+                        affine.map(|a| (a.stats.sums, a.stats.at)),
+                        affine.map(|a| (a.gamma, 0)),
+                        affine.map(|a| (a.beta, 0)),
+                        nm.stats.map(|s| (s.sums, s.at)),
+                    ]
+                    .map(|b| {
+                        let (buf, at) = b.unwrap_or((c_buf, 0));
+                        Arg::Buf(buf, at)
+                    }),
+                );
+            }
             if let Some(tma) = kernel.tma_a {
                 args.push(Arg::TensorMap { buf: a_buf, rows: m, cols: k, tma });
             }
@@ -252,10 +343,69 @@ impl Lowering<'_> {
                 bias: bias_buf,
                 epilogue,
                 accumulate: false,
+                norm: norm.map(Box::new),
             },
             launches,
         );
         Ok(())
+    }
+
+    /// The LayerNorm work of planned MatMul `node`'s step (`SpmmNorm`): reading a deferred
+    /// LayerNorm's sum (`norm_input`, with its weight's column sums), and writing one's sum
+    /// and statistics (`deferred`, this node its producer; its buffers recorded for the
+    /// consumers).
+    fn spmm_norm(
+        &mut self,
+        node: &Node,
+        c_buf: BufferId,
+        norm_input: &Option<(super::norm_defer::DeferredBufs, Vec<f32>, Vec<f32>)>,
+        colsum: Option<Vec<f32>>,
+        deferred: Option<&super::norm_defer::DeferredNorm>,
+    ) -> Result<Option<SpmmNorm>, ProgramError> {
+        let input = match (norm_input, colsum) {
+            (Some((bufs, _, _)), Some(cs)) => Some(NormInput {
+                stats: bufs.stats,
+                colsum: self.b.constant(&format!("{}.colsum", node.name), Data::F32(cs), false),
+            }),
+            _ => None,
+        };
+        let (mut residual, mut stats) = (None, None);
+        if let Some(d) = deferred {
+            residual = match d.residual {
+                Some(r) => Some(match self.deferred_reads.get(&r) {
+                    Some(p) => {
+                        let bufs = *self
+                            .deferred_bufs
+                            .get(p)
+                            .ok_or_else(|| self.node_err(node, "a deferred residual before its producer's step"))?;
+                        NormResidual {
+                            buf: bufs.sum,
+                            affine: Some(RowAffine { stats: bufs.stats, gamma: bufs.gamma, beta: bufs.beta }),
+                        }
+                    }
+                    None => NormResidual { buf: self.buf(r)?, affine: None },
+                }),
+                None => None,
+            };
+            if !d.defer_ln {
+                return Ok(residual.map(|r| SpmmNorm { input, residual: Some(r), stats: None }));
+            }
+            let (sums, at, first) = self.ln_sums_slot(d.producer);
+            if first {
+                // Every deferred LayerNorm's row sums to zero, once per run, before the first
+                // producer's kernel adds into them.
+                let len = self.b.program().buffer(sums).len;
+                self.b.step("zero LayerNorm row sums", Op::Move, vec![Launch::Zero { dst: sums, at: 0, len }]);
+            }
+            let name = &node.name;
+            let gamma = self.b.constant(&format!("{name}.ln_gamma"), Data::F32(d.gamma.clone()), false);
+            let beta = self.b.constant(&format!("{name}.ln_beta"), Data::F32(d.beta.clone()), false);
+            stats = Some(NormStats { sums, at });
+            let row = crate::program::RowStats { sums, at, eps: d.eps };
+            self.deferred_bufs
+                .insert(d.producer, super::norm_defer::DeferredBufs { sum: c_buf, stats: row, gamma, beta });
+        }
+        Ok((input.is_some() || residual.is_some() || stats.is_some()).then_some(SpmmNorm { input, residual, stats }))
     }
 
     /// Part `p` of a planned operator as a library GEMM over its weight stored plainly
@@ -441,9 +591,39 @@ impl Lowering<'_> {
                 bias: bias_buf,
                 epilogue,
                 accumulate: false,
+                norm: None,
             },
             vec![launch],
         );
         Ok(())
+    }
+
+    /// Where deferred LayerNorm `producer`'s row sums go: every deferred LayerNorm's sums share
+    /// one f64 buffer (rows of the LayerNorm's input, a pair each, in producer order), which a
+    /// step before the first producer's zeroes (the third value: this is that producer).
+    fn ln_sums_slot(&mut self, producer: usize) -> (BufferId, usize, bool) {
+        if self.ln_sums.is_none() {
+            let graph = self.graph;
+            let mut order: Vec<(usize, usize)> = self
+                .deferred
+                .values()
+                .filter(|d| d.defer_ln)
+                .map(|d| {
+                    let f = graph.fact(d.sum);
+                    (d.producer, f.numel() / f.shape.last().copied().unwrap_or(1).max(1))
+                })
+                .collect();
+            order.sort_unstable();
+            let mut at = HashMap::new();
+            let mut total = 0;
+            for &(p, rows) in &order {
+                at.insert(p, total);
+                total += 2 * rows;
+            }
+            let buf = self.b.buffer("layernorm_row_sums", Elem::F64, total.max(2), Storage::Scratch);
+            self.ln_sums = Some((buf, at, order.first().map_or(usize::MAX, |o| o.0)));
+        }
+        let (buf, at, first) = self.ln_sums.as_ref().expect("made above");
+        (*buf, at[&producer], producer == *first)
     }
 }

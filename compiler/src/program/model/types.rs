@@ -33,6 +33,9 @@ pub struct ModelOptions {
     /// Let an elementwise step read a Concat's parts in place instead of the Concat being a
     /// step of its own (`model/concat_reads.rs`; off for ablations).
     pub concat_reads: bool,
+    /// Let planned 16-bit block products do the LayerNorms between them
+    /// (`model/norm_defer.rs`); off, each LayerNorm is a step (for ablations).
+    pub defer_norms: bool,
 }
 
 impl Default for ModelOptions {
@@ -46,6 +49,7 @@ impl Default for ModelOptions {
             stream_dense: true,
             implicit_gemm_conv: true,
             concat_reads: true,
+            defer_norms: true,
         }
     }
 }
@@ -87,6 +91,8 @@ pub struct LoweringStats {
     pub packed_weight_bytes: usize,
     /// Sub-operators that run on the vendor library ([`Launch::Gemm`](crate::program::Launch::Gemm)).
     pub library_gemms: usize,
+    /// LayerNorms done by the planned products around them (`model/norm_defer.rs`).
+    pub deferred_norms: usize,
 }
 
 /// A lowered model.

@@ -116,7 +116,9 @@ pub(super) fn try_specialize(spec: &SpmmSpec, live: &[bool], dense: bool) -> Res
         // 99% 0.0253 against 0.0333; 1024³ 90/95/99% 0.0082/0.0078/0.0067 against
         // 0.0094/0.0080/0.0072). The first wgmma kernel (no producer warpgroup) only ever tied
         // mma.sync (run 7b) and is taken only when asked for.
-        Engine::Auto if ws_pays(spec, dense) && tensor && spec.orientation == Orientation::Right => {
+        Engine::Auto
+            if (ws_pays(spec, dense) || spec.row_norm.any()) && tensor && spec.orientation == Orientation::Right =>
+        {
             return block_wgmma_ws(spec, live).map(Some)
         }
         Engine::Auto => return Ok(None),
@@ -351,7 +353,13 @@ fn ws_smem(spec: &SpmmSpec, rows: usize, group: usize, kr: usize, stages: usize)
     let stage_bytes = kr * (rows * bh * esize + group * (bh * bw * esize).next_multiple_of(1024));
     let staged = !spec.accumulate && m_tiles * group * bw / 2 < 128;
     let staging = if staged { warpgroups * m_tiles * 64 * (group * bw * esize + 16) + 16 } else { 0 };
-    stages * stage_bytes + 1024 + 16 * stages + staging
+    stages * stage_bytes + 1024 + 16 * stages + staging + norm_smem(spec, warpgroups, m_tiles)
+}
+
+/// Shared memory of the LayerNorm work (`RowNorm`): per consumer warpgroup, the residual's row
+/// statistics (mean and 1/std) for the store loop.
+fn norm_smem(spec: &SpmmSpec, warpgroups: usize, m_tiles: usize) -> usize {
+    warpgroups * m_tiles * 64 * 8 * usize::from(spec.row_norm.residual_affine.is_some())
 }
 
 /// Live block fraction at or below which the automatic tile runs two CTAs per SM.
@@ -452,7 +460,15 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let stg_stride = group * bw * esize + 16;
     let stg_bytes = m_tiles * 64 * stg_stride;
     let staged = !spec.accumulate && m_tiles * group * acc_regs < 128;
-    let staging = if staged { warpgroups * stg_bytes + 16 } else { 0 };
+    if !staged && (spec.row_norm.residual || spec.row_norm.stats) {
+        return Err(spec_err(format!(
+            "a residual or row statistics need the staged epilogue ({m_tiles} m64 tile(s) × {group} block columns of {bw} fill the registers)"
+        )));
+    }
+    if spec.row_norm.stats && !(8..=64).contains(&bw) {
+        return Err(spec_err(format!("row statistics need block columns of 8 to 64, not {bw}")));
+    }
+    let staging = if staged { warpgroups * stg_bytes + 16 } else { 0 } + norm_smem(spec, warpgroups, m_tiles);
     let per_sm = match tile.per_sm {
         0 | 1 => 1,
         2 => 2,
@@ -503,6 +519,15 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         staged,
         min_ctas,
         mask_paths: mask_paths(group),
+        row_norm: spec.row_norm,
+        norm_any: spec.row_norm.any(),
+        in_eps: format!("{:e}f", spec.row_norm.input.map_or(0.0, |i| i.eps)),
+        res_eps: format!("{:e}f", spec.row_norm.residual_affine.map_or(0.0, |i| i.eps)),
+        norm_off: if staged { warpgroups * stg_bytes } else { 0 },
+        res_prefetch: spec.row_norm.residual && staged && {
+            let chunks = m_tiles * 64 * group * bw / 8;
+            chunks % 128 == 0 && chunks / 128 <= 2
+        },
     };
     kernel.source = render("spmm_block_wgmma_ws.cu.tera", &ctx)?;
     Ok(kernel)
