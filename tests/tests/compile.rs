@@ -590,25 +590,35 @@ fn a_block_sparse_block_in_bf16_plans_bf16_kernels() {
     nvrtc_compiles(&model);
 }
 
-/// A pre-LN block (GPT-2's order): `r1 = x + W1·LN1(x) + b1`, `y = r1 + W2·LN2(r1) + b2`. The
-/// residual sum `r1` is read by LN2 and by the second residual Add, and is an output too.
+/// A pre-LN block (GPT-2's order), 64 wide: `r1 = x + W1·LN1(x) + b1`, `y = r1 + W2·LN2(r1) + b2`.
+/// The residual sum `r1` is read by LN2 and by the second residual Add, and is an output too.
 fn pre_ln_block() -> Graph {
+    pre_ln_graph("pre_ln_block", [2, 16, 64], [0.0; 6])
+}
+
+/// The pre-LN pair of [`pre_ln_block`] over `[batch, sequence, width]`, each of b1, b2, γ1, β1,
+/// γ2, β2 a ramp across the width shifted by `shifts` (in that order).
+fn pre_ln_graph(name: &str, shape: [usize; 3], shifts: [f32; 6]) -> Graph {
+    let n = shape[2];
     let w = |seed: usize| -> Tensor {
-        Tensor::from_vec(vec![64, 64], (0..64 * 64).map(|i| ((i * seed % 97) as f32 - 48.0) / 300.0).collect())
+        Tensor::from_vec(vec![n, n], (0..n * n).map(|i| ((i * seed % 97) as f32 - 48.0) / 300.0).collect())
     };
-    let row = |scale: f32| Tensor::from_vec(vec![64], (0..64).map(|i| scale * (i as f32 / 64.0 - 0.5)).collect());
-    let bytes = ModelBuilder::new("pre_ln_block", 17)
-        .input("x", DType::F32, &fixed(&[2, 16, 64]))
-        .output("y", DType::F32, &fixed(&[2, 16, 64]))
-        .output("r1", DType::F32, &fixed(&[2, 16, 64]))
+    let row = |scale: f32, shift: f32| {
+        Tensor::from_vec(vec![n], (0..n).map(|i| shift + scale * (i as f32 / n as f32 - 0.5)).collect())
+    };
+    let [b1, b2, g1, be1, g2, be2] = shifts;
+    let bytes = ModelBuilder::new(name, 17)
+        .input("x", DType::F32, &fixed(&shape))
+        .output("y", DType::F32, &fixed(&shape))
+        .output("r1", DType::F32, &fixed(&shape))
         .init("w1", &w(31))
         .init("w2", &w(53))
-        .init("b1", &row(0.2))
-        .init("b2", &row(-0.3))
-        .init("g1", &row(1.0))
-        .init("be1", &row(0.1))
-        .init("g2", &row(-1.5))
-        .init("be2", &row(0.4))
+        .init("b1", &row(0.2, b1))
+        .init("b2", &row(-0.3, b2))
+        .init("g1", &row(1.0, g1))
+        .init("be1", &row(0.1, be1))
+        .init("g2", &row(-1.5, g2))
+        .init("be2", &row(0.4, be2))
         .node("ln1", "LayerNormalization", &["x", "g1", "be1"], &["n1"], vec![("axis", A::I(-1))])
         .node("mm1", "MatMul", &["n1", "w1"], &["h1"], vec![])
         .node("bias1", "Add", &["h1", "b1"], &["a1"], vec![])
@@ -618,7 +628,7 @@ fn pre_ln_block() -> Graph {
         .node("bias2", "Add", &["h2", "b2"], &["a2"], vec![])
         .node("res2", "Add", &["a2", "r1"], &["y"], vec![])
         .bytes();
-    load_model_bytes(&bytes, "pre_ln_block", &LoadOptions::default()).unwrap()
+    load_model_bytes(&bytes, name, &LoadOptions::default()).unwrap()
 }
 
 /// The kernels whose names start with `prefix`.
@@ -1307,37 +1317,10 @@ fn post_ln_layers() -> Graph {
     load_model_bytes(&bytes, "post_ln_layers", &LoadOptions::default()).unwrap()
 }
 
-/// A pre-LN pair (GPT-2's order), 128 wide: `r1 = x + LN1(x)·W1 + b1` (the sum an output too),
-/// `y = r1 + LN2(r1)·W2 + b2`.
+/// A pre-LN pair (GPT-2's order), 128 wide, 256 rows: `r1 = x + LN1(x)·W1 + b1` (the sum an
+/// output too), `y = r1 + LN2(r1)·W2 + b2`.
 fn pre_ln_layers() -> Graph {
-    let w = |seed: usize| -> Tensor {
-        Tensor::from_vec(vec![128, 128], (0..128 * 128).map(|i| ((i * seed % 97) as f32 - 48.0) / 300.0).collect())
-    };
-    let row = |scale: f32, shift: f32| {
-        Tensor::from_vec(vec![128], (0..128).map(|i| shift + scale * (i as f32 / 128.0 - 0.5)).collect())
-    };
-    let bytes = ModelBuilder::new("pre_ln_layers", 17)
-        .input("x", DType::F32, &fixed(&[4, 64, 128]))
-        .output("y", DType::F32, &fixed(&[4, 64, 128]))
-        .output("r1", DType::F32, &fixed(&[4, 64, 128]))
-        .init("w1", &w(31))
-        .init("w2", &w(53))
-        .init("b1", &row(0.2, 0.0))
-        .init("b2", &row(-0.3, 0.1))
-        .init("g1", &row(1.0, 1.0))
-        .init("be1", &row(0.1, 0.0))
-        .init("g2", &row(-1.5, 1.2))
-        .init("be2", &row(0.4, -0.1))
-        .node("ln1", "LayerNormalization", &["x", "g1", "be1"], &["n1"], vec![("axis", A::I(-1))])
-        .node("mm1", "MatMul", &["n1", "w1"], &["h1"], vec![])
-        .node("bias1", "Add", &["h1", "b1"], &["a1"], vec![])
-        .node("res1", "Add", &["a1", "x"], &["r1"], vec![])
-        .node("ln2", "LayerNormalization", &["r1", "g2", "be2"], &["n2"], vec![("axis", A::I(-1))])
-        .node("mm2", "MatMul", &["n2", "w2"], &["h2"], vec![])
-        .node("bias2", "Add", &["h2", "b2"], &["a2"], vec![])
-        .node("res2", "Add", &["a2", "r1"], &["y"], vec![])
-        .bytes();
-    load_model_bytes(&bytes, "pre_ln_layers", &LoadOptions::default()).unwrap()
+    pre_ln_graph("pre_ln_layers", [4, 64, 128], [0.0, 0.1, 1.0, 0.0, 1.2, -0.1])
 }
 
 /// `compile`'s pipeline with a TeSA, in a 16-bit type.

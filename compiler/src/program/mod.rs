@@ -76,6 +76,17 @@ impl Elem {
         }
     }
 
+    /// `x` rounded to the nearest value of this float element (ties to even; F64 and the integer
+    /// elements keep it): what a kernel that stores `x` in this type writes, widened back.
+    pub fn round(self, x: f64) -> f64 {
+        match self {
+            Elem::F16 => half::f16::from_f64(x).to_f64(),
+            Elem::BF16 => half::bf16::from_f64(x).to_f64(),
+            Elem::F32 => x as f32 as f64,
+            Elem::F64 | Elem::I32 | Elem::I64 | Elem::U8 => x,
+        }
+    }
+
     /// The buffer element that holds a tensor of `dtype` (booleans as bytes); `None` for
     /// element types no kernel reads.
     pub fn of_dtype(dtype: DType) -> Option<Elem> {

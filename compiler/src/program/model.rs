@@ -219,6 +219,8 @@ struct Lowering<'a> {
     deferred: HashMap<usize, norm_defer::DeferredNorm>,
     deferred_reads: HashMap<ValueId, usize>,
     deferred_bufs: HashMap<usize, norm_defer::DeferredBufs>,
+    /// [`Lowering::ws_one_part`] per planned MatMul, once asked (as a producer, as a consumer).
+    ws_one_part_memo: std::cell::RefCell<HashMap<usize, bool>>,
     /// The deferred LayerNorms' row sums: one buffer, each producer's offset, the first producer.
     ln_sums: Option<(BufferId, HashMap<usize, usize>, usize)>,
     /// Attention operands read in place from a wider value (`model/strided_views.rs`), keyed
@@ -276,6 +278,7 @@ impl<'a> Lowering<'a> {
             deferred: HashMap::new(),
             deferred_reads: HashMap::new(),
             deferred_bufs: HashMap::new(),
+            ws_one_part_memo: Default::default(),
             ln_sums: None,
             views: HashMap::new(),
             concat_reads: HashMap::new(),

@@ -334,13 +334,8 @@ fn spmm_norm(
     elem: Elem,
 ) -> Vec<f64> {
     let n = w.cols;
-    let round = |x: f64| -> f64 {
-        match elem {
-            Elem::F16 => half::f16::from_f64(x).to_f64(),
-            Elem::BF16 => half::bf16::from_f64(x).to_f64(),
-            _ => x as f32 as f64,
-        }
-    };
+    // C's type is a float one (f32, f16 or bf16): the caller checked it is not f64.
+    let round = |x: f64| elem.round(x);
     let mut out = match &nm.input {
         Some(input) => {
             // The sums rounded to f32 as the kernel accumulates them, then the normalization.

@@ -45,21 +45,9 @@ impl Lowering<'_> {
             (out, bias) = (add_out, true);
         }
         let add_i = self.only_consumer(out)?;
-        let add = &graph.nodes[add_i];
-        if add.op_type != "Add" || add.inputs.len() != 2 || add.outputs.len() != 1 {
-            return None;
-        }
-        let residual = add.inputs.iter().flatten().copied().find(|&v| v != out)?;
-        let (rf, of) = (graph.fact(residual), graph.fact(out));
-        if constant(graph, residual).is_some()
-            || rf.dtype != dt
-            || rf.shape != of.shape
-            || graph.fact(add.outputs[0]).shape != of.shape
-        {
-            return None;
-        }
+        let residual = self.residual_operand(add_i, out)?;
         let mut members = vec![add_i];
-        let (mut end, mut relu) = (add.outputs[0], false);
+        let (mut end, mut relu) = (graph.nodes[add_i].outputs[0], false);
         if let Some((act, act_end, act_members)) = self.activation_after(end) {
             // A ReLU alone (not a chain that also casts out of the type).
             if act != Activation::Relu || graph.fact(act_end).dtype != dt {
@@ -88,9 +76,33 @@ impl Lowering<'_> {
         (library && part.weight == w).then_some(ResidualFusion { members, residual, end, relu })
     }
 
+    /// `add_i` as a residual Add of `out`: `Add(out, r)` or `Add(r, out)` with `r` a computed
+    /// value (not a constant) of `out`'s type and shape, and the sum of that shape too (no
+    /// broadcast). Returns `r`.
+    pub(super) fn residual_operand(&self, add_i: usize, out: ValueId) -> Option<ValueId> {
+        let graph = self.graph;
+        let add = &graph.nodes[add_i];
+        if add.op_type != "Add" || add.inputs.len() != 2 || add.outputs.len() != 1 {
+            return None;
+        }
+        let r = add.inputs.iter().flatten().copied().find(|&v| v != out)?;
+        let (rf, of) = (graph.fact(r), graph.fact(out));
+        (constant(graph, r).is_none()
+            && rf.dtype == of.dtype
+            && rf.shape == of.shape
+            && graph.fact(add.outputs[0]).shape == of.shape)
+            .then_some(r)
+    }
+
     /// The nodes after planned `node` that its epilogue absorbs (the same choice
     /// [`Lowering::lower_planned`] makes).
     pub(super) fn epilogue_nodes(&self, node: &Node, op: &OperatorPlan) -> Vec<usize> {
+        self.epilogue_end(node, op).1
+    }
+
+    /// Where planned `node`'s epilogue ends: the value its step writes (after the bias Add and
+    /// the activation chain it absorbs, each where present) and the nodes it absorbs.
+    pub(super) fn epilogue_end(&self, node: &Node, op: &OperatorPlan) -> (ValueId, Vec<usize>) {
         let mut out = node.outputs[0];
         let mut nodes = vec![];
         let gemm_bias = node.op_type == "Gemm" && node.inputs.get(2).copied().flatten().is_some();
@@ -100,10 +112,11 @@ impl Lowering<'_> {
                 nodes.push(add_i);
             }
         }
-        if let Some((_, _, members)) = self.activation_after(out) {
+        if let Some((_, end, members)) = self.activation_after(out) {
+            out = end;
             nodes.extend(members);
         }
-        nodes
+        (out, nodes)
     }
 
     /// `Add(y, b)` / `Add(b, y)` with `b` a constant of `n` elements (or one), when it is the

@@ -61,8 +61,18 @@ pub(super) struct DeferredBufs {
 
 impl Lowering<'_> {
     /// Whether planned MatMul `i`'s plan is one block-sparse part that our warp-specialized
-    /// wgmma kernel runs (16-bit activations, weight on the right, not the library).
+    /// wgmma kernel runs (16-bit activations, weight on the right, not the library): that
+    /// kernel takes the LayerNorm work at any tile (`codegen::RowNorm`). Computed once per node.
     pub(super) fn ws_one_part(&self, i: usize, op: &OperatorPlan) -> bool {
+        if let Some(&known) = self.ws_one_part_memo.borrow().get(&i) {
+            return known;
+        }
+        let takes = self.ws_one_part_uncached(i, op);
+        self.ws_one_part_memo.borrow_mut().insert(i, takes);
+        takes
+    }
+
+    fn ws_one_part_uncached(&self, i: usize, op: &OperatorPlan) -> bool {
         let graph = self.graph;
         let node = &graph.nodes[i];
         if op.orientation != crate::plan::suboperator::Orientation::WeightRight
@@ -86,10 +96,11 @@ impl Lowering<'_> {
         let [part] = &parts[..] else { return false };
         let mut spec = part.spec.clone();
         spec.m = m;
+        let spec = &spec;
         let library = if self.options.stream_dense {
-            crate::codegen::library_takes(&spec, self.options.library_epilogue)
+            crate::codegen::library_takes(spec, self.options.library_epilogue)
         } else {
-            crate::codegen::library_takes_dense(&spec)
+            crate::codegen::library_takes_dense(spec)
         };
         let (bh, bw) = spec.block;
         let sparse = bh > 1 && bw > 1 && spec.blocks.len() < (k / bh) * (n / bw);
@@ -101,17 +112,8 @@ impl Lowering<'_> {
             && crate::kernel_choice::block_wgmma::supports(bh, bw)
             && k % bh == 0
             && n % bw == 0
-            && {
-                // The kernel takes the LayerNorm work (its staged epilogue).
-                let probe = crate::codegen::RowStatsIn { eps: 1e-5 };
-                spec.row_norm = crate::codegen::RowNorm {
-                    input: Some(probe),
-                    residual: true,
-                    residual_affine: Some(probe),
-                    stats: true,
-                };
-                crate::codegen::specialize(&spec).is_ok()
-            }
+            && !spec.live_rows
+            && !spec.accumulate
     }
 
     /// The LayerNorm after planned MatMul `i` that its step could write the input and
@@ -127,18 +129,8 @@ impl Lowering<'_> {
         let x = node.inputs.first().copied().flatten()?;
         let dt = graph.fact(x).dtype;
         let n = op.cols;
-        // The value the epilogue ends at.
-        let mut out = node.outputs[0];
-        let gemm_bias = node.op_type == "Gemm" && node.inputs.get(2).copied().flatten().is_some();
-        if !gemm_bias {
-            if let Some((add_out, _, _)) = self.bias_after(out, n) {
-                out = add_out;
-            }
-        }
-        if let Some((_, end, _)) = self.activation_after(out) {
-            out = end;
-        }
-        let mut of = graph.fact(out);
+        let (mut out, _) = self.epilogue_end(node, op);
+        let of = graph.fact(out);
         if of.dtype != dt || of.shape.last() != Some(&n) {
             return None;
         }
@@ -152,28 +144,17 @@ impl Lowering<'_> {
                 return None;
             }
             members.push(c);
-            (out, of) = (v, vf);
+            out = v;
             c = self.only_consumer(out)?;
         }
         let (mut residual, mut sum) = (None, out);
         let mut add = None;
         if graph.nodes[c].op_type == "Add" {
-            let a = &graph.nodes[c];
-            if a.inputs.len() != 2 || a.outputs.len() != 1 {
-                return None;
-            }
-            let r = a.inputs.iter().flatten().copied().find(|&v| v != out)?;
-            let rf = graph.fact(r);
-            if constant(graph, r).is_some() || rf.dtype != dt || rf.shape != of.shape {
-                return None;
-            }
-            if graph.fact(a.outputs[0]).shape != of.shape {
-                return None;
-            }
+            let r = self.residual_operand(c, out)?;
             members.push(c);
             add = Some(c);
             residual = Some(r);
-            sum = a.outputs[0];
+            sum = graph.nodes[c].outputs[0];
         }
         let readers = &self.consumers[sum.index()];
         let ln_i = *readers.iter().find(|&&r| graph.nodes[r].op_type == "LayerNormalization")?;

@@ -158,10 +158,8 @@ impl Lowering<'_> {
                 }
             }
             bias = Some(shift.into_iter().map(|x| x as f32).collect());
-            let round = |x: f32| match act_dtype {
-                DType::BF16 => half::bf16::from_f32(x).to_f32(),
-                _ => half::f16::from_f32(x).to_f32(),
-            };
+            let elem = if act_dtype == DType::BF16 { Elem::BF16 } else { Elem::F16 };
+            let round = |x: f32| elem.round(x as f64) as f32;
             // Row kk of the weight (k × n, row-major) times γ[kk].
             let scale = |w: &mut [f32]| {
                 for (row, &g) in w.chunks_mut(n).zip(gamma.iter()) {

@@ -425,6 +425,14 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         g if (1..=8).contains(&g) => g,
         g => return Err(spec_err(format!("warp-specialized wgmma items hold 1 to 8 block columns, not {g}"))),
     };
+    // The LayerNorm work (a residual, row statistics) runs in the staged store loop: an item
+    // whose accumulators would fill the 128 registers (the in-place epilogue) takes as many
+    // block columns as stay below them, so that this kernel takes the work at any tile.
+    let group = if spec.row_norm.residual || spec.row_norm.stats {
+        group.min(127 / (m_tiles * (bw / 2))).max(1)
+    } else {
+        group
+    };
     // Two k-block rows per stage by default (run 18 call 4, 4096³ 32×32 f16: 90% 0.0763 →
     // 0.0705 ms, 50% 0.267 → 0.245; three rows no better): the per-step protocol (barrier
     // waits, wgmma wait) is paid once per two rows. 256-row tiles take one row per
@@ -460,11 +468,6 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
     let stg_stride = group * bw * esize + 16;
     let stg_bytes = m_tiles * 64 * stg_stride;
     let staged = !spec.accumulate && m_tiles * group * acc_regs < 128;
-    if !staged && (spec.row_norm.residual || spec.row_norm.stats) {
-        return Err(spec_err(format!(
-            "a residual or row statistics need the staged epilogue ({m_tiles} m64 tile(s) × {group} block columns of {bw} fill the registers)"
-        )));
-    }
     if spec.row_norm.stats && !(8..=64).contains(&bw) {
         return Err(spec_err(format!("row statistics need block columns of 8 to 64, not {bw}")));
     }
@@ -475,8 +478,11 @@ fn block_wgmma_ws(spec: &SpmmSpec, live: &[bool]) -> Result<Kernel, CodegenError
         c => return Err(spec_err(format!("warp-specialized wgmma kernels run 1 or 2 CTAs per SM, not {c}"))),
     };
     // Default: as deep a ring as fits, up to 12 stages.
+    let fit = (SMEM_PER_CTA_MAX - 1024 - staging) / (stage_bytes + 16);
     let stages = match tile.stages {
-        0 => ((SMEM_PER_CTA_MAX - 1024 - staging) / (stage_bytes + 16)).clamp(3, 12),
+        0 => fit.clamp(3, 12),
+        // An explicit (tuned) ring gives up the stages the LayerNorm work's shared memory takes.
+        s if (3..=16).contains(&s) && spec.row_norm.any() => s.min(fit).max(3),
         s if (3..=16).contains(&s) => s,
         s => return Err(spec_err(format!("warp-specialized wgmma rings have 3 to 16 stages, not {s}"))),
     };

@@ -185,6 +185,37 @@ fn warp_specialized_tiles_and_their_errors() {
 }
 
 #[test]
+fn layernorm_work_keeps_the_staged_epilogue_at_any_tile() {
+    // 256 rows × 4 block columns of 32 fill the 128 accumulator registers: the epilogue works
+    // in place, which cannot add a residual or row sums, so with that work the item takes the
+    // 3 block columns that stay below them.
+    let mut s = f16_spec(vec![(1, 2), (0, 0), (3, 1)]);
+    s.engine = Engine::WgmmaWs;
+    s.tile = Some(Tile { group: 4, k_rows: 1, ..Tile::new(256, 0) });
+    assert!(specialize(&s).unwrap().source.contains("#define G 4"));
+    s.row_norm = crate::codegen::RowNorm {
+        input: None,
+        residual: true,
+        residual_affine: Some(crate::codegen::RowStatsIn { eps: 1e-5 }),
+        stats: true,
+    };
+    let normed = specialize(&s).unwrap();
+    assert!(normed.source.contains("#define G 3"), "{}", normed.name);
+    assert!(normed.source.contains("atomicAdd(out_sums"));
+    let staging = 2 * 128 * (3 * 64 + 16) + 16 + 2 * 128 * 8;
+    let stage = 16384 + 3 * 2048;
+    let stages = (SMEM_PER_CTA_MAX - 1024 - staging) / (stage + 16);
+    assert_eq!(normed.launch.smem_bytes as usize, stages.min(12) * (stage + 16) + 1024 + staging);
+    // An explicit ring deeper than fits is cut to fit with the work (without it, an error).
+    s.tile = Some(Tile { group: 3, k_rows: 1, ..Tile::new(256, 16) });
+    let cut = specialize(&s).unwrap();
+    assert_eq!(cut.launch.smem_bytes as usize, stages * (stage + 16) + 1024 + staging);
+    s.row_norm = crate::codegen::RowNorm::default();
+    let e = specialize(&s).unwrap_err().to_string();
+    assert!(e.contains("exceed the shared memory"), "{e}");
+}
+
+#[test]
 fn weight_is_packed_transposed_per_block() {
     let mut s = f16_spec(vec![(1, 2), (0, 0), (1, 0)]);
     s.engine = Engine::Wgmma;
