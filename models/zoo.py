@@ -90,6 +90,14 @@ def build(name):
             if ctor is None:
                 raise ImportError(f"torchvision {torchvision.__version__} has no models.{key}")
             net = ctor(weights=None)
+            # torchvision starts some weights at zero (ViT-B/16's classifier head): the logits of
+            # such a random model are all zero whatever the layers before compute, and a check of
+            # them checks nothing. Those weights start random here, as trained ones would be.
+            with torch.no_grad():
+                for pname, p in net.named_parameters():
+                    if p.dim() >= 2 and not p.any():
+                        p.normal_(0.0, 0.02)
+                        print(f"{name}: {pname} starts random (torchvision initialises it to zero)", file=sys.stderr)
         return net, (x,), ["images"], ["logits"]
     if kind == "audio":
         import transformers as tf
