@@ -45,7 +45,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "auto", value_parser = ["auto", "cpu", "cuda"])]
     pub backend: String,
     /// Artifacts on the GPU: also run the program on the CPU executor and compare every output
-    /// (normwise relative error; fails above --tolerance).
+    /// (normwise relative error; fails above --tolerance). Warns where an output says little
+    /// about the layers before it: all zero, or NaN/infinite values (which match their own kind).
     #[arg(long)]
     pub check: bool,
     /// Largest relative error --check accepts (default: 1e-4; 1e-2 for a model compiled with

@@ -105,9 +105,41 @@ pub fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
     worst / scale
 }
 
+/// Why a check against `want` says little, if it does: every float value zero (a model whose
+/// output does not depend on its layers, such as a classifier head initialised to zero), or
+/// values that are NaN or infinite (the model overflows its type: those compare equal to the
+/// same non-finite value, whatever led there). `None` for a float output with finite, not all
+/// zero values, and for integer outputs.
+pub fn weak_reference(want: &Tensor) -> Option<String> {
+    if !want.dtype().is_float() || want.is_empty() {
+        return None;
+    }
+    let w = want.to_f64_vec();
+    let nonfinite = w.iter().filter(|x| !x.is_finite()).count();
+    if nonfinite > 0 {
+        return Some(format!("{nonfinite} of {} values are NaN or infinite (the model overflows its type)", w.len()));
+    }
+    w.iter()
+        .all(|&x| x == 0.0)
+        .then(|| format!("all {} values are zero: the output does not show the layers' work", w.len()))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::relative_error;
+    use super::{relative_error, weak_reference};
+
+    #[test]
+    fn a_reference_of_zeros_or_non_finite_values_is_named() {
+        let t = |v: &[f32]| Tensor::from_vec(vec![v.len()], v.to_vec());
+        assert_eq!(weak_reference(&t(&[0.0, 0.5, -1.0])), None);
+        let zeros = weak_reference(&t(&[0.0, -0.0, 0.0])).unwrap();
+        assert!(zeros.contains("all 3 values are zero"), "{zeros}");
+        let over = weak_reference(&t(&[1.0, f32::NAN, f32::INFINITY, 2.0])).unwrap();
+        assert!(over.starts_with("2 of 4 values are NaN or infinite"), "{over}");
+        // Integer outputs compare exactly: never weak.
+        let ids = Tensor::from_vec(vec![2], vec![0i64, 0]);
+        assert_eq!(weak_reference(&ids), None);
+    }
     use spartac::ir::Tensor;
 
     #[test]
