@@ -298,6 +298,24 @@ fn spmm_rows(
     use rayon::prelude::*;
     let n = w.cols;
     let mut out = vec![0.0f64; live * n];
+    // Each weight row as runs of consecutive columns (a dense row is one run, a block row one
+    // per block): a run's updates are one slice loop the compiler vectorizes, the same
+    // products and sums in the same order as element by element.
+    let mut runs: Vec<Vec<(usize, usize, usize)>> = Vec::with_capacity(w.rows);
+    for kk in 0..w.rows {
+        let (lo, hi) = (w.offsets[kk] as usize, w.offsets[kk + 1] as usize);
+        let mut row = vec![];
+        let mut e = lo;
+        while e < hi {
+            let mut end = e + 1;
+            while end < hi && w.indices[end] == w.indices[end - 1] + 1 {
+                end += 1;
+            }
+            row.push((w.indices[e] as usize, e, end - e));
+            e = end;
+        }
+        runs.push(row);
+    }
     out.par_chunks_mut(n).enumerate().for_each(|(r, acc)| {
         if let Some(prev) = prev {
             acc.copy_from_slice(&prev[r * n..(r + 1) * n]);
@@ -307,8 +325,10 @@ fn spmm_rows(
             if x == 0.0 {
                 continue;
             }
-            for e in w.offsets[kk] as usize..w.offsets[kk + 1] as usize {
-                acc[w.indices[e] as usize] += x * w.values[e] as f64;
+            for &(j0, e0, len) in &runs[kk] {
+                for (a, &v) in acc[j0..j0 + len].iter_mut().zip(&w.values[e0..e0 + len]) {
+                    *a += x * v as f64;
+                }
             }
         }
         for (o, b) in acc.iter_mut().zip(bias) {
