@@ -590,6 +590,16 @@ fn a_block_sparse_block_in_bf16_plans_bf16_kernels() {
     nvrtc_compiles(&model);
 }
 
+/// A `rows × cols` weight of small values in a fixed pattern: `((i·seed mod 97) − 48) / div`.
+fn seeded_weight(rows: usize, cols: usize, seed: usize, div: f32) -> Tensor {
+    Tensor::from_vec(vec![rows, cols], (0..rows * cols).map(|i| ((i * seed % 97) as f32 - 48.0) / div).collect())
+}
+
+/// A vector of `n` values rising linearly across it: `shift + scale·(i/n − 1/2)`.
+fn ramp(n: usize, scale: f32, shift: f32) -> Tensor {
+    Tensor::from_vec(vec![n], (0..n).map(|i| shift + scale * (i as f32 / n as f32 - 0.5)).collect())
+}
+
 /// A pre-LN block (GPT-2's order), 64 wide: `r1 = x + W1·LN1(x) + b1`, `y = r1 + W2·LN2(r1) + b2`.
 /// The residual sum `r1` is read by LN2 and by the second residual Add, and is an output too.
 fn pre_ln_block() -> Graph {
@@ -600,12 +610,8 @@ fn pre_ln_block() -> Graph {
 /// γ2, β2 a ramp across the width shifted by `shifts` (in that order).
 fn pre_ln_graph(name: &str, shape: [usize; 3], shifts: [f32; 6]) -> Graph {
     let n = shape[2];
-    let w = |seed: usize| -> Tensor {
-        Tensor::from_vec(vec![n, n], (0..n * n).map(|i| ((i * seed % 97) as f32 - 48.0) / 300.0).collect())
-    };
-    let row = |scale: f32, shift: f32| {
-        Tensor::from_vec(vec![n], (0..n).map(|i| shift + scale * (i as f32 / n as f32 - 0.5)).collect())
-    };
+    let w = |seed: usize| seeded_weight(n, n, seed, 300.0);
+    let row = |scale: f32, shift: f32| ramp(n, scale, shift);
     let [b1, b2, g1, be1, g2, be2] = shifts;
     let bytes = ModelBuilder::new(name, 17)
         .input("x", DType::F32, &fixed(&shape))
@@ -1278,12 +1284,8 @@ fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() 
 /// Post-LN layers (BERT's order), 128 wide, 256 rows: `h0 = LN0(x·W0 + b0 + x)`,
 /// `u = relu(h0·W1 + b1)` (256 wide), `h2 = LN2(u·W2 + b2 + h0)`, `o = LN3(h2·W3 + h2)` (no β).
 fn post_ln_layers() -> Graph {
-    let w = |rows: usize, cols: usize, seed: usize| -> Tensor {
-        Tensor::from_vec(vec![rows, cols], (0..rows * cols).map(|i| ((i * seed % 97) as f32 - 48.0) / 400.0).collect())
-    };
-    let row = |n: usize, scale: f32, shift: f32| {
-        Tensor::from_vec(vec![n], (0..n).map(|i| shift + scale * (i as f32 / n as f32 - 0.5)).collect())
-    };
+    let w = |rows: usize, cols: usize, seed: usize| seeded_weight(rows, cols, seed, 400.0);
+    let row = ramp;
     let bytes = ModelBuilder::new("post_ln_layers", 17)
         .input("x", DType::F32, &fixed(&[4, 64, 128]))
         .output("o", DType::F32, &fixed(&[4, 64, 128]))
