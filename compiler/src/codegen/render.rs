@@ -53,6 +53,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_reduce.cu.tera", include_str!("../../../templates/op_reduce.cu.tera")),
     ("op_matmul.cu.tera", include_str!("../../../templates/op_matmul.cu.tera")),
     ("op_attention_wgmma_stage.cuh", include_str!("../../../templates/op_attention_wgmma_stage.cuh")),
+    ("op_attention_wgmma_q.cuh", include_str!("../../../templates/op_attention_wgmma_q.cuh")),
     ("op_attention.cuh", include_str!("../../../templates/op_attention.cuh")),
     ("op_attention_softmax.cuh", include_str!("../../../templates/op_attention_softmax.cuh")),
     ("op_attention_flash.cu.tera", include_str!("../../../templates/op_attention_flash.cu.tera")),

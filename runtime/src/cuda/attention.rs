@@ -96,6 +96,12 @@ pub fn attention_cases() -> Vec<AttentionCase> {
         cases.push(AttentionCase { batch: 1, heads: 2, sq: 130, sk: 4096, mask: Mask::Padding, ..base.clone() });
         cases.push(AttentionCase { sq: 77, sk: 300, d: 40, dv: 24, ..base.clone() });
         if dtype != DType::F32 {
+            // Enough heads that a CTA of the wgmma kernel takes several query tiles (the keys
+            // staged once): MiniLM-L6's layer (two a CTA) and ViT-B/16's (197 keys: four, the
+            // last query and key tiles ragged); and a window of 49 keys (Swin-T) in one key tile of 64.
+            cases.push(AttentionCase { batch: 32, heads: 12, sq: 128, sk: 128, d: 32, dv: 32, ..base.clone() });
+            cases.push(AttentionCase { batch: 32, heads: 12, sq: 197, sk: 197, mask: Mask::None, ..base.clone() });
+            cases.push(AttentionCase { batch: 64, heads: 3, sq: 49, sk: 49, d: 32, dv: 32, ..base.clone() });
             // The other 16-bit kernels at a ragged key count with a mask, each head width.
             for engine in [
                 AttentionEngine::MmaSync,
@@ -327,6 +333,8 @@ pub fn attention_model_cases() -> Vec<(&'static str, AttentionCase)> {
     };
     vec![
         ("MiniLM-L6 b32x128", c(32, 12, 128, 32)),
+        ("ViT-B/16 b32x197", AttentionCase { mask: Mask::None, ..c(32, 12, 197, 64) }),
+        ("Swin-T windows b2048x49", AttentionCase { mask: Mask::None, ..c(2048, 3, 49, 32) }),
         ("BERT-512 b16x256", c(16, 8, 256, 64)),
         ("BERT-base b8x384", c(8, 12, 384, 64)),
         ("BERT-base b8x384 bf16", AttentionCase { dtype: DType::BF16, ..c(8, 12, 384, 64) }),

@@ -463,6 +463,30 @@ fn bert_attention(dtype: DType, batch: usize, heads: usize, s: usize, d: usize, 
 }
 
 #[test]
+fn attention_cta_takes_several_query_tiles_where_the_keys_stay_in_shared_memory_and_the_grid_still_fills_the_gpu() {
+    let qpc = |k: &OpKernel| {
+        let line = k.source.lines().find(|l| l.starts_with("#define QPC ")).expect("QPC");
+        line["#define QPC ".len()..].trim().parse::<usize>().unwrap()
+    };
+    // ViT-B/16: 32 × 12 heads, 197 keys in two tiles of 128: four query tiles a CTA, 384 CTAs.
+    let k = bert_attention(F16, 32, 12, 197, 64, false);
+    assert_eq!((qpc(&k), k.grid), (4, (384, 1, 1)));
+    // MiniLM-L6: 128 keys, two query tiles a CTA.
+    let k = bert_attention(F16, 32, 12, 128, 32, true);
+    assert_eq!((qpc(&k), k.grid), (2, (384, 1, 1)));
+    // Too few heads to fill the GPU at more than one tile a CTA: 16 × 8 heads of 256 keys.
+    let k = bert_attention(F16, 16, 8, 256, 64, true);
+    assert_eq!((qpc(&k), k.grid), (1, (512, 1, 1)));
+    // Keys in three tiles or more are walked again by each query tile: one a CTA.
+    let k = bert_attention(F16, 32, 12, 384, 64, true);
+    assert_eq!((qpc(&k), k.grid), (1, (32 * 12 * 6, 1, 1)));
+    // Only the wgmma kernel takes several; the grid always covers every query tile once.
+    let k = bert_attention(F32, 32, 12, 197, 64, false);
+    assert_eq!(k.grid, (32 * 12 * 4, 1, 1));
+    assert!(!k.source.contains("QPC"));
+}
+
+#[test]
 fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
     for dtype in [F32, F16, BF16] {
         for d in [32, 64, 128] {
@@ -470,8 +494,14 @@ fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
                 .iter()
                 .map(|&s| bert_attention(dtype, 2, 3, s, d, true).smem_bytes)
                 .collect();
-            assert!(smem.iter().all(|&b| b == smem[0]), "{dtype} d={d}: shared memory depends on the keys: {smem:?}");
-            assert!(smem[0] as usize <= 100 * 1024, "{dtype} d={d}: {} bytes", smem[0]);
+            // From 65 keys on the same; up to 64 (one tile) the 16-bit kernel's key tiles may be
+            // smaller, never larger.
+            assert!(
+                smem[2..].iter().all(|&b| b == smem[2]),
+                "{dtype} d={d}: shared memory depends on the keys: {smem:?}"
+            );
+            assert!(smem[..2].iter().all(|&b| b <= smem[2]), "{dtype} d={d}: {smem:?}");
+            assert!(smem[2] as usize <= 100 * 1024, "{dtype} d={d}: {} bytes", smem[2]);
         }
         // Key tiles: 64 on the f32 kernel, 128 on the 16-bit wgmma kernel at d 64.
         let (bk, tiles_4096, tiles_197) = if dtype == F32 { (64, 64, 4) } else { (128, 32, 2) };
@@ -486,6 +516,11 @@ fn attention_takes_any_number_of_keys_in_shared_memory_independent_of_them() {
         // 197 keys (ViT): the last tile ragged.
         let k = bert_attention(dtype, 1, 1, 197, 64, true);
         assert!(k.source.contains(&format!("#define NKT {tiles_197}\n")), "{}", k.source);
+    }
+    // Up to 64 keys (Swin-T's 49-key windows) the 16-bit kernel's key tile is 64, not 128.
+    for dtype in [F16, BF16] {
+        assert!(bert_attention(dtype, 2, 3, 49, 32, true).source.contains("#define BK 64\n"));
+        assert!(bert_attention(dtype, 2, 3, 65, 32, true).source.contains("#define BK 128\n"));
     }
     // f32 heads wider than 64 take key tiles of 32 (two tiles of K and V in f32 stay under 70 KB).
     assert!(bert_attention(F32, 1, 1, 256, 128, false).source.contains("#define BK 32"));
