@@ -420,6 +420,23 @@ impl CostModel {
         }
     }
 
+    /// The depth of the activation a right-orientation block part streams: its live block rows
+    /// of W times their height, at most the weight's `k` (the left orientation keeps `k`).
+    /// The block kernels load an activation tile only where a block is live, so a
+    /// weight whose pruning emptied whole block rows reads that much less of it (Swin-T's
+    /// stage-2 MLP output weight: 8 live 32×32 blocks in 24 block rows read a third of its
+    /// 25,088 × 768 activation; priced on all of it, the 32×32 cover lost to a 1×1 one that then
+    /// ran 58 µs on the fine kernel).
+    pub fn streamed_k(shape: BlockShape, orientation: Orientation, positions: &[(u32, u32)], k: usize) -> usize {
+        if orientation != Orientation::WeightRight {
+            return k;
+        }
+        let mut rows: Vec<u32> = positions.iter().map(|&(r, _)| r).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        (rows.len() * shape.h).min(k)
+    }
+
     /// The per-wave terms of the table's `shape` in `nf` (its DB entry's), of the 3xTF32 block
     /// kernel's entry, or of the 3xTF32 fine kernel's.
     pub fn table_waves(&self, nf: &NumberFormat, shape: BlockShape) -> Option<WaveTerms> {
@@ -745,6 +762,23 @@ mod tests {
 
     /// The planner's launch of a block part: its longest block column (left: block row), and
     /// the wave terms it prices only where the DB has them.
+    #[test]
+    fn a_block_part_streams_only_the_activation_depth_of_its_live_block_rows() {
+        let right = Orientation::WeightRight;
+        let b = BlockShape::new(32, 32);
+        // 3 live blocks in 2 distinct block rows of a 768-deep weight: 64 of the 768.
+        assert_eq!(CostModel::streamed_k(b, right, &[(0, 0), (0, 3), (5, 1)], 768), 64);
+        // Every block row live: the whole depth, never more (the last row clipped).
+        let all: Vec<(u32, u32)> = (0..24).map(|r| (r, 0)).collect();
+        assert_eq!(CostModel::streamed_k(b, right, &all, 760), 760);
+        assert_eq!(CostModel::streamed_k(b, Orientation::WeightLeft, &[(0, 0)], 768), 768);
+        // The streamed term follows: fewer live rows, a cheaper part.
+        let cm = CostModel::sm_90();
+        let f16 = cm.hw.by_dtype("f16").unwrap().clone();
+        let t = |k| cm.sparse_time(&f16, b, right, 8, 25_088, k, 192);
+        assert!(t(256) < t(768), "{} vs {}", t(256), t(768));
+    }
+
     #[test]
     fn block_geometry_counts_the_longest_column() {
         let blocks = [(0, 1), (1, 1), (2, 1), (0, 3), (5, 0), (5, 3)];

@@ -292,7 +292,8 @@ pub fn from_cover(
                 None => {
                     let kernel = CostModel::block_kernel(nf, p.shape, orientation);
                     let launch = CostModel::block_geometry(p.shape, orientation, &p.blocks, m);
-                    let t = cost.sparse_time(nf, p.shape, orientation, p.blocks.len(), m, cover.rows, cover.cols)
+                    let k = CostModel::streamed_k(p.shape, orientation, &p.blocks, cover.rows);
+                    let t = cost.sparse_time(nf, p.shape, orientation, p.blocks.len(), m, k, cover.cols)
                         + cost.wave_time(cost.block_waves(kernel, nf, p.shape), Some(&launch));
                     SubOperator::from_part(p, nf, tc, orientation, t)
                 }
