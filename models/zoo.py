@@ -64,6 +64,30 @@ def text_model(key):
     raise KeyError(key)
 
 
+def calibrate_batchnorm(name, net):
+    """Sets every BatchNorm's running statistics to those of random images, as training would
+    have: with torchvision's initialisation and the starting statistics (mean 0, variance 1)
+    activations shrink layer by layer (the depthwise convolutions' weights are drawn for their
+    full fan-out), and MobileNetV3-Large's logits come out near 1e-10, below fp16's smallest
+    value: its fp16 model gave all zeros and a check of them checked nothing. Calibrated, each
+    BatchNorm's output has unit variance and the logits are of order one."""
+    import torch
+
+    bns = [m for m in net.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches below
+    g = torch.Generator().manual_seed(1)
+    net.train()
+    with torch.no_grad():
+        for _ in range(2):
+            net(torch.randn(8, 3, 224, 224, generator=g))
+    net.eval()
+    print(f"{name}: {len(bns)} BatchNorms calibrated on random images", file=sys.stderr)
+
+
 def build(name):
     """(module, example inputs, input names, output names) of zoo model `name`."""
     import torch
@@ -98,6 +122,7 @@ def build(name):
                     if p.dim() >= 2 and not p.any():
                         p.normal_(0.0, 0.02)
                         print(f"{name}: {pname} starts random (torchvision initialises it to zero)", file=sys.stderr)
+            calibrate_batchnorm(name, net)
         return net, (x,), ["images"], ["logits"]
     if kind == "audio":
         import transformers as tf
