@@ -238,9 +238,35 @@ fn the_sequence_first_transpose_moves_below_the_projection_an_attention_reads() 
 fn a_transpose_before_a_projection_read_by_anything_else_stays() {
     // The packed projection is a graph output too: the moved Transpose would be a copy of it.
     let mut graph = mha_block_with(true);
-    let before = graph.clone();
     assert_eq!(sink_transposes(&mut graph).unwrap().sunk, 0);
-    assert_eq!(print_graph(&graph), print_graph(&before), "the graph is left as it was");
+    // The projection still reads the sequence-first Transpose of the LayerNorm's rows.
+    let mm = graph.nodes.iter().find(|n| n.name == "mm_qkv").unwrap();
+    assert_eq!(mm.inputs[0], graph.find_value("ns"));
+    assert_eq!(producer(&graph, "ns").name, "seq_first");
+}
+
+#[test]
+fn the_batch_first_transpose_after_the_output_projection_moves_into_the_head_merge() {
+    let before = mha_block();
+    let mut graph = before.clone();
+    let report = sink_transposes(&mut graph).unwrap();
+    assert_eq!(report.hoisted, 1, "{report:?}");
+    // The heads merge straight to batch-first rows, the projection runs on them, and its
+    // Reshape gives the residual Add the batch-first value: no Transpose after the projection.
+    let merge = producer(&graph, "om");
+    assert_eq!(merge.attrs.ints_opt("perm").unwrap(), Some(&[0i64, 2, 1, 3][..]));
+    assert_eq!(graph.fact(graph.find_value("om").unwrap()).shape, [B, S, H, E / H]);
+    assert!(graph.nodes.iter().all(|n| n.name != "batch_first"), "{}", print_graph(&graph));
+    let to_residual = producer(&graph, "ob");
+    assert_eq!((to_residual.op_type.as_str(), to_residual.name.as_str()), ("Reshape", "seq"));
+    assert_eq!(graph.fact(graph.find_value("ob").unwrap()).shape, [B, S, E]);
+    assert_eq!(gap(&before, &graph), 0.0, "each row's sums as before, the rows in another order");
+    assert_eq!(sink_transposes(&mut graph).unwrap().hoisted, 0, "nothing left to move");
+    // Where the projection's output has another reader, nothing moves.
+    let mut kept = mha_block();
+    let op = kept.find_value("op").unwrap();
+    kept.outputs.push(op);
+    assert_eq!(sink_transposes(&mut kept).unwrap().hoisted, 0);
 }
 
 /// One GPT-2 block's data path as the zoo's export has it: the packed Q/K/V `Gemm` on rows,

@@ -161,7 +161,10 @@ pub fn prepare_in(
     })?;
     let sink = pipeline.run("sink_transposes", graph, |g| {
         let r = sink_transposes(g)?;
-        let line = format!("{} row transposes moved below their projections ({} with the bias)", r.sunk, r.with_bias);
+        let line = format!(
+            "{} row transposes moved below their projections ({} with the bias), {} above output projections",
+            r.sunk, r.with_bias, r.hoisted
+        );
         Ok((r, line))
     })?;
     Ok(RewriteReport { narrow, batchnorm, shrink, hidden, layout, merge, sink })
