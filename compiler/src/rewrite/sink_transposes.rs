@@ -260,30 +260,6 @@ struct Hoist {
     perm: Vec<usize>,
 }
 
-/// For rows laid out as `dims` (row-major), permuted by `perm` (the row axes of a Transpose
-/// whose last axis stays): the old row of each new row.
-fn permuted_rows(dims: &[usize], perm: &[usize]) -> Vec<usize> {
-    let new_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
-    let mut old_stride = vec![1; dims.len()];
-    for a in (0..dims.len().saturating_sub(1)).rev() {
-        old_stride[a] = old_stride[a + 1] * dims[a + 1];
-    }
-    let total: usize = dims.iter().product();
-    let mut rows = Vec::with_capacity(total);
-    let mut idx = vec![0; dims.len()];
-    for _ in 0..total {
-        rows.push(idx.iter().zip(perm).map(|(&j, &a)| j * old_stride[a]).sum());
-        for a in (0..idx.len()).rev() {
-            idx[a] += 1;
-            if idx[a] < new_dims[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
-    }
-    rows
-}
-
 /// A `[rows.len(), width]` TeSA with its rows taken in the order `rows`.
 fn rows_tesa(t: &Tesa, rows: &[usize], width: usize) -> Tesa {
     let shape = [rows.len(), width];
@@ -390,7 +366,8 @@ fn hoist_output_transposes(graph: &mut Graph) -> Result<usize, Error> {
         graph.nodes[h.head_merge].attrs.insert("perm", Attr::Ints(q2.iter().map(|&p| p as i64).collect()));
         permute_value(graph, u, &p_u);
         // The rows the projection reads and writes, in the new order.
-        let rows = permuted_rows(&h.dims, &h.perm);
+        // Row i of the new order is old row rows[i]: the flat positions of `dims` transposed.
+        let (_, rows) = super::transpose_positions(&h.dims, &h.perm);
         let x2 = graph.nodes[h.product].inputs[0].expect("checked");
         let y2 = graph.nodes[h.product].outputs[0];
         for v in [x2, y2] {
