@@ -122,6 +122,16 @@ def build(name):
                     if p.dim() >= 2 and not p.any():
                         p.normal_(0.0, 0.02)
                         print(f"{name}: {pname} starts random (torchvision initialises it to zero)", file=sys.stderr)
+                # ConvNeXt's layer scales start at 1e-6: every block's branch is then a millionth
+                # of the residual stream, below fp16's resolution of it, so a check cannot see
+                # what the MLPs compute. Trained layer scales are of order 0.1; drawn so here.
+                scales = [p for pname, p in net.named_parameters() if pname.endswith("layer_scale")]
+                g = torch.Generator().manual_seed(2)
+                for p in scales:
+                    p.copy_(torch.empty(p.shape).uniform_(0.05, 0.5, generator=g))
+                if scales:
+                    print(f"{name}: {len(scales)} layer scales drawn from U(0.05, 0.5) (torchvision starts "
+                          f"them at 1e-6)", file=sys.stderr)
             calibrate_batchnorm(name, net)
         return net, (x,), ["images"], ["logits"]
     if kind == "audio":

@@ -175,7 +175,7 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
         merge_matmuls: !args.no_merge_qkv,
         dense_pointwise_as_conv: args.pointwise_conv,
     };
-    let RewriteReport { narrow, batchnorm, shrink, hidden, layout, merge, .. } =
+    let RewriteReport { narrow, batchnorm, shrink, hidden, layout, scales, merge, .. } =
         rewrite_in(&mut graph, &rewrites, &args.dtype, &mut pipeline)?;
     stage("rewrite", &bar, &mut t);
     bar.set_message("planning");
@@ -267,6 +267,14 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
                 batchnorm.folded,
                 batchnorm.affine
             ),
+        ),
+        (
+            "folded scales".into(),
+            match (scales.folded, scales.out_of_range) {
+                (0, 0) => "none".to_string(),
+                (f, 0) => format!("{f} per-column Muls into their MatMuls"),
+                (f, k) => format!("{f} per-column Muls into their MatMuls, {k} kept (folded weights would leave fp16's range)"),
+            },
         ),
         (
             "merged matmuls".into(),
@@ -372,6 +380,8 @@ pub fn run(args: CompileArgs) -> Result<ExitCode> {
             "nhwc_concats": layout.concats,
             "layout_transposes": layout.border_transposes,
             "cancelled_transposes": layout.transposes_cancelled,
+            "folded_scales": scales.folded,
+            "unfolded_scales": scales.out_of_range,
             "predicted_sparse_s": planned_s,
             "predicted_dense_s": dense_s,
             "dense_weight_bytes": s.dense_weight_bytes,

@@ -775,7 +775,7 @@ fn compile_half(mut graph: Graph, dtype: DType) -> (Graph, ModelProgram) {
 
 /// Q, K and V projections of one activation (hidden 128, with or without bias Adds) feeding
 /// an attention: `softmax(q·kᵀ)·v`.
-fn qkv_block(bias: bool) -> Graph {
+fn qkv_block(biases: [bool; 3]) -> Graph {
     let h = 128;
     let w = |seed: usize| -> Tensor {
         Tensor::from_vec(vec![h, h], (0..h * h).map(|i| ((i * seed % 89) as f32 - 44.0) / 400.0).collect())
@@ -787,6 +787,7 @@ fn qkv_block(bias: bool) -> Graph {
         .init("wk", &w(11))
         .init("wv", &w(13));
     for (i, p) in ["q", "k", "v"].into_iter().enumerate() {
+        let bias = biases[i];
         let mm_out = if bias { format!("{p}0") } else { p.to_string() };
         b = b.node(&format!("mm_{p}"), "MatMul", &["x", &format!("w{p}")], &[&mm_out], vec![]);
         if bias {
@@ -1236,10 +1237,12 @@ fn spmm_steps(model: &ModelProgram) -> usize {
 #[test]
 fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() {
     const BLOCK90: &str = r#"{ "tensors": { "w*": { "block_magnitude": { "block": [16, 16], "sparsity": 0.9 } } } }"#;
-    for bias in [false, true] {
+    // No bias, all three, and Whisper's: Q and V with a bias, K without (zeros stand in for it).
+    for biases in [[false; 3], [true; 3], [true, false, true]] {
+        let bias = biases.contains(&true);
         for tesa in [None, Some(BLOCK90)] {
-            let what = format!("bias {bias}, tesa {}", tesa.is_some());
-            let (graph, model) = compile(qkv_block(bias), tesa, &ModelOptions::default());
+            let what = format!("biases {biases:?}, tesa {}", tesa.is_some());
+            let (graph, model) = compile(qkv_block(biases), tesa, &ModelOptions::default());
             assert_eq!(spmm_steps(&model), 1, "{what}: one merged matmul\n{}", model.program.to_text());
             assert_eq!(kernels_named(&model, "remap_"), 0, "{what}: no Slice copies\n{}", model.program.to_text());
             assert_eq!(model.stats.planned_ops, 1, "{what}");
@@ -1257,13 +1260,13 @@ fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() 
                 assert!(nonzero <= 3 * 7, "{what}: {nonzero} of {total} blocks left");
                 assert_eq!(model.stats.sparse_ops, 1, "{what}: the merged matmul runs sparse");
             }
-            let mut pruned = qkv_block(bias);
+            let mut pruned = qkv_block(biases);
             apply_attrs(&mut pruned, tesa.map(|t| TesaAttrs::parse(t).unwrap()).as_ref()).unwrap();
             assert_compiled_matches(&pruned, &model, &[1, 2], 1e-5, &what);
             nvrtc_compiles(&model);
         }
         // The switch: three planned matmuls, the same results.
-        let mut graph = qkv_block(bias);
+        let mut graph = qkv_block(biases);
         apply_attrs(&mut graph, None).unwrap();
         propagate(&mut graph, &PropagateOptions::default()).unwrap();
         let options = spartac::rewrite::RewriteOptions { merge_matmuls: false, ..Default::default() };
@@ -1272,7 +1275,7 @@ fn q_k_and_v_merge_into_one_matmul_with_and_without_biases_and_block_sparsity() 
         let p = plan(&graph, &PlanOptions::default()).unwrap();
         let apart = lower_model(&graph, &p, &ModelOptions::default(), &mut |_, _| {}).unwrap();
         assert_eq!(spmm_steps(&apart), 3, "bias {bias}: with --no-merge-qkv three matmuls");
-        let (_, merged) = compile(qkv_block(bias), None, &ModelOptions::default());
+        let (_, merged) = compile(qkv_block(biases), None, &ModelOptions::default());
         let inputs = spartac::reference::random_inputs(&graph, 5);
         let (a, b) = (run_cpu(&apart, &inputs).unwrap(), run_cpu(&merged, &inputs).unwrap());
         for ((name, x), (_, y)) in a.iter().zip(&b) {

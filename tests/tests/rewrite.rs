@@ -133,7 +133,15 @@ fn the_pipeline_prints_the_ir_after_every_rewrite_pass() {
     let names: Vec<&str> = records.iter().map(|r| r.name).collect();
     assert_eq!(
         names,
-        ["narrow_broadcasts", "fold_batchnorm", "shrink_channels", "channels_last", "merge_matmuls", "sink_transposes"]
+        [
+            "narrow_broadcasts",
+            "fold_batchnorm",
+            "shrink_channels",
+            "channels_last",
+            "fold_scales",
+            "merge_matmuls",
+            "sink_transposes"
+        ]
     );
     assert!(records[2].result.contains("channel classes shrunk"), "{:?}", records[2]);
     assert_eq!(printed.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), names);
@@ -357,4 +365,73 @@ fn pruned_ffn_units_are_cut_from_both_matmuls() {
     let mut graph = exposed.clone();
     assert_eq!(shrink_hidden(&mut graph).unwrap().shrunk, 0);
     assert_eq!(shape(&graph, "w1"), [8, 16]);
+}
+
+/// A ConvNeXt block on `x[2,8,6,6]` with layer scale `gamma` (one value per channel, all
+/// `gamma`-sized): depthwise 3×3 conv → permute to channels last → MatMul (8 → 16) + bias →
+/// Relu → MatMul (16 → 8) + bias → permute back → Mul by `γ[8,1,1]` → Add of `x`.
+fn convnext_block(gamma: f32) -> Vec<u8> {
+    use spartac::ir::{DType, Tensor};
+    use spartac_tests::builder::{fixed, ModelBuilder, A};
+    let w = |shape: &[usize], seed: usize| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|i| (((i * 7 + seed * 5) % 17) as f32 - 8.0) / 12.0).collect())
+    };
+    let scale = Tensor::from_vec(vec![8, 1, 1], (0..8).map(|c| gamma * (1.0 + c as f32 / 8.0)).collect());
+    ModelBuilder::new("convnext_block", 18)
+        .input("x", DType::F32, &fixed(&[2, 8, 6, 6]))
+        .output("y", DType::F32, &fixed(&[2, 8, 6, 6]))
+        .init("wd", &w(&[8, 1, 3, 3], 1))
+        .init("w1", &w(&[8, 16], 2))
+        .init("b1", &w(&[16], 3))
+        .init("w2", &w(&[16, 8], 4))
+        .init("b2", &w(&[8], 5))
+        .init("gamma", &scale)
+        .node("dw", "Conv", &["x", "wd"], &["d"], vec![("group", A::I(8)), ("pads", A::Is(vec![1, 1, 1, 1]))])
+        .node("to_last", "Transpose", &["d"], &["dl"], vec![("perm", A::Is(vec![0, 2, 3, 1]))])
+        .node("fc1", "MatMul", &["dl", "w1"], &["h0"], vec![])
+        .node("bias1", "Add", &["h0", "b1"], &["h1"], vec![])
+        .node("relu", "Relu", &["h1"], &["h"], vec![])
+        .node("fc2", "MatMul", &["h", "w2"], &["o0"], vec![])
+        .node("bias2", "Add", &["o0", "b2"], &["o1"], vec![])
+        .node("to_first", "Transpose", &["o1"], &["of"], vec![("perm", A::Is(vec![0, 3, 1, 2]))])
+        .node("scale", "Mul", &["gamma", "of"], &["s"], vec![])
+        .node("residual", "Add", &["s", "x"], &["y"], vec![])
+        .bytes()
+}
+
+/// ConvNeXt's permute back to channels first, read by the layer scale and the residual Add,
+/// leaves the block channels last (the Transpose's input is the value's channels-last form),
+/// and the layer scale then folds into the second product's weight and bias; the outputs do
+/// not move. A scale that would push the weights below fp16's normal range (torchvision's
+/// starting 1e-6) stays a Mul.
+#[test]
+fn convnext_layer_scale_stays_channels_last_and_folds_into_the_product() {
+    use spartac::rewrite::fold_scales;
+    let load = |gamma: f32| load_model_bytes(&convnext_block(gamma), "block.onnx", &LoadOptions::default()).unwrap();
+    let before = load(0.3);
+    let mut graph = before.clone();
+    let layout = channels_last(&mut graph).unwrap();
+    assert_eq!((layout.convs, layout.transposes_cancelled), (1, 2), "{layout:?}");
+    let mul = graph.nodes.iter().find(|n| n.op_type == "Mul").expect("the layer scale");
+    let read = mul.inputs.iter().flatten().find(|v| !graph.initializers.contains_key(v)).unwrap();
+    assert_eq!(graph.fact(*read).shape, [2, 6, 6, 8], "the layer scale reads the product channels last");
+    // Around the depthwise conv, the input into channels last and the output back: nothing else.
+    let transposes = graph.nodes.iter().filter(|n| n.op_type == "Transpose").count();
+    assert_eq!(transposes, 4, "{}", print_graph(&graph));
+    assert!(worst_gap(&before, &graph) <= 1e-5);
+    let laid_out = graph.clone();
+    let report = fold_scales(&mut graph).unwrap();
+    assert_eq!((report.folded, report.out_of_range), (1, 0));
+    assert!(!graph.nodes.iter().any(|n| n.op_type == "Mul"), "{}", print_graph(&graph));
+    assert!(worst_gap(&laid_out, &graph) <= 1e-5);
+    assert!(worst_gap(&before, &graph) <= 1e-5);
+    // A second run finds nothing.
+    assert_eq!(fold_scales(&mut graph.clone()).unwrap().folded, 0);
+
+    let mut tiny = load(1e-6);
+    channels_last(&mut tiny).unwrap();
+    let report = fold_scales(&mut tiny).unwrap();
+    assert_eq!((report.folded, report.out_of_range), (0, 1));
+    assert!(tiny.nodes.iter().any(|n| n.op_type == "Mul"));
 }

@@ -18,7 +18,9 @@
 //! MaxPool and AveragePool go between Transposes like a convolution, which model lowering
 //! runs as one channels-last pool kernel; a Transpose of a converted value
 //! composes its permutation with the layout's, and becomes an Identity where they cancel
-//! (Whisper's `permute(0, 2, 1)` after its convolutions). Any other reader of a converted
+//! (Whisper's `permute(0, 2, 1)` after its convolutions); a Transpose to channels first of a
+//! 4-D value the model itself keeps channels last (ConvNeXt's permute back after its MLP) makes
+//! the value converted, its input being its channels-last form. Any other reader of a converted
 //! value gets its channels-first form back through one Transpose, made once and only where
 //! read; graph inputs and outputs keep their types. The graph computes exactly what it
 //! computed before (the reference executor checks that), and TeSAs move with their elements.
@@ -62,7 +64,8 @@ pub struct LayoutReport {
     pub pools: usize,
     /// Concats of channels-last values.
     pub concats: usize,
-    /// Transposes of converted values that the layout's permutation cancels (now Identity).
+    /// Transposes of converted values that the layout's permutation cancels (now Identity),
+    /// and Transposes to channels first whose input stands as their channels-last form.
     pub transposes_cancelled: usize,
     /// Transposes at the borders of the NHWC region (into it and out of it).
     pub border_transposes: usize,
@@ -474,6 +477,25 @@ impl Rewriter<'_> {
         true
     }
 
+    /// A Transpose to channels first (`perm [0, 3, 1, 2]`) of a 4-D value that is not converted
+    /// (a model's own channels-last part: ConvNeXt's permute back after its MLP, an NHWC graph
+    /// input): its input is already the result's channels-last form, so readers that take
+    /// channels last read it directly and the Transpose is made again, once, only for a reader
+    /// that needs channels first. ConvNeXt's layer scale and residual Add then stay channels
+    /// last instead of reading a permuted copy.
+    fn transpose_to_first(&mut self, node: &Node) -> bool {
+        let (Some(x), [y]) = (node.inputs.first().copied().flatten(), node.outputs.as_slice()) else { return false };
+        let rank = self.graph.fact(x).shape.len();
+        let perm = node.attrs.ints_opt("perm").ok().flatten();
+        let first: Vec<i64> = to_first(rank).iter().map(|&p| p as i64).collect();
+        if rank != 4 || perm != Some(first.as_slice()) || self.nhwc.contains_key(y) {
+            return false;
+        }
+        self.nhwc.insert(*y, x);
+        self.report.transposes_cancelled += 1;
+        true
+    }
+
     fn pool(&mut self, node: &Node) -> bool {
         let Some(x) = node.inputs[0] else { return false };
         if !self.nhwc.contains_key(&x) || node.outputs.len() != 1 {
@@ -575,7 +597,7 @@ pub fn channels_last_with(graph: &mut Graph, dense_pointwise_as_conv: bool) -> R
                 op if ELEMENTWISE.contains(&op) => rw.elementwise(node),
                 "MaxPool" | "AveragePool" => rw.window_pool(node),
                 "Concat" => rw.concat(node),
-                "Transpose" => rw.transpose_of_converted(node),
+                "Transpose" => rw.transpose_of_converted(node) || rw.transpose_to_first(node),
                 "GlobalAveragePool" | "GlobalMaxPool" | "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
                     rw.pool(node)
                 }

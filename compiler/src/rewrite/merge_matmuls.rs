@@ -9,8 +9,9 @@
 //! read only by attentions: activation×activation MatMuls, directly or through Reshapes,
 //! Transposes and the like. When each MatMul's output is read only by an
 //! `Add` of a constant bias of N elements (a row vector, same type), the biases are
-//! concatenated too and one `Add` follows the merged MatMul; otherwise the bias Adds stay
-//! where they are. Each original output (the bias Add's when merged, else the MatMul's) is
+//! concatenated too and one `Add` follows the merged MatMul, zeros standing for the bias of a
+//! member without one (Whisper's K projection between biased Q and V): the bias is then part
+//! of the merged product's epilogue instead of Adds on the slices. Each original output (the bias Add's when merged, else the MatMul's) is
 //! then a `Slice` of the merged one along its last axis, keeping its value (name, shape, TeSA)
 //! so every reader is unchanged.
 //!
@@ -231,7 +232,7 @@ pub fn merge_matmuls(graph: &mut Graph) -> Result<MergeReport, Error> {
             inputs: vec![Some(a), Some(w_id)],
             outputs: vec![mm_out],
         }];
-        let with_bias = set.iter().all(|m| m.bias.is_some());
+        let with_bias = set.iter().any(|m| m.bias.is_some());
         let mut merged = mm_out;
         // The values the slices give back: the bias Adds' outputs when those merge.
         let mut originals = mm_outs.clone();
@@ -239,17 +240,31 @@ pub fn merge_matmuls(graph: &mut Graph) -> Result<MergeReport, Error> {
             removed.insert(m.node);
         }
         if with_bias {
-            let biases: Vec<Tensor> =
-                set.iter().map(|m| graph.initializers[&m.bias.expect("all").1].to_dense()).collect();
+            // A member without a bias adds zeros (Whisper's K projection beside biased Q and V).
+            let zeros = |n: usize| Tensor::new(vec![n], crate::ir::Data::from_f64_iter(dtype, (0..n).map(|_| 0.0)));
+            let biases: Vec<Tensor> = set
+                .iter()
+                .map(|m| match m.bias {
+                    Some((_, b, _)) => graph.initializers[&b].to_dense(),
+                    None => zeros(m.n).expect("n zeros"),
+                })
+                .collect();
             let b = concat_columns(&biases, 1);
-            let b_vals: Vec<ValueId> = set.iter().map(|m| m.bias.expect("all").1).collect();
-            let b_tesa = b_vals.iter().map(|&v| graph.value(v).tesa.as_ref()).collect::<Option<Vec<&Tesa>>>();
-            let b_tesa = b_tesa.map(|ts| concat_tesas(&ts, &[n_total]));
+            let b_tesas: Vec<Option<Tesa>> = set
+                .iter()
+                .map(|m| match m.bias {
+                    Some((_, b, _)) => graph.value(b).tesa.clone(),
+                    None => Some(Tesa::for_dtype(&[m.n], dtype)),
+                })
+                .collect();
+            let any_bias_tesa = set.iter().any(|m| m.bias.is_some_and(|(_, b, _)| graph.value(b).tesa.is_some()));
+            let b_tesa = b_tesas.iter().map(|t| t.as_ref()).collect::<Option<Vec<&Tesa>>>();
+            let b_tesa = b_tesa.filter(|_| any_bias_tesa).map(|ts| concat_tesas(&ts, &[n_total]));
             let b_name = fresh_name(graph, &format!("{base}.merged_bias"));
             let b_id = graph.add_value(b_name, ValueFact::of(&b), ValueKind::Initializer);
             graph.values[b_id.index()].tesa = b_tesa;
             graph.initializers.insert(b_id, Initializer::Dense(b));
-            originals = set.iter().map(|m| m.bias.expect("all").2).collect();
+            originals = set.iter().map(|m| m.bias.map_or(m.out, |(_, _, y)| y)).collect();
             let add_tesa = side_by_side(graph, &originals);
             let add_name = fresh_name(graph, &format!("{base}.merged_biased"));
             let add_out =
@@ -264,8 +279,8 @@ pub fn merge_matmuls(graph: &mut Graph) -> Result<MergeReport, Error> {
                 inputs: vec![Some(mm_out), Some(b_id)],
                 outputs: vec![add_out],
             });
-            for m in &set {
-                removed.insert(m.bias.expect("all").0);
+            for (add, _, _) in set.iter().filter_map(|m| m.bias) {
+                removed.insert(add);
             }
             merged = add_out;
             report.with_bias += 1;

@@ -12,6 +12,8 @@
 //!   where a 1×1 convolution is the MatMul the planner and the sparse kernels already handle
 //!   (and a convolution whose windows tile its input, a patch embedding, a MatMul of patch rows),
 //!   and the other convolutions run as one NHWC kernel each;
+//! - [`fold_scales`]: a Mul by per-column constants after a MatMul (and its bias) folds into
+//!   the weight and the bias (ConvNeXt's layer scale);
 //! - [`merge_matmuls`]: MatMuls that read one activation with constant weights (Q, K and V)
 //!   become one MatMul over the concatenated weights (and biases), each original output a
 //!   Slice of it;
@@ -24,6 +26,7 @@
 
 pub mod channels;
 pub mod fold_batchnorm;
+pub mod fold_scales;
 pub mod half;
 pub mod hidden;
 pub mod layout;
@@ -33,6 +36,7 @@ pub mod sink_transposes;
 
 pub use channels::{coupled_channels, shrink_channels, CoupledChannels, ShrinkReport};
 pub use fold_batchnorm::{fold_batchnorm, FoldReport};
+pub use fold_scales::{fold_scales, ScaleReport};
 pub use half::{to_half, HalfReport};
 pub use hidden::{shrink_hidden, HiddenReport};
 pub use layout::{channels_last, channels_last_with, LayoutReport};
@@ -76,6 +80,7 @@ pub struct RewriteReport {
     pub shrink: ShrinkReport,
     pub hidden: HiddenReport,
     pub layout: LayoutReport,
+    pub scales: ScaleReport,
     pub merge: MergeReport,
     pub sink: SinkReport,
 }
@@ -105,7 +110,7 @@ pub fn prepare_for_lowering(graph: &mut Graph, shrink: bool) -> Result<RewriteRe
 /// The rewrites `spartac compile` runs between propagation and the plan: pruned weight
 /// elements become zero (the compiled model computes the pruned model), then
 /// [`narrow_broadcasts`], [`fold_batchnorm`], [`shrink_channels`], [`channels_last`],
-/// [`merge_matmuls`] (each as `options` say; the merge after the others, so it sees the shrunk
+/// [`fold_scales`], [`merge_matmuls`] (each as `options` say; the merge after the others, so it sees the shrunk
 /// weights and the pointwise convolutions' MatMuls) and [`sink_transposes`].
 pub fn prepare(graph: &mut Graph, options: &RewriteOptions) -> Result<RewriteReport, crate::Error> {
     prepare_in(graph, options, &mut Pipeline::quiet())
@@ -151,6 +156,12 @@ pub fn prepare_in(
         );
         Ok((r, line))
     })?;
+    let scales = pipeline.run("fold_scales", graph, |g| {
+        let r = fold_scales(g)?;
+        let line =
+            format!("{} column scales folded into their MatMuls, {} kept (fp16 range)", r.folded, r.out_of_range);
+        Ok((r, line))
+    })?;
     let merge = pipeline.run("merge_matmuls", graph, |g| {
         if !options.merge_matmuls {
             return Ok((MergeReport::default(), "off (--no-merge-qkv)".to_string()));
@@ -167,7 +178,7 @@ pub fn prepare_in(
         );
         Ok((r, line))
     })?;
-    Ok(RewriteReport { narrow, batchnorm, shrink, hidden, layout, merge, sink })
+    Ok(RewriteReport { narrow, batchnorm, shrink, hidden, layout, scales, merge, sink })
 }
 
 /// The new shape and the flat source positions of `shape` with only the indices `keep` (in
