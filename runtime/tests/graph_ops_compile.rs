@@ -472,6 +472,12 @@ fn cases() -> Vec<(String, OpKernel)> {
         add16("dw 5x5 s1 14x14x672", "dw5s1", &dw(32, 14, 672, 5, 1));
         add16("dw 5x5 s2 56x56x144", "dw5s2", &dw(32, 56, 144, 5, 2));
         add16("dw 3x3 scalar c=6", "dw_c6", &dw(2, 15, 6, 3, 1));
+        // The shared-memory tile (7×7): 32-, 8- and 4-channel slabs, stride 2, dilated.
+        add16("dw 7x7 s1 56x56x96 (ConvNeXt, tiled)", "dw7s1", &dw(32, 56, 96, 7, 1));
+        add16("dw 7x7 s2 14x14x40 (tiled, 8-channel slabs)", "dw7s2_40", &dw(32, 14, 40, 7, 2));
+        add16("dw 7x7 c=12 (tiled, 4-channel slabs)", "dw7_c12", &dw(2, 9, 12, 7, 1));
+        let dilated = ConvShape { dilation: (2, 3), pads: [6, 9, 6, 9], ..dw(2, 17, 8, 7, 1) };
+        add16("dw 7x7 dilated (tiled)", "dw7_dil", &dilated);
         add16("stem 3x3 s2", "stem", &stem);
         add16("grouped 4", "grp4", &conv_shape(32, 28, 64, 96, 4, 3, 1));
         add16("depth multiplier 3", "mult3", &conv_shape(8, 28, 16, 48, 16, 3, 2));
@@ -560,6 +566,16 @@ fn generated_ptx_has_the_expected_instructions() {
     let text = ptx(&conv_nhwc("dw", &dw(32, 112, 96, 3, 2), DType::F32, true, relu6).unwrap());
     assert!(text.contains("ld.global.nc.v4.f32"), "the depthwise conv does not load 4 channels at once");
     assert!(text.contains("st.global.v4.f32"), "the depthwise conv does not store 4 channels at once");
+    // The 7×7 one through its shared tile: copied in 4 channels at once, read back 4 at once
+    // (input and weights), stored 4 at once.
+    for (d, v) in [(DType::F32, "v4.f32"), (DType::F16, "v2.u32"), (DType::BF16, "v2.u32")] {
+        let text = ptx(&conv_nhwc("dw7", &dw(32, 56, 96, 7, 1), d, true, Activation::None).unwrap());
+        assert!(text.contains(&format!("ld.global.nc.{v}")), "the {d} 7x7 conv does not load 4 channels at once");
+        assert!(text.contains(&format!("ld.shared.{v}")), "the {d} 7x7 conv does not read its tile 4 at once");
+        assert!(text.contains("ld.shared.v4.f32"), "the {d} 7x7 conv does not read 4 weights at once");
+        assert!(text.contains("bar.sync"), "the {d} 7x7 conv does not wait for its tile");
+        assert!(text.contains(&format!("st.global.{v}")), "the {d} 7x7 conv does not store 4 channels at once");
+    }
     let text = ptx(&conv_nhwc_with("stem", &stem_shape(), DType::F32, true, relu6, ConvEngine::Direct).unwrap());
     assert!(text.contains("ld.shared.v4.f32"), "the stem does not read its weights 4 channels at a time");
     assert!(text.contains("st.global.v4.f32"), "the stem does not store 4 channels at once");

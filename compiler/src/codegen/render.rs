@@ -61,6 +61,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("op_attention_wgmma.cu.tera", include_str!("../../../templates/op_attention_wgmma.cu.tera")),
     ("op_conv.cuh", include_str!("../../../templates/op_conv.cuh")),
     ("op_conv_depthwise.cu.tera", include_str!("../../../templates/op_conv_depthwise.cu.tera")),
+    ("op_conv_depthwise_tile.cu.tera", include_str!("../../../templates/op_conv_depthwise_tile.cu.tera")),
     ("op_conv_direct.cu.tera", include_str!("../../../templates/op_conv_direct.cu.tera")),
     ("op_conv_igemm.cu.tera", include_str!("../../../templates/op_conv_igemm.cu.tera")),
 ];

@@ -23,6 +23,14 @@
 //!    `pw` ([`depthwise_columns`]): at most 8 at stride 1 and 4 at larger strides (registers:
 //!    `pw · 4` accumulators and `kw · 4` weights), lowered until the grid has at least
 //!    [`MIN_THREADS`] threads, then evened out over the row (`ow = 14` takes two blocks of 7).
+//!    Large kernels (at least [`MIN_TILE_TAPS`] taps: ConvNeXt's 7×7) take the **tiled**
+//!    depthwise kernel instead (`templates/op_conv_depthwise_tile.cu.tera`, [`depthwise_tiling`]):
+//!    a CTA copies the input window of a tile of output rows × columns × a slab of 32 (16, 8, 4)
+//!    channels, zeros outside the image, and the tile's weights into shared memory once; each
+//!    thread then computes 4 channels of 4 adjacent output pixels (2 at larger strides) from
+//!    there. A 7×7 window re-read from L2 by every output row costs the per-thread kernel more
+//!    than the copy (87 → 54 registers, twice the resident warps); shared rows are padded to
+//!    start half a bank cycle apart.
 //! 2. **Dense (`groups == 1`), or grouped with groups that tile 64 or 128 output channels**:
 //!    the implicit GEMM on tensor cores ([`conv_igemm`], `templates/op_conv_igemm.cu.tera`),
 //!    its weight packed in the activation type ([`conv_weight`]); [`ConvEngine::Direct`] keeps
@@ -219,6 +227,12 @@ pub fn pack_conv_weight(shape: &ConvShape, oihw: &[f32]) -> Result<Vec<f32>, Cod
 const THREADS: usize = 256;
 /// Fewest threads a depthwise grid should have: 1024 per SM of an H100, half its capacity.
 const MIN_THREADS: usize = 132 * 1024;
+/// Fewest taps (`kh · kw`) a depthwise convolution has to run through the shared-memory tile.
+/// Measured on the H200 (call c120, fp16, against the per-thread kernel): ConvNeXt-T's 7×7
+/// convolutions 79 → 49 µs (56 × 56 × 96), 40 → 31 (28 × 28 × 192), 18.8 → 18.1, 13.5 → 12.5
+/// (the model 1.910 → 1.771 ms); the 3×3 and 5×5 ones of MobileNetV3-Large and EfficientNet-B0
+/// moved their models by −2.5% to +4%, so they stay on the per-thread kernel.
+const MIN_TILE_TAPS: usize = 49;
 /// Largest packed weight staged in shared memory by the direct kernel (48 KiB of floats).
 const SMEM_WEIGHT_FLOATS: usize = 48 * 1024 / 4;
 
@@ -271,6 +285,79 @@ struct DepthwiseCtx {
     cols: usize,
     /// The last block of a row is partial.
     ragged: bool,
+}
+
+#[derive(Serialize)]
+struct DepthwiseTileCtx {
+    #[serde(flatten)]
+    head: ConvHead,
+    /// Channels of a CTA's slab, their 4-channel lanes, and the slabs of the channels.
+    cc: usize,
+    cl: usize,
+    slabs: usize,
+    /// Output pixels per thread along w; output rows and columns of a tile; tiles down and across.
+    pw: usize,
+    th: usize,
+    tw: usize,
+    tiles_h: usize,
+    tiles_w: usize,
+    /// The input window of a tile (rows, columns), the elements of one shared row (padded so
+    /// that two rows start half a bank cycle apart), the input columns a thread reads per row.
+    ir: usize,
+    ic: usize,
+    pitch: usize,
+    cols: usize,
+    ctas: usize,
+    /// The last tile of a row is partial.
+    ragged: bool,
+}
+
+/// The tiling of the shared-memory depthwise kernel for `shape` in `dtype` (`c % 4 == 0`), when
+/// its tile fits the 48 KiB of static shared memory.
+struct DepthwiseTiling {
+    cc: usize,
+    pw: usize,
+    wb: usize,
+    th: usize,
+    ir: usize,
+    ic: usize,
+    pitch: usize,
+}
+
+impl DepthwiseTiling {
+    fn threads(&self) -> usize {
+        self.cc / 4 * self.wb * self.th
+    }
+}
+
+/// Channels per slab: the widest of 32, 16, 8, 4 that divides the channels (32 channels of
+/// 16 bits are one 64-byte run per pixel). 4 output columns a thread at stride 1, 2 at larger
+/// strides; 4 column blocks a tile (fewer on narrower outputs) and as many rows as 256 threads
+/// give, at most the output's height; rows halved until the tile fits in shared memory.
+fn depthwise_tiling(shape: &ConvShape, dtype: DType) -> Option<DepthwiseTiling> {
+    let c = shape.c_in;
+    if !c.is_multiple_of(4) || shape.kh * shape.kw < MIN_TILE_TAPS {
+        return None;
+    }
+    let cc = [32, 16, 8, 4].into_iter().find(|d| c.is_multiple_of(*d))?;
+    let es = dtype.size_bytes();
+    let pw = if shape.stride.1 == 1 { 4 } else { 2 };
+    let wb = shape.ow().div_ceil(pw).min(4);
+    let mut th = (THREADS / (cc / 4) / wb).min(shape.oh()).max(1);
+    loop {
+        let ir = (th - 1) * shape.stride.0 + (shape.kh - 1) * shape.dilation.0 + 1;
+        let ic = (wb * pw - 1) * shape.stride.1 + (shape.kw - 1) * shape.dilation.1 + 1;
+        let row_bytes = ic * cc * es;
+        let pitch = (row_bytes + (64 + 128 - row_bytes % 128) % 128) / es;
+        let bytes = ir * pitch * es + shape.kh * shape.kw * cc * 4;
+        if bytes <= 48 * 1024 {
+            return Some(DepthwiseTiling { cc, pw, wb, th, ir, ic, pitch });
+        }
+        if th == 1 {
+            return None;
+        }
+        th /= 2;
+    }
 }
 
 #[derive(Serialize)]
@@ -441,6 +528,43 @@ pub fn conv_nhwc_with(
         total,
         epilogue: epilogue_ctx_of(Epilogue { bias, activation }, false),
     };
+    if let Some(t) = shape.is_depthwise().then(|| depthwise_tiling(shape, dtype)).flatten() {
+        let (oh, ow) = (shape.oh(), shape.ow());
+        let tw = t.wb * t.pw;
+        let (tiles_h, tiles_w, slabs) = (oh.div_ceil(t.th), ow.div_ceil(tw), shape.c_in / t.cc);
+        let ctas = shape.n * tiles_h * tiles_w * slabs;
+        if ctas > i32::MAX as usize {
+            return Err(fail(format!("{ctas} CTAs do not fit one grid")));
+        }
+        let threads = t.threads();
+        let mut head = head(ctas, 0);
+        head.threads = threads;
+        let ctx = DepthwiseTileCtx {
+            head,
+            cc: t.cc,
+            cl: t.cc / 4,
+            slabs,
+            pw: t.pw,
+            th: t.th,
+            tw,
+            tiles_h,
+            tiles_w,
+            ir: t.ir,
+            ic: t.ic,
+            pitch: t.pitch,
+            cols: (t.pw - 1) * shape.stride.1 + (shape.kw - 1) * shape.dilation.1 + 1,
+            ctas,
+            ragged: !ow.is_multiple_of(t.pw),
+        };
+        let source = render("op_conv_depthwise_tile.cu.tera", &ctx)?;
+        return Ok(OpKernel {
+            name: name.to_string(),
+            source,
+            grid: (ctas as u32, 1, 1),
+            block: (threads as u32, 1, 1),
+            smem_bytes: 0,
+        });
+    }
     if shape.is_depthwise() {
         let vec = if shape.c_in.is_multiple_of(4) { 4 } else { 1 };
         let cgroups = shape.c_in / vec;
