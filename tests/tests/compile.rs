@@ -1403,3 +1403,36 @@ fn minilm_l3_in_fp16_defers_all_but_its_last_layernorm() {
     let worst_plain = assert_compiled_matches(&pruned, &plain, &[3], 1e-2, "not deferred");
     assert!(worst <= 2.0 * worst_plain + 1e-3, "deferred {worst:.3e} against {worst_plain:.3e}");
 }
+
+/// ViT's patch rows after its patch embedding: the product's `[images, 4, 4, C]` rows seen
+/// channels first (Transpose), flattened (Reshape) and transposed back (Transpose) land every
+/// element where it was, so the chain is a view of the product, not a gather step; a chain
+/// that does move elements stays one gather. Both match the reference.
+#[test]
+fn a_data_movement_chain_that_moves_nothing_is_a_view() {
+    for (perm_back, moves) in [([0i64, 2, 1], false), ([0, 1, 2], true)] {
+        let (c, hw) = (6, 16);
+        let out_shape = if moves { [2, c, hw] } else { [2, hw, c] };
+        let bytes = ModelBuilder::new("patch_rows", 18)
+            .input("x", DType::F32, &fixed(&[2, 4, 4, 8]))
+            .output("y", DType::F32, &fixed(&[out_shape[0], out_shape[1], 5]))
+            .init("w1", &seeded_weight(8, c, 7, 60.0))
+            .init("w2", &seeded_weight(out_shape[2], 5, 11, 60.0))
+            .init("flat", &Tensor::from_vec(vec![3], vec![2i64, c as i64, hw as i64]))
+            .node("embed", "MatMul", &["x", "w1"], &["p"], vec![])
+            .node("to_first", "Transpose", &["p"], &["pf"], vec![("perm", A::Is(vec![0, 3, 1, 2]))])
+            .node("flatten", "Reshape", &["pf", "flat"], &["pr"], vec![])
+            .node("back", "Transpose", &["pr"], &["rows"], vec![("perm", A::Is(perm_back.to_vec()))])
+            .node("head", "MatMul", &["rows", "w2"], &["y"], vec![])
+            .bytes();
+        let graph = load_model_bytes(&bytes, "patch_rows", &LoadOptions::default()).unwrap();
+        let (_, model) = compile(graph.clone(), None, &ModelOptions::default());
+        let what = format!("moves {moves}");
+        let steps = model.program.steps.len();
+        assert_eq!(steps, if moves { 3 } else { 2 }, "{what}:\n{}", model.program.to_text());
+        assert_eq!(model.stats.fused_movements, usize::from(moves), "{what}");
+        let mut g = graph;
+        apply_attrs(&mut g, None).unwrap();
+        assert_compiled_matches(&g, &model, &[1, 2], 1e-5, &what);
+    }
+}

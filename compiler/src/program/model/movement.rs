@@ -9,7 +9,8 @@
 //! (`Pad`'s padding traced past the source, a zero in the gather) give where each output
 //! element comes from; runs of elements that move whole (rows of channels,
 //! `ops::run_length`) are gathered by run. The step holds the chain's nodes, so the
-//! CPU executor computes the graph's ops.
+//! CPU executor computes the graph's ops. A chain that leaves every element where it was (a
+//! Transpose, a Reshape and the inverse Transpose: ViT's patch rows) is a view, no step.
 
 use super::registry::{gpu_ops, is_view, GpuOp};
 use super::*;
@@ -152,8 +153,18 @@ impl Lowering<'_> {
             let t = traced.into_iter().next().ok_or_else(|| self.node_err(node, "tracing gave no output"))?;
             vals.insert(node.outputs[0], t);
         }
-        let name = format!("movement_{}", sanitize(&last.name));
         let map = vals[&mv.out].to_i64_vec();
+        let identity = map.len() == n_in && map.iter().enumerate().all(|(i, &m)| m == i as i64);
+        if identity && !self.is_output[mv.out.index()] {
+            // The chain puts every element back where it was (ViT's patch rows: Transpose to
+            // channels first, Reshape, Transpose back): a view of the source.
+            let buf = self.buf(mv.source)?;
+            self.bufs.insert(mv.out, buf);
+            self.note_use(mv.out, buf);
+            self.stats.views += 1;
+            return Ok(());
+        }
+        let name = format!("movement_{}", sanitize(&last.name));
         let launch = self.gather_launch(last, &name, &format!("{}.map", last.name), mv.source, mv.out, &map)?;
         let nodes = self.fused_nodes(&mv.members, mv.members.len(), mv.out)?;
         self.stats.fused_nodes += mv.members.len();
