@@ -699,11 +699,11 @@ fn compile_prints_the_ir_after_the_passes_asked_for() {
     assert!(run.status.success(), "{}", stderr(&run));
     let text = String::from_utf8_lossy(&run.stdout).into_owned();
     let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("// IR after ")).collect();
-    assert_eq!(headers.len(), 9, "one IR per graph pass: {headers:?}");
+    assert_eq!(headers.len(), 10, "one IR per graph pass: {headers:?}");
     assert_eq!(headers[0], "// IR after frontend");
-    assert_eq!(headers[8], "// IR after to_half");
+    assert_eq!(headers[9], "// IR after to_half");
     assert!(text.contains("graph \"cli_model\"") && text.contains("Relu("), "{text}");
-    for pass in ["frontend", "propagate", "merge_matmuls", "to_half", "plan", "lower", "write"] {
+    for pass in ["frontend", "propagate", "fold_scales", "merge_matmuls", "to_half", "plan", "lower", "write"] {
         assert!(text.lines().any(|l| l.starts_with(pass) && l.contains("  ")), "--passes lists {pass}: {text}");
     }
     let env_run = spartac_env(&["compile", m, "-o", o, "--no-ptx"], &[env[0], ("SPARTAC_PRINT_IR_AFTER", "propagate")]);
