@@ -50,6 +50,7 @@ const EXPLAIN_HELP: &str = "\
 Examples:
   spartac explain model.onnx --tesa attrs.json
   spartac explain minilm-l6.onnx --tesa models/tesa/minilm-l6-block32-90.json --input-shape input_ids=1,128
+  spartac explain vit_b_16.onnx --tesa models/tesa/matmul-block32-90.json --dtype f16   # what compile plans
 
 For every operator whose weight has pruned elements: its shape and density, the chosen
 cover (block shapes, block counts, covered zeros), the predicted time sparse vs dense,
@@ -78,6 +79,12 @@ pub struct PlanArgs {
 pub struct ExplainArgs {
     #[command(flatten)]
     pub inputs: PlanInputs,
+    /// Explain what `compile --dtype DTYPE` plans: the TeSA propagated, the graph rewritten as
+    /// compile rewrites it (BatchNorms folded, pruned channels and hidden units cut, channels
+    /// last, per-column scales folded, Q/K/V merged) and its values in DTYPE. Without it the
+    /// plan is of the graph as loaded (propagated with --propagate).
+    #[arg(long, value_name = "DTYPE", value_parser = ["f32", "f16", "bf16"])]
+    pub dtype: Option<String>,
     /// Also write the plan as JSON.
     #[arg(long, value_name = "PLAN.json")]
     pub json: Option<PathBuf>,
@@ -120,9 +127,26 @@ pub fn run_plan(args: PlanArgs) -> Result<ExitCode> {
 pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
     crate::outputs::check_outputs([("--json", args.json.as_deref())])?;
     let (graph, opts) = load(&args.inputs)?;
-    let plan = plan_graph(&graph, &opts)?;
+    let (plan, conv_dtype) = match &args.dtype {
+        Some(dtype) => {
+            let mut compiled = graph.clone();
+            if !args.inputs.propagate {
+                propagate(&mut compiled, &PropagateOptions::default())?;
+            }
+            let options = spartac::rewrite::RewriteOptions::default();
+            crate::stages::rewrite_in(&mut compiled, &options, dtype, &mut spartac::pipeline::Pipeline::quiet())?;
+            println!("plan of the graph `compile --dtype {dtype}` plans (propagated, rewritten, {dtype} values)");
+            let conv_dtype = match dtype.as_str() {
+                "f32" => spartac::ir::DType::F32,
+                "bf16" => spartac::ir::DType::BF16,
+                _ => spartac::ir::DType::F16,
+            };
+            (plan_graph(&compiled, &opts)?, conv_dtype)
+        }
+        None => (plan_graph(&graph, &opts)?, spartac::ir::DType::F16),
+    };
     print!("{}", explain(&plan));
-    print!("{}", explain_convolutions(&graph, &opts, !args.inputs.propagate)?);
+    print!("{}", explain_convolutions(&graph, &opts, !args.inputs.propagate, conv_dtype)?);
     if let Some(path) = &args.json {
         write_atomic(path, serde_json::to_string_pretty(&plan.to_json())?.as_bytes())?;
     }
@@ -134,7 +158,12 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
 /// folded, pruned channels cut, channels last), with its weight shape before
 /// and after and what runs it: an NHWC kernel (which one, for f16) or, for a 1×1 convolution
 /// or a patch embedding (windows that tile the input), the planned MatMul it became (its chosen plan and predicted time). Empty without Convs.
-fn explain_convolutions(graph: &Graph, opts: &PlanOptions, propagate_first: bool) -> Result<String> {
+fn explain_convolutions(
+    graph: &Graph,
+    opts: &PlanOptions,
+    propagate_first: bool,
+    dtype: spartac::ir::DType,
+) -> Result<String> {
     use spartac::codegen::graph_ops::{conv_kernel_label, ConvEngine};
     use std::fmt::Write as _;
     let convs: Vec<_> = graph.nodes.iter().filter(|n| n.op_type == "Conv").collect();
@@ -154,7 +183,8 @@ fn explain_convolutions(graph: &Graph, opts: &PlanOptions, propagate_first: bool
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\nconvolutions after the rewrites (kernels for f16; `compile --direct-conv` keeps the direct kernel):"
+        "\nconvolutions after the rewrites (kernels for {}; `compile --direct-conv` keeps the direct kernel):",
+        dtype.name()
     );
     let _ = writeln!(s, "{:<32} {:>13} {:>13}  runs as", "conv", "weight", "after");
     for conv in convs {
@@ -163,7 +193,7 @@ fn explain_convolutions(graph: &Graph, opts: &PlanOptions, propagate_first: bool
         let (after, how) = if let Some(n) = rewritten.nodes.iter().find(|n| n.name == conv.name && n.op_type == "Conv")
         {
             let how = match spartac::program::model::conv_shape(&rewritten, n) {
-                Ok(shape) => conv_kernel_label(&shape, spartac::ir::DType::F16, ConvEngine::Auto),
+                Ok(shape) => conv_kernel_label(&shape, dtype, ConvEngine::Auto),
                 Err(e) => format!("not built: {e}"),
             };
             (dims(&rewritten, n), how)

@@ -743,3 +743,52 @@ fn explain_names_a_patch_embedding_as_a_planned_matmul() {
     let row = out.lines().find(|l| l.starts_with("patch ")).unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains("8x3x4x4") && row.contains("48x8") && row.contains("patches as a planned MatMul"), "{row}");
 }
+
+/// `explain --dtype f16` plans what `compile --dtype f16` plans: the graph rewritten (here
+/// Q, K and V merged into one product) with 16-bit values; without it, the graph as loaded.
+#[test]
+fn explain_with_a_dtype_plans_the_compiled_graph() {
+    use spartac_tests::builder::A;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("qkv.onnx");
+    let w = |seed: usize| {
+        Tensor::from_vec(vec![64, 64], (0..4096).map(|i| ((i * seed % 89) as f32 - 44.0) / 400.0).collect())
+    };
+    let mut b = ModelBuilder::new("qkv", 18).input("x", DType::F32, &fixed(&[2, 16, 64])).output(
+        "o",
+        DType::F32,
+        &fixed(&[2, 16, 64]),
+    );
+    for (p, seed) in [("q", 7), ("k", 11), ("v", 13)] {
+        b = b.init(&format!("w{p}"), &w(seed)).node(
+            &format!("mm_{p}"),
+            "MatMul",
+            &["x", &format!("w{p}")],
+            &[p],
+            vec![],
+        );
+    }
+    let bytes = b
+        .node("tr", "Transpose", &["k"], &["kt"], vec![("perm", A::Is(vec![0, 2, 1]))])
+        .node("scores", "MatMul", &["q", "kt"], &["s"], vec![])
+        .node("sm", "Softmax", &["s"], &["p"], vec![("axis", A::I(-1))])
+        .node("pv", "MatMul", &["p", "v"], &["o"], vec![])
+        .bytes();
+    std::fs::write(&model, bytes).unwrap();
+    let tesa = dir.path().join("t.json");
+    std::fs::write(&tesa, r#"{"tensors": {"w*": {"block_magnitude": {"block": [16, 16], "sparsity": 0.75}}}}"#)
+        .unwrap();
+    let m = model.to_str().unwrap();
+    let t = tesa.to_str().unwrap();
+    let plain = spartac(&["explain", m, "--tesa", t]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
+    assert!(plain.contains("mm_q") && !plain.contains(".merged"), "{plain}");
+    let f16 = spartac(&["explain", m, "--tesa", t, "--dtype", "f16"]);
+    assert!(f16.status.success(), "{}", stderr(&f16));
+    let f16 = String::from_utf8_lossy(&f16.stdout).into_owned();
+    assert!(f16.contains("compile --dtype f16") && f16.contains(".merged"), "{f16}");
+    // A dtype compile does not take is a usage error that names it.
+    let bad = spartac(&["explain", m, "--dtype", "f8"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("'f8'"), "{}", stderr(&bad));
+}

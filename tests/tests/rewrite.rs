@@ -435,3 +435,46 @@ fn convnext_layer_scale_stays_channels_last_and_folds_into_the_product() {
     assert_eq!((report.folded, report.out_of_range), (0, 1));
     assert!(tiny.nodes.iter().any(|n| n.op_type == "Mul"));
 }
+
+/// Two FFNs side by side whose first biases are one shared constant (as an exporter shares equal
+/// constants: torchvision starts ConvNeXt's biases at zero): with half the units of each pruned,
+/// both chains are cut, each through its own copy of the bias, and the outputs do not move.
+#[test]
+fn hidden_units_are_cut_through_a_shared_bias() {
+    use spartac::ir::{DType, Tensor};
+    use spartac::rewrite::shrink_hidden;
+    use spartac_tests::builder::{fixed, ModelBuilder};
+    let w = |shape: &[usize], seed: usize| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|i| (((i * 7 + seed * 5) % 17) as f32 - 8.0) / 12.0).collect())
+    };
+    let bytes = ModelBuilder::new("ffn2", 18)
+        .input("x", DType::F32, &fixed(&[2, 4, 8]))
+        .output("y", DType::F32, &fixed(&[2, 4, 8]))
+        .init("w1a", &w(&[8, 16], 1))
+        .init("w2a", &w(&[16, 8], 2))
+        .init("w1b", &w(&[8, 16], 3))
+        .init("w2b", &w(&[16, 8], 4))
+        .init("b1", &w(&[16], 5))
+        .node("fc1a", "MatMul", &["x", "w1a"], &["ha0"], vec![])
+        .node("bias1a", "Add", &["ha0", "b1"], &["ha1"], vec![])
+        .node("relua", "Relu", &["ha1"], &["ha"], vec![])
+        .node("fc2a", "MatMul", &["ha", "w2a"], &["ya"], vec![])
+        .node("fc1b", "MatMul", &["x", "w1b"], &["hb0"], vec![])
+        .node("bias1b", "Add", &["hb0", "b1"], &["hb1"], vec![])
+        .node("relub", "Relu", &["hb1"], &["hb"], vec![])
+        .node("fc2b", "MatMul", &["hb", "w2b"], &["yb"], vec![])
+        .node("sum", "Add", &["ya", "yb"], &["y"], vec![])
+        .bytes();
+    let attrs = r#"{"tensors": {"@mlp_out_weights": {"channel_magnitude": {"sparsity": 0.5}}}}"#;
+    let before = propagated(&bytes, attrs);
+    let mut graph = before.clone();
+    let report = shrink_hidden(&mut graph).unwrap();
+    assert_eq!((report.chains, report.shrunk, report.units_before, report.units_after), (2, 2, 32, 16));
+    for add in ["bias1a", "bias1b"] {
+        let node = graph.nodes.iter().find(|n| n.name == add).unwrap();
+        let b = node.inputs[1].unwrap();
+        assert_eq!(graph.fact(b).shape, [8], "{add} reads a bias cut to its chain's units");
+    }
+    assert!(worst_gap(&before, &graph) <= 1e-6);
+}

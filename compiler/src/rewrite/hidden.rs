@@ -20,11 +20,13 @@
 //! unit, keeping a multiple of 8.
 //!
 //! A chain is left whole when a value of it is a graph output or is read outside the chain,
-//! when an op in it reads another activation, a constant that is neither a scalar nor one
-//! entry per unit, or when a weight to cut is shared.
+//! or when an op in it reads another activation or a constant that is neither a scalar nor one
+//! entry per unit. A weight or constant to cut that other nodes read too (exporters share equal
+//! constants: torchvision's zero-initialised biases of ConvNeXt's blocks) is copied for the
+//! chain and the copy cut.
 
-use super::{gather_tensor, renumber, take_positions};
-use crate::ir::{Graph, Initializer, ValueFact, ValueId};
+use super::{fresh_name, gather_tensor, renumber, take_positions};
+use crate::ir::{Graph, Initializer, ValueFact, ValueId, ValueKind};
 use crate::Error;
 use std::collections::{BTreeSet, HashMap};
 
@@ -273,12 +275,8 @@ pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
     let mut taken: BTreeSet<ValueId> = BTreeSet::new();
     for start in 0..graph.nodes.len() {
         let Some(chain) = chain_from(graph, start, &readers) else { continue };
-        // A weight or constant to cut must be this chain's alone; chains must not overlap.
-        let shared = chain.cuts.iter().any(|&(ni, i, _)| {
-            let c = graph.nodes[ni].inputs[i].expect("a cut input");
-            uses.get(&c).copied().unwrap_or(0) > 1
-        });
-        if shared || chain.values.iter().any(|v| taken.contains(v)) {
+        // Chains must not overlap.
+        if chain.values.iter().any(|v| taken.contains(v)) {
             continue;
         }
         let mut live = live_units(graph, &chain);
@@ -291,6 +289,21 @@ pub fn shrink_hidden(graph: &mut Graph) -> Result<HiddenReport, Error> {
         report.units_before += chain.units;
         report.units_after += kept.len();
         if kept.len() < chain.units {
+            // A constant to cut that other nodes read too (an exporter shares equal constants:
+            // the zero biases torchvision starts ConvNeXt's blocks with) gets a copy of its own.
+            for &(ni, i, _) in &chain.cuts {
+                let c = graph.nodes[ni].inputs[i].expect("a cut input");
+                if uses.get(&c).copied().unwrap_or(0) > 1 {
+                    let name = fresh_name(graph, &format!("{}.{}", graph.value(c).name, graph.nodes[ni].name));
+                    let id = graph.add_value(name, graph.fact(c).clone(), ValueKind::Initializer);
+                    graph.values[id.index()].tesa = graph.value(c).tesa.clone();
+                    let t = graph.initializers[&c].clone();
+                    graph.initializers.insert(id, t);
+                    graph.nodes[ni].inputs[i] = Some(id);
+                    *uses.entry(c).or_default() -= 1;
+                    uses.insert(id, 1);
+                }
+            }
             report.shrunk += 1;
             taken.extend(chain.values.iter().copied());
             plans.push((chain, kept));
