@@ -1436,3 +1436,27 @@ fn a_data_movement_chain_that_moves_nothing_is_a_view() {
         assert_compiled_matches(&g, &model, &[1, 2], 1e-5, &what);
     }
 }
+
+/// ConvNeXt's head: a Transpose that only moves axes of length one (`[n, 1, 1, c]` to
+/// `[n, c, 1, 1]`) and the Reshape after it move nothing: a view, no step; the result matches.
+#[test]
+fn a_transpose_of_unit_axes_is_a_view() {
+    let bytes = ModelBuilder::new("unit_axes", 18)
+        .input("x", DType::F32, &fixed(&[4, 1, 1, 8]))
+        .output("y", DType::F32, &fixed(&[4, 5]))
+        .init("w1", &seeded_weight(8, 8, 7, 60.0))
+        .init("w2", &seeded_weight(8, 5, 11, 60.0))
+        .init("flat", &Tensor::from_vec(vec![2], vec![4i64, 8]))
+        .node("mm1", "MatMul", &["x", "w1"], &["h"], vec![])
+        .node("to_first", "Transpose", &["h"], &["hf"], vec![("perm", A::Is(vec![0, 3, 1, 2]))])
+        .node("flatten", "Reshape", &["hf", "flat"], &["rows"], vec![])
+        .node("mm2", "MatMul", &["rows", "w2"], &["y"], vec![])
+        .bytes();
+    let graph = load_model_bytes(&bytes, "unit_axes", &LoadOptions::default()).unwrap();
+    let (_, model) = compile(graph.clone(), None, &ModelOptions::default());
+    let labels: Vec<&str> = model.program.steps.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["mm1", "mm2"], "{}", model.program.to_text());
+    let mut g = graph;
+    apply_attrs(&mut g, None).unwrap();
+    assert_compiled_matches(&g, &model, &[1, 2], 1e-5, "unit axes");
+}

@@ -10,7 +10,8 @@
 //! element comes from; runs of elements that move whole (rows of channels,
 //! `ops::run_length`) are gathered by run. The step holds the chain's nodes, so the
 //! CPU executor computes the graph's ops. A chain that leaves every element where it was (a
-//! Transpose, a Reshape and the inverse Transpose: ViT's patch rows) is a view, no step.
+//! Transpose, a Reshape and the inverse Transpose: ViT's patch rows; a lone Transpose that only
+//! moves axes of length one) is a view, no step.
 
 use super::registry::{gpu_ops, is_view, GpuOp};
 use super::*;
@@ -115,7 +116,23 @@ impl Lowering<'_> {
                     || self.consumers[graph.nodes[m].outputs[0].index()].iter().any(|c| !members.contains(c))
             });
             let steps = members.iter().filter(|&&m| !is_view(&graph.nodes[m].op_type)).count();
-            if outside.len() != 1 || leaves_early || steps < 2 || graph.fact(outside[0]).numel() >= i32::MAX as usize {
+            // A lone Transpose (with views around it) that keeps every axis longer than one in
+            // order (ConvNeXt's head moving its 1×1 spatial axes) moves nothing: a chain of one
+            // step, lowered as a view.
+            let keeps_order = |m: usize| {
+                let node = &graph.nodes[m];
+                let Some(x) = node.inputs.first().copied().flatten() else { return false };
+                let shape = &graph.fact(x).shape;
+                let long: Vec<usize> = transpose_perm(graph, node).into_iter().filter(|&a| shape[a] > 1).collect();
+                node.op_type == "Transpose" && long.windows(2).all(|w| w[0] < w[1])
+            };
+            let moving: Vec<usize> = members.iter().copied().filter(|&m| !is_view(&graph.nodes[m].op_type)).collect();
+            let one_view = moving.len() == 1 && keeps_order(moving[0]);
+            if outside.len() != 1
+                || leaves_early
+                || (steps < 2 && !one_view)
+                || graph.fact(outside[0]).numel() >= i32::MAX as usize
+            {
                 continue;
             }
             found.push(Movement { source: outside[0], out: graph.nodes[last].outputs[0], members });
