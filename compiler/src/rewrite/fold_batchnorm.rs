@@ -18,7 +18,7 @@
 //! shape `[C, 1, …, 1]`, which the GPU runs as a fused elementwise kernel (with what surrounds
 //! it).
 
-use super::{fresh_name, renumber};
+use super::{drop_unread_initializers, fresh_name};
 use crate::ir::{Graph, Initializer, Tensor, ValueFact, ValueId, ValueKind};
 use crate::Error;
 
@@ -208,15 +208,4 @@ fn batchnorm_to_affine(graph: &mut Graph) -> Result<usize, Error> {
         drop_unread_initializers(graph)?;
     }
     Ok(rewritten)
-}
-
-/// Removes the initializers no node reads and that are not graph outputs, then renumbers the
-/// values densely.
-fn drop_unread_initializers(graph: &mut Graph) -> Result<(), Error> {
-    let mut used = vec![false; graph.values.len()];
-    for v in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
-        used[v.index()] = true;
-    }
-    graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
-    renumber(graph)
 }

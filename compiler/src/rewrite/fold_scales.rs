@@ -16,7 +16,7 @@
 //! ConvNeXt's layer scale at 10⁻⁶). The scaled weight keeps the weight's TeSA: a pruned element is zero
 //! before and after.
 
-use super::{fresh_name, renumber};
+use super::{drop_unread_initializers, fresh_name};
 use crate::ir::{Graph, Initializer, Tensor, ValueFact, ValueId, ValueKind};
 use crate::Error;
 
@@ -181,12 +181,7 @@ pub fn fold_scales(graph: &mut Graph) -> Result<ScaleReport, Error> {
             i += 1;
             !removed.contains(&(i - 1))
         });
-        let mut used = vec![false; graph.values.len()];
-        for v in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
-            used[v.index()] = true;
-        }
-        graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
-        renumber(graph)?;
+        drop_unread_initializers(graph)?;
     }
     Ok(report)
 }

@@ -283,3 +283,14 @@ pub(crate) fn fresh_name(graph: &Graph, base: &str) -> String {
     }
     (1..).map(|i| format!("{base}.{i}")).find(|n| graph.find_value(n).is_none()).expect("a free name")
 }
+
+/// Removes the initializers no node reads and that are not graph outputs, then renumbers the
+/// values densely.
+pub(crate) fn drop_unread_initializers(graph: &mut Graph) -> Result<(), crate::Error> {
+    let mut used = vec![false; graph.values.len()];
+    for v in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
+        used[v.index()] = true;
+    }
+    graph.initializers.retain(|v, _| used[v.index()] || graph.outputs.contains(v));
+    renumber(graph)
+}

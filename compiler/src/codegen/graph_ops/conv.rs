@@ -529,7 +529,6 @@ pub fn conv_nhwc_with(
         epilogue: epilogue_ctx_of(Epilogue { bias, activation }, false),
     };
     if let Some(t) = shape.is_depthwise().then(|| depthwise_tiling(shape, dtype)).flatten() {
-        let (oh, ow) = (shape.oh(), shape.ow());
         let tw = t.wb * t.pw;
         let (tiles_h, tiles_w, slabs) = (oh.div_ceil(t.th), ow.div_ceil(tw), shape.c_in / t.cc);
         let ctas = shape.n * tiles_h * tiles_w * slabs;
